@@ -1,0 +1,105 @@
+"""Timestamp expressions shared by all parsers, and the one rule that makes them UTC.
+
+Parsers cut the timestamp text out of a line and hand it to one of the
+``ts_*`` builders below; each returns a naive wall-clock ``Datetime(us)`` as
+written. Zones and years are settled later, once, by ``normalize_time``:
+
+1. A stated zone (``Z``, ``+02:00``) wins: ``ts - offset``.
+2. Otherwise the wall clock is read in ``--tz`` (default UTC).
+3. Formats without a year (glog, syslog) get the year of the nearest dated
+   record of the same file, else ``--year``, else the file's modification year;
+   a date more than a day after that anchor belongs to the year before.
+4. Records with no time at all take the previous dated record's time in the same
+   file (the next one for a file's leading lines) and are marked ``ts_inferred``.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from toranalyze.schema import NAIVE_US, UTC_US
+
+# Leap year, so Feb 29 survives until the real year is known.
+PLACEHOLDER_YEAR = 2000
+
+_MONTHS = {m: i + 1 for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split())}
+
+ISO_PATTERN = r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?"
+
+
+def ts_iso(s: pl.Expr) -> pl.Expr:
+    """'2021-05-23T08:46:02', '2021-05-23 08:46:02,123', '...02.604-07:00', '...Z' -> naive wall clock."""
+    body = (
+        s.str.strip_chars()
+        .str.replace(r"(?:Z|[+-]\d{2}:?\d{2})$", "")
+        .str.replace("T", " ", literal=True)
+        .str.replace(",", ".", literal=True)
+    )
+    return body.str.strptime(NAIVE_US, "%Y-%m-%d %H:%M:%S%.f", strict=False)
+
+
+def offset_iso(s: pl.Expr) -> pl.Expr:
+    """UTC offset in seconds stated by an ISO stamp; null when it states none."""
+    z = s.str.strip_chars().str.extract_groups(r"(?:(Z)|([+-])(\d{2}):?(\d{2}))$")
+    sign = pl.when(z.struct.field("2") == "-").then(-1).otherwise(1)
+    secs = sign * (z.struct.field("3").cast(pl.Int32) * 3600 + z.struct.field("4").cast(pl.Int32) * 60)
+    return pl.when(z.struct.field("1") == "Z").then(pl.lit(0, pl.Int32)).otherwise(secs).cast(pl.Int32)
+
+
+def ts_glog(mmdd: pl.Expr, hms: pl.Expr) -> pl.Expr:
+    """glog 'E1206 18:44:12.715298': month-day '1206' and the time; year unknown."""
+    text = pl.lit(f"{PLACEHOLDER_YEAR}") + mmdd + pl.lit(" ") + hms
+    return text.str.strptime(NAIVE_US, "%Y%m%d %H:%M:%S%.f", strict=False)
+
+
+def ts_month_name(month: pl.Expr, day: pl.Expr, hms: pl.Expr, year: pl.Expr | None = None) -> pl.Expr:
+    """syslog 'Dec  6 18:44:12' (no year) or ctime 'Mon Dec  6 18:44:12 2021' (with year)."""
+    mon = month.str.slice(0, 3).str.to_titlecase().replace_strict(_MONTHS, default=None, return_dtype=pl.Int32)
+    yr = pl.lit(PLACEHOLDER_YEAR) if year is None else year.cast(pl.Int32, strict=False)
+    text = pl.format("{}-{}-{} {}", yr, mon, day.str.strip_chars(), hms)
+    return text.str.strptime(NAIVE_US, "%Y-%m-%d %H:%M:%S%.f", strict=False)
+
+
+def ts_epoch_ms(ms: pl.Expr) -> pl.Expr:
+    """Epoch milliseconds (MLPerf time_ms). Already UTC: pair with offset 0."""
+    return pl.from_epoch(ms.cast(pl.Float64).mul(1000).cast(pl.Int64), time_unit="us").cast(NAIVE_US)
+
+
+def normalize_time(raw: pl.LazyFrame, *, tz: str = "UTC", year: int | None = None, mtime_year: int | None = None) -> pl.LazyFrame:
+    """Turn RAW_SCHEMA time columns (one file's rows) into UTC ``ts`` and ``ts_inferred``.
+
+    Expects the frame of a single input file, ordered by ``line``.
+    """
+    lf = raw.sort("line", maintain_order=True)
+    known = pl.col("ts").is_not_null() & pl.col("ts_year_known")
+    anchor_year = (
+        pl.when(known).then(pl.col("ts").dt.year()).otherwise(None).forward_fill().backward_fill()
+    )
+    fallback_year = year if year is not None else mtime_year
+    chosen = anchor_year if fallback_year is None else anchor_year.fill_null(fallback_year)
+    if year is not None:
+        chosen = pl.lit(year)
+    needs_year = pl.col("ts").is_not_null() & ~pl.col("ts_year_known")
+    with_year = pl.col("ts").dt.replace(year=chosen.cast(pl.Int32))
+    # A yearless date far after the anchor's last dated record belongs to the previous year (Dec -> Jan).
+    anchor_ts = pl.when(known).then(pl.col("ts")).otherwise(None).forward_fill().backward_fill()
+    rolled = (
+        pl.when(anchor_ts.is_not_null() & (with_year > anchor_ts + pl.duration(days=1)))
+        .then(with_year.dt.offset_by("-1y"))
+        .otherwise(with_year)
+    )
+    lf = lf.with_columns(
+        pl.when(needs_year & chosen.is_not_null()).then(rolled).otherwise(pl.col("ts")).alias("ts"),
+        (pl.col("ts_inferred") | needs_year).alias("ts_inferred"),
+    )
+    stated = pl.col("ts") - pl.duration(seconds=pl.col("ts_offset_s"))
+    utc_stated = stated.dt.replace_time_zone("UTC")
+    utc_local = pl.col("ts").dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null").dt.convert_time_zone("UTC")
+    lf = lf.with_columns(
+        pl.when(pl.col("ts_offset_s").is_not_null()).then(utc_stated).otherwise(utc_local).cast(UTC_US).alias("ts")
+    )
+    filled = pl.col("ts").forward_fill().backward_fill()
+    return lf.with_columns(
+        (pl.col("ts_inferred") | (pl.col("ts").is_null() & filled.is_not_null())).alias("ts_inferred"),
+        filled.alias("ts"),
+    )

@@ -101,7 +101,8 @@ class Chunks:
                 try:
                     block = fh.read(self.block_bytes)
                 except _STREAM_ERRORS as exc:
-                    self.warnings.append(f"stream ended early ({exc}); kept the {next_line - 1 + carry.count(b'\n')} lines read before it")
+                    kept = next_line - 1 + carry.count(b"\n")
+                    self.warnings.append(f"stream ended early ({exc}); kept the {kept} lines read before it")
                     block = b""
                     eof = True
                 else:

@@ -64,6 +64,8 @@ _EVENT_COLUMNS: dict[str, tuple[pl.DataType, str]] = {
     "rank": (pl.Int32(), "Global rank (or local rank when only that is known, see message)."),
     "gpu": (pl.Int32(), "GPU index on the node, when known."),
     "device": (pl.String(), "PCI bus id of the device (Xid lines, NCCL busId), normalized as 0000:3b:00."),
+    "n_nodes": (pl.Int32(), "Nodes allocated to the job, on records that state it (sacct, allocation lines)."),
+    "n_gpus": (pl.Int32(), "GPUs allocated to the job (or world size), on records that state it."),
     "step": (pl.Int64(), "Training step / iteration (for checkpoints: the checkpoint's step)."),
     "step_time_s": (pl.Float64(), "Seconds the step took as reported by the trainer."),
     "loss": (pl.Float64(), "Training loss on step rows (NaN when the trainer logged NaN / nothing)."),

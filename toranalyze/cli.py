@@ -1,0 +1,199 @@
+"""Command line: the only place that touches the terminal and writes outputs.
+
+Library errors (``ToranalyzeError``) become one user message here, naming
+``file:line`` when known and the next step to take.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import polars as pl
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from toranalyze import __version__
+from toranalyze.errors import NothingReadError, ToranalyzeError
+from toranalyze.pipeline import IngestOptions, IngestResult, ingest
+from toranalyze.plugins import default_registry
+
+err = Console(stderr=True)
+out = Console()
+
+
+def _ingest_options(f: Any) -> Any:
+    f = click.option("--rules", "rules", multiple=True, type=click.Path(dir_okay=False),
+                     help="Extra classification rules (TOML); tried before the built-ins. Repeatable.")(f)
+    f = click.option("--parser", "parser", default=None, help="Use this parser for every file instead of sniffing.")(f)
+    f = click.option("--year", type=int, default=None, help="Year for timestamps that have none (glog, syslog).")(f)
+    f = click.option("--tz", default="UTC", show_default=True,
+                     help="Zone of timestamps that state none (IANA name, e.g. Europe/Paris).")(f)
+    return f
+
+
+def _run_ingest(paths: tuple[str, ...], tz: str, year: int | None, parser: str | None,
+                rules: tuple[str, ...], quiet: bool = False) -> IngestResult:
+    options = IngestOptions(tz=tz, year=year, parser=parser, rules=tuple(rules))
+    if parser:
+        default_registry().get(parser)  # fail early on an unknown name
+    with Progress(TextColumn("[bold]reading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.description}"), console=err, transient=True, disable=quiet) as progress:
+        task = progress.add_task("", total=None)
+
+        def on_file(i: int, n: int, path: str) -> None:
+            progress.update(task, total=n, completed=i, description=Path(path).name)
+
+        result = ingest(paths, options, on_file=on_file)
+    for problem in result.input_errors:
+        err.print(f"[yellow]warning[/]: {problem.where()}: {problem.message}")
+    for f in result.files:
+        if f.error:
+            err.print(f"[yellow]warning[/]: {f.path}: {f.error}")
+        for w in f.warnings:
+            err.print(f"[yellow]warning[/]: {f.path}: {w}")
+    if result.files_read == 0:
+        raise NothingReadError("no input could be read", hint="check the paths; the warnings above say why each failed")
+    return result
+
+
+def _write_ingest(result: IngestResult, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result.events.write_parquet(out_dir / "events.parquet")
+    (out_dir / "summary.json").write_text(json.dumps(result.summary(), indent=1) + "\n")
+
+
+def _print_files(result: IngestResult) -> None:
+    table = Table(title="inputs", show_lines=False)
+    for col in ("file", "parser", "lines", "events", "coverage"):
+        table.add_column(col, overflow="fold")
+    for f in result.files:
+        cov = "-" if f.coverage is None else f"{f.coverage:.1%}"
+        table.add_row(f.path, f.error and "[red]failed[/]" or f.parser, str(f.lines), str(f.events), cov)
+    out.print(table)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="toranalyze")
+def cli() -> None:
+    """Forensic reliability analysis of LLM training runs."""
+
+
+@cli.command("ingest")
+@click.argument("paths", nargs=-1, required=True)
+@click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output directory.")
+@_ingest_options
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar or tables.")
+def ingest_cmd(paths: tuple[str, ...], out_dir: str, tz: str, year: int | None, parser: str | None,
+               rules: tuple[str, ...], quiet: bool) -> None:
+    """Parse logs into DIR/events.parquet and DIR/summary.json (per-file coverage)."""
+    result = _run_ingest(paths, tz, year, parser, rules, quiet)
+    _write_ingest(result, Path(out_dir))
+    if not quiet:
+        _print_files(result)
+    s = result.summary()
+    out.print(f"{s['events']} events from {s['files_read']}/{s['files']} files "
+              f"(coverage {s['coverage']:.1%}) -> {out_dir}" if s["coverage"] is not None else f"-> {out_dir}")
+
+
+def _default_out(paths: tuple[str, ...]) -> Path:
+    first = Path(paths[0].rstrip("/"))
+    name = first.stem if first.is_file() else first.name
+    return Path("reports") / (name or "run")
+
+
+@cli.command("analyze")
+@click.argument("paths", nargs=-1, required=True)
+@click.option("-o", "--out", "out_dir", default=None, type=click.Path(file_okay=False),
+              help="Output directory [default: reports/<run name>/].")
+@_ingest_options
+@click.option("--ideal-step-time", type=float, default=None,
+              help="Ideal seconds per step; default: the median of the job's healthy steps.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar or tables.")
+def analyze_cmd(paths: tuple[str, ...], out_dir: str | None, tz: str, year: int | None, parser: str | None,
+                rules: tuple[str, ...], ideal_step_time: float | None, quiet: bool) -> None:
+    """Ingest logs, reconstruct incidents and compute each job's TOR ledger."""
+    target = Path(out_dir) if out_dir else _default_out(paths)
+    result = _run_ingest(paths, tz, year, parser, rules, quiet)
+    _write_ingest(result, target)
+    from toranalyze.report_text import analyze_and_write
+
+    analyze_and_write(result, target, ideal_step_time=ideal_step_time, console=out, quiet=quiet)
+
+
+@cli.command("parsers")
+def parsers_cmd() -> None:
+    """List every registered parser with its distribution and version."""
+    table = Table()
+    for col in ("name", "source", "distribution", "version", "claims whole files", "entry point"):
+        table.add_column(col)
+    for e in default_registry().entries():
+        doc_claims = "yes" if type(e.parser).sniff is not _base_sniff() else "no"
+        table.add_row(e.parser.name, e.parser.source, e.distribution, e.version, doc_claims, e.entry_point)
+    out.print(table)
+
+
+def _base_sniff() -> Any:
+    from toranalyze.plugins import Parser
+
+    return Parser.sniff
+
+
+@cli.command("rules")
+@click.option("--rules", "rules", multiple=True, type=click.Path(dir_okay=False), help="Also load this file.")
+def rules_cmd(rules: tuple[str, ...]) -> None:
+    """List the classification rules in the order they are tried."""
+    from toranalyze.rules import load_rules
+
+    table = Table()
+    for col in ("id", "class", "source", "kind", "code/state", "match", "from"):
+        table.add_column(col, overflow="fold")
+    for r in load_rules(rules):
+        table.add_row(r.id, r.failure_class, ",".join(r.source), ",".join(r.kind),
+                      ",".join(r.code + r.state), r.match or "", r.origin)
+    out.print(table)
+
+
+@cli.command("schema")
+def schema_cmd() -> None:
+    """Print the event table's columns with their types and meaning."""
+    from toranalyze.schema import COLUMN_DOCS, EVENT_SCHEMA
+
+    for name, dtype in EVENT_SCHEMA.items():
+        out.print(f"[bold]{name}[/] ({dtype}): {COLUMN_DOCS[name]}")
+
+
+def _register_optional_commands() -> None:
+    """Commands that live in their own packages (simulator, planner)."""
+    try:
+        from toranalyze.simulate.command import simulate
+    except ImportError:
+        return
+    cli.add_command(simulate)
+
+
+_register_optional_commands()
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        err.print("aborted")
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except ToranalyzeError as exc:
+        where = exc.where()
+        err.print(f"[red]error[/]: {where + ': ' if where else ''}{exc.message}")
+        if exc.hint:
+            err.print(f"  next: {exc.hint}")
+        sys.exit(2)
+    except pl.exceptions.PolarsError as exc:  # should not happen; say so plainly
+        err.print(f"[red]internal error[/] (please report): {type(exc).__name__}: {exc}")
+        sys.exit(3)

@@ -9,7 +9,6 @@ Truncated or corrupt compressed streams keep what was read and add a warning.
 from __future__ import annotations
 
 import bz2
-import gzip
 import io
 import zlib
 from collections.abc import Iterator, Sequence
@@ -28,11 +27,58 @@ HEAD_BYTES = 16 * 1024
 LONG_LINE = 1024 * 1024  # lines longer than this are cut for matching (a warning says so)
 
 
+class _GzipReader(io.RawIOBase):
+    """Incremental gzip reader that hands out every byte decoded before a truncation or corruption.
+
+    ``gzip.GzipFile`` raises on a truncated member without returning what it had already decoded.
+    Concatenated members (``cat a.gz b.gz``) are followed.
+    """
+
+    def __init__(self, raw: IO[bytes]):
+        self._raw = raw
+        self._z = zlib.decompressobj(wbits=31)
+        self._buf = b""
+        self._done = False
+        self._pending: Exception | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        want = size if size >= 0 else 1 << 62
+        while len(self._buf) < want and not self._done:
+            data = self._raw.read(1 << 16)
+            if not data:
+                self._done = True
+                if not self._z.eof:
+                    self._buf += self._z.flush()
+                    if self._buf:
+                        out, self._buf = self._buf[:want], self._buf[want:]
+                        self._pending = EOFError("compressed stream ended before its end marker")
+                        return out
+                    raise EOFError("compressed stream ended before its end marker")
+                break
+            self._buf += self._z.decompress(data)
+            while self._z.eof and self._z.unused_data:
+                rest = self._z.unused_data
+                self._z = zlib.decompressobj(wbits=31)
+                self._buf += self._z.decompress(rest)
+        if not self._buf and self._pending is not None:
+            exc, self._pending = self._pending, None
+            raise exc
+        out, self._buf = self._buf[:want], self._buf[want:]
+        return out
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
 def _open_stream(path: str) -> IO[bytes]:
     name = path.lower()
     raw = open(path, "rb")  # noqa: SIM115 - closed by the caller through the wrapper
     if name.endswith(".gz"):
-        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
+        return _GzipReader(raw)  # type: ignore[return-value]
     if name.endswith(".bz2"):
         return bz2.BZ2File(raw)  # type: ignore[return-value]
     if name.endswith(".zst") or name.endswith(".zstd"):
@@ -80,6 +126,22 @@ def _frame_from_block(block: bytes, first_line: int) -> pl.DataFrame:
     ).select("line", pl.col("raw").str.slice(0, LONG_LINE))
 
 
+def _read_block(fh: IO[bytes], size: int, piece: int = 1 << 16) -> tuple[bytes, Exception | None]:
+    """Read up to ``size`` bytes in pieces, so a corrupt stream keeps what came before the damage."""
+    parts: list[bytes] = []
+    got = 0
+    while got < size:
+        try:
+            data = fh.read(min(piece, size - got))
+        except _STREAM_ERRORS as exc:
+            return b"".join(parts), exc
+        if not data:
+            break
+        parts.append(data)
+        got += len(data)
+    return b"".join(parts), None
+
+
 @dataclass
 class Chunks:
     """Iterates line frames; after iteration, ``lines``/``warnings`` are filled."""
@@ -98,15 +160,11 @@ class Chunks:
             raise InputError(f"cannot open: {exc}", path=self.path) from exc
         with fh:
             while True:
-                try:
-                    block = fh.read(self.block_bytes)
-                except _STREAM_ERRORS as exc:
-                    kept = next_line - 1 + carry.count(b"\n")
-                    self.warnings.append(f"stream ended early ({exc}); kept the {kept} lines read before it")
-                    block = b""
-                    eof = True
-                else:
-                    eof = not block
+                block, failure = _read_block(fh, self.block_bytes)
+                eof = failure is not None or not block
+                if failure is not None:
+                    kept = next_line - 1 + (carry + block).count(b"\n")
+                    self.warnings.append(f"stream ended early ({failure}); kept the {kept} lines read before it")
                 data = carry + block
                 if not eof:
                     cut = data.rfind(b"\n")

@@ -112,6 +112,7 @@ RAW_COLUMN_DOCS: dict[str, str] = {
 RAW_REQUIRED: tuple[str, ...] = ("kind", "severity", "message", "line")
 
 MESSAGE_MAX = 4096
+_FLAG_DEFAULTS = {"ts_inferred": False, "ts_year_known": True}
 
 
 def conform_raw(frame: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
@@ -124,7 +125,9 @@ def conform_raw(frame: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
     have = lf.collect_schema()
     exprs: list[pl.Expr] = []
     for name, dtype in RAW_SCHEMA.items():
-        if name in have:
+        if name in have and name in _FLAG_DEFAULTS:
+            exprs.append(pl.col(name).cast(dtype, strict=False).fill_null(_FLAG_DEFAULTS[name]))
+        elif name in have:
             exprs.append(pl.col(name).cast(dtype, strict=False))
         elif name == "ts_inferred":
             exprs.append(pl.lit(False).alias(name))

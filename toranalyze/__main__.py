@@ -1,0 +1,3 @@
+from toranalyze.cli import main
+
+main()

@@ -159,10 +159,16 @@ def rules_cmd(rules: tuple[str, ...]) -> None:
 
 
 @cli.command("schema")
-def schema_cmd() -> None:
+@click.option("--markdown", is_flag=True, help="Print the reference page docs/events.md.")
+def schema_cmd(markdown: bool) -> None:
     """Print the event table's columns with their types and meaning."""
     from toranalyze.schema import COLUMN_DOCS, EVENT_SCHEMA
 
+    if markdown:
+        from toranalyze.docgen import events_markdown
+
+        click.echo(events_markdown(), nl=False)
+        return
     for name, dtype in EVENT_SCHEMA.items():
         out.print(f"[bold]{name}[/] ({dtype}): {COLUMN_DOCS[name]}")
 

@@ -292,7 +292,9 @@ def read_document_events(path: str, parser: Any) -> FileResult:
     df = df.with_columns(pl.lit(parser.name).alias("parser"), pl.lit(parser.source).alias("source")).select(
         _empty_parsed().columns
     )
-    lines = _count_lines(path)
+    lines = _DOCUMENT_LINES.pop(path, None)
+    if lines is None:  # the parser read the file its own way
+        lines = _count_lines(path)
     covered = _covered_lines(df).unique().len() if df.height else 0
     # A document parser understands the whole file it claimed.
     covered = max(covered, lines) if df.height else covered
@@ -312,8 +314,13 @@ def _count_lines(path: str) -> int:
         return 0
 
 
+# Line counts of files a document parser read through read_text, so the file is not read twice.
+_DOCUMENT_LINES: dict[str, int] = {}
+
+
 def read_text(path: str) -> str:
-    """Whole decompressed file as text (document parsers: JSON/YAML are small)."""
+    """Whole decompressed file as text, for document parsers (JSON/YAML/sacct tables are small)."""
     with _open_stream(path) as fh:
         data = fh.read()
-    return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="replace").read()
+    _DOCUMENT_LINES[path] = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+    return data.decode("utf-8", errors="replace")

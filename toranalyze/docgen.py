@@ -15,7 +15,7 @@ def events_markdown() -> str:
         "| column | type | meaning |",
         "| --- | --- | --- |",
     ]
-    lines += [f"| `{name}` | {dtype} | {COLUMN_DOCS[name]} |" for name, dtype in EVENT_SCHEMA.items()]
+    lines += [f"| `{name}` | {dtype} | {_cell(COLUMN_DOCS[name])} |" for name, dtype in EVENT_SCHEMA.items()]
     lines += ["", "`kind` is one of: " + ", ".join(f"`{k}`" for k in KINDS) + ".", ""]
     lines += ["`severity` is one of: " + ", ".join(f"`{s}`" for s in SEVERITIES) + ".", ""]
     lines += [
@@ -31,3 +31,7 @@ def events_markdown() -> str:
         for c in TAXONOMY.values()
     ]
     return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")

@@ -1,0 +1,364 @@
+"""Incidents: one per interruption of an attempt, with phases, root cause, symptoms and evidence.
+
+An attempt is **interrupted** when another attempt of the job follows it, or when it is the
+last one and ended badly: a scheduler end that is not COMPLETED, or (no scheduler end at all)
+error records after its last progress.
+
+Evidence of an incident: classified records (``failure_class`` set) from every source of the
+job in ``[max(attempt start, t_last_progress - pre_s), min(next attempt start, t_detected +
+post_s)]``, plus the attempt's scheduler end state (NODE_FAIL, OUT_OF_MEMORY, TIMEOUT, ...).
+The root cause is the class of lowest causal priority (``taxonomy.priority``), ties broken by
+time; the other classes are symptoms. Special rules, each stated in ``reason``:
+
+* a collective timeout with nothing else is ``collective_timeout`` (confidence medium);
+* no failure evidence, or only a walltime / user-cancel end, after a silent stall of progress
+  longer than ``hang_stall_factor`` ideal steps (and ``hang_min_stall_s``) is a ``hang`` whose
+  detection was the kill;
+* an OOM at start-up (before the attempt's first step) right after a GPU-hardware-class
+  incident on the same node is upgraded to that hardware class;
+* an attempt that exited cleanly but was followed by another one (a time-budget exit and a
+  resubmission) is a planned ``walltime`` interruption;
+* no evidence at all is ``unknown`` (confidence low).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from toranalyze.taxonomy import PLANNED, TAXONOMY, priority
+
+US = 1_000_000
+
+INCIDENTS_SCHEMA = pl.Schema(
+    {
+        "job": pl.String,
+        "incident": pl.Int32,
+        "attempt": pl.Int32,
+        "root_cause": pl.String,
+        "planned": pl.Boolean,
+        "symptoms": pl.List(pl.String),
+        "nodes": pl.List(pl.String),
+        "ranks": pl.List(pl.Int32),
+        "t_last_progress": pl.Datetime("us", "UTC"),
+        "t_first_error": pl.Datetime("us", "UTC"),
+        "t_detected": pl.Datetime("us", "UTC"),
+        "t_restart": pl.Datetime("us", "UTC"),
+        "t_resumed": pl.Datetime("us", "UTC"),
+        "t_caught_up": pl.Datetime("us", "UTC"),
+        "lost_steps": pl.Int64,
+        "lost_time_s": pl.Float64,
+        "downtime_s": pl.Float64,
+        "confidence": pl.String,
+        "reason": pl.String,
+        "evidence": pl.List(pl.String),
+    }
+)
+
+# Scheduler / pod end states that are evidence by themselves when no rule classified them.
+STATE_CLASS = {
+    "NODE_FAIL": "node_failure",
+    "OUT_OF_MEMORY": "oom_host",
+    "OOMKilled": "oom_host",
+    "TIMEOUT": "walltime",
+    "DEADLINE": "walltime",
+    "DeadlineExceeded": "walltime",
+    "CANCELLED": "user_cancel",
+    "PREEMPTED": "preemption",
+    "Preempted": "preemption",
+    "Evicted": "preemption",
+    "NodeNotReady": "node_failure",
+}
+CLEAN = ("COMPLETED", "Completed", "Succeeded", "SUCCEEDED")
+NOT_STOP = ("fail_slow", "scheduling")
+GPU_HW = ("gpu_hardware", "gpu_memory", "gpu_interconnect")
+OOM = ("oom_gpu", "oom_host")
+
+
+def interrupted_attempts(att: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
+    """Attempts that end by an interruption, with their next attempt's facts joined."""
+    a = att.sort("job", "attempt_idx").with_columns(
+        (pl.col("attempt_idx") == pl.col("attempt_idx").max().over("job")).alias("_last"),
+        pl.col("t_start").shift(-1).over("job").alias("t_restart"),
+        pl.col("attempt_idx").shift(-1).over("job").alias("_next"),
+    )
+    # Resume facts of the first later attempt that states them.
+    nxt = a.select(
+        "job",
+        "attempt_idx",
+        pl.col("resumed_from").alias("_rf"),
+        pl.col("t_first_step_start").alias("_tr"),
+    )
+    a = a.with_columns(
+        pl.col("resumed_from").shift(-1).over("job").alias("next_resumed_from"),
+        pl.col("t_first_step_start")
+        .shift(-1)
+        .over("job")
+        .alias("t_resumed"),
+    )
+    # When the next attempt never stepped, look further for the first that did.
+    later = (
+        nxt.filter(pl.col("_tr").is_not_null())
+        .sort("job", "attempt_idx")
+        .rename({"attempt_idx": "_la"})
+    )
+    a = a.with_columns((pl.col("attempt_idx") + 1).alias("_key")).sort("_key")
+    a = a.join_asof(
+        later.sort("_la").select("job", "_la", pl.col("_tr").alias("_tr2"), pl.col("_rf").alias("_rf2")),
+        left_on="_key",
+        right_on="_la",
+        by="job",
+        strategy="forward", check_sortedness=False).with_columns(
+        pl.when(pl.col("_last")).then(None).otherwise(pl.coalesce("t_resumed", "_tr2")).alias("t_resumed"),
+        pl.when(pl.col("_last"))
+        .then(None)
+        .otherwise(pl.coalesce("next_resumed_from", "_rf2"))
+        .alias("next_resumed_from"),
+    )
+    errs_after = (
+        ev.filter(pl.col("failure_class").is_not_null() & pl.col("t").is_not_null())
+        .group_by("job", "attempt_idx")
+        .agg(pl.col("t").max().alias("_t_last_err"))
+    )
+    a = a.join(errs_after, on=["job", "attempt_idx"], how="left")
+    bad_end = pl.col("state").is_not_null() & ~pl.col("state").is_in(CLEAN)
+    silent_end_with_errors = (
+        pl.col("t_job_end").is_null()
+        & pl.col("_t_last_err").is_not_null()
+        & (pl.col("_t_last_err") >= pl.col("t_last_step_end").fill_null(pl.col("t_start")))
+    )
+    a = a.filter(~pl.col("_last") | bad_end | silent_end_with_errors)
+    return a.drop("_key", "_la", "_tr2", "_rf2", "_t_last_err").sort("job", "attempt_idx")
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.0f} s" if v >= 10 else f"{v:.1f} s"
+
+
+def build_incidents(
+    att: pl.DataFrame,
+    ev: pl.DataFrame,
+    steps: pl.DataFrame,
+    ideal_us: dict[str, int],
+    job_end_us: dict[str, int],
+    *,
+    pre_s: float = 60.0,
+    post_s: float = 120.0,
+    hang_stall_factor: float = 10.0,
+    hang_min_stall_s: float = 120.0,
+) -> pl.DataFrame:
+    """Incidents with Int64 µs phase columns (converted to datetimes by analysis)."""
+    ia = interrupted_attempts(att, ev)
+    if ia.height == 0:
+        return _empty()
+    # Detection: the first scheduler end / launcher restart after the last progress, else the
+    # attempt's last record.
+    ia = ia.with_columns(pl.coalesce("t_last_step_end", "t_start").alias("t_last_progress"))
+    det_ev = ev.filter(pl.col("kind").is_in(("job_end", "restart")) & pl.col("t").is_not_null()).select(
+        "job", "attempt_idx", "t"
+    )
+    first_det = (
+        ia.select("job", "attempt_idx", "t_last_progress")
+        .join(det_ev, on=["job", "attempt_idx"])
+        .filter(pl.col("t") >= pl.col("t_last_progress"))
+        .group_by("job", "attempt_idx")
+        .agg(pl.col("t").min().alias("_tdet"))
+    )
+    ia = ia.join(first_det, on=["job", "attempt_idx"], how="left").with_columns(
+        pl.max_horizontal(pl.coalesce("_tdet", "t_end"), "t_last_progress").alias("t_detected")
+    )
+    # Evidence candidates in each incident's window.
+    cand = ev.filter(
+        pl.col("t").is_not_null()
+        & (
+            pl.col("failure_class").is_not_null()
+            | ((pl.col("kind") == "job_end") & pl.col("state").is_in(list(STATE_CLASS)))
+        )
+    ).select(
+        "job",
+        "t",
+        "kind",
+        "node",
+        "rank",
+        "state",
+        pl.coalesce(
+            "failure_class",
+            pl.col("state").replace_strict(STATE_CLASS, default=None, return_dtype=pl.String),
+        ).alias("cls"),
+        (pl.col("file").fill_null("?") + pl.lit(":") + pl.col("line").cast(pl.String)).alias("ev"),
+    )
+    win = ia.select(
+        "job",
+        "attempt_idx",
+        pl.max_horizontal("t_start", pl.col("t_last_progress") - int(pre_s * US)).alias("_lo"),
+        pl.min_horizontal(
+            pl.col("t_restart").fill_null(2**62) - 1, pl.col("t_detected") + int(post_s * US)
+        ).alias("_hi"),
+    )
+    hits = (
+        win.join(cand, on="job")
+        .filter((pl.col("t") >= pl.col("_lo")) & (pl.col("t") <= pl.col("_hi")) & ~pl.col("cls").is_in(NOT_STOP))
+        .sort("job", "attempt_idx", "t")
+    )
+    by_att = {k: g for k, g in hits.group_by("job", "attempt_idx")}
+    rows = []
+    prev_root: dict[str, tuple[str, set[str], int]] = {}
+    for r in ia.iter_rows(named=True):
+        job, a = r["job"], r["attempt_idx"]
+        g = by_att.get((job, a))
+        ideal = ideal_us.get(job) or US
+        stall_us = r["t_detected"] - r["t_last_progress"]
+        stall_s = stall_us / US
+        long_stall = stall_us > max(hang_stall_factor * ideal, hang_min_stall_s * US)
+        classes: list[str] = []
+        t_first_error = None
+        evidence: list[str] = []
+        nodes: list[str] = []
+        ranks: list[int] = []
+        conf = "high"
+        if g is not None and g.height:
+            g = g.with_columns(pl.col("cls").map_elements(priority, return_dtype=pl.Int64).alias("_prio"))
+            classes = g.sort("_prio", "t")["cls"].unique(maintain_order=True).to_list()
+            errs = g.filter(pl.col("kind").is_in(("error", "warning")))
+            if errs.height:
+                t_first_error = errs["t"].min()
+        planned_cls = [c for c in classes if c in PLANNED]
+        fail_cls = [c for c in classes if c not in PLANNED]
+        strong = [c for c in fail_cls if c not in ("collective_timeout", "hang", "unknown")]
+        if strong:
+            root = strong[0]
+            reason = f"{root} evidence has the highest causal priority"
+            if len(classes) > 1:
+                reason += " among " + ", ".join(classes)
+        elif "hang" in fail_cls:
+            root, reason, conf = "hang", "a hang detector fired", "medium"
+        elif "collective_timeout" in fail_cls:
+            root = "collective_timeout"
+            reason = "collective timeout with no other evidence"
+            conf = "medium"
+        elif planned_cls:
+            root = planned_cls[0]
+            if root in ("walltime", "user_cancel") and long_stall:
+                reason = (
+                    f"progress stalled {_fmt(stall_s)} (~{stall_us / ideal:.0f} steps) with no error before the "
+                    f"{root.replace('_', ' ')} ended it: a hang detected by the kill"
+                )
+                root, conf = "hang", "medium"
+            else:
+                reason = f"{root.replace('_', ' ')}: planned stop"
+        elif r["state"] in CLEAN:
+            root, reason, conf = "walltime", "attempt exited cleanly and the run was resubmitted", "medium"
+        elif long_stall:
+            root, conf = "hang", "medium"
+            reason = f"progress stopped {_fmt(stall_s)} before the attempt ended, with no error record"
+        else:
+            root, reason, conf = "unknown", "interruption with no usable evidence", "low"
+        if g is not None and g.height:
+            sel = g.filter(pl.col("cls") == root)
+            if sel.height == 0 and root == "hang":
+                sel = g.filter(pl.col("cls").is_in(["walltime", "user_cancel"]))
+            nodes = sorted(set(sel["node"].drop_nulls().to_list()))
+            # Ranks: those of the deciding records, else those seen on the deciding nodes.
+            rk = sel["rank"].drop_nulls().unique().to_list()
+            if not rk and nodes:
+                rk = g.filter(pl.col("node").is_in(nodes))["rank"].drop_nulls().unique().to_list()
+            ranks = sorted(int(x) for x in rk)
+            evidence = sel["ev"].head(10).to_list()
+            det = g.filter(pl.col("kind") == "job_end")["ev"].head(1).to_list()
+            evidence += [e for e in det if e not in evidence]
+            if root in GPU_HW and not nodes:
+                conf = "medium"
+        # OOM at start-up right after a GPU hardware incident on the same node.
+        if root in OOM and job in prev_root:
+            p_root, p_nodes, p_att = prev_root[job]
+            no_steps = r["first_step"] is None
+            if p_root in GPU_HW and p_att == a - 1 and no_steps and (not nodes or set(nodes) & p_nodes):
+                reason = (
+                    f"{root} at start-up on {', '.join(sorted(set(nodes) or p_nodes))} right after a {p_root} "
+                    f"incident on the same node: the faulty GPU surfaced as an OOM"
+                )
+                root, conf = p_root, "medium"
+        prev_root[job] = (root, set(nodes), a)
+        symptoms = [c for c in classes if c != root]
+        rows.append(
+            {
+                "job": job,
+                "attempt": a,
+                "root_cause": root,
+                "planned": bool(TAXONOMY[root].planned),
+                "symptoms": symptoms,
+                "nodes": nodes,
+                "ranks": ranks,
+                "t_last_progress": r["t_last_progress"],
+                "t_first_error": t_first_error,
+                "t_detected": r["t_detected"],
+                "t_restart": r["t_restart"],
+                "t_resumed": r["t_resumed"],
+                "confidence": conf,
+                "reason": reason,
+                "evidence": evidence,
+                "_last_step": r["last_step"],
+                "_next_rf": r["next_resumed_from"],
+                "_job_end": job_end_us.get(job),
+            }
+        )
+    inc = pl.DataFrame(
+        rows,
+        schema={
+            "job": pl.String,
+            "attempt": pl.Int32,
+            "root_cause": pl.String,
+            "planned": pl.Boolean,
+            "symptoms": pl.List(pl.String),
+            "nodes": pl.List(pl.String),
+            "ranks": pl.List(pl.Int32),
+            "t_last_progress": pl.Int64,
+            "t_first_error": pl.Int64,
+            "t_detected": pl.Int64,
+            "t_restart": pl.Int64,
+            "t_resumed": pl.Int64,
+            "confidence": pl.String,
+            "reason": pl.String,
+            "evidence": pl.List(pl.String),
+            "_last_step": pl.Int64,
+            "_next_rf": pl.Int64,
+            "_job_end": pl.Int64,
+        },
+    )
+    inc = inc.with_columns(
+        pl.when(pl.col("_last_step").is_null() | pl.col("_next_rf").is_null())
+        .then(0)
+        .otherwise((pl.col("_last_step") - pl.col("_next_rf")).clip(0))
+        .cast(pl.Int64)
+        .alias("lost_steps"),
+        ((pl.coalesce("t_resumed", "_job_end") - pl.col("t_last_progress")) / US).alias("downtime_s"),
+    )
+    # Caught up: the end of the first later step row reaching the highest step before.
+    high = (
+        att.sort("job", "attempt_idx")
+        .with_columns(pl.col("last_step").cum_max().over("job").alias("_hi_step"))
+        .select("job", pl.col("attempt_idx").cast(pl.Int32).alias("attempt"), "_hi_step")
+    )
+    inc = inc.join(high, on=["job", "attempt"], how="left")
+    cu = (
+        inc.select("job", "attempt", "_hi_step", "t_resumed")
+        .join(steps.select("job", "attempt_idx", "step", "t_end"), on="job")
+        .filter((pl.col("attempt_idx") > pl.col("attempt")) & (pl.col("step") >= pl.col("_hi_step")))
+        .group_by("job", "attempt")
+        .agg(pl.col("t_end").min().alias("t_caught_up"))
+    )
+    inc = inc.join(cu, on=["job", "attempt"], how="left").with_columns(
+        pl.when(pl.col("t_resumed").is_null()).then(None).otherwise(pl.col("t_caught_up")).alias("t_caught_up")
+    )
+    inc = inc.sort("job", "attempt").with_columns(
+        (pl.int_range(pl.len()).over("job")).cast(pl.Int32).alias("incident"),
+        pl.lit(None, pl.Float64).alias("lost_time_s"),
+    )
+    return inc.drop("_last_step", "_next_rf", "_job_end", "_hi_step")
+
+
+def _empty() -> pl.DataFrame:
+    sch = dict(INCIDENTS_SCHEMA)
+    for k, v in list(sch.items()):
+        if isinstance(v, pl.Datetime):
+            sch[k] = pl.Int64
+    return pl.DataFrame(schema=sch)

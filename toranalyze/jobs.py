@@ -1,0 +1,249 @@
+"""Job and attempt identity: which events belong to which training run and which (re)start.
+
+A **job** is one training run however many attempts it took. The identity rule, in order:
+
+1. Events are first grouped by the *input directory* of their file (``events.file``'s folder):
+   one run's logs live together. Events without a file share the group ``""``.
+2. Inside a directory, scheduler ids are normalized to a base id (``1234.0`` / ``1234.batch`` →
+   ``1234``; array tasks ``1234_7`` and Kubernetes owners are kept as they are).
+3. Base ids are chained into runs: ids that carry the same job name (``JobName=`` / ``job-name``
+   in the record) are one run; without a name, ids whose time spans follow each other
+   (a resubmission, a requeue under a new id) chain into one run, while ids whose spans overlap
+   are separate runs — so a directory holding several concurrent jobs yields one row per job.
+4. Events without a scheduler id take the run of their file (the id most of the file's events
+   carry), else the run whose time span contains them, else the directory's first run.
+   When no event of a directory names a scheduler id, the whole directory is one job
+   (``identity = "directory"``).
+
+An **attempt** is one (re)start of the training process inside a job. Attempt boundaries are
+start markers — scheduler ``job_start`` (job, step, pod), trainer ``init``, launcher
+``restart`` and ``ckpt_load`` — and a step number going backwards. A marker opens a new attempt
+only when progress or an end (a ``step`` or ``job_end``) happened since the previous marker, so
+a cluster of markers (job start, one ``init`` per rank, checkpoint load) is one attempt.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+MARKER_KINDS = ("job_start", "init", "restart", "ckpt_load")
+PROGRESS_KINDS = ("step", "job_end")
+# Kinds whose records delimit an attempt's life (kernel chatter does not).
+LIFECYCLE_KINDS = (
+    "job_start",
+    "job_end",
+    "init",
+    "init_done",
+    "step",
+    "ckpt_save_begin",
+    "ckpt_save_end",
+    "ckpt_load",
+    "eval_begin",
+    "eval_end",
+    "restart",
+)
+_NAME_RE = r"(?i)\b(?:job_?name|job-name)\s*[=:]\s*['\"]?([A-Za-z0-9_.\-]+)"
+_BASE_RE = r"^([^.]+?)(?:\.(?:\d+|batch|extern|interactive))?$"
+
+
+def _dir_expr() -> pl.Expr:
+    f = pl.col("file").fill_null("")
+    return pl.when(f.str.contains("/")).then(f.str.replace(r"/[^/]*$", "")).otherwise(pl.lit(""))
+
+
+def with_time(events: pl.DataFrame) -> pl.DataFrame:
+    """Add ``t`` (Int64 µs since the epoch) and a stable row id ``_row``."""
+    return events.with_columns(
+        pl.col("ts").dt.epoch("us").alias("t"),
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("_row"),
+    )
+
+
+def assign_jobs(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Add ``job`` (a stable key) to every event; return (events, jobs).
+
+    ``jobs`` has one row per job: ``job``, ``path`` (directory), ``job_ids`` (scheduler ids of
+    its attempts, in order), ``identity`` ("scheduler" | "job-name" | "directory").
+    """
+    ev = events.with_columns(
+        _dir_expr().alias("_dir"),
+        pl.col("job_id").str.strip_chars().str.extract(_BASE_RE, 1).alias("_base"),
+        pl.col("message").str.extract(_NAME_RE, 1).alias("_name"),
+    )
+    ids = (
+        ev.filter(pl.col("_base").is_not_null())
+        .group_by("_dir", "_base")
+        .agg(
+            pl.col("t").min().alias("t0"),
+            pl.col("t").filter(pl.col("kind").is_in(LIFECYCLE_KINDS)).max().alias("t1"),
+            pl.col("_name").drop_nulls().first().alias("name"),
+        )
+        .with_columns(pl.col("t1").fill_null(pl.col("t0")))
+        .sort("_dir", "t0", "_base", nulls_last=True)
+    )
+    # Chain ids into runs: a small loop over scheduler ids (not over lines).
+    run_of: dict[tuple[str, str], str] = {}
+    identity_of: dict[str, str] = {}
+    for d, grp in ids.group_by("_dir", maintain_order=True):
+        dname = d[0]
+        open_runs: list[list] = []  # [key, end]
+        by_name: dict[str, str] = {}
+        for row in grp.iter_rows(named=True):
+            base, name, t0, t1 = row["_base"], row["name"], row["t0"], row["t1"]
+            if name is not None:
+                key = by_name.get(name)
+                if key is None:
+                    key = f"{dname}::{name}"
+                    by_name[name] = key
+                    identity_of[key] = "job-name"
+                run_of[(dname, base)] = key
+                continue
+            best = None
+            for run in open_runs:
+                if t0 is None or run[1] is None or run[1] <= t0 + 1_000_000:
+                    if best is None or (run[1] or 0) > (best[1] or 0):
+                        best = run
+            if best is None:
+                best = [f"{dname}::{base}", t1]
+                open_runs.append(best)
+                identity_of[best[0]] = "scheduler"
+            else:
+                best[1] = max(x for x in (best[1], t1) if x is not None) if (best[1] or t1) else None
+            run_of[(dname, base)] = best[0]
+    if run_of:
+        mapping = pl.DataFrame(
+            {
+                "_dir": [k[0] for k in run_of],
+                "_base": [k[1] for k in run_of],
+                "job": list(run_of.values()),
+            },
+            schema={"_dir": pl.String, "_base": pl.String, "job": pl.String},
+        )
+        ev = ev.join(mapping, on=["_dir", "_base"], how="left")
+    else:
+        ev = ev.with_columns(pl.lit(None, pl.String).alias("job"))
+    # Events without an id: the file's majority run, else the run spanning their time, else
+    # the directory's first run, else the directory itself.
+    file_run = (
+        ev.filter(pl.col("job").is_not_null())
+        .group_by("file", "job")
+        .len()
+        .sort("len", "job", descending=[True, False])
+        .group_by("file", maintain_order=True)
+        .first()
+        .select("file", pl.col("job").alias("_file_job"))
+    )
+    ev = ev.join(file_run, on="file", how="left", nulls_equal=True)
+    spans = (
+        ev.filter(pl.col("job").is_not_null())
+        .group_by("_dir", "job")
+        .agg(pl.col("t").min().alias("_s0"), pl.col("t").max().alias("_s1"))
+        .sort("_s0", "job")
+    )
+    first_run = spans.group_by("_dir").agg(pl.col("job").first().alias("_dir_job"))
+    ev = ev.join(first_run, on="_dir", how="left")
+    need = ev.filter(pl.col("job").is_null() & pl.col("_file_job").is_null() & pl.col("t").is_not_null())
+    if need.height and spans.height:
+        hit = (
+            need.select("_row", "_dir", "t")
+            .sort("t")
+            .join_asof(spans.rename({"job": "_span_job"}).sort("_s0"), left_on="t", right_on="_s0", by="_dir", check_sortedness=False)
+            .filter(pl.col("t") <= pl.col("_s1"))
+            .select("_row", "_span_job")
+        )
+        ev = ev.join(hit, on="_row", how="left")
+    else:
+        ev = ev.with_columns(pl.lit(None, pl.String).alias("_span_job"))
+    ev = ev.with_columns(
+        pl.coalesce("job", "_file_job", "_span_job", "_dir_job", pl.lit("") + pl.col("_dir") + pl.lit("::")).alias(
+            "job"
+        )
+    )
+    for key in ev.filter(pl.col("job").str.ends_with("::"))["job"].unique().to_list():
+        identity_of[key] = "directory"
+    jobs = (
+        ev.group_by("job")
+        .agg(
+            pl.col("_dir").first().alias("path"),
+            pl.col("_base").filter(pl.col("t").is_not_null()).sort_by(pl.col("t").filter(pl.col("t").is_not_null()))
+            .unique(maintain_order=True)
+            .drop_nulls()
+            .alias("job_ids"),
+        )
+        .with_columns(
+            pl.col("job").replace_strict(identity_of, default="directory", return_dtype=pl.String).alias("identity")
+        )
+        .sort("job")
+    )
+    ev = ev.drop("_file_job", "_span_job", "_dir_job", "_name")
+    return ev, jobs
+
+
+def assign_attempts(events: pl.DataFrame) -> pl.DataFrame:
+    """Add ``attempt_idx`` (0-based, per job, in time order) to every timed event.
+
+    Events without a time get the attempt of the previous timed event of their file (they
+    cannot open an attempt).
+    """
+    # At equal times, ends and steps come before starts.
+    timed = (
+        events.filter(pl.col("t").is_not_null())
+        .with_columns(pl.col("kind").is_in(PROGRESS_KINDS).not_().alias("_kord"))
+        .sort("job", "t", "_kord", "_row")
+        .drop("_kord")
+    )
+    is_marker = pl.col("kind").is_in(MARKER_KINDS)
+    is_prog = pl.col("kind").is_in(PROGRESS_KINDS)
+    # A step more than 2 below the previous step record of the job also opens an attempt.
+    timed = timed.with_columns(
+        is_prog.cast(pl.Int64).cum_sum().over("job").alias("_prog"),
+    )
+    steps = (
+        timed.filter((pl.col("kind") == "step") & pl.col("step").is_not_null())
+        .select("_row", "job", "step")
+        .with_columns(pl.col("step").shift(1).over("job").alias("_pmax"))
+        .with_columns(((pl.col("step") < pl.col("_pmax") - 2)).alias("_back"))
+    )
+    timed = timed.join(steps.select("_row", "_back"), on="_row", how="left").with_columns(
+        pl.col("_back").fill_null(False)
+    )
+    markers = timed.filter(is_marker | pl.col("_back")).select(
+        "_row", "job", "_prog", pl.col("_back"), pl.col("kind")
+    )
+    # For a backwards step, "progress since the last marker" counts the step itself.
+    markers = markers.with_columns(
+        pl.when(pl.col("_back")).then(pl.col("_prog") - 1).otherwise(pl.col("_prog")).alias("_p")
+    ).with_columns(
+        (
+            pl.col("_p").shift(1).over("job").is_null()
+            | (pl.col("_p") > pl.col("_p").shift(1).over("job"))
+        ).alias("_new")
+    )
+    # A backward step with no marker since the last progress opens an attempt too.
+    timed = timed.join(markers.select("_row", "_new"), on="_row", how="left").with_columns(
+        pl.col("_new").fill_null(False)
+    )
+    # The first marker of the job is attempt 0 and so are events before it.
+    timed = timed.with_columns(
+        (pl.col("_new").cast(pl.Int32).cum_sum().over("job") - 1).clip(0).alias("attempt_idx")
+    )
+    # If the first marker of a job comes after progress, that progress was an attempt of its own.
+    first_marker_prog = markers.group_by("job").agg(pl.col("_p").first().alias("_fm"))
+    timed = timed.join(first_marker_prog, on="job", how="left").with_columns(
+        pl.when((pl.col("_fm") > 0))
+        .then(pl.col("attempt_idx") + pl.when(pl.col("_new").cast(pl.Int32).cum_sum().over("job") > 0).then(1).otherwise(0))
+        .otherwise(pl.col("attempt_idx"))
+        .cast(pl.Int32)
+        .alias("attempt_idx")
+    )
+    timed = timed.drop("_prog", "_back", "_new", "_fm")
+    untimed = events.filter(pl.col("t").is_null())
+    if untimed.height:
+        ref = timed.select("file", "line", "attempt_idx").sort("line")
+        untimed = (
+            untimed.sort("line")
+            .join_asof(ref, on="line", by="file", strategy="backward", check_sortedness=False)
+            .with_columns(pl.col("attempt_idx").fill_null(0).cast(pl.Int32))
+        )
+        return pl.concat([timed, untimed.select(timed.columns)], how="vertical")
+    return timed

@@ -1,0 +1,182 @@
+"""Fail-slow periods: sustained step-time degradation against the job's own healthy baseline.
+
+Only *healthy-looking* step rows take part: not warm-up (the first ``warmup_steps`` rows of an
+attempt), not rows whose interval holds a checkpoint save or an evaluation, and with a known
+per-step duration. A row is *slow* when its per-step duration is at least ``1 + threshold``
+times the baseline (the job's median healthy step). Single spikes are ignored by a centered
+rolling median of the slow flag (a row counts when most of its neighbours are slow too, so an
+isolated fast row inside a period does not break it). A period is a run of at least
+``min_steps`` smoothed-slow rows of one attempt; its factor is the median duration inside it
+divided by the ideal step time. The suspect node/rank: a rank whose own step times rise in the
+period when per-rank timings exist, else the node with the most warning/error records
+(throttling, ECC, link flaps) inside the period.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+SLOW_PERIODS_SCHEMA = pl.Schema(
+    {
+        "job": pl.String,
+        "period": pl.Int32,
+        "attempt": pl.Int32,
+        "start": pl.Datetime("us", "UTC"),
+        "end": pl.Datetime("us", "UTC"),
+        "first_step": pl.Int64,
+        "last_step": pl.Int64,
+        "steps": pl.Int64,
+        "factor": pl.Float64,
+        "median_step_time_s": pl.Float64,
+        "slowdown_s": pl.Float64,
+        "node": pl.String,
+        "rank": pl.Int32,
+        "evidence": pl.List(pl.String),
+    }
+)
+
+
+def detect(
+    rows: pl.DataFrame,
+    baseline_us: pl.DataFrame,
+    threshold: float,
+    min_steps: int,
+    smooth: int = 5,
+) -> pl.DataFrame:
+    """Slow runs over healthy rows: job, attempt_idx, run id, first/last row bounds.
+
+    ``rows`` must have job, attempt_idx, step, start, end, d_us, n, healthy; ``baseline_us``
+    job → base_us. Returns one row per period: job, attempt_idx, start, end, first_step,
+    last_step, steps (total steps), med_us (median per-step µs).
+    """
+    h = (
+        rows.filter(pl.col("healthy"))
+        .join(baseline_us, on="job", how="inner")
+        .sort("job", "attempt_idx", "step")
+        .with_columns((pl.col("d_us") >= pl.col("base_us") * (1.0 + threshold)).cast(pl.Float64).alias("_slow"))
+    )
+    if h.height == 0:
+        return pl.DataFrame(
+            schema={
+                "job": pl.String,
+                "attempt_idx": pl.Int32,
+                "start": pl.Int64,
+                "end": pl.Int64,
+                "first_step": pl.Int64,
+                "last_step": pl.Int64,
+                "steps": pl.Int64,
+                "med_us": pl.Float64,
+                "first_prev_step": pl.Int64,
+            }
+        )
+    grp = ("job", "attempt_idx")
+    h = h.with_columns(
+        pl.col("_slow").rolling_median(smooth, center=True, min_samples=1).over(grp).alias("_sm"),
+    ).with_columns(
+        # A raw-slow row counts when its neighbourhood is slow; a raw-fast row inside needs both.
+        ((pl.col("_sm") > 0.5) & ((pl.col("_slow") > 0) | (pl.col("_sm") > 0.5))).alias("_in")
+    )
+    h = h.with_columns(
+        (pl.col("_in") != pl.col("_in").shift(1).over(grp)).fill_null(True).cast(pl.Int64).cum_sum().over(grp).alias(
+            "_run"
+        )
+    )
+    runs = (
+        h.filter(pl.col("_in"))
+        .group_by("job", "attempt_idx", "_run")
+        .agg(
+            pl.col("start").min(),
+            pl.col("end").max(),
+            pl.col("step").min().alias("first_step"),
+            pl.col("step").max().alias("last_step"),
+            pl.col("n").sum().alias("steps"),
+            pl.len().alias("_rows"),
+            pl.col("d_us").filter(pl.col("_slow") > 0).median().alias("med_us"),
+            pl.col("prev_step").min().alias("first_prev_step"),
+        )
+        .filter(pl.col("_rows") >= min_steps)
+        .drop("_run", "_rows")
+        .sort("job", "start")
+    )
+    # Trim leading/trailing fast rows a smoothing window may have pulled in.
+    return runs
+
+
+def in_periods(rows: pl.DataFrame, periods: pl.DataFrame) -> pl.Series:
+    """Per row: does its step fall inside a slow period of its attempt?"""
+    if periods.height == 0 or rows.height == 0:
+        return pl.Series("in_slow", [False] * rows.height, pl.Boolean)
+    left = rows.select("job", "attempt_idx", "step").with_columns(pl.int_range(pl.len()).alias("_i")).sort("step")
+    right = periods.select("job", "attempt_idx", pl.col("first_step").alias("_f"), pl.col("last_step").alias("_l"))
+    hit = (
+        left.join_asof(right.sort("_f"), left_on="step", right_on="_f", by=["job", "attempt_idx"], strategy="backward", check_sortedness=False)
+        .with_columns((pl.col("step") <= pl.col("_l")).fill_null(False).alias("in_slow"))
+        .sort("_i")
+    )
+    return hit["in_slow"]
+
+
+def suspects(periods: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
+    """Add node, rank, evidence to periods from per-rank step times or node records in the period."""
+    if periods.height == 0:
+        return periods.with_columns(
+            pl.lit(None, pl.String).alias("node"),
+            pl.lit(None, pl.Int32).alias("rank"),
+            pl.lit([], pl.List(pl.String)).alias("evidence"),
+        )
+    p = periods.with_columns(pl.int_range(pl.len()).alias("_p"))
+    # Records that implicate a node or rank inside [start, end].
+    recs = ev.filter(
+        pl.col("kind").is_in(("warning", "error")) & pl.col("t").is_not_null() & (pl.col("node").is_not_null() | pl.col("rank").is_not_null())
+    ).select(
+        "job",
+        "t",
+        "node",
+        "rank",
+        "failure_class",
+        (pl.col("file") + pl.lit(":") + pl.col("line").cast(pl.String)).alias("ev"),
+    )
+    hits = (
+        p.select("job", "_p", "start", "end")
+        .join(recs, on="job", how="inner")
+        .filter((pl.col("t") >= pl.col("start") - 60_000_000) & (pl.col("t") <= pl.col("end")))
+    )
+    node_pick = (
+        hits.filter(pl.col("node").is_not_null())
+        .with_columns((pl.col("failure_class") == "fail_slow").fill_null(False).alias("_fs"))
+        .group_by("_p", "node")
+        .agg(pl.len().alias("_c"), pl.col("_fs").sum().alias("_f"), pl.col("ev").head(5).alias("evidence"),
+             pl.col("rank").drop_nulls().first().alias("_rank"))
+        .sort("_p", "_f", "_c", "node", descending=[False, True, True, False])
+        .group_by("_p", maintain_order=True)
+        .first()
+        .select("_p", "node", pl.col("_rank").cast(pl.Int32).alias("rank_from_node"), "evidence")
+    )
+    # Per-rank timings: the rank whose median step time in the period is the highest, if it
+    # stands out from the median rank by the threshold used for detection.
+    st = ev.filter((pl.col("kind") == "step") & pl.col("rank").is_not_null() & pl.col("step_time_s").is_not_null())
+    rank_pick = None
+    if st.height and st["rank"].n_unique() > 1:
+        r = (
+            p.select("job", "_p", "attempt_idx", "first_step", "last_step")
+            .join(st.select("job", "attempt_idx", "step", "rank", "node", "step_time_s"), on=["job", "attempt_idx"])
+            .filter(pl.col("step").is_between(pl.col("first_step"), pl.col("last_step")))
+            .group_by("_p", "rank")
+            .agg(pl.col("step_time_s").median().alias("_m"), pl.col("node").drop_nulls().first().alias("_rnode"))
+            .with_columns(pl.col("_m").median().over("_p").alias("_mm"))
+            .filter(pl.col("_m") > pl.col("_mm") * 1.05)
+            .sort("_p", "_m", descending=[False, True])
+            .group_by("_p", maintain_order=True)
+            .first()
+            .select("_p", pl.col("rank").cast(pl.Int32).alias("_rrank"), "_rnode")
+        )
+        rank_pick = r
+    out = p.join(node_pick, on="_p", how="left")
+    if rank_pick is not None and rank_pick.height:
+        out = out.join(rank_pick, on="_p", how="left").with_columns(
+            pl.coalesce("_rrank", "rank_from_node").alias("rank"),
+            pl.coalesce("node", "_rnode").alias("node"),
+        ).drop("_rrank", "_rnode", "rank_from_node")
+    else:
+        out = out.rename({"rank_from_node": "rank"})
+    return out.with_columns(pl.col("evidence").fill_null([])).drop("_p")

@@ -72,6 +72,7 @@ CLEAN = ("COMPLETED", "Completed", "Succeeded", "SUCCEEDED")
 NOT_STOP = ("fail_slow", "scheduling")
 GPU_HW = ("gpu_hardware", "gpu_memory", "gpu_interconnect")
 OOM = ("oom_gpu", "oom_host")
+_PRIO = {name: priority(name) for name in TAXONOMY}
 
 
 def interrupted_attempts(att: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
@@ -167,25 +168,26 @@ def build_incidents(
         pl.max_horizontal(pl.coalesce("_tdet", "t_end"), "t_last_progress").alias("t_detected")
     )
     # Evidence candidates in each incident's window.
-    cand = ev.filter(
-        pl.col("t").is_not_null()
-        & (
-            pl.col("failure_class").is_not_null()
-            | ((pl.col("kind") == "job_end") & pl.col("state").is_in(list(STATE_CLASS)))
-        )
-    ).select(
+    st = pl.col("state").fill_null("")
+    state_cls = (
+        pl.when(st.str.starts_with("CANCELLED by 0"))
+        .then(pl.lit("maintenance"))
+        .when(st.str.starts_with("CANCELLED"))
+        .then(pl.lit("user_cancel"))
+        .otherwise(st.replace_strict(STATE_CLASS, default=None, return_dtype=pl.String))
+    )
+    cols = [
         "job",
+        "attempt_idx",
         "t",
         "kind",
         "node",
         "rank",
         "state",
-        pl.coalesce(
-            "failure_class",
-            pl.col("state").replace_strict(STATE_CLASS, default=None, return_dtype=pl.String),
-        ).alias("cls"),
+        pl.coalesce("failure_class", pl.when(pl.col("kind") == "job_end").then(state_cls)).alias("cls"),
         (pl.col("file").fill_null("?") + pl.lit(":") + pl.col("line").cast(pl.String)).alias("ev"),
-    )
+    ]
+    cand = ev.filter(pl.col("t").is_not_null()).select(cols).filter(pl.col("cls").is_not_null())
     win = ia.select(
         "job",
         "attempt_idx",
@@ -195,10 +197,21 @@ def build_incidents(
         ).alias("_hi"),
     )
     hits = (
-        win.join(cand, on="job")
+        win.join(cand.drop("attempt_idx"), on="job")
         .filter((pl.col("t") >= pl.col("_lo")) & (pl.col("t") <= pl.col("_hi")) & ~pl.col("cls").is_in(NOT_STOP))
-        .sort("job", "attempt_idx", "t")
+        .drop("_lo", "_hi")
     )
+    # NaN losses logged by the interrupted attempt are numerics evidence wherever they fall.
+    nan = (
+        ev.filter((pl.col("kind") == "step") & pl.col("loss").is_nan().fill_null(False) & pl.col("t").is_not_null())
+        .sort("t")
+        .group_by("job", "attempt_idx")
+        .agg(pl.all().first())
+        .with_columns(pl.lit("error").alias("kind"), pl.lit("numerics").alias("failure_class"))
+        .select(cols)
+        .join(ia.select("job", "attempt_idx"), on=["job", "attempt_idx"], how="semi")
+    )
+    hits = pl.concat([hits.select(nan.columns), nan]).sort("job", "attempt_idx", "t")
     by_att = {k: g for k, g in hits.group_by("job", "attempt_idx")}
     rows = []
     prev_root: dict[str, tuple[str, set[str], int]] = {}
@@ -216,7 +229,7 @@ def build_incidents(
         ranks: list[int] = []
         conf = "high"
         if g is not None and g.height:
-            g = g.with_columns(pl.col("cls").map_elements(priority, return_dtype=pl.Int64).alias("_prio"))
+            g = g.with_columns(pl.col("cls").replace_strict(_PRIO, default=99, return_dtype=pl.Int64).alias("_prio"))
             classes = g.sort("_prio", "t")["cls"].unique(maintain_order=True).to_list()
             errs = g.filter(pl.col("kind").is_in(("error", "warning")))
             if errs.height:
@@ -278,6 +291,8 @@ def build_incidents(
                 )
                 root, conf = p_root, "medium"
         prev_root[job] = (root, set(nodes), a)
+        if t_first_error is None and TAXONOMY[root].planned and g is not None and g.height:
+            t_first_error = g.filter(pl.col("cls") == root)["t"].min()
         symptoms = [c for c in classes if c != root]
         rows.append(
             {

@@ -61,7 +61,7 @@ class AnalysisOptions:
     ideal_step_time_s: float | None = None
     tokens_per_second: float | None = None
     tokens_per_step: float | None = None
-    slow_threshold: float = 0.10
+    slow_threshold: float = 0.03
     slow_min_steps: int = 5
     warmup_steps: int = 2
     incident_pre_s: float = 60.0

@@ -41,7 +41,7 @@ def detect(
     baseline_us: pl.DataFrame,
     threshold: float,
     min_steps: int,
-    smooth: int = 5,
+    smooth: int = 15,
 ) -> pl.DataFrame:
     """Slow runs over healthy rows: job, attempt_idx, run id, first/last row bounds.
 
@@ -53,7 +53,14 @@ def detect(
         rows.filter(pl.col("healthy"))
         .join(baseline_us, on="job", how="inner")
         .sort("job", "attempt_idx", "step")
-        .with_columns((pl.col("d_us") >= pl.col("base_us") * (1.0 + threshold)).cast(pl.Float64).alias("_slow"))
+        .with_columns((pl.col("d_us") / pl.col("base_us")).log().alias("_lr"))
+    )
+    # Noise of the job's step times (robust sigma of log ratios); the rolling median over
+    # ``smooth`` rows must clear the threshold by 5 of its own standard errors.
+    h = h.with_columns(
+        ((pl.col("_lr") - pl.col("_lr").median().over("job")).abs().median().over("job") * 1.4826).alias("_sig")
+    ).with_columns(
+        pl.max_horizontal(pl.lit(threshold), 5.0 * 1.25 * pl.col("_sig") / (smooth**0.5)).alias("_thr")
     )
     if h.height == 0:
         return pl.DataFrame(
@@ -71,11 +78,8 @@ def detect(
         )
     grp = ("job", "attempt_idx")
     h = h.with_columns(
-        pl.col("_slow").rolling_median(smooth, center=True, min_samples=1).over(grp).alias("_sm"),
-    ).with_columns(
-        # A raw-slow row counts when its neighbourhood is slow; a raw-fast row inside needs both.
-        ((pl.col("_sm") > 0.5) & ((pl.col("_slow") > 0) | (pl.col("_sm") > 0.5))).alias("_in")
-    )
+        pl.col("_lr").rolling_median(smooth, center=True, min_samples=1).over(grp).alias("_sm"),
+    ).with_columns((pl.col("_sm") >= (1.0 + pl.col("_thr")).log()).alias("_in"))
     h = h.with_columns(
         (pl.col("_in") != pl.col("_in").shift(1).over(grp)).fill_null(True).cast(pl.Int64).cum_sum().over(grp).alias(
             "_run"
@@ -91,7 +95,7 @@ def detect(
             pl.col("step").max().alias("last_step"),
             pl.col("n").sum().alias("steps"),
             pl.len().alias("_rows"),
-            pl.col("d_us").filter(pl.col("_slow") > 0).median().alias("med_us"),
+            pl.col("d_us").median().alias("med_us"),
             pl.col("prev_step").min().alias("first_prev_step"),
         )
         .filter(pl.col("_rows") >= min_steps)

@@ -132,6 +132,12 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     base = rows0.filter(pl.col("healthy")).group_by("job").agg(pl.col("d_us").median().alias("base_us"))
     periods = slowness.detect(rows0, base, opts.slow_threshold, opts.slow_min_steps)
     rows0 = rows0.with_columns(slowness.in_periods(rows0, periods).alias("_slow"))
+    # Second pass: the baseline without the slow periods found, then detect again.
+    base = (
+        rows0.filter(pl.col("healthy") & ~pl.col("_slow")).group_by("job").agg(pl.col("d_us").median().alias("base_us"))
+    )
+    periods = slowness.detect(rows0, base, opts.slow_threshold, opts.slow_min_steps)
+    rows0 = rows0.with_columns(slowness.in_periods(rows0, periods).alias("_slow"))
     healthy = rows0.filter(pl.col("healthy") & ~pl.col("_slow"))
     ideal = healthy.group_by("job").agg(
         pl.col("d_us").median().round().cast(pl.Int64).alias("ideal_us"), pl.len().alias("_n")

@@ -298,7 +298,9 @@ def checkpoint_intervals(ev: pl.DataFrame, s: pl.DataFrame, typical_us: pl.DataF
     p = p.with_columns(pl.coalesce("e", "b").alias("_k")).sort("_k")
     p = p.join_asof(prev, on="_k", by=["job", "attempt_idx"], strategy="backward", check_sortedness=False)
     p = p.with_columns(pl.coalesce("b", "e").alias("_k")).sort("_k")
-    p = p.join_asof(nxt, on="_k", by=["job", "attempt_idx"], strategy="forward", check_sortedness=False)
+    p = p.join_asof(
+        nxt, on="_k", by=["job", "attempt_idx"], strategy="forward", allow_exact_matches=False, check_sortedness=False
+    )
     p = p.with_columns(
         pl.when(pl.col("b").is_not_null() & pl.col("e").is_not_null())
         .then(pl.col("b"))

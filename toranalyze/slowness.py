@@ -80,13 +80,18 @@ def detect(
     h = h.with_columns(
         pl.col("_lr").rolling_median(smooth, center=True, min_samples=1).over(grp).alias("_sm"),
     ).with_columns((pl.col("_sm") >= (1.0 + pl.col("_thr")).log()).alias("_in"))
-    h = h.with_columns(
-        (pl.col("_in") != pl.col("_in").shift(1).over(grp)).fill_null(True).cast(pl.Int64).cum_sum().over(grp).alias(
-            "_run"
-        )
-    )
+    h = h.with_columns(pl.int_range(pl.len()).over(grp).alias("_idx"))
     runs = (
         h.filter(pl.col("_in"))
+        .with_columns(
+            # Slow rows separated by fewer than ``smooth`` rows belong to one period.
+            ((pl.col("_idx") - pl.col("_idx").shift(1).over(grp)) > smooth)
+            .fill_null(True)
+            .cast(pl.Int64)
+            .cum_sum()
+            .over(grp)
+            .alias("_run")
+        )
         .group_by("job", "attempt_idx", "_run")
         .agg(
             pl.col("start").min(),

@@ -1,0 +1,100 @@
+"""Job and attempt identity across sources."""
+
+from __future__ import annotations
+
+from toranalyze.analysis import analyze_events, events_frame
+
+
+def _steps(t0, s0, s1, dt=10.0, file="run/train.log", **kw):
+    return [dict(ts=t0 + (s - s0 + 1) * dt, kind="step", step=s, step_time_s=dt, file=file, **kw) for s in range(s0, s1 + 1)]
+
+
+def test_requeue_chain_of_job_ids_is_one_job_with_two_attempts():
+    rec = [dict(ts=0, kind="job_start", job_id="100", file="run/sacct.txt")]
+    rec += _steps(0, 1, 20)
+    rec += [dict(ts=230, kind="job_end", job_id="100", state="NODE_FAIL", file="run/sacct.txt")]
+    rec += [dict(ts=300, kind="job_start", job_id="107", file="run/sacct.txt")]
+    rec += [dict(ts=310, kind="ckpt_load", step=10, file="run/train.log")]
+    rec += _steps(310, 11, 40)
+    rec += [dict(ts=700, kind="job_end", job_id="107", state="COMPLETED", file="run/sacct.txt")]
+    an = analyze_events(events_frame(rec))
+    assert an.tor.height == 1
+    assert an.tor["job_ids"][0].to_list() == ["100", "107"]
+    assert an.attempts["job_id"].to_list() == ["100", "107"]
+    assert an.attempts["resumed_from"].to_list() == [0, 10]
+
+
+def test_slurm_step_ids_fold_into_their_job():
+    rec = [
+        dict(ts=0, kind="job_start", job_id="55", file="r/sacct"),
+        dict(ts=1, kind="job_start", job_id="55.0", file="r/sacct"),
+    ]
+    rec += _steps(1, 1, 10, file="r/train.log")
+    rec += [
+        dict(ts=120, kind="job_end", job_id="55.0", state="COMPLETED", file="r/sacct"),
+        dict(ts=121, kind="job_end", job_id="55.batch", state="COMPLETED", file="r/sacct"),
+        dict(ts=122, kind="job_end", job_id="55", state="COMPLETED", file="r/sacct"),
+    ]
+    an = analyze_events(events_frame(rec))
+    assert an.tor.height == 1 and an.attempts.height == 1
+    assert an.tor["ended_cleanly"][0]
+    assert an.incidents.height == 0
+
+
+def test_directory_without_ids_is_one_job_and_says_so():
+    rec = [dict(ts=0, kind="init", file="d/train.log")] + _steps(0, 1, 10, file="d/train.log")
+    an = analyze_events(events_frame(rec))
+    assert an.tor.height == 1
+    assert an.tor["identity"][0] == "directory"
+    assert any("directory" in n for n in an.notes)
+    assert not an.tor["ended_cleanly"][0]  # the log just stops
+
+
+def test_two_directories_two_jobs_and_concurrent_ids_in_one_directory():
+    a = [dict(ts=0, kind="job_start", job_id="1", file="a/s")] + _steps(0, 1, 5, file="a/t")
+    b = [dict(ts=0, kind="job_start", job_id="2", file="b/s")] + _steps(0, 1, 5, file="b/t")
+    an = analyze_events(events_frame(a + b))
+    assert an.tor.height == 2
+    # Two overlapping scheduler jobs in one directory are two runs.
+    c = [dict(ts=0, kind="job_start", job_id="8", file="c/s"), dict(ts=5, kind="job_start", job_id="9", file="c/s")]
+    c += _steps(0, 1, 5, file="c/t8", job_id="8") + _steps(5, 1, 5, file="c/t9", job_id="9")
+    c += [dict(ts=100, kind="job_end", job_id="8", state="COMPLETED", file="c/s"),
+          dict(ts=100, kind="job_end", job_id="9", state="COMPLETED", file="c/s")]
+    an = analyze_events(events_frame(c))
+    assert an.tor.height == 2
+
+
+def test_same_job_name_chains_ids():
+    rec = [dict(ts=0, kind="job_start", job_id="10", file="x/sacct", message="JobName=gpt")]
+    rec += _steps(0, 1, 5, file="x/t")
+    rec += [dict(ts=60, kind="job_end", job_id="10", state="TIMEOUT", file="x/sacct", message="JobName=gpt")]
+    rec += [dict(ts=100, kind="job_start", job_id="30", file="x/sacct", message="JobName=gpt")]
+    rec += _steps(100, 6, 10, file="x/t")
+    rec += [dict(ts=200, kind="job_end", job_id="30", state="COMPLETED", file="x/sacct", message="JobName=gpt")]
+    an = analyze_events(events_frame(rec))
+    assert an.tor.height == 1 and an.tor["identity"][0] == "job-name"
+    assert an.attempts.height == 2
+
+
+def test_torchrun_restart_and_init_banners_open_attempts_once_per_cluster():
+    rec = [dict(ts=0, kind="init", rank=r, file="t/log") for r in range(4)]
+    rec += _steps(0, 1, 10, file="t/log")
+    rec += [dict(ts=105, kind="error", failure_class="software", file="t/log"),
+            dict(ts=110, kind="restart", file="t/log")]
+    rec += [dict(ts=111 + r * 0.1, kind="init", rank=r, file="t/log") for r in range(4)]
+    rec += [dict(ts=120, kind="ckpt_load", step=5, file="t/log")]
+    rec += _steps(120, 6, 15, file="t/log")
+    an = analyze_events(events_frame(rec))
+    assert an.attempts.height == 2
+    assert an.incidents.height == 1
+    assert an.incidents["root_cause"][0] == "software"
+    assert an.incidents["lost_steps"][0] == 5
+
+
+def test_ranks_logging_the_same_step_are_deduplicated():
+    rec = []
+    for r in range(8):
+        rec += _steps(0, 1, 10, file=f"t/rank{r}.log", rank=r)
+    an = analyze_events(events_frame(rec))
+    assert an.attempts["n_step_records"][0] == 10
+    assert an.tor["steps_preserved"][0] == 10

@@ -1,0 +1,110 @@
+"""The TOR ledger: exact sums, bucket definitions, user ideal step time, property tests."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from toranalyze.analysis import AnalysisOptions, analyze_events, events_frame
+from toranalyze.ledger import BUCKETS
+
+
+def _sum(row):
+    return sum(row[f"{b}_us"] for b in BUCKETS)
+
+
+def test_hand_built_ledger_every_bucket():
+    rec = [dict(ts=0, kind="job_start", job_id="1", file="r/s"), dict(ts=30, kind="init_done", file="r/t")]
+    t = 30.0
+    for s in range(1, 21):
+        t += 10 if s != 15 else 16  # step 15 is 6 s slow
+        rec.append(dict(ts=t, kind="step", step=s, step_time_s=10.0 if s != 15 else 16.0, file="r/t"))
+        if s == 10:
+            rec += [dict(ts=t, kind="ckpt_save_begin", step=10, file="r/t"),
+                    dict(ts=t + 20, kind="ckpt_save_end", step=10, file="r/t")]
+            t += 20
+    rec += [dict(ts=t + 50, kind="job_end", job_id="1", state="FAILED", file="r/s")]  # detection 50
+    t2 = t + 50 + 100  # queue 100
+    rec += [dict(ts=t2, kind="job_start", job_id="2", file="r/s"),
+            dict(ts=t2 + 40, kind="ckpt_load", step=10, duration_s=15.0, file="r/t")]
+    t3 = t2 + 40
+    for s in range(11, 31):
+        t3 += 10
+        rec.append(dict(ts=t3, kind="step", step=s, step_time_s=10.0, file="r/t"))
+    rec += [dict(ts=t3 + 7, kind="job_end", job_id="2", state="COMPLETED", file="r/s")]
+    an = analyze_events(events_frame(rec), AnalysisOptions(ideal_step_time_s=10.0))
+    r = an.tor.row(0, named=True)
+    assert r["ideal_step_source"] == "user"
+    assert r["useful_s"] == pytest.approx(300.0)
+    assert r["slowdown_s"] == pytest.approx(0.0)  # step 15 was rolled back
+    assert r["rework_s"] == pytest.approx(106.0)
+    assert r["checkpoint_s"] == pytest.approx(20.0)
+    assert r["detection_s"] == pytest.approx(50.0)
+    assert r["recovery_s"] == pytest.approx(140.0)
+    assert r["recovery_queue_s"] == pytest.approx(100.0)
+    assert r["recovery_ckpt_load_s"] == pytest.approx(15.0)
+    assert r["recovery_startup_s"] == pytest.approx(25.0)
+    assert r["other_s"] == pytest.approx(30.0 + 7.0)
+    assert _sum(r) == r["t_obs_us"]
+    assert r["tor"] == pytest.approx(300.0 / r["t_obs_s"])
+    assert r["ended_cleanly"]
+
+
+def test_tokens_per_second_override():
+    rec = [dict(ts=0, kind="init", file="r/t")] + [
+        dict(ts=s * 10.0, kind="step", step=s, step_time_s=10.0, file="r/t") for s in range(1, 11)
+    ]
+    r = analyze_events(events_frame(rec), AnalysisOptions(tokens_per_second=2000.0, tokens_per_step=16000.0)).tor
+    assert r["ideal_step_time_s"][0] == pytest.approx(8.0)
+    assert r["slowdown_s"][0] == pytest.approx(20.0)
+
+
+_kinds = st.sampled_from(["step", "step", "step", "step", "ckpt_save_begin", "ckpt_save_end", "eval_begin",
+                          "eval_end", "init", "ckpt_load", "restart", "error", "job_start", "job_end", "warning"])
+
+
+@st.composite
+def event_sequences(draw):
+    n = draw(st.integers(1, 60))
+    t = 0.0
+    step = 0
+    rec = []
+    for _ in range(n):
+        t += draw(st.floats(0.0, 50.0, allow_nan=False))
+        kind = draw(_kinds)
+        r = dict(ts=round(t, 6), kind=kind, file=draw(st.sampled_from(["a/x", "a/y", "b/x"])))
+        if kind == "step":
+            step = max(0, step + draw(st.integers(-15, 3)))
+            r["step"] = step
+            if draw(st.booleans()):
+                r["step_time_s"] = draw(st.floats(0.001, 60.0, allow_nan=False))
+            if draw(st.integers(0, 9)) == 0:
+                r["loss"] = float("nan")
+        elif kind in ("ckpt_save_begin", "ckpt_save_end", "ckpt_load"):
+            r["step"] = draw(st.integers(0, max(step, 0)))
+            if draw(st.booleans()):
+                r["duration_s"] = draw(st.floats(0.0, 40.0, allow_nan=False))
+        elif kind in ("job_start", "job_end"):
+            r["job_id"] = draw(st.sampled_from(["7", "8", "7.0"]))
+            if kind == "job_end":
+                r["state"] = draw(st.sampled_from(["COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", None]))
+        elif kind in ("error", "warning"):
+            r["failure_class"] = draw(st.sampled_from([None, "gpu_hardware", "collective_timeout", "oom_gpu",
+                                                       "fail_slow"]))
+            r["node"] = draw(st.sampled_from([None, "n1", "n2"]))
+        rec.append(r)
+    return rec
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(event_sequences(), st.one_of(st.none(), st.floats(0.5, 30.0)))
+def test_ledger_sums_exactly_to_t_obs_for_any_sequence(rec, ideal):
+    an = analyze_events(events_frame(rec), AnalysisOptions(ideal_step_time_s=ideal))
+    for r in an.tor.iter_rows(named=True):
+        assert _sum(r) == r["t_obs_us"]
+        assert all(r[f"{b}_us"] >= 0 for b in BUCKETS)
+        assert sum(r[f"{p}_us"] for p in ("recovery_queue", "recovery_startup", "recovery_ckpt_load")) == r[
+            "recovery_us"]
+        if r["t_obs_us"] > 0:
+            assert 0.0 <= r["tor"] <= 1.0

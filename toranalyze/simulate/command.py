@@ -1,0 +1,156 @@
+"""``toranalyze simulate``: write realistic logs of simulated training runs, with the truth."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+from toranalyze.model import (
+    RunConfig,
+    config_from_dict,
+    load_preset,
+    parse_duration,
+    preset_names,
+)
+from toranalyze.simulate.timeline import Timeline, simulate_timeline
+from toranalyze.simulate.truth import dumps, job_truth, truth_document
+
+
+def job_configs(
+    data: dict[str, Any],
+    seed: int,
+    duration: float | None = None,
+    nodes: int | None = None,
+    flavor: str | None = None,
+    jobs: int | None = None,
+) -> list[RunConfig]:
+    """The run configs of one simulation: one job, or a fleet of varied jobs."""
+    base = config_from_dict(data)
+    over: dict[str, Any] = {}
+    if duration is not None:
+        over["duration_s"] = duration
+    if nodes is not None:
+        over["nodes"] = nodes
+    if flavor is not None:
+        over["flavor"] = flavor
+    fleet = data.get("fleet")
+    n_jobs = jobs if jobs is not None else int(fleet.get("jobs", 1)) if fleet else 1
+    if n_jobs <= 1 and not fleet:
+        cfg = replace(base, **over)
+        cfg.validate()
+        return [cfg]
+    rng = np.random.default_rng([seed & 0xFFFFFFFF, 7])
+    sizes = list(fleet.get("nodes", [base.nodes])) if fleet else [base.nodes]
+    d_lo, d_hi = (
+        [parse_duration(x) for x in fleet.get("duration", [base.duration_s, base.duration_s])]
+        if fleet
+        else (base.duration_s, base.duration_s)
+    )
+    flavors = list(fleet.get("flavors", [base.flavor])) if fleet else [base.flavor]
+    start = base.start
+    out: list[RunConfig] = []
+    first_id = base.first_job_id
+    t_off = 0.0
+    for k in range(n_jobs):
+        n = int(sizes[int(rng.integers(0, len(sizes)))])
+        d = float(rng.uniform(d_lo, d_hi))
+        fl = flavors[int(rng.integers(0, len(flavors)))]
+        kw: dict[str, Any] = {"name": f"{base.name}-{k:03d}", "nodes": n, "duration_s": d, "flavor": fl,
+                              "first_job_id": first_id + k * 5000}
+        kw.update(over)
+        # jobs start staggered over the fleet's window
+        from toranalyze.simulate.timeline import epoch_us, iso_z  # local import: keep module import light
+
+        kw["start"] = iso_z(epoch_us(start) + int(t_off * 1e6))[:19] + "Z"
+        t_off += float(rng.exponential(3 * 3600.0))
+        cfg = replace(base, **kw)
+        cfg.validate()
+        out.append(cfg)
+    return out
+
+
+def run_simulation(
+    out: Path,
+    seed: int,
+    data: dict[str, Any],
+    preset: str | None,
+    duration: float | None = None,
+    nodes: int | None = None,
+    flavor: str | None = None,
+    jobs: int | None = None,
+) -> tuple[list[Timeline], dict[str, int]]:
+    """Draw and write every job; returns the timelines and file sizes (relative path -> bytes)."""
+    from toranalyze.simulate.emit_kubernetes import write_kubernetes
+    from toranalyze.simulate.writer import RunWriter
+
+    cfgs = job_configs(data, seed, duration, nodes, flavor, jobs)
+    multi = len(cfgs) > 1
+    tls: list[Timeline] = []
+    sizes: dict[str, int] = {}
+    truths = []
+    for k, cfg in enumerate(cfgs):
+        rng = np.random.default_rng([seed & 0xFFFFFFFF, k])
+        tl = simulate_timeline(cfg, rng=rng)
+        tl.seed = seed
+        tls.append(tl)
+        d = out / cfg.name if multi else out
+        w = RunWriter(tl, seed, k)
+        if cfg.flavor == "kubernetes":
+            s = write_kubernetes(w, d)
+        else:
+            s = w.write_slurm(d)
+        prefix = f"{cfg.name}/" if multi else ""
+        sizes.update({prefix + key: v for key, v in s.items()})
+        truths.append(job_truth(tl))
+    params = cfgs[0].to_params() if not multi else {"jobs": [c.to_params() for c in cfgs]}
+    doc = truth_document(seed, preset, params, truths)
+    text = dumps(doc)
+    (out / "truth.json").write_text(text, encoding="utf-8")
+    sizes["truth.json"] = len(text)
+    return tls, sizes
+
+
+@click.command("simulate")
+@click.option("--seed", type=int, default=0, show_default=True, help="Random seed (same seed, same bytes).")
+@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Output directory (created).")
+@click.option("--config", "config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A TOML run configuration (see docs/simulate.md); overrides --preset.")
+@click.option("--preset", default="small", show_default=True,
+              help="A packaged preset: " + ", ".join(["small", "llama3-like", "fleet", "exp-closed-form"]) + ".")
+@click.option("--duration", help="Ideal training time of each job, e.g. 6h, 2d (train_iters = duration / step time).")
+@click.option("--nodes", type=int, help="Nodes per job.")
+@click.option("--flavor", type=click.Choice(["slurm", "kubernetes"]), help="Scheduler flavour of the logs.")
+@click.option("--jobs", type=int, help="Number of jobs (a fleet: one subdirectory per job).")
+def simulate(seed: int, out: Path, config: Path | None, preset: str, duration: str | None, nodes: int | None,
+             flavor: str | None, jobs: int | None) -> None:
+    """Simulate a training run (or a fleet) and write its logs in real formats plus truth.json."""
+    import tomllib
+
+    try:
+        if config is not None:
+            with open(config, "rb") as fh:
+                data = tomllib.load(fh)
+            preset_name = None
+        else:
+            data = load_preset(preset)
+            preset_name = preset
+        dur = parse_duration(duration) if duration else None
+        tls, sizes = run_simulation(out, seed, data, preset_name, dur, nodes, flavor, jobs)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from e
+    total = sum(sizes.values())
+    for tl in tls:
+        inc = ", ".join(i.root_cause for i in tl.incidents) or "none"
+        click.echo(
+            f"{tl.config.name}: {len(tl.attempts)} attempt(s), incidents: {inc}; TOR {tl.tor:.4f}"
+        )
+    click.echo(f"wrote {len(sizes)} files, {total / 1e6:.2f} MB to {out}")
+
+
+__all__ = ["simulate", "run_simulation", "job_configs", "preset_names", "math"]

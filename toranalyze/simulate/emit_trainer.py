@@ -1,0 +1,134 @@
+"""Megatron-style trainer output of rank 0 (iteration lines, checkpoints, banners).
+
+Yields ``(t_true_us, text)`` in time order; the printed clock is the rank-0
+node's (true time + its skew).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import numpy as np
+
+from toranalyze.simulate import fmt
+from toranalyze.simulate.context import RunContext
+from toranalyze.simulate.timeline import Attempt
+
+Line = tuple[int, str]
+
+
+def loss_at(step: int, noise: float) -> float:
+    return 2.05 + 8.8 * math.exp(-step / 350.0) + 0.9 * math.exp(-step / 4000.0) + noise
+
+
+def lr_at(step: int, total: int, peak: float = 3.0e-4, warmup: int = 100) -> float:
+    if step < warmup:
+        return peak * step / warmup
+    x = min(1.0, (step - warmup) / max(1, total - warmup))
+    return 3.0e-5 + (peak - 3.0e-5) * 0.5 * (1.0 + math.cos(math.pi * x))
+
+
+def banner(ctx: RunContext, a: Attempt) -> Iterator[Line]:
+    cfg = ctx.cfg
+    sk = ctx.skew(a.nodes[0])
+    tp = min(8, cfg.gpus_per_node)
+    dp = max(1, ctx.world // tp)
+    t = a.start + (a.load_begin - a.start) // 5
+    yield t, (
+        f"using world size: {ctx.world}, data-parallel size: {dp}, context-parallel size: 1, "
+        f"tensor-model-parallel size: {tp}, pipeline-model-parallel size: 1 "
+    )
+    yield t, "> initializing torch distributed ..."
+    t2 = a.start + (a.load_begin - a.start) * 2 // 3
+    yield t2, f"> initialized tensor model parallel with size {tp}"
+    yield t2, "> initialized pipeline model parallel with size 1"
+    yield t2, "> setting random seeds to 1234 ..."
+    yield t2, "building GPT model ..."
+    yield t2, " > number of parameters on (tensor, pipeline) model parallel rank (0, 0): 1157203968"
+    tb = a.load_begin
+    yield tb, f"[after model, optimizer, and learning rate scheduler are built] datetime: {fmt.bracket(tb + sk)} "
+    if a.resumed_from > 0:
+        yield tb, f"[{fmt.bracket(tb + sk)}] loading checkpoint from {ctx.ckpt_dir} at iteration {a.resumed_from}"
+        te = a.first_step_start - min(2_000_000, (a.first_step_start - tb) // 4)
+        yield te, (
+            f"[{fmt.bracket(te + sk)}]  successfully loaded checkpoint from {ctx.ckpt_dir} "
+            f"[ t 1/{tp}, p 1/1 ] at iteration {a.resumed_from}"
+        )
+    else:
+        yield tb, f"WARNING: could not find the metadata file {ctx.ckpt_dir}/latest_checkpointed_iteration.txt "
+        yield tb, "    will not load any checkpoints and will start from random"
+    ts = a.first_step_start
+    yield ts, "> building train, validation, and test datasets ..."
+    yield ts, f"[after dataloaders are built] datetime: {fmt.bracket(ts + sk)} "
+    yield ts, "done with setup ..."
+    yield ts, "training ..."
+    yield ts, f"[before the start of training step] datetime: {fmt.bracket(ts + sk)} "
+
+
+def progress(ctx: RunContext, a: Attempt) -> Iterator[Line]:
+    """Iteration lines, checkpoint saves and validation blocks, in time order."""
+    cfg = ctx.cfg
+    sk = ctx.skew(a.nodes[0])
+    T = cfg.train_iters
+    gbs = cfg.global_batch_size
+    li = max(1, cfg.log_interval)
+    rng = ctx.rng("loss", a.index)
+    saves = {s.step: s for s in a.saves}
+    evals = {e.step: e for e in a.evals}
+    nan_from = a.nan_from_step if a.nan_from_step is not None else 1 << 62
+    steps = a.steps
+    ends = a.step_end
+    durs = a.step_dur
+    n = len(steps)
+    noise = rng.normal(0.0, 0.02, n) if n else np.zeros(0)
+    gnorm = rng.lognormal(-0.9, 0.25, n) if n else np.zeros(0)
+    acc_ms = 0.0
+    acc_n = 0
+    nan_count = 0
+    for i in range(n):
+        s = int(steps[i])
+        acc_ms += durs[i] / 1000.0
+        acc_n += 1
+        if s >= nan_from:
+            nan_count += 1
+        if s % li == 0 or s == T:
+            t = int(ends[i])
+            body = (
+                f"[{fmt.bracket(t + sk)}] iteration {s:8d}/{T:8d} | consumed samples: {s * gbs:12d} | "
+                f"elapsed time per iteration (ms): {acc_ms / acc_n:.1f} | learning rate: {lr_at(s, T):.6E} | "
+                f"global batch size: {gbs:5d} |"
+            )
+            if nan_count:
+                body += f" loss scale: 1.0 | number of skipped iterations: {0:3d} | number of nan iterations: {nan_count:3d} |"
+            else:
+                body += (
+                    f" lm loss: {loss_at(s, float(noise[i])):.6E} | loss scale: 1.0 | grad norm: {float(gnorm[i]):.3f} |"
+                    f" number of skipped iterations: {0:3d} | number of nan iterations: {0:3d} |"
+                )
+            yield t, body
+            acc_ms = 0.0
+            acc_n = 0
+            nan_count = 0
+        sv = saves.get(s)
+        if sv is not None and i + 1 <= n and (i + 1 == n or int(steps[i + 1]) > s):
+            yield sv.begin, f"[{fmt.bracket(sv.begin + sk)}] saving checkpoint at iteration {s:7d} to {ctx.ckpt_dir}"
+            if sv.completed:
+                yield sv.end, (
+                    f"[{fmt.bracket(sv.end + sk)}]   successfully saved checkpoint at iteration {s:7d} to {ctx.ckpt_dir}"
+                )
+        ev = evals.get(s)
+        if ev is not None and ev.completed and (i + 1 == n or int(steps[i + 1]) > s):
+            vl = loss_at(s, 0.01) + 0.03
+            dash = "-" * 100
+            yield ev.end, dash
+            yield ev.end, (
+                f" validation loss at iteration {s} | lm loss value: {vl:.6E} | lm loss PPL: {math.exp(vl):.6E} | "
+            )
+            yield ev.end, dash
+
+
+def final(ctx: RunContext, a: Attempt) -> Iterator[Line]:
+    """Lines after the last step of a completed run."""
+    sk = ctx.skew(a.nodes[0])
+    yield a.end - 1_000_000, f"[after training is done] datetime: {fmt.bracket(a.end - 1_000_000 + sk)} "

@@ -1,0 +1,112 @@
+"""Regexes and literal anchors of the nccl parser (NCCL_DEBUG output, PyTorch ProcessGroupNCCL).
+
+Kept apart from the extraction logic so the message catalogue can be read (and extended)
+in one place. Everything anchors on fragments that have stayed stable across NCCL 2.4-2.28
+and PyTorch 1.8-2.7; fields that moved between versions get tolerant sub-patterns.
+"""
+
+from __future__ import annotations
+
+# Cheap case-insensitive prefilter: a line without any of these cannot start a record.
+ANCHORS: list[str] = [
+    "nccl",
+    "watchdog",
+    "collective",
+    "last error",
+    "heartbeat monitor",
+    "entire process down",
+    "dump signal",
+    "lagging",
+]
+
+# `host:pid:tid [cudaDev] [file.cc:N ]NCCL LEVEL message` (mpirun --tag-output prefix tolerated).
+NCCL_LINE = (
+    r"^(?:\[\d+,\d+\]<std(?:out|err)>:\s*)?"
+    r"(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
+    r"(?:(?P<src>\S+):(?P<srcline>\d+) )?NCCL (?P<level>INFO|WARN|TRACE|ERROR)\b ?(?P<msg>.*)$"
+)
+
+# PyTorch c10 / glog header: `[E ProcessGroupNCCL.cpp:737] `, `[E606 09:09:08.164985384 ProcessGroupNCCL.cpp:757] `,
+# glog proper `E1206 18:44:12.715298 1234 ProcessGroupNCCL.cpp:1234] ` (month not zero-padded in c10's own logger).
+GLOG_HEAD = (
+    r"^\[?(?P<lvl>[IWEF])(?:(?P<mmdd>\d{3,4}) (?P<hms>\d{2}:\d{2}:\d{2}(?:\.\d+)?)(?: +\d+)?)? ?"
+    r"(?P<src>[\w./\-]+\.(?:cpp|cc|hpp|h|py)):(?P<srcline>\d+)\]\s*"
+)
+
+# `[Rank 1]`, `[PG 1 Rank 0]`, `[PG ID 0 PG GUID 0(default_pg) Rank 1]`, `[PG 0 (default_pg) Rank 12]`.
+PG_RANK = r"\[(?:PG [^\]]*?)?Rank (\d+)\]"
+
+# Lines that begin a record of their own: never glued onto a hard-wrapped line above them.
+RECORD_START = (
+    r"^(?:\s*\[|[\w.\-]+:\d+:\d+ \[\d+\]|[IWEF]\d{3,4} \d|Traceback|\s*File \"|\s*what\(\)|terminate called"
+    r"|Exception raised|frame #|\s*nccl\w+:|\s*Last error:|\s*- |#\d+ |\S+Error\b|\S+Exception\b)"
+)
+
+# NCCL result codes (ncclResult_t) and the texts PyTorch / ncclGetErrorString print for them.
+NCCL_RESULTS: list[tuple[str, str, int]] = [
+    # (enum name, ncclGetErrorString text, number)
+    ("ncclUnhandledCudaError", "unhandled cuda error", 1),
+    ("ncclSystemError", "unhandled system error", 2),
+    ("ncclInternalError", "internal error", 3),
+    ("ncclInvalidArgument", "invalid argument", 4),
+    ("ncclInvalidUsage", "invalid usage", 5),
+    ("ncclRemoteError", "remote process exited or there was a network error", 6),
+    ("ncclInProgress", "NCCL operation in progress", 7),
+]
+_ENUMS = "|".join(name for name, _, _ in NCCL_RESULTS)
+
+# `ncclSystemError: System call ... failed.` / `Last error:` follow a PyTorch NCCL error on the next lines.
+DETAIL_LINE = rf"^\s*(?:[\w.]+\.)?(?:{_ENUMS}|Unknown NCCL error)\b|^\s*Last error:"
+BARE_LAST_ERROR = r"^\s*Last error:\s*$"
+
+# `NCCL error in: <file>:<line>, <text>, NCCL version X` (C10D_NCCL_CHECK) / `NCCL error: <text>, NCCL version X`.
+NCCL_ERROR_IN = r"NCCL error in: |NCCL error: |NCCL Error \d+: "
+
+# Flight recorder `Stack trace of the failed collective:` frames: `#2 buggy from collective_mismatch.py:8`.
+FR_FRAME = r"^\s*#\d+ \S.* from \S+:\d+\s*$"
+
+# IB completion error: old `with error 12, opcode 0, len 0, vendor err 129 (Recv)`,
+# 2.19+ `with status=12 opcode=129 len=65536 vendor err 129 (Recv) localGid … remoteGids… hca mlx5_0`,
+# 2.28+ `with status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_RECV_RDMA_WITH_IMM(129) vendor_err=129 …`.
+IB_STATUS = r"with (?:error|status=)\s*(?:\w+\()?(\d+)"
+IB_DONE = r"vendor[ _]err[= ]?\d+\s+\S"
+
+# Socket failures that mean the network (or the peer's host) is unreachable, vs. a peer that went away
+# or a connect that is only being retried (the cause is elsewhere: left unclassified).
+SOCKET_FATAL = (
+    r"(?i)connection refused|connection timed out|no route to host|network is unreachable|broken pipe"
+    r"|software caused connection abort|exceeded (?:error )?retry count|socket\w*: .*\bfailed\b"
+)
+SOCKET_SOFT = r"(?i)\bretrying\b|closed by remote peer|reset by peer"
+
+# Desync report verdicts (TORCH_NCCL_DESYNC_DEBUG).
+DESYNC_LAG = r"\[[\d, ]+\] (?:finished collective #\d+, but didn't join|joined but didn't finish) collective #\d+"
+DESYNC_MISSING = r"ranks \[[\d, ]+\] are the lagging ranks that caused this timeout"
+DESYNC_RANKS = r"\[(\d+)(?:, \d+)*\] (?:finished collective|joined but)|ranks \[(\d+)"
+
+# Flight-recorder bookkeeping lines (logged at error level, but they add nothing to the timeout line).
+PG_CHATTER = (
+    r"preparing to dump debug info|First PG on this rank (?:to signal dumping|that detected no heartbeat)"
+    r"|Stack trace of the failed collective not found"
+)
+
+# Chatter: understood, not recorded (counts as covered).
+NOISE: tuple[str, ...] = (
+    # every NCCL INFO/TRACE line, including `transport/net.cc:1134 -> 6` return-code traces
+    r"^(?:\[\d+,\d+\]<std(?:out|err)>:\s*)?[\w.\-]+:\d+:\d+ \[\d+\] (?:\S+:\d+ )?NCCL (?:INFO|TRACE) ",
+    r"^NCCL version \d",
+    # PyTorch's info/warning lines from the NCCL process group (options, env, barrier device guesses)
+    r"^\[?[IW]\d{0,4}(?: \d{2}:\d{2}:\d{2}(?:\.\d+)?)?(?: +\d+)? ?(?:[\w./\-]*/)?"
+    r"(?:ProcessGroupNCCL|NCCLUtils|TraceUtils|FlightRecorder)\.\w+:\d+\]",
+    # desync-report context and snapshot lines
+    r"^\s*-?\s*\[\d+\] Timeout at collective: ",
+    r"lagging/dead/mismatched ranks that caused the desync are:",
+    r"^\s*-?\s*Snapshot of ranks' latest states:",
+    r"^\s*#\d+ (?:started|finished) ranks:\s*$",
+    r"^\s*\[[\d, ]+\] (?:started|finished) \S+\s*$",
+    # flight-recorder chatter
+    PG_CHATTER,
+    # C++ frames of the watchdog thread (the exception itself belongs to the torch parser)
+    r"^frame #\d+: c10d::ProcessGroupNCCL::",
+    r"^Exception raised from \w+ at \S*ProcessGroupNCCL\.cpp:\d+",
+)

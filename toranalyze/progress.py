@@ -327,17 +327,35 @@ def checkpoint_intervals(ev: pl.DataFrame, s: pl.DataFrame, typical_us: pl.DataF
 
 
 def eval_intervals(ev: pl.DataFrame) -> pl.DataFrame:
-    """Evaluation intervals per job (disjoint): job, start, end."""
-    b = ev.filter((pl.col("kind") == "eval_begin") & pl.col("t").is_not_null()).select("job", pl.col("t").alias("start"))
+    """Evaluation intervals per job (disjoint): job, start, end.
+
+    A begin pairs with the first end of the same attempt after it and before the next begin;
+    an evaluation cut short by a failure (no end) is no interval.
+    """
+    grp = ["job", "attempt_idx"]
+    b = (
+        ev.filter((pl.col("kind") == "eval_begin") & pl.col("t").is_not_null())
+        .select(*grp, pl.col("t").alias("start"))
+        .unique()
+        .sort(*grp, "start")
+        .with_columns(pl.col("start").shift(-1).over(grp).alias("_nb"))
+    )
     e = ev.filter((pl.col("kind") == "eval_end") & pl.col("t").is_not_null()).select(
-        "job", pl.col("t").alias("end"), pl.col("duration_s")
+        *grp, pl.col("t").alias("end"), pl.col("duration_s")
     )
     parts = []
     if b.height and e.height:
         parts.append(
             b.sort("start")
-            .join_asof(e.select("job", "end").sort("end"), left_on="start", right_on="end", by="job", strategy="forward", check_sortedness=False)
-            .filter(pl.col("end").is_not_null())
+            .join_asof(
+                e.select(*grp, "end").sort("end"),
+                left_on="start",
+                right_on="end",
+                by=grp,
+                strategy="forward",
+                check_sortedness=False,
+            )
+            .filter(pl.col("end").is_not_null() & (pl.col("end") <= pl.col("_nb").fill_null(2**62)))
             .select("job", "start", "end")
         )
     lone = e.filter(pl.col("duration_s").is_not_null()).select(

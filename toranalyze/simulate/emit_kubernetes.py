@@ -1,4 +1,4 @@
-"""Kubernetes flavour (placeholder until written)."""
+"""Kubernetes flavour: not written yet; asking for it is a usage error (see docs/simulate.md)."""
 from __future__ import annotations
 
 

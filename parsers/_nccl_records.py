@@ -1,7 +1,7 @@
 """Tagging lines and gluing multi-line records of the nccl parser.
 
-Three kinds of continuation are folded into the record above them, all with
-shifts over the (prefiltered) line column, never a Python loop:
+Three kinds of continuation are folded into a record, all with shifts and
+window expressions over the (prefiltered) line column, never a Python loop:
 
 * hard wraps: an IB completion WARN cut after ``len`` or a watchdog line cut
   inside ``NumelIn=18561`` / ``4592`` is joined with up to three following lines
@@ -10,6 +10,10 @@ shifts over the (prefiltered) line column, never a Python loop:
   ``Last error:`` and the NCCL WARN text on separate lines;
 * flight-recorder stacks: ``Stack trace of the failed collective:`` then
   ``#N func from file:line`` frames.
+
+Chains and stacks follow the previous line of the same writer (``[rankN]:`` /
+``[defaultN]:`` / node prefixes) when the line has one, so interleaved ranks keep
+their own records; each line points at its parent and pointer jumping finds the head.
 """
 
 from __future__ import annotations
@@ -51,6 +55,14 @@ TAGS: dict[str, tuple[str, str]] = {
 }
 
 _TIMEOUT_TAGS = ["wd_timeout", "wd_terminated", "comm_aborted"]
+STREAM_GAP = 16  # lines other writers may interleave between two lines of one record
+
+
+def _stream() -> pl.Expr:
+    """One key per writer named by a prefix (node, rank, local rank); null when the line names none."""
+    cols = ["p_node", "p_rank", "p_local"]
+    key = pl.concat_str([pl.col(c).cast(pl.String).fill_null("") for c in cols], separator="|")
+    return pl.when(pl.any_horizontal([pl.col(c).is_not_null() for c in cols])).then(key)
 
 
 def prefilter(lines: pl.LazyFrame) -> pl.LazyFrame:
@@ -140,14 +152,23 @@ def tag_and_group(lines: pl.LazyFrame) -> pl.LazyFrame:
     ).with_columns(_tag().alias("tag"))
 
     line = pl.col("line")
-    adjacent_prev = (line - line.shift(1)) == 1
+    stream = pl.col("_stream")
+    lf = lf.with_row_index("_i").with_columns(_stream().alias("_stream"))
+
+    def prev_s(expr: pl.Expr) -> pl.Expr:  # the previous line of the same writer
+        return expr.shift(1).over("_stream")
+
+    s_ok = stream.is_not_null() & (line - prev_s(line)).is_between(1, STREAM_GAP)
+    p_ok = (line - line.shift(1)) == 1
     starts = text.str.contains(P.RECORD_START) | pl.col("tag").is_not_null()
-    after_bare_last = text.shift(1).str.contains(P.BARE_LAST_ERROR) & adjacent_prev & ~starts
+    bare = text.str.contains(P.BARE_LAST_ERROR)
+    after_bare_last = ~starts & ((s_ok & prev_s(bare)) | (p_ok & bare.shift(1)))
     lf = lf.with_columns(
         (pl.col("_level").is_null() & (text.str.contains(P.DETAIL_LINE) | after_bare_last)).fill_null(False).alias("det"),
         text.str.contains(P.FR_FRAME).alias("frame"),
         starts.alias("starts"),
-        adjacent_prev.fill_null(False).alias("adj"),
+        s_ok.fill_null(False).alias("s_ok"),
+        p_ok.fill_null(False).alias("p_ok"),
     )
 
     # Hard wraps: join up to MAX_WRAP following lines while the record is visibly unfinished.
@@ -169,24 +190,44 @@ def tag_and_group(lines: pl.LazyFrame) -> pl.LazyFrame:
         consumed = consumed | (pl.col("wrap_n").shift(k, fill_value=0) >= k)
     lf = lf.with_columns(consumed.alias("consumed"))
 
-    # Error chains: a detail line continues the record above it; with nothing above it heads its own.
-    prev_in_record = pl.col("tag").shift(1).is_not_null() | pl.col("consumed").shift(1) | pl.col("det").shift(1)
-    orphan = pl.col("det") & ~(pl.col("adj") & prev_in_record.fill_null(False))
+    # Error chains and flight-recorder frames continue the record of the previous line of the same
+    # writer (ranks interleave), else of the line physically above; a detail line with nothing to
+    # continue heads its own record.
+    lf = lf.with_columns(
+        (pl.col("tag").is_not_null() | pl.col("det") | pl.col("consumed")).alias("_ch_det"),
+        ((pl.col("tag") == "fr_stack").fill_null(False) | pl.col("frame")).alias("_ch_fr"),
+    )
+    via_s = pl.col("s_ok") & (
+        (pl.col("det") & prev_s(pl.col("_ch_det"))) | (pl.col("frame") & prev_s(pl.col("_ch_fr")))
+    ).fill_null(False)
+    via_p = pl.col("p_ok") & (
+        (pl.col("det") & pl.col("_ch_det").shift(1)) | (pl.col("frame") & pl.col("_ch_fr").shift(1))
+    ).fill_null(False)
+    lf = lf.with_columns(
+        (~pl.col("consumed") & via_s).alias("via_s"),
+        (~pl.col("consumed") & ~via_s & via_p).alias("via_p"),
+    )
+    orphan = pl.col("det") & ~pl.col("consumed") & ~pl.col("via_s") & ~pl.col("via_p")
+    idx = pl.col("_i")
+    parent = (
+        pl.when(pl.col("consumed") | pl.col("via_p"))
+        .then(idx - 1)
+        .when(pl.col("via_s"))
+        .then(prev_s(idx))
+        .otherwise(idx)
+    )
     lf = lf.with_columns(
         pl.when(orphan).then(pl.lit("detail")).otherwise(pl.col("tag")).alias("tag"),
-        (pl.col("det") & ~orphan).alias("det_cont"),
+        parent.cast(pl.UInt32).alias("_root"),
     )
-    # Flight-recorder frames continue a `Stack trace of the failed collective:` head.
-    run = (~(pl.col("frame") & pl.col("adj"))).cum_sum()
-    lf = lf.with_columns(
-        (pl.col("frame") & pl.col("adj") & (pl.col("tag").first().over(run) == "fr_stack")).alias("frame_cont")
-    )
-    cont = pl.col("consumed") | pl.col("det_cont") | pl.col("frame_cont")
-    lf = lf.with_columns((~cont).cum_sum().alias("grp"))
-    part = pl.when(pl.col("det_cont") | pl.col("frame_cont")).then(text.str.strip_chars()).otherwise(None)
+    # Pointer jumping: every line ends up pointing at its record's head (chains of up to 2**6 lines).
+    for _ in range(6):
+        lf = lf.with_columns(pl.col("_root").gather(pl.col("_root")))
+    is_part = pl.col("via_s") | pl.col("via_p")
+    part = pl.when(is_part).then(text.str.strip_chars()).otherwise(None)
     return (
         lf.with_columns(part.alias("part"))
-        .group_by("grp", maintain_order=True)
+        .group_by("_root", maintain_order=True)
         .agg(
             pl.col("tag").first(),
             pl.col("line").first(),

@@ -338,6 +338,34 @@ def test_watchdog_exception_with_nccl_error_and_what_line() -> None:
     assert _noise(lines[4]) and _noise(lines[5])
 
 
+def test_interleaved_ranks_keep_their_own_chains() -> None:
+    lines = [
+        "[rank0]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 0] Process group watchdog thread terminated with exception: "
+        "NCCL error: remote process exited or there was a network error, NCCL version 2.18.5+cuda12.2",
+        "[rank1]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 1] Process group watchdog thread terminated with exception: "
+        "NCCL error: unhandled system error, NCCL version 2.18.5+cuda12.2",
+        "[rank0]: ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.",
+        "[rank1]: ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error.",
+        "[rank1]: Last error:",
+        "[rank0]: Last error:",
+        "[rank0]: NET/IB : Got completion from peer 10.0.0.2<40001> with error 12, opcode 0, len 0, vendor err 129 (Recv)",
+        "[rank1]: socketStartConnect: Connect to 10.0.0.3<40002> failed : Connection refused",
+        "[rank1]:[E606 09:09:08.170090097 ProcessGroupNCCL.cpp:801] Stack trace of the failed collective:",
+        "[rank0]:[E606 09:09:08.170090097 ProcessGroupNCCL.cpp:801] Stack trace of the failed collective:",
+        "[rank1]:#0 a from x.py:1",
+        "[rank0]:#0 b from y.py:2",
+        "[rank1]:#1 c from x.py:3",
+    ]
+    ev = classified(extract_lines(parser, lines))
+    assert ev.select("line", "line_end", "rank", "code", "failure_class").rows() == [
+        (1, 7, 0, "6", "network"), (2, 8, 1, "2", "network"), (9, 13, 1, None, None), (10, 12, 0, None, None)
+    ]
+    assert ev["message"][0].endswith("| Last error: | NET/IB : Got completion from peer 10.0.0.2<40001> with error 12, "
+                                     "opcode 0, len 0, vendor err 129 (Recv)")
+    assert ev["message"][1].endswith("| Last error: | socketStartConnect: Connect to 10.0.0.3<40002> failed : Connection refused")
+    assert ev["message"][2] == "Stack trace of the failed collective: | #0 a from x.py:1 | #1 c from x.py:3"
+
+
 # --- watchdog generations --------------------------------------------------------------------------
 
 

@@ -104,6 +104,14 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     opts = options or AnalysisOptions()
     ev = with_time(events)
     ev, jobs = assign_jobs(ev)
+    # Jobs with no training record, in a directory where another job trained, are other users'
+    # jobs of a shared scheduler log: listed in notes, not analysed.
+    trained = ev.filter(pl.col("kind").is_in(("step", "init", "ckpt_load"))).select("job").unique()
+    jobs = jobs.with_columns(pl.col("job").is_in(trained["job"].implode()).alias("_trained"))
+    jobs = jobs.with_columns(pl.col("_trained").any().over("path").alias("_dir_trained"))
+    dropped = jobs.filter(~pl.col("_trained") & pl.col("_dir_trained"))
+    jobs = jobs.filter(pl.col("_trained") | ~pl.col("_dir_trained")).drop("_trained", "_dir_trained")
+    ev = ev.filter(pl.col("job").is_in(jobs["job"].implode()))
     ev = assign_attempts(ev)
     # Progress.
     steps = progress.step_rows(ev)
@@ -262,7 +270,9 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
         pl.col("T1").alias("t_end"),
     )
     tor = _conform(_to_dt(tor, ["t_start", "t_end"]), TOR_SCHEMA).sort("job")
-    notes = []
+    notes = [
+        f"job {j!r}: scheduler records only, no training records; not analysed" for j in dropped["job"].to_list()
+    ]
     for j, ident in jobs.select("job", "identity").iter_rows():
         if ident == "directory":
             notes.append(f"job {j!r}: no scheduler id in its records; grouped by its input directory")

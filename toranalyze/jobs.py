@@ -51,6 +51,45 @@ def _dir_expr() -> pl.Expr:
     return pl.when(f.str.contains("/")).then(f.str.replace(r"/[^/]*$", "")).otherwise(pl.lit(""))
 
 
+def _fold_dirs(ev: pl.DataFrame) -> dict[str, str]:
+    """Map each input directory to the directory that holds its run.
+
+    A directory whose records name a scheduler id and include lifecycle records (steps, starts,
+    ends) holds a run. A directory without ids (per
+    node kernel logs under ``nodes/gpu-001/``, per-rank trainer logs under ``rank0/``) belongs
+    to its nearest ancestor that holds a run; with no such ancestor it stands alone when it
+    has training records, else it joins the only run there is.
+    """
+    facts = ev.group_by("_dir").agg(
+        pl.col("_base").is_not_null().any().alias("ids"),
+        pl.col("kind").is_in(("step", "init", "job_start", "job_end")).any().alias("life"),
+    )
+    with_ids = set(facts.filter(pl.col("ids") & pl.col("life"))["_dir"].to_list())
+    alone = set(facts.filter(~pl.col("ids") & pl.col("life"))["_dir"].to_list())
+    out: dict[str, str] = {}
+
+    def ancestor(d: str, pool: set[str]) -> str | None:
+        best = None
+        for a in pool:
+            if a != d and (a == "" or d.startswith(a + "/")) and (best is None or len(a) > len(best)):
+                best = a
+        return best
+
+    for d in facts["_dir"].to_list():
+        if d in with_ids:
+            continue
+        a = ancestor(d, with_ids)
+        if a is not None:
+            out[d] = a
+        elif d not in alone:
+            a = ancestor(d, alone)
+            if a is not None:
+                out[d] = a
+            elif len(with_ids | alone) == 1:
+                out[d] = next(iter(with_ids | alone))
+    return out
+
+
 def with_time(events: pl.DataFrame) -> pl.DataFrame:
     """Add ``t`` (Int64 µs since the epoch) and a stable row id ``_row``."""
     return events.with_columns(
@@ -70,10 +109,14 @@ def assign_jobs(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         pl.col("job_id").str.strip_chars().str.extract(_BASE_RE, 1).alias("_base"),
         pl.col("message").str.extract(_NAME_RE, 1).alias("_name"),
     )
+    ev = ev.with_columns(pl.col("_dir").replace_strict(_fold_dirs(ev), default=pl.col("_dir")).alias("_dir"))
+    step_files = ev.filter(pl.col("kind") == "step").select("file").unique()
+    ev = ev.with_columns(pl.col("file").is_in(step_files["file"].implode()).alias("_trainfile"))
     ids = (
         ev.filter(pl.col("_base").is_not_null())
         .group_by("_dir", "_base")
         .agg(
+            pl.col("_trainfile").any().alias("train"),
             pl.col("t").min().alias("t0"),
             pl.col("t").filter(pl.col("kind").is_in(LIFECYCLE_KINDS)).max().alias("t1"),
             pl.col("_name").drop_nulls().first().alias("name"),
@@ -87,16 +130,19 @@ def assign_jobs(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     for d, grp in ids.group_by("_dir", maintain_order=True):
         dname = d[0]
         open_runs: list[list] = []  # [key, end]
-        by_name: dict[str, str] = {}
+        by_name: dict[str, list] = {}
         for row in grp.iter_rows(named=True):
             base, name, t0, t1 = row["_base"], row["name"], row["t0"], row["t1"]
             if name is not None:
-                key = by_name.get(name)
-                if key is None:
-                    key = f"{dname}::{name}"
-                    by_name[name] = key
-                    identity_of[key] = "job-name"
-                run_of[(dname, base)] = key
+                run = by_name.get(name)
+                if run is None:
+                    run = [f"{dname}::{name}", t1]
+                    by_name[name] = run
+                    open_runs.append(run)
+                    identity_of[run[0]] = "job-name"
+                else:
+                    run[1] = max(x for x in (run[1], t1, t0) if x is not None) if (run[1] or t1) else None
+                run_of[(dname, base)] = run[0]
                 continue
             best = None
             for run in open_runs:
@@ -140,7 +186,17 @@ def assign_jobs(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         .agg(pl.col("t").min().alias("_s0"), pl.col("t").max().alias("_s1"))
         .sort("_s0", "job")
     )
-    first_run = spans.group_by("_dir").agg(pl.col("job").first().alias("_dir_job"))
+    # The directory's fallback run: the one with the most records (other users' jobs in a
+    # shared controller log have a handful).
+    first_run = (
+        ev.filter(pl.col("job").is_not_null())
+        .group_by("_dir", "job")
+        .len()
+        .sort("len", "job", descending=[True, False])
+        .group_by("_dir", maintain_order=True)
+        .agg(pl.col("job").first().alias("_dir_job"))
+    )
+    spans = spans.join(first_run, left_on=["_dir", "job"], right_on=["_dir", "_dir_job"], how="semi")
     ev = ev.join(first_run, on="_dir", how="left")
     need = ev.filter(pl.col("job").is_null() & pl.col("_file_job").is_null() & pl.col("t").is_not_null())
     if need.height and spans.height:
@@ -175,7 +231,7 @@ def assign_jobs(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         )
         .sort("job")
     )
-    ev = ev.drop("_file_job", "_span_job", "_dir_job", "_name")
+    ev = ev.drop("_file_job", "_span_job", "_dir_job", "_name", "_trainfile")
     return ev, jobs
 
 

@@ -152,13 +152,15 @@ def tag_and_group(lines: pl.LazyFrame) -> pl.LazyFrame:
     ).with_columns(_tag().alias("tag"))
 
     line = pl.col("line")
-    stream = pl.col("_stream")
-    lf = lf.with_row_index("_i").with_columns(_stream().alias("_stream"))
+    # `_ps`: row index of the previous line of the same writer (one window, then cheap gathers)
+    lf = lf.with_row_index("_i").with_columns(
+        pl.when(_stream().is_not_null()).then(pl.col("_i").shift(1).over(_stream())).alias("_ps")
+    )
 
-    def prev_s(expr: pl.Expr) -> pl.Expr:  # the previous line of the same writer
-        return expr.shift(1).over("_stream")
+    def prev_s(expr: pl.Expr) -> pl.Expr:
+        return expr.gather(pl.col("_ps"))
 
-    s_ok = stream.is_not_null() & (line - prev_s(line)).is_between(1, STREAM_GAP)
+    s_ok = (line - prev_s(line)).is_between(1, STREAM_GAP)
     p_ok = (line - line.shift(1)) == 1
     starts = text.str.contains(P.RECORD_START) | pl.col("tag").is_not_null()
     bare = text.str.contains(P.BARE_LAST_ERROR)

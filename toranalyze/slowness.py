@@ -2,14 +2,14 @@
 
 Only *healthy-looking* step rows take part: not warm-up (the first ``warmup_steps`` rows of an
 attempt), not rows whose interval holds a checkpoint save or an evaluation, and with a known
-per-step duration. A row is *slow* when its per-step duration is at least ``1 + threshold``
-times the baseline (the job's median healthy step). Single spikes are ignored by a centered
-rolling median of the slow flag (a row counts when most of its neighbours are slow too, so an
-isolated fast row inside a period does not break it). A period is a run of at least
-``min_steps`` smoothed-slow rows of one attempt; its factor is the median duration inside it
-divided by the ideal step time. The suspect node/rank: a rank whose own step times rise in the
-period when per-rank timings exist, else the node with the most warning/error records
-(throttling, ECC, link flaps) inside the period.
+per-step duration. A centered rolling median (``smooth`` rows) of log(duration / baseline) must
+reach ``log(1 + thr)`` where ``thr = max(threshold, 5 standard errors of that median given the
+job's own jitter)``: single spikes never move a median, and mild long stragglers (1.05x) are
+found on quiet jobs. Slow rows closer than ``smooth`` rows merge; a period needs ``min_steps``
+rows. Its factor is the median duration inside it divided by the ideal step time. The suspect
+node/rank: a rank whose own step times stand out in the period when per-rank timings exist, else
+the node with the most warning/error records (throttling, ECC, link flaps; ``fail_slow`` first)
+inside the period.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import polars as pl
 
 from toranalyze.clock import ts_glog
 from toranalyze_parsers import _nccl_patterns as P
-from toranalyze_parsers._nccl_records import TAGS
+from toranalyze_parsers._nccl_tags import TAGS
 
 
 def _nccl_result(message: pl.Expr) -> pl.Expr:

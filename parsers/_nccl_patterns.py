@@ -79,6 +79,9 @@ SOCKET_FATAL = (
 )
 SOCKET_SOFT = r"(?i)\bretrying\b|closed by remote peer|reset by peer"
 
+# Other NCCL WARN texts that mean the operation failed (proxy result, misuse, /dev/shm too small).
+WARN_ERROR = r"retcode \d+|Proxy Call to rank \d+ failed|Duplicate GPU detected|/dev/shm"
+
 # Desync report verdicts (TORCH_NCCL_DESYNC_DEBUG).
 DESYNC_LAG = r"\[[\d, ]+\] (?:finished collective #\d+, but didn't join|joined but didn't finish) collective #\d+"
 DESYNC_MISSING = r"ranks \[[\d, ]+\] are the lagging ranks that caused this timeout"

@@ -1,4 +1,4 @@
-"""Tagging lines and gluing multi-line records of the nccl parser.
+"""Gluing multi-line records of the nccl parser.
 
 Three kinds of continuation are folded into a record, all with shifts and
 window expressions over the (prefiltered) line column, never a Python loop:
@@ -21,38 +21,9 @@ from __future__ import annotations
 import polars as pl
 
 from toranalyze_parsers import _nccl_patterns as P
+from toranalyze_parsers._nccl_tags import tag
 
 MAX_WRAP = 3  # continuation lines joined onto one hard-wrapped record
-
-# tag -> (kind, severity). A tag names what a head line is; rows without a tag start no record.
-TAGS: dict[str, tuple[str, str]] = {
-    "init": ("info", "info"),  # comm … - Init COMPLETE
-    "comm": ("info", "info"),  # comm … nRanks N nNodes M localRanks L
-    "abort": ("warning", "warning"),  # comm … - Abort COMPLETE
-    "ib": ("error", "error"),  # NET/IB completion error
-    "ib_other": ("error", "error"),  # other NET/IB / verbs failures
-    "cuda": ("error", "error"),  # Cuda failure 'X'
-    "sock_soft": ("warning", "warning"),  # peer closed / retrying: the cause is elsewhere
-    "sock_fatal": ("error", "error"),  # refused, timed out, unreachable
-    "warn_err": ("error", "error"),  # proxy retcode, duplicate GPU, /dev/shm
-    "warn": ("warning", "warning"),  # any other NCCL WARN
-    "wd_terminated": ("error", "critical"),  # watchdog thread terminated with exception
-    "comm_aborted": ("error", "error"),  # NCCL communicator was aborted on rank N
-    "async_exc": ("error", "error"),  # Collective WorkNCCL(…) raised the following async exception
-    "wd_timeout": ("error", "error"),  # Watchdog caught collective operation timeout
-    "wd_detected": ("error", "error"),  # failure / exception / timeout detected by watchdog at work N
-    "wd_heartbeat": ("error", "critical"),  # Heartbeat monitor timed out!
-    "wd_stuck": ("error", "critical"),  # watchdog got stuck for N seconds
-    "process_down": ("error", "critical"),  # taking the entire process down
-    "ops_failed": ("warning", "warning"),  # Some NCCL operations have failed or timed out
-    "nccl_error": ("error", "error"),  # NCCL error in: …, unhandled system error, NCCL version X
-    "nccl_setup": ("error", "error"),  # [2] is setting up NCCL communicator … got error
-    "desync": ("error", "error"),  # desync report verdict naming the lagging ranks
-    "fr_stack": ("info", "info"),  # Stack trace of the failed collective:
-    "fr_dump": ("info", "info"),  # flight-recorder dump signal / file
-    "pg_error": ("warning", "warning"),  # other error-level ProcessGroupNCCL line
-    "detail": ("error", "error"),  # ncclXxxError: … line with no head above it
-}
 
 _TIMEOUT_TAGS = ["wd_timeout", "wd_terminated", "comm_aborted"]
 STREAM_GAP = 16  # lines other writers may interleave between two lines of one record
@@ -74,55 +45,6 @@ def prefilter(lines: pl.LazyFrame) -> pl.LazyFrame:
         near = near | cand.shift(k, fill_value=False)
     frame = text.str.strip_chars_start().str.starts_with("#")
     return lines.filter(near | frame)
-
-
-def _tag() -> pl.Expr:
-    t = pl.col("text")
-    msg = pl.col("_msg")
-    lvl = pl.col("_level")
-    info = lvl == "INFO"
-    warn = lvl.is_in(["WARN", "ERROR"])
-    # PyTorch text; `what():` lines belong to the torch parser (they repeat the line logged just before).
-    pt = lvl.is_null() & ~t.str.contains(r"^\s*what\(\):")
-    glog_e = pl.col("_glvl") == "E"
-    pg_src = pl.col("_gsrc").str.contains(r"ProcessGroupNCCL|NCCLUtils|TraceUtils|FlightRecorder")
-    rules: list[tuple[pl.Expr, str]] = [
-        (info & msg.str.contains("Init COMPLETE", literal=True), "init"),
-        (info & msg.str.contains(r"^comm 0x[0-9a-fA-F]+ rank \d+ nRanks \d+ nNodes \d+"), "comm"),
-        (info & msg.str.contains("Abort COMPLETE", literal=True), "abort"),
-        (warn & msg.str.contains("Got completion from peer", literal=True), "ib"),
-        (warn & msg.str.contains(r"NET/IB|ibv_\w+|Got CQE with error|async fatal event"), "ib_other"),
-        (warn & msg.str.contains("Cuda failure", literal=True), "cuda"),
-        (warn & msg.str.contains(P.SOCKET_SOFT), "sock_soft"),
-        (warn & msg.str.contains(P.SOCKET_FATAL), "sock_fatal"),
-        (warn & msg.str.contains(r"retcode \d+|Proxy Call to rank \d+ failed|Duplicate GPU detected|/dev/shm"), "warn_err"),
-        (warn, "warn"),
-        (pt & t.str.contains("watchdog thread terminated with exception", literal=True), "wd_terminated"),
-        (pt & t.str.contains("NCCL communicator was aborted", literal=True), "comm_aborted"),
-        (pt & t.str.contains("raised the following async exception", literal=True), "async_exc"),
-        (pt & t.str.contains("collective operation timeout", literal=True), "wd_timeout"),
-        (pt & t.str.contains(r"detected by watchdog|Timeout at NCCL work"), "wd_detected"),
-        (pt & t.str.contains("Heartbeat monitor timed out", literal=True), "wd_heartbeat"),
-        (pt & t.str.contains("watchdog got stuck for", literal=True), "wd_stuck"),
-        (pt & t.str.contains("taking the entire process down", literal=True), "process_down"),
-        (pt & t.str.contains("Some NCCL operations have failed or timed out", literal=True), "ops_failed"),
-        (pt & t.str.contains(P.NCCL_ERROR_IN), "nccl_error"),
-        (pt & t.str.contains("is setting up NCCL communicator", literal=True), "nccl_setup"),
-        (pt & t.str.contains(f"{P.DESYNC_LAG}|{P.DESYNC_MISSING}"), "desync"),
-        (pt & t.str.contains("Stack trace of the failed collective:", literal=True), "fr_stack"),
-        (
-            pt
-            & t.str.contains(
-                r"dumping nccl trace to|Received a dump signal|flight recorder dump signal|Finished writing NCCLPG"
-            ),
-            "fr_dump",
-        ),
-        (pt & glog_e & pg_src & ~t.str.contains(P.PG_CHATTER), "pg_error"),
-    ]
-    expr: pl.Expr = pl.lit(None, pl.String)
-    for cond, name in reversed(rules):
-        expr = pl.when(cond).then(pl.lit(name)).otherwise(expr)
-    return expr
 
 
 def _glue(left: pl.Expr, right: pl.Expr) -> pl.Expr:
@@ -149,7 +71,7 @@ def tag_and_group(lines: pl.LazyFrame) -> pl.LazyFrame:
         nccl.struct.field("msg").alias("_msg"),
         glog.struct.field("lvl").alias("_glvl"),
         glog.struct.field("src").alias("_gsrc"),
-    ).with_columns(_tag().alias("tag"))
+    ).with_columns(tag().alias("tag"))
 
     line = pl.col("line")
     # `_ps`: row index of the previous line of the same writer (one window, then cheap gathers)
@@ -166,7 +88,9 @@ def tag_and_group(lines: pl.LazyFrame) -> pl.LazyFrame:
     bare = text.str.contains(P.BARE_LAST_ERROR)
     after_bare_last = ~starts & ((s_ok & prev_s(bare)) | (p_ok & bare.shift(1)))
     lf = lf.with_columns(
-        (pl.col("_level").is_null() & (text.str.contains(P.DETAIL_LINE) | after_bare_last)).fill_null(False).alias("det"),
+        (pl.col("_level").is_null() & (text.str.contains(P.DETAIL_LINE) | after_bare_last))
+        .fill_null(False)
+        .alias("det"),
         text.str.contains(P.FR_FRAME).alias("frame"),
         starts.alias("starts"),
         s_ok.fill_null(False).alias("s_ok"),
@@ -183,7 +107,10 @@ def tag_and_group(lines: pl.LazyFrame) -> pl.LazyFrame:
         nxt_ok = (line.shift(-k) == line + k) & ~pl.col("starts").shift(-k)
         lf = lf.with_columns((need & ~_complete(pl.col("joined")) & nxt_ok).fill_null(False).alias("_j"))
         lf = lf.with_columns(
-            pl.when(pl.col("_j")).then(_glue(pl.col("joined"), text.shift(-k))).otherwise(pl.col("joined")).alias("joined"),
+            pl.when(pl.col("_j"))
+            .then(_glue(pl.col("joined"), text.shift(-k)))
+            .otherwise(pl.col("joined"))
+            .alias("joined"),
             pl.when(pl.col("_j")).then(pl.lit(k, pl.Int32)).otherwise(pl.col("wrap_n")).alias("wrap_n"),
         )
         need = pl.col("_j")

@@ -23,7 +23,8 @@ from toranalyze.pipeline import IngestOptions, IngestResult, ingest
 from toranalyze.plugins import default_registry
 
 err = Console(stderr=True)
-out = Console()
+# Wide enough for the incident table when writing to a file or a pipe (rich assumes 80 there).
+out = Console() if Console().is_terminal else Console(width=140)
 
 
 def _ingest_options(f: Any) -> Any:

@@ -27,6 +27,11 @@ def _fmt_duration(seconds: float | None) -> str:
     return f"{m}m{s:02d}s"
 
 
+def _short_evidence(ref: str) -> str:
+    """'dir/run/slurm-1.out:728' -> 'slurm-1.out:728' (the tables keep the full path)."""
+    return Path(ref).name
+
+
 def analyze_and_write(result: IngestResult, out_dir: Path, *, ideal_step_time: float | None, console: Console,
                       quiet: bool = False) -> None:
     from toranalyze.analysis import AnalysisOptions, analyze_events
@@ -71,12 +76,12 @@ def print_summary(analysis: object, console: Console) -> None:
                 it.add_column(col, overflow="fold")
             for i, inc in enumerate(mine.iter_rows(named=True), 1):
                 when = inc.get("t_last_progress") or inc.get("t_detected")
-                evidence = inc.get("evidence") or []
+                evidence = [_short_evidence(e) for e in (inc.get("evidence") or [])]
                 it.add_row(
                     str(i),
                     when.strftime("%Y-%m-%d %H:%M:%S") if when else "-",
                     str(inc.get("root_cause")),
-                    "yes" if inc.get("planned") else "no",
+                    "yes" if inc.get("planned") else "",
                     ",".join(inc.get("nodes") or []) or "-",
                     _fmt_duration(inc.get("downtime_s")),
                     "-" if inc.get("lost_steps") is None else str(inc.get("lost_steps")),

@@ -78,7 +78,7 @@ def _convert(node: yaml.Node) -> Any:
         out: dict[Any, Any] = {}
         for k, v in node.value:
             out[_convert(k)] = _convert(v)
-        out[LINES] = (node.start_mark.line + 1, max(node.start_mark.line + 1, _last_line(node)))
+        out[LINES] = (node.start_mark.line + 1, _last_line(node))
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_convert(v) for v in node.value]
@@ -96,15 +96,30 @@ def _convert(node: yaml.Node) -> Any:
 
 
 def _last_line(node: yaml.Node) -> int:
-    # A block mapping's end mark sits on the line after its last value.
-    end = node.end_mark
-    return end.line + (1 if end.column > 0 else 0)
+    """1-based last line a node occupies.
+
+    A block collection's end mark sits on the next token, so its last line is
+    the last line of its last child; flow collections and plain or quoted
+    scalars end right after their final character.
+    """
+    if isinstance(node, yaml.ScalarNode):
+        if node.style in ("|", ">"):
+            return max(node.end_mark.line, node.start_mark.line + 1)
+        return node.end_mark.line + 1
+    if node.flow_style or not node.value:
+        return node.end_mark.line + 1
+    last = node.value[-1]
+    return _last_line(last[1] if isinstance(node, yaml.MappingNode) else last)
 
 
 def _yaml_values(text: str) -> Iterator[Any]:
-    for node in yaml.compose_all(text, Loader=_Loader):
-        if node is not None:
-            yield _convert(node)
+    try:
+        for node in yaml.compose_all(text, Loader=_Loader):
+            if node is not None:
+                yield _convert(node)
+    except yaml.YAMLError:
+        # A capture cut short (or a stray non-YAML line) ends the stream; keep what came before.
+        return
 
 
 def load_values(text: str) -> Iterator[Any]:

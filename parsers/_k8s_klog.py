@@ -34,7 +34,7 @@ _Q = r'"((?:[^"\\]|\\.)*)"'  # a klog/logrus quoted value
 
 def _kv(msg: pl.Expr, key: str) -> pl.Expr:
     """A structured klog/logrus value: key="..." (unescaped) or key=bare."""
-    quoted = msg.str.extract(rf"(?:^|\s){key}={_Q}", 1).str.replace_all(r'\\"', '"', literal=True)
+    quoted = msg.str.extract(rf"(?:^|\s){key}={_Q}", 1).str.replace_all(r'\"', '"', literal=True)
     bare = msg.str.extract(rf"(?:^|\s){key}=([^\s\"]\S*)", 1)
     return pl.coalesce(quoted, bare)
 
@@ -113,7 +113,7 @@ def _prepare(lines: pl.LazyFrame) -> pl.LazyFrame:
     """Unwrap docker json-file lines and note syslog hosts; keep lines that may be klog."""
     text = pl.col("text")
     docker = text.str.extract_groups(_DOCKER)
-    log = docker.struct.field("log").str.replace_all(r'\\"', '"', literal=True).str.replace_all(r"\\\\", r"\\")
+    log = docker.struct.field("log").str.replace_all(r'\"', '"', literal=True).str.replace_all("\\\\", "\\", literal=True)
     dtime = docker.struct.field("time")
     syslog = text.str.extract_groups(_SYSLOG)
     return lines.filter(text.str.contains(".go:", literal=True)).with_columns(
@@ -204,8 +204,8 @@ def extract_operator(lines: pl.LazyFrame) -> pl.LazyFrame:
     """EV_SCHEMA rows for training-operator lifecycle lines (logrus text/JSON, zap JSON)."""
     text = pl.col("text")
     cand = lines.filter(text.str.contains("msg=", literal=True) | text.str.contains('"msg":', literal=True))
-    logrus_msg = text.str.extract(rf"(?:^|\s)msg={_Q}", 1).str.replace_all(r'\\"', '"', literal=True)
-    json_msg = text.str.extract(rf'"msg":\s*{_Q}', 1).str.replace_all(r'\\"', '"', literal=True)
+    logrus_msg = text.str.extract(rf"(?:^|\s)msg={_Q}", 1).str.replace_all(r'\"', '"', literal=True)
+    json_msg = text.str.extract(rf'"msg":\s*{_Q}', 1).str.replace_all(r'\"', '"', literal=True)
     iso_time = pl.coalesce(
         text.str.extract(r'(?:^|\s)time="([^"]+)"', 1),
         text.str.extract(r'"(?:time|ts)":\s*"([^"]+)"', 1),

@@ -55,7 +55,8 @@ def tag() -> pl.Expr:
     glog_e = pl.col("_glvl") == "E"
     pg_src = pl.col("_gsrc").str.contains(r"ProcessGroupNCCL|NCCLUtils|TraceUtils|FlightRecorder")
     rules: list[tuple[pl.Expr, str]] = [
-        (info & msg.str.contains("Init COMPLETE", literal=True), "init"),
+        # 2.4+ `… - Init COMPLETE`; 2.3 `comm 0x… rank R nranks N - COMPLETE`
+        (info & msg.str.contains(r"Init COMPLETE|^comm 0x[0-9a-fA-F]+ rank \d+ nranks \d+\b.* - COMPLETE\s*$"), "init"),
         (info & msg.str.contains(r"^comm 0x[0-9a-fA-F]+ rank \d+ nRanks \d+ nNodes \d+"), "comm"),
         (info & msg.str.contains("Abort COMPLETE", literal=True), "abort"),
         (warn & msg.str.contains("Got completion from peer", literal=True), "ib"),

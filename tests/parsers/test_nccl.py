@@ -130,12 +130,15 @@ def test_megatron_init_complete_lines() -> None:
         ("n1:1:2 [0] NCCL INFO ncclCommInitRankConfig comm 0x5 rank 0 nranks 8 cudaDev 0 nvmlDev 0 busId 18000 "
          "commId 0xab - Init COMPLETE", 0, 8, 0, "0000:18:00"),
         ("n1:1:2 [1] NCCL INFO comm 0x7f rank 1 nranks 2 cudaDev 1 busId 1B000 - Init COMPLETE", 1, 2, 1, "0000:1b:00"),
+        # NCCL 2.4-2.6 print no busId; 2.3 no cudaDev either
+        ("n1:1:2 [1] NCCL INFO comm 0x7f4e8c001f30 rank 1 nranks 2 cudaDev 1 nvmlDev 1 - Init COMPLETE", 1, 2, 1, None),
+        ("n1:1:2 [1] NCCL INFO comm 0x7f4e8c001f30 rank 3 nranks 4 - COMPLETE", 3, 4, 1, None),
         # a PCI domain other than 0 (busId 100000 = 0001:00:00.0)
         ("n1:1:2 [0] NCCL INFO comm 0x8e01d00 rank 1 nranks 2 cudaDev 0 busId 100000 - Init COMPLETE",
          1, 2, 0, "0001:00:00"),
     ],
 )
-def test_init_complete(line: str, rank: int, n_gpus: int, gpu: int, device: str) -> None:
+def test_init_complete(line: str, rank: int, n_gpus: int, gpu: int, device: str | None) -> None:
     row = one([line])
     assert (row["kind"], row["severity"]) == ("info", "info")
     assert (row["rank"], row["n_gpus"], row["gpu"], row["device"]) == (rank, n_gpus, gpu, device)

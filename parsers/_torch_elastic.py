@@ -21,7 +21,8 @@ _FAILED = r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\) of bin
 _SENDING = r"Sending process (\d+) closing signal (\w+)"
 # torch: 'Worker group FAILED. 3/3 attempts left'; dlrover: 'Worker group FAILED, is failure node: False,2/3 ...'
 _WORKER_GROUP = (
-    r"\[([\w-]+)\] Worker group (\w+)[.,](?: is failure node: \w+,)?\s*(\d+)/(\d+) attempts left; will restart worker group"
+    r"\[([\w-]+)\] Worker group (\w+)[.,](?: is failure node: \w+,)?\s*(\d+)/(\d+) attempts left;"
+    r" will restart worker group"
 )
 _NEW_NODES = r"\[([\w-]+)\] Detected (\d+) new nodes? from group_rank=(\d+); will restart worker group"
 _DEATH = r"Received (?:Signals\.)?(\w+) death signal, shutting down workers"
@@ -30,7 +31,7 @@ _SUCCEEDED = r"worker group successfully finished|Local worker group finished \(
 _SOCKET = r"\[c10d\] The client socket has (?:failed to connect|timed out)"
 
 _RDZV = r"\[([\w-]+)\] Rendezvous complete for workers\. Result:"
-_LAUNCH = r"Starting elastic_operator with launch configs:"
+_LAUNCH = "Starting elastic_operator with launch configs:"
 _KV = r"^\s{2,}(\w+)\s*(?:=|:\s)\s*(.*?)\s*$"
 
 ELASTIC_NOISE: tuple[str, ...] = (
@@ -56,6 +57,11 @@ def _fmt(template: str, *args: pl.Expr) -> pl.Expr:
     return pl.format(template, *[a.cast(pl.String).fill_null("?") for a in args])
 
 
+def _g(n: int) -> pl.Expr:
+    """Capture group n of the pattern the current one-line rule matched (see _matching)."""
+    return pl.col("_g").struct.field(str(n))
+
+
 def _lit(fragment: str) -> pl.Expr:
     return pl.col("_x").str.contains(fragment, literal=True)
 
@@ -66,90 +72,85 @@ def _stamp() -> list[pl.Expr]:
     return [glog_ts(pl.col("_x")).alias("ts"), pl.when(is_glog).then(False).otherwise(True).alias("ts_year_known")]
 
 
+def _matching(lf: pl.LazyFrame, fragment: str, pattern: str) -> pl.LazyFrame:
+    """Rows containing the literal fragment (cheap) whose text matches pattern; groups in _g."""
+    hits = lf.filter(_lit(fragment)).with_columns(pl.col("_x").str.extract_groups(pattern).alias("_g"))
+    return hits.filter(pl.col("_x").str.contains(pattern))
+
+
 def _failed(lf: pl.LazyFrame) -> pl.LazyFrame:
-    g = pl.col("_x").str.extract_groups(_FAILED)
-    code = g.struct.field("1")
-    sig = signal_name(code)
-    hits = lf.filter(_lit("failed (exitcode:")).with_columns(g.alias("_g")).filter(pl.col("_g").struct.field("1").is_not_null())
-    g = pl.col("_g")
-    return hits.select(
+    sig = signal_name(_g(1))
+    message = pl.concat_str(
+        [
+            _fmt("worker failed (exitcode: {}", _g(1)),
+            pl.when(sig.is_not_null()).then(_fmt(" = {}", sig)),
+            _fmt(") local_rank: {} (pid: {}) of binary: {}", _g(2), _g(3), _g(4)),
+        ],
+        ignore_nulls=True,
+    )
+    return _matching(lf, "failed (exitcode:", _FAILED).select(
         "line",
         *_stamp(),
         pl.lit("error").alias("kind"),
         pl.lit("error").alias("severity"),
-        g.struct.field("1").alias("code"),
-        g.struct.field("2").cast(pl.Int32).alias("rank"),
-        pl.concat_str(
-            [
-                _fmt("worker failed (exitcode: {}", g.struct.field("1")),
-                pl.when(sig.is_not_null()).then(_fmt(" = {}", signal_name(g.struct.field("1")))),
-                _fmt(") local_rank: {} (pid: {}) of binary: {}", g.struct.field("2"), g.struct.field("3"), g.struct.field("4")),
-            ],
-            ignore_nulls=True,
-        ).alias("message"),
+        _g(1).alias("code"),
+        _g(2).cast(pl.Int32).alias("rank"),  # local rank: the line names no other
+        message.alias("message"),
     )
 
 
 def _restarts(lf: pl.LazyFrame) -> pl.LazyFrame:
-    wg = pl.col("_x").str.extract_groups(_WORKER_GROUP)
-    nn = pl.col("_x").str.extract_groups(_NEW_NODES)
-    hits = lf.filter(_lit("will restart worker group")).with_columns(wg.alias("_wg"), nn.alias("_nn"))
-    wg, nn = pl.col("_wg"), pl.col("_nn")
-    left = wg.struct.field("3").cast(pl.Int32)
-    most = wg.struct.field("4").cast(pl.Int32)
-    return hits.filter(wg.struct.field("1").is_not_null() | nn.struct.field("1").is_not_null()).select(
+    group = _matching(lf, "will restart worker group", _WORKER_GROUP)
+    left, most = _g(3).cast(pl.Int32), _g(4).cast(pl.Int32)
+    failed = group.select(
         "line",
         *_stamp(),
-        pl.lit("restart").alias("kind"),
-        pl.lit("warning").alias("severity"),
-        # The restart this line announces: 3/3 left -> the first restart (restart_count=1 afterwards).
+        # The restart this line announces: '3/3 attempts left' -> the first (restart_count=1 after it).
         (most - left + 1).alias("attempt"),
-        wg.struct.field("2").alias("state"),
-        pl.when(wg.struct.field("1").is_not_null())
-        .then(_fmt("[{}] worker group {}; restarting ({}/{} restarts left before this one)",
-                        wg.struct.field("1"), wg.struct.field("2"), left, most))
-        .otherwise(_fmt("[{}] {} new node(s) from group_rank={}; restarting worker group",
-                             nn.struct.field("1"), nn.struct.field("2"), nn.struct.field("3")))
+        _g(2).alias("state"),
+        _fmt("[{}] worker group {}; restarting ({}/{} restarts left before this one)", _g(1), _g(2), left, most)
         .alias("message"),
     )
+    joined = _matching(lf, "will restart worker group", _NEW_NODES).select(
+        "line",
+        *_stamp(),
+        _fmt("[{}] {} new node(s) from group_rank={}; restarting worker group", _g(1), _g(2), _g(3)).alias("message"),
+    )
+    kind = [pl.lit("restart").alias("kind"), pl.lit("warning").alias("severity")]
+    return pl.concat([conform_raw(f.with_columns(kind)) for f in (failed, joined)], how="vertical")
 
 
-def _simple(lf: pl.LazyFrame, fragment: str, pattern: str, kind: str, severity: str, message: pl.Expr,
+def _simple(lf: pl.LazyFrame, fragment: str, pattern: str, kind: str, message: pl.Expr,
             code: pl.Expr | None = None) -> pl.LazyFrame:
-    g = pl.col("_x").str.extract_groups(pattern)
-    hits = lf.filter(_lit(fragment)).with_columns(g.alias("_g"), pl.col("_x").str.contains(pattern).alias("_hit"))
-    return hits.filter("_hit").select(
+    return _matching(lf, fragment, pattern).select(
         "line",
         *_stamp(),
         pl.lit(kind).alias("kind"),
-        pl.lit(severity).alias("severity"),
+        pl.lit(kind).alias("severity"),
         (code if code is not None else pl.lit(None, pl.String)).alias("code"),
         message.alias("message"),
     )
 
 
 def _one_liners(lf: pl.LazyFrame) -> list[pl.LazyFrame]:
-    g = pl.col("_g")
-    text = pl.col("_x").str.replace(GLOG, "").str.strip_chars()
+    body = pl.col("_x").str.replace(GLOG, "").str.strip_chars()
     return [
         _failed(lf),
         _restarts(lf),
-        _simple(lf, "closing signal", _SENDING, "warning", "warning",
-                _fmt("launcher sending process {} closing signal {}", g.struct.field("1"), g.struct.field("2")),
-                signal_code(g.struct.field("2"))),
-        _simple(lf, "death signal", _DEATH, "warning", "warning",
-                _fmt("launcher received {} death signal, shutting down workers", g.struct.field("1")),
-                signal_code(g.struct.field("1"))),
-        _simple(lf, "forcefully exiting", _FORCED, "warning", "warning",
-                _fmt("process {} ignored {}; killed with {}", g.struct.field("1"), g.struct.field("2"), g.struct.field("3"))),
-        _simple(lf, "finished", _SUCCEEDED, "info", "info", text),
-        _simple(lf, "[c10d] The client socket", _SOCKET, "warning", "warning", text),
+        _simple(lf, "closing signal", _SENDING, "warning",
+                _fmt("launcher sending process {} closing signal {}", _g(1), _g(2)), signal_code(_g(2))),
+        _simple(lf, "death signal", _DEATH, "warning",
+                _fmt("launcher received {} death signal, shutting down workers", _g(1)), signal_code(_g(1))),
+        _simple(lf, "forcefully exiting", _FORCED, "warning",
+                _fmt("process {} ignored {}; killed with {}", _g(1), _g(2), _g(3))),
+        _simple(lf, "finished", _SUCCEEDED, "info", body),
+        _simple(lf, "[c10d] The client socket", _SOCKET, "warning", body),
     ]
 
 
 def _blocks(lf: pl.LazyFrame) -> pl.LazyFrame:
     """'Rendezvous complete ... Result:' and 'Starting elastic_operator ...' with their indented key lines."""
-    is_hdr = pl.col("_x").str.contains(_RDZV) | _lit(_LAUNCH.rstrip(":"))
+    is_hdr = pl.col("_x").str.contains(_RDZV) | _lit(_LAUNCH)
     is_kv = pl.col("_x").str.contains(_KV)
     lf = lf.with_columns(is_hdr.alias("_hdr"), is_kv.alias("_kv"))
     link = pl.col("_kv") & (pl.col("_hdr") | pl.col("_kv")).shift(1).over("_s").fill_null(False)
@@ -174,29 +175,35 @@ def _blocks(lf: pl.LazyFrame) -> pl.LazyFrame:
         *[val(k) for k in keys],
     )
     rdzv = pl.col("_x").str.extract(_RDZV, 1)
-    world = pl.col("global_world_sizes").str.extract(r"^\[(\d+)", 1)
+    is_rdzv = rdzv.is_not_null()
+    world = pl.col("global_world_sizes").str.extract(r"^\[(\d+)", 1).cast(pl.Int32, strict=False)
+    # A launch config states the job size only when it is not elastic (min_nodes == max_nodes).
     nodes = pl.when(pl.col("min_nodes") == pl.col("max_nodes")).then(pl.col("max_nodes").cast(pl.Int32, strict=False))
     nproc = pl.col("nproc_per_node").cast(pl.Int32, strict=False)
+    rdzv_msg = _fmt(
+        "[{}] rendezvous complete: restart_count={} group_rank={} group_world_size={} world_size={}",
+        rdzv, pl.col("restart_count"), pl.col("group_rank"), pl.col("group_world_size"), world,
+    )
+    launch_msg = _fmt(
+        "torchrun launch: entrypoint={} nodes={}:{} nproc_per_node={} max_restarts={}",
+        pl.col("entrypoint"), pl.col("min_nodes"), pl.col("max_nodes"), nproc, pl.col("max_restarts"),
+    )
     return blocks.select(
         "line",
         pl.when(pl.col("line_end") > pl.col("line")).then(pl.col("line_end")).alias("line_end"),
         *_stamp(),
         pl.lit("info").alias("kind"),
         pl.lit("info").alias("severity"),
-        pl.when(rdzv.is_not_null()).then(pl.col("restart_count").cast(pl.Int32, strict=False)).alias("attempt"),
-        pl.when(rdzv.is_not_null()).then(pl.col("group_world_size").cast(pl.Int32, strict=False)).otherwise(nodes).alias("n_nodes"),
-        pl.when(rdzv.is_not_null()).then(world.cast(pl.Int32, strict=False)).otherwise(nodes * nproc).alias("n_gpus"),
-        pl.when(rdzv.is_not_null())
-        .then(_fmt("[{}] rendezvous complete: restart_count={} group_rank={} group_world_size={} world_size={}",
-                        rdzv, pl.col("restart_count"), pl.col("group_rank"), pl.col("group_world_size"), world))
-        .otherwise(_fmt("torchrun launch: entrypoint={} nodes={}:{} nproc_per_node={} max_restarts={}",
-                             pl.col("entrypoint"), pl.col("min_nodes"), pl.col("max_nodes"),
-                             pl.col("nproc_per_node"), pl.col("max_restarts")))
-        .alias("message"),
+        pl.when(is_rdzv).then(pl.col("restart_count").cast(pl.Int32, strict=False)).alias("attempt"),
+        pl.when(is_rdzv).then(pl.col("group_world_size").cast(pl.Int32, strict=False)).otherwise(nodes)
+        .alias("n_nodes"),
+        pl.when(is_rdzv).then(world).otherwise(nodes * nproc).alias("n_gpus"),
+        pl.when(is_rdzv).then(rdzv_msg).otherwise(launch_msg).alias("message"),
     )
 
 
 def elastic_events(typed: pl.LazyFrame) -> pl.LazyFrame:
-    # Lines inside a crash record (the ChildFailedError block) are that record's.
+    # Lines inside a crash record (the ChildFailedError block) are that record's. Blocks need
+    # every row: they link a line to the one before it in the stream.
     lf = typed.filter(~pl.col("_rec"))
     return pl.concat([conform_raw(f) for f in [*_one_liners(lf), _blocks(typed)]], how="vertical")

@@ -54,14 +54,14 @@ def line_events(typed: pl.LazyFrame) -> pl.LazyFrame:
     signal_line = pl.col("_t") == SIGLINE
     cuda = text.str.contains(_CUDA) & ~text.str.contains(_NOT_CUDA) & ~signal_line & worker.is_null()
     nan = text.str.contains(r"(?i)nan|inf") & text.str.contains(_NAN) & ~cuda
-    no_code = pl.lit(None, pl.String)
+    no_code, error, warning = pl.lit(None, pl.String), pl.lit("error"), pl.lit("warning")
     return pl.concat(
         [
             _events(lf, worker.is_not_null(), worker.replace_strict(_WORKER_CODES, default=None)),
             _events(lf, signal_line, signal_of_words(text)),
             _events(lf, cuda, no_code),
             # 'loss is nan, skipping batch' is a trainer coping, not a crash
-            _events(lf, nan, no_code, pl.when(text.str.contains(r"(?i)\bskip")).then(pl.lit("warning")).otherwise(pl.lit("error"))),
+            _events(lf, nan, no_code, pl.when(text.str.contains(r"(?i)\bskip")).then(warning).otherwise(error)),
         ],
         how="vertical",
     )

@@ -62,6 +62,7 @@ _LOG_LEVEL = r"^\s?(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL|NOTE|TIP|HINT
 _INDENT = r"^(?: {4,}|\t)\S|^\s+[\^~]+\s*$"
 # The code line of a frame whose header the publisher cut: 'work = default_pg.barrier(opts=opts)'.
 _CALL = r"^\s*(?:[\w.\[\]]+\s*=\s*)?(?:return |raise |await )?[\w.\[\]]+\(.*[,()]\s*$"
+CUT_OFF = "Python traceback without its exception line (output cut off)"
 # Orphan exception lines the nccl parser records on its own.
 NCCL_OWNED = r"NCCL error|nccl[A-Z]\w*Error|ProcessGroupNCCL|Watchdog caught collective"
 
@@ -167,6 +168,10 @@ def typed_lines(lines: pl.LazyFrame) -> pl.LazyFrame:
     return lf.with_columns((anchored & (pl.col("_i") >= first)).fill_null(False).alias("_rec"))
 
 
+def _fields_of(groups: pl.Expr, *numbers: int) -> list[pl.Expr]:
+    return [groups.struct.field(str(n)) for n in numbers]
+
+
 def _fields(typed: pl.LazyFrame) -> pl.LazyFrame:
     """Per-row pieces the record summary is built from."""
     t, text = pl.col("_t"), pl.col("_x")
@@ -186,26 +191,29 @@ def _fields(typed: pl.LazyFrame) -> pl.LazyFrame:
     return typed.with_columns(
         is_exc.alias("_exc"),
         has_msg.alias("_msg"),
-        pl.when(t == FRAME)
-        .then(pl.format("{}:{} in {}", basename(frame.struct.field("1")), frame.struct.field("2"), frame.struct.field("3")))
+        pl.when(t == FRAME).then(pl.format("{}:{} in {}", basename(frame.struct.field("1")), *_fields_of(frame, 2, 3)))
         .alias("_frame"),
         pl.when(t == CONT).then(cfe).alias("_cfe"),
-        pl.when(t == RAISED).then(pl.format("{} at {}", raised.struct.field("1"), basename(raised.struct.field("2")))).alias("_raised"),
+        pl.when(t == RAISED).then(pl.format("{} at {}", raised.struct.field("1"), basename(raised.struct.field("2"))))
+        .alias("_raised"),
         pl.when(t == TERM).then(term_type).alias("_tt"),
         pl.when(t == TERM).then(term_type).forward_fill().over("_s").alias("_fftt"),
         info.alias("_info"),
         text.str.contains(r"^\s*\S+ FAILED\s*$").alias("_title"),
         # faulthandler lists the most recent call first, under 'Current thread'
         pl.when(t == THREAD).then(text.str.starts_with("Current thread")).forward_fill().over(["_s", "_run"])
-        .fill_null(False).alias("_current"),
+        .fill_null(False)
+        .alias("_current"),
     )
 
 
 def _summaries(rows: pl.LazyFrame) -> pl.LazyFrame:
     grp = ["_s", "_run"]
     t, i = pl.col("_t"), pl.col("_i")
-    main = pl.coalesce(i.filter(pl.col("_exc") & pl.col("_msg")).max().over(grp), i.filter(pl.col("_exc")).max().over(grp))
-    rows = rows.with_columns(main.alias("_main"))
+    # The record's exception: the last exception line that has a message (a bare name may be
+    # another writer's debris), else the last exception line.
+    with_msg = i.filter(pl.col("_exc") & pl.col("_msg")).max().over(grp)
+    rows = rows.with_columns(pl.coalesce(with_msg, i.filter(pl.col("_exc")).max().over(grp)).alias("_main"))
     main_i = pl.col("_main")
 
     def cfe(n: str) -> pl.Expr:
@@ -218,7 +226,8 @@ def _summaries(rows: pl.LazyFrame) -> pl.LazyFrame:
         pl.col("_x").filter(pl.col("_exc") & pl.col("_msg") & (i != main_i)).str.strip_chars().alias("_others"),
         pl.col("_frame").filter((t == FRAME) & (main_i.is_null() | (i < main_i))).drop_nulls().last(),
         pl.col("_frame").filter((t == FRAME) & pl.col("_current")).drop_nulls().first().alias("_fault_frame"),
-        pl.col("_x").filter(t == WHAT).first().str.replace(r"^\s*what\(\):\s*", "").str.strip_chars().alias("_what"),
+        pl.col("_x").filter(t == WHAT).first()
+        .str.replace(r"^\s*what\(\):\s*", "").str.strip_chars().alias("_what"),
         pl.col("_tt").drop_nulls().last(),
         t.is_in([TERM, WHAT]).any().alias("_cpp"),
         pl.col("_x").filter(t == TERM).first().str.strip_chars().alias("_term_text"),
@@ -226,7 +235,8 @@ def _summaries(rows: pl.LazyFrame) -> pl.LazyFrame:
         pl.col("_raised").drop_nulls().first(),
         pl.col("_x").filter(t == FATAL).first().str.strip_chars().alias("_fatal"),
         pl.col("_x").filter(t == SIGLINE).first().str.strip_chars().alias("_sig"),
-        pl.col("_x").filter(pl.col("_info")).str.strip_chars().unique(maintain_order=True).str.join(" | ").alias("_info"),
+        pl.col("_x").filter(pl.col("_info")).str.strip_chars().unique(maintain_order=True).str.join(" | ")
+        .alias("_info"),
         pl.col("_x").filter(pl.col("_title")).first().str.strip_chars().alias("_title"),
         t.is_in([TB, FRAME, HEAD]).any().alias("_tb"),
         (t == ROOT).any().alias("_root"),
@@ -245,18 +255,9 @@ def _opt(prefix: str, value: pl.Expr, suffix: str = "") -> pl.Expr:
     return pl.when(value.is_not_null() & (value != "")).then(pl.concat_str([pl.lit(prefix), value, pl.lit(suffix)]))
 
 
-def _compose(recs: pl.LazyFrame) -> pl.LazyFrame:
-    main, what, fatal = pl.col("_main_text"), pl.col("_what"), pl.col("_fatal")
-    cfe = main.str.contains("ChildFailedError", literal=True).fill_null(False) | pl.col("_root")
-    cpp = pl.col("_cpp")
-    # a what() block whose 'terminate called' line went to an earlier record (two processes
-    # printed theirs back to back) takes that line's type
-    cpp_type = pl.when(pl.col("_term_text").is_not_null()).then(pl.col("_tt")).otherwise(pl.col("_fftt"))
-    sig = signal_name(pl.col("_cf_exit"))
-    at = _opt(" [at ", pl.col("_frame"), "]")
-    info = _opt(" | ", pl.col("_info"))
-    others = _opt("; earlier: ", pl.col("_others").list.join(" <- "))
-    cfe_msg = pl.concat_str(
+def _child_failed_message(main: pl.Expr) -> pl.Expr:
+    """'ChildFailedError: train.py FAILED; root cause: rank 3 (local_rank 3) on node-1 exitcode -6 (SIGABRT) ...'"""
+    return pl.concat_str(
         [
             pl.coalesce(main.str.extract(r"(\w*ChildFailedError:?)", 1), pl.lit("ChildFailedError:")),
             _opt(" ", pl.col("_title")),
@@ -265,30 +266,60 @@ def _compose(recs: pl.LazyFrame) -> pl.LazyFrame:
             _opt(" (local_rank ", pl.col("_cf_local"), ")"),
             _opt(" on ", pl.col("_cf_host")),
             _opt(" exitcode ", pl.col("_cf_exit")),
-            _opt(" (", sig, ")"),
+            _opt(" (", signal_name(pl.col("_cf_exit")), ")"),
             _opt(" pid ", pl.col("_cf_pid")),
             _opt("; ", pl.col("_cf_tb").str.strip_chars()),
         ],
         ignore_nulls=True,
     )
-    cpp_msg = pl.when(what.is_not_null()).then(
-        pl.concat_str(
-            [pl.coalesce(cpp_type, pl.lit("C++ exception")), pl.lit(": "), what, info,
-             _opt(" [raised from ", pl.col("_raised"), "]")],
-            ignore_nulls=True,
-        )
-    ).otherwise(pl.col("_term_text"))
-    fatal_msg = pl.concat_str([fatal, _opt("; ", pl.col("_sig")), _opt(" [at ", pl.col("_fault_frame"), "]")], ignore_nulls=True)
-    py_msg = pl.concat_str([main, info, at, others], ignore_nulls=True)
-    cut_msg = pl.concat_str([pl.lit("Python traceback without its exception line (output cut off)"), at], ignore_nulls=True)
+
+
+def _cpp_type() -> pl.Expr:
+    # A what() block whose 'terminate called' line went to an earlier record (two processes
+    # printed theirs back to back) takes the type of that line.
+    return pl.when(pl.col("_term_text").is_not_null()).then(pl.col("_tt")).otherwise(pl.col("_fftt"))
+
+
+def _cpp_message(info: pl.Expr) -> pl.Expr:
+    """'c10::CUDAError: CUDA error: unknown error [raised from query at CUDAEvent.h:95]'"""
+    parts = [
+        pl.coalesce(_cpp_type(), pl.lit("C++ exception")),
+        pl.lit(": "),
+        pl.col("_what"),
+        info,
+        _opt(" [raised from ", pl.col("_raised"), "]"),
+    ]
+    return pl.when(pl.col("_what").is_not_null()).then(pl.concat_str(parts, ignore_nulls=True)).otherwise("_term_text")
+
+
+def _compose(recs: pl.LazyFrame) -> pl.LazyFrame:
+    main, fatal = pl.col("_main_text"), pl.col("_fatal")
+    cfe = main.str.contains("ChildFailedError", literal=True).fill_null(False) | pl.col("_root")
+    cpp = pl.col("_cpp")
+    at = _opt(" [at ", pl.col("_frame"), "]")
+    info = _opt(" | ", pl.col("_info"))
+    others = _opt("; earlier: ", pl.col("_others").list.join(" <- "))
+    fault_at = _opt(" [at ", pl.col("_fault_frame"), "]")
     message = (
-        pl.when(cfe).then(cfe_msg).when(cpp).then(cpp_msg).when(fatal.is_not_null()).then(fatal_msg)
-        .when(main.is_not_null()).then(py_msg).otherwise(cut_msg)
+        pl.when(cfe)
+        .then(_child_failed_message(main))
+        .when(cpp)
+        .then(_cpp_message(info))
+        .when(fatal.is_not_null())
+        .then(pl.concat_str([fatal, _opt("; ", pl.col("_sig")), fault_at], ignore_nulls=True))
+        .when(main.is_not_null())
+        .then(pl.concat_str([main, info, at, others], ignore_nulls=True))
+        .otherwise(pl.concat_str([pl.lit(CUT_OFF), at], ignore_nulls=True))
     )
     exc_name = main.str.extract(r"^([\w.]+)", 1).str.extract(r"([A-Za-z_]\w*)$", 1)
     code = (
-        pl.when(cfe).then(pl.col("_cf_exit")).when(cpp).then(cpp_type)
-        .when(fatal.is_not_null()).then(signal_of_words(fatal)).otherwise(exc_name)
+        pl.when(cfe)
+        .then(pl.col("_cf_exit"))
+        .when(cpp)
+        .then(_cpp_type())
+        .when(fatal.is_not_null())
+        .then(signal_of_words(fatal))
+        .otherwise(exc_name)
     )
     gpu = message.str.extract(r"(?:\(GPU |\bGPU )(\d+)(?:;| has a total capac)", 1)
     # Orphan NCCL exception lines (no frames around them) are the nccl parser's records.
@@ -298,6 +329,7 @@ def _compose(recs: pl.LazyFrame) -> pl.LazyFrame:
         pl.when(pl.col("line_end") > pl.col("line")).then(pl.col("line_end")).alias("line_end"),
         pl.lit("error").alias("kind"),
         pl.lit("error").alias("severity"),
+        # ChildFailedError's 'time :' is the host's local clock, without a zone
         pl.col("_cf_time").str.strptime(NAIVE_US, "%Y-%m-%d_%H:%M:%S", strict=False).alias("ts"),
         pl.col("_cf_host").alias("node"),
         pl.col("_cf_rank").cast(pl.Int32, strict=False).alias("rank"),

@@ -1,0 +1,41 @@
+"""The README's main command works end to end on the committed sample run."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _readme_analyze_args() -> list[str]:
+    readme = (ROOT / "README.md").read_text()
+    first_block = re.findall(r"```bash\n(.*?)```", readme, re.S)[0]
+    command = first_block.split("&&")[-1].strip()
+    args = shlex.split(command)
+    assert args[:2] == ["toranalyze", "analyze"], command
+    return args[2:]
+
+
+def test_readme_main_command_end_to_end(tmp_path: Path) -> None:
+    args = _readme_analyze_args()
+    out = tmp_path / "report"
+    proc = subprocess.run([sys.executable, "-m", "toranalyze", "analyze", *args, "-o", str(out), "-q"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    for table in ("events", "attempts", "incidents", "slow_periods", "tor"):
+        assert (out / f"{table}.parquet").exists(), table
+    assert "TOR" in proc.stdout and "incidents" in proc.stdout
+    tor = pl.read_parquet(out / "tor.parquet")
+    assert tor.height == 1
+    row = tor.row(0, named=True)
+    assert 0 < row["tor"] <= 1
+    buckets = ("useful", "slowdown", "rework", "checkpoint", "detection", "recovery", "other")
+    assert sum(row[f"{b}_us"] for b in buckets) == row["t_obs_us"]
+    summary = (out / "summary.json").read_text()
+    assert '"files_failed": 0' in summary

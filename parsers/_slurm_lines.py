@@ -17,6 +17,7 @@ from collections.abc import Callable
 import polars as pl
 
 from toranalyze.clock import ts_iso, ts_month_name
+from toranalyze.schema import NAIVE_US
 from toranalyze_parsers._slurm_common import (
     JOB_ID,
     REASON_STATE,
@@ -74,15 +75,24 @@ def _with_line_clock(lines: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def _rule(
-    base: pl.LazyFrame,
+    base: pl.DataFrame,
     literal: str,
     regex: str,
     kind: str | pl.Expr,
     severity: str | pl.Expr,
     **cols: pl.Expr,
-) -> pl.LazyFrame:
-    """Rows of lines containing ``literal`` and matching ``regex``; ``_g`` holds the named groups."""
-    hits = base.filter(pl.col("text").str.contains(literal, literal=True) & pl.col("text").str.contains(regex))
+) -> pl.DataFrame | None:
+    """Rows of lines containing ``literal`` and matching ``regex``; ``_g`` holds the named groups.
+
+    Runs eagerly on the (small) keyword-filtered frame: a rule whose literal is absent costs
+    one substring scan and compiles no regex.
+    """
+    hits = base.filter(pl.col("text").str.contains(literal, literal=True))
+    if hits.is_empty():
+        return None
+    hits = hits.filter(pl.col("text").str.contains(regex))
+    if hits.is_empty():
+        return None
     hits = hits.with_columns(pl.col("text").str.extract_groups(regex).alias("_g"))
     exprs: dict[str, pl.Expr] = {
         "kind": pl.lit(kind) if isinstance(kind, str) else kind,
@@ -95,7 +105,7 @@ def _rule(
     return hits.select("line", "_lts", "_loff", "_lyk", *[e.alias(k) for k, e in exprs.items()])
 
 
-def _banners(base: pl.LazyFrame) -> list[pl.LazyFrame]:
+def _banners(base: pl.DataFrame) -> list[pl.DataFrame | None]:
     """slurmstepd / srun '*** JOB|STEP N [ON NODE] CANCELLED AT T [DUE TO R] ***' in all its shapes."""
     regex = (
         r"\*\*\* (?P<what>JOB|STEP) (?P<id>[\w.+\[\]%\-]+)(?: ON (?P<on>[^\s*]+))? "
@@ -114,7 +124,7 @@ def _banners(base: pl.LazyFrame) -> list[pl.LazyFrame]:
         .otherwise(pl.lit("CANCELLED"))
     )
     severity = (
-        pl.when(_g("ume").is_not_null())
+        pl.when(reason == "UNCORRECTABLE MEMORY ERROR")
         .then(pl.lit("critical"))
         .when(state.is_in(["NODE_FAIL", "FAILED"]) | _g("stepd").is_not_null())
         .then(pl.lit("error"))
@@ -135,7 +145,7 @@ def _banners(base: pl.LazyFrame) -> list[pl.LazyFrame]:
     return [frame, reason_line]
 
 
-def _oom(base: pl.LazyFrame) -> list[pl.LazyFrame]:
+def _oom(base: pl.DataFrame) -> list[pl.DataFrame | None]:
     """cgroup OOM notices (three wordings) and the older jobacct memory-limit kills."""
     detected = rf"Detected (?P<n>\d+) oom[-_]kill events?(?:\(s\))?(?: in (?:step |StepId=)?{_ID}(?:\.(?P<step>\w+))?)?"
     limit = rf"(?:(?:Job|Step) {_ID}(?:\.(?P<step>\w+))? exceeded memory limit|Exceeded (?:job|step) memory limit)(?P<rest>.*)"
@@ -147,7 +157,7 @@ def _oom(base: pl.LazyFrame) -> list[pl.LazyFrame]:
     ]
 
 
-def _srun(base: pl.LazyFrame) -> list[pl.LazyFrame]:
+def _srun(base: pl.DataFrame) -> list[pl.DataFrame | None]:
     tasks = r"srun: error: (?P<node>[^\s:]+): tasks? (?P<tasks>[\d,\-\[\]]+): (?P<what>.+?)\s*$"
     what = _g("what")
     signame = what.str.replace(r"\s*\(core dumped\)$", "")
@@ -191,7 +201,7 @@ def _srun(base: pl.LazyFrame) -> list[pl.LazyFrame]:
     ]
 
 
-def _ctld(base: pl.LazyFrame) -> list[pl.LazyFrame]:
+def _ctld(base: pl.DataFrame) -> list[pl.DataFrame | None]:
     """slurmctld / slurmd records: job life cycle, node failures and node states."""
     complete = rf"_job_complete: {_CTLD_JOB} (?P<how>WEXITSTATUS|WTERMSIG) (?P<code>-?\d+)"
     how_state = (
@@ -276,7 +286,7 @@ def _ctld(base: pl.LazyFrame) -> list[pl.LazyFrame]:
     ]
 
 
-def _watchdog(base: pl.LazyFrame) -> list[pl.LazyFrame]:
+def _watchdog(base: pl.DataFrame) -> list[pl.DataFrame | None]:
     """squeue-polling watchdogs that report the job's state into the run log."""
     running = (
         rf"is running for (?P<el>\S+) since (?P<since>\S+) \({_ID} on '[^']*' partition"
@@ -297,9 +307,9 @@ def _watchdog(base: pl.LazyFrame) -> list[pl.LazyFrame]:
     ]
 
 
-def _sigterm_bursts(base: pl.LazyFrame) -> list[pl.LazyFrame]:
+def _sigterm_bursts(base: pl.DataFrame) -> list[pl.DataFrame | None]:
     """One warning per burst of launcher 'Main process received SIGTERM' lines (the rest is noise)."""
-    hits = base.filter(pl.col("text").str.contains(r"^Main process received SIGTERM"))
+    hits = base.filter(pl.col("text").str.starts_with("Main process received SIGTERM"))
     first = hits.filter(pl.col("line").diff().fill_null(10**9) > _BURST_GAP)
     return [
         first.select(
@@ -314,16 +324,22 @@ _BURST_GAP = 200  # lines; a later SIGTERM wave is a new burst
 
 _GENERIC = r"^(?:\S+ )*?(?:srun|salloc|sbatch|slurmstepd|slurmd|slurmctld)(?:\[\d+\])?: error: "
 
-_FAMILIES: tuple[Callable[[pl.LazyFrame], list[pl.LazyFrame]], ...] = (
+_FAMILIES: tuple[Callable[[pl.DataFrame], list[pl.DataFrame | None]], ...] = (
     _banners, _oom, _srun, _ctld, _watchdog, _sigterm_bursts,
 )
 
+_OUT_SCHEMA = {"line": pl.Int64, "kind": pl.String, "severity": pl.String, "message": pl.String}
+
 
 def extract_slurm_lines(lines: pl.LazyFrame) -> pl.LazyFrame:
-    """All Slurm line records of a prepared-lines frame (columns as in RAW_SCHEMA, not yet conformed)."""
-    base = _with_line_clock(lines.filter(pl.col("text").str.contains_any(KEYWORDS)))
-    frames = [f for family in _FAMILIES for f in family(base)]
-    specific = pl.concat(frames, how="diagonal_relaxed")
+    """All Slurm line records of a prepared-lines frame (columns as in RAW_SCHEMA, not yet conformed).
+
+    The keyword filter and the line clock run over the whole column; the rules then run eagerly
+    on the few lines left (most rules find their literal absent and cost nothing more).
+    """
+    base = _with_line_clock(lines.filter(pl.col("text").str.contains_any(KEYWORDS))).collect()
+    frames = [f for family in _FAMILIES for f in family(base) if f is not None and f.height]
+    specific = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame(schema=_OUT_SCHEMA)
     # Any other 'srun: error:' / 'slurmstepd: error:' line is kept as a warning: it is Slurm's, but no rule knows it.
     generic = (
         base.filter(pl.col("text").str.contains(_GENERIC))
@@ -332,9 +348,13 @@ def extract_slurm_lines(lines: pl.LazyFrame) -> pl.LazyFrame:
                 pl.col("text").str.strip_chars().alias("message"))
     )
     out = pl.concat([specific, generic], how="diagonal_relaxed")
+    for name, dtype in (("ts", NAIVE_US), ("_lts", NAIVE_US), ("_loff", pl.Int32), ("_lyk", pl.Boolean)):
+        if name not in out.columns:
+            out = out.with_columns(pl.lit(None, dtype).alias(name))
     own = pl.col("ts").is_not_null()
     return (
-        out.with_columns(
+        out.lazy()
+        .with_columns(
             pl.when(own).then(pl.lit(None, pl.Int32)).otherwise(pl.col("_loff")).alias("ts_offset_s"),
             pl.when(own).then(pl.lit(True)).otherwise(pl.col("_lyk")).alias("ts_year_known"),
             pl.coalesce("ts", "_lts").alias("ts"),

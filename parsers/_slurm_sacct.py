@@ -128,16 +128,29 @@ def _cells(frame: pl.DataFrame, table: Table, end_line: int | None) -> pl.DataFr
         cells = [parts.list.get(j, null_on_oob=True).str.strip_chars().alias(k) for j, k in enumerate(keys)]
     else:
         src = pl.col("raw")
-        cells = [src.str.slice(s, w).str.strip_chars().alias(k) for (s, w), k in zip(table.spans, keys, strict=True)]
+        # Each cell runs to the next column's start, so a value spilling into the separator survives.
+        starts = [s for s, _ in table.spans]
+        widths = [b - a for a, b in zip(starts, starts[1:], strict=False)] + [None]
+        cells = [
+            src.str.slice(s, w).str.strip_chars().alias(k) for s, w, k in zip(starts, widths, keys, strict=True)
+        ]
         first = src.str.slice(table.spans[0][0], table.spans[0][1]).str.strip_chars()
         shaped = first.str.contains(r"^\d+[\w.+\[\]%\-]*$")
     out = rows.with_columns(shaped.alias("_ok")).with_columns((~pl.col("_ok")).cum_sum().alias("_bad"))
     out = out.filter(pl.col("_bad") == 0).select("line", *cells)
-    # The message names every cell as 'Name=value', the job id first.
+    # The message names every cell as 'Name=value', the job id first. A step's name ('batch',
+    # 'python') is written StepName= so that JobName= always names the job itself.
     labels = [(k, n) for k, n in zip(keys, table.names, strict=True)]
     id_key = "jobid" if "jobid" in keys else "jobidraw"
+    step_row = pl.col(id_key).str.contains(r"\.")
+
+    def label(key: str, name: str) -> pl.Expr:
+        if key == "jobname":
+            return pl.when(step_row).then(pl.lit("StepName=")).otherwise(pl.lit(f"{name}="))
+        return pl.lit(f"{name}=")
+
     parts_msg = [pl.lit("JobID=") + pl.col(id_key)] + [
-        pl.when(pl.col(k) != "").then(pl.lit(f"{n}=") + pl.col(k)) for k, n in labels if k != id_key
+        pl.when(pl.col(k) != "").then(label(k, n) + pl.col(k)) for k, n in labels if k != id_key
     ]
     return out.with_columns(pl.concat_str(parts_msg, separator=" ", ignore_nulls=True).alias("_message"))
 
@@ -159,8 +172,9 @@ def _col(name: str, have: set[str]) -> pl.Expr:
 
 def _events(cells: pl.DataFrame) -> pl.LazyFrame:
     have = set(cells.columns)
+    cells = cells.with_columns(normalize_state(_col("state", have)).alias("_state"))
     jobid = pl.coalesce(_col("jobid", have), _col("jobidraw", have))
-    state = normalize_state(_col("state", have))
+    state = pl.col("_state")
     tres = _col("alloctres", have)
     nodelist = _col("nodelist", have)
     n_nodes = pl.coalesce(
@@ -178,7 +192,6 @@ def _events(cells: pl.DataFrame) -> pl.LazyFrame:
     common = [
         pl.col("line"),
         base_job_id(jobid).alias("job_id"),
-        _col("exitcode", have).str.extract(r"^(-?\d+)", 1).alias("code"),
         single_host(nodelist).alias("node"),
         n_nodes.alias("n_nodes"),
         n_gpus.alias("n_gpus"),
@@ -194,12 +207,15 @@ def _events(cells: pl.DataFrame) -> pl.LazyFrame:
         ("job_end", "end", state.is_in(TERMINAL), state),
     ):
         ts, year_known = _time(_col(cell, have))
+        # A table without an End column still tells how each job ended: keep the row, time unknown.
+        dated = ts.is_not_null() | pl.lit(kind == "job_end" and "end" not in have)
         severity = state_severity(state) if kind == "job_end" else pl.lit("info")
-        extra = [elapsed.alias("duration_s")] if kind == "job_end" else []
+        exit_code = _col("exitcode", have).str.extract(r"^(-?\d+)", 1)
+        extra = [elapsed.alias("duration_s"), exit_code.alias("code")] if kind == "job_end" else []
         extra.append(row_state.alias("state"))
         frames.append(
             cells.lazy()
-            .filter(when.fill_null(False) & ts.is_not_null())
+            .filter(when.fill_null(False) & dated)
             .select(
                 *common, *extra, ts.alias("ts"), year_known.alias("ts_year_known"),
                 pl.lit(kind).alias("kind"), severity.alias("severity"),
@@ -208,15 +224,34 @@ def _events(cells: pl.DataFrame) -> pl.LazyFrame:
     return pl.concat(frames, how="diagonal_relaxed").sort("line", maintain_order=True)
 
 
-def parse_tables(frame: pl.DataFrame, tables: list[Table]) -> pl.LazyFrame | None:
-    """Events of every table in ``frame`` (columns line, raw, text); None when there are none."""
+def parse_tables(frame: pl.DataFrame, tables: list[Table], *, spans: bool = False) -> pl.LazyFrame | None:
+    """Events of every table in ``frame`` (columns line, raw, text); None when there are none.
+
+    With ``spans``, each table also yields one ``info`` record from its header to its last row,
+    so a table inside a text log counts as understood.
+    """
     out = []
     for i, table in enumerate(tables):
         end = tables[i + 1].header_line if i + 1 < len(tables) else None
         cells = _cells(frame, table, end)
-        if cells.height:
-            out.append(_events(cells))
-    return pl.concat(out, how="diagonal_relaxed") if out else None
+        if not cells.height:
+            continue
+        out.append(_events(cells))
+        if spans:
+            last = cells["line"].max()
+            out.append(
+                pl.LazyFrame(
+                    {
+                        "line": [table.header_line],
+                        "line_end": [last],
+                        "kind": ["info"],
+                        "severity": ["info"],
+                        "message": [f"sacct table ({cells.height} rows): " + ", ".join(table.names)],
+                    },
+                    schema_overrides={"line": pl.Int64, "line_end": pl.Int64},
+                )
+            )
+    return pl.concat(out, how="diagonal_relaxed").sort("line", maintain_order=True) if out else None
 
 
 def tables_in_lines(lines: pl.LazyFrame) -> pl.LazyFrame | None:
@@ -236,4 +271,4 @@ def tables_in_lines(lines: pl.LazyFrame) -> pl.LazyFrame | None:
     if not tables:
         return None
     frame = lines.select("line", "raw", "text").collect()
-    return parse_tables(frame, tables)
+    return parse_tables(frame, tables, spans=True)

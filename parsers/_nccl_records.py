@@ -37,14 +37,17 @@ def _stream() -> pl.Expr:
 
 
 def prefilter(lines: pl.LazyFrame) -> pl.LazyFrame:
-    """Keep candidate lines plus the few lines after them (continuations) and flight-recorder frames."""
+    """Keep candidate lines, the lines that may continue them, and flight-recorder frames."""
     text = pl.col("text")
     cand = text.str.contains_any(P.ANCHORS, ascii_case_insensitive=True)
     near = cand
     for k in range(1, MAX_WRAP + 1):
         near = near | cand.shift(k, fill_value=False)
+    # the text after a bare `Last error:` may come a few lines later when ranks interleave
+    bare = text.str.contains(P.BARE_LAST_ERROR).cast(pl.Int8)
+    after_bare = bare.rolling_max(STREAM_GAP, min_samples=1).shift(1, fill_value=0) > 0
     frame = text.str.strip_chars_start().str.starts_with("#")
-    return lines.filter(near | frame)
+    return lines.filter(near | after_bare | frame)
 
 
 def _glue(left: pl.Expr, right: pl.Expr) -> pl.Expr:
@@ -75,15 +78,19 @@ def tag_and_group(lines: pl.LazyFrame) -> pl.LazyFrame:
 
     line = pl.col("line")
     # `_ps`: row index of the previous line of the same writer (one window, then cheap gathers)
-    lf = lf.with_row_index("_i").with_columns(
-        pl.when(_stream().is_not_null()).then(pl.col("_i").shift(1).over(_stream())).alias("_ps")
+    lf = lf.with_row_index("_i").with_columns(_stream().alias("_stream"))
+    lf = lf.with_columns(
+        pl.when(pl.col("_stream").is_not_null()).then(pl.col("_i").shift(1).over("_stream")).alias("_ps")
     )
 
     def prev_s(expr: pl.Expr) -> pl.Expr:
         return expr.gather(pl.col("_ps"))
 
     s_ok = (line - prev_s(line)).is_between(1, STREAM_GAP)
-    p_ok = (line - line.shift(1)) == 1
+    # the line above continues only a record of the same writer (or one of them names no writer)
+    stream = pl.col("_stream")
+    same_writer = stream.is_null() | stream.shift(1).is_null() | (stream == stream.shift(1))
+    p_ok = ((line - line.shift(1)) == 1) & same_writer
     starts = text.str.contains(P.RECORD_START) | pl.col("tag").is_not_null()
     bare = text.str.contains(P.BARE_LAST_ERROR)
     after_bare_last = ~starts & ((s_ok & prev_s(bare)) | (p_ok & bare.shift(1)))

@@ -369,6 +369,15 @@ def test_interleaved_ranks_keep_their_own_chains() -> None:
     assert ev["message"][2] == "Stack trace of the failed collective: | #0 a from x.py:1 | #1 c from x.py:3"
 
 
+def test_last_error_text_of_a_writer_a_few_lines_later() -> None:
+    lines = [f"[rank{r}]: Last error:" for r in range(6)] + [
+        f"[rank{r}]: socketProgress: Connection closed by remote peer n{r}<1>" for r in range(6)
+    ]
+    ev = extract_lines(parser, lines)
+    assert ev.select("line", "line_end", "rank").rows() == [(r + 1, r + 7, r) for r in range(6)]
+    assert ev["message"][5] == "Last error: | socketProgress: Connection closed by remote peer n5<1>"
+
+
 # --- watchdog generations --------------------------------------------------------------------------
 
 

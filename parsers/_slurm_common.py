@@ -103,7 +103,8 @@ def hostlist_count(hosts: pl.Expr) -> pl.Expr:
     spans = (
         inside.str.extract_all(r"\d+-\d+")
         .list.eval(
-            pl.element().str.extract(r"-(\d+)$", 1).cast(pl.Int64) - pl.element().str.extract(r"^(\d+)", 1).cast(pl.Int64)
+            pl.element().str.extract(r"-(\d+)$", 1).cast(pl.Int64)
+            - pl.element().str.extract(r"^(\d+)", 1).cast(pl.Int64)
         )
         .list.sum()
     )

@@ -1,13 +1,13 @@
 """Line rules for Slurm records found in text logs.
 
 Three places write them: the job's own stdout/stderr (slurmstepd banners, srun
-errors, cgroup OOM notices), the daemons' logs (slurmctld/slurmd, either with an
-``[ISO.ms]`` stamp that ``toranalyze.lines`` peels, or behind a syslog/journald
-prefix handled here), and cluster watchdog scripts that poll squeue and print
-``PULSE:`` / ``ALERT:`` lines into the run log.
+errors, cgroup OOM notices), the daemons' logs (slurmctld/slurmd, with an
+``[ISO.ms]`` or journald stamp that ``toranalyze.lines`` peels, or behind a
+syslog prefix handled here), and cluster watchdog scripts that poll squeue and
+print ``PULSE:`` / ``ALERT:`` lines into the run log.
 
 Each rule is one literal prefilter plus one regex with named groups, evaluated
-over the whole column; a rule returns only the columns it knows.
+over the whole column of candidate lines; a rule returns only the columns it knows.
 """
 
 from __future__ import annotations
@@ -32,17 +32,23 @@ from toranalyze_parsers._slurm_common import (
 KEYWORDS = [
     "***", "srun:", "salloc:", "sbatch:", "Submitted batch job", "slurm", "oom-kill", "oom_kill",
     "OOM", "memory limit", "JobId=", "job_id ", "StepId=", "Nodes ", "Node ", "node ", "PULSE:",
-    "ALERT:", "is scheduled to start", "Main process received SIGTERM", "ime limit",
+    "ALERT:", "is scheduled to start", "is running for", "waiting to be scheduled", "preempted ",
+    "Main process received SIGTERM", "ime limit",
 ]
 
 # A daemon line behind a syslog prefix ('Mar  1 12:00:00 host slurmctld[12]: '). A journald
 # short-iso stamp is peeled by toranalyze.lines already, leaving 'host slurmctld[12]: '.
-_SYSLOG = r"^(?P<mon>[A-Z][a-z]{2})\s+(?P<day>\d{1,2}) (?P<hms>\d\d:\d\d:\d\d(?:\.\d+)?) \S+ (?:slurm\w*|srun)(?:\[\d+\])?: "
+_SYSLOG = (
+    r"^(?P<mon>[A-Z][a-z]{2})\s+(?P<day>\d{1,2}) (?P<hms>\d\d:\d\d:\d\d(?:\.\d+)?) \S+ "
+    r"(?:slurm\w*|srun)(?:\[\d+\])?: "
+)
 # Dropped from messages: the syslog stamp, host and daemon tag say nothing about the event.
-_DAEMON_PREFIX = r"^(?:[A-Z][a-z]{2}\s+\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)? )?(?:\S+ )?(?:slurmctld|slurmd|slurmdbd)(?:\[\d+\])?: "
+_DAEMON_PREFIX = (
+    r"^(?:[A-Z][a-z]{2}\s+\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)? )?(?:\S+ )?"
+    r"(?:slurmctld|slurmd|slurmdbd)(?:\[\d+\])?: "
+)
 # slurmd tags records of a step with '[123.batch] '.
 _STEP_TAG = rf"^(?:\S+ )*?\[(?P<tag>{JOB_ID})(?:\.\w+)?\] "
-
 
 
 def _jid(name: str = "job") -> str:
@@ -148,7 +154,10 @@ def _banners(base: pl.DataFrame) -> list[pl.DataFrame | None]:
 def _oom(base: pl.DataFrame) -> list[pl.DataFrame | None]:
     """cgroup OOM notices (three wordings) and the older jobacct memory-limit kills."""
     detected = rf"Detected (?P<n>\d+) oom[-_]kill events?(?:\(s\))?(?: in (?:step |StepId=)?{_ID}(?:\.(?P<step>\w+))?)?"
-    limit = rf"(?:(?:Job|Step) {_ID}(?:\.(?P<step>\w+))? exceeded memory limit|Exceeded (?:job|step) memory limit)(?P<rest>.*)"
+    limit = (
+        rf"(?:(?:Job|Step) {_ID}(?:\.(?P<step>\w+))? exceeded memory limit|Exceeded (?:job|step) memory limit)"
+        r"(?P<rest>.*)"
+    )
     # 'Exceeded step memory limit at some point.' is printed even when nothing was killed.
     level = pl.when(_g("rest").str.contains("at some point")).then(pl.lit("warning")).otherwise(pl.lit("error"))
     return [
@@ -180,7 +189,8 @@ def _srun(base: pl.DataFrame) -> list[pl.DataFrame | None]:
         _rule(base, "srun: Job step ", r"srun: Job step (?P<job>\d+)\.\w+ aborted before step completely launched",
               "warning", "warning", job_id=_g("job")),
         _rule(base, "srun: forcing job termination", r"srun: forcing job termination", "warning", "warning"),
-        _rule(base, "srun: error: Timed out waiting for job step", r"Timed out waiting for job step", "warning", "warning"),
+        _rule(base, "Timed out waiting for job step", r"srun: error: Timed out waiting for job step",
+              "warning", "warning"),
         _rule(base, "srun: ", rf"srun: (?:Force Terminated|Terminating|sending Ctrl-C to) {step_ref}",
               "warning", "warning", job_id=_g("job")),
         _rule(base, "Unable to allocate resources", r"(?:srun|salloc|sbatch): error: Unable to allocate resources",
@@ -194,7 +204,8 @@ def _srun(base: pl.DataFrame) -> list[pl.DataFrame | None]:
               job_id=_g("job"), state=pl.lit("PENDING")),
         _rule(base, "Submitted batch job", rf"^Submitted batch job {_ID}", "job_submit", "info",
               job_id=_g("job"), state=pl.lit("PENDING")),
-        _rule(base, "allocat", rf"(?:(?:srun|salloc): job {_ID} has been allocated resources|salloc: Granted job allocation {_jid('job2')})",
+        _rule(base, "allocat",
+              rf"(?:srun|salloc): job {_ID} has been allocated resources|salloc: Granted job allocation {_jid('job2')}",
               "job_start", "info", job_id=pl.coalesce(_g("job"), _g("job2")), state=pl.lit("RUNNING")),
         _rule(base, "has been revoked", rf"salloc: Job allocation {_ID} has been revoked", "job_end", "warning",
               job_id=_g("job"), state=pl.lit("REVOKED")),
@@ -211,7 +222,10 @@ def _ctld(base: pl.DataFrame) -> list[pl.DataFrame | None]:
         .then(pl.lit("COMPLETED"))
         .otherwise(pl.lit("FAILED"))
     )
-    verdict = rf"_job_complete: (?:requeue )?{_CTLD_JOB} (?P<what>OOM failure|cancelled by node failure|cancelled by interactive user|per user/system request)"
+    verdict = (
+        rf"_job_complete: (?:requeue )?{_CTLD_JOB} "
+        r"(?P<what>OOM failure|cancelled by node failure|cancelled by interactive user|per user/system request)"
+    )
     verdict_state = _g("what").replace_strict(
         {"OOM failure": "OUT_OF_MEMORY", "cancelled by node failure": "NODE_FAIL",
          "cancelled by interactive user": "CANCELLED", "per user/system request": "REQUEUED"},
@@ -227,7 +241,9 @@ def _ctld(base: pl.DataFrame) -> list[pl.DataFrame | None]:
     started = rf"(?:sched/backfill: _start_job: |backfill: )Started {_CTLD_JOB} in (?P<part>\S+) on (?P<nodes>\S+)"
     alloc_rpc = rf"_slurm_rpc_allocate_resources: {_CTLD_JOB} NodeList=(?P<nodes>\S+)"
     submit = rf"_slurm_rpc_submit_batch_job:? {_CTLD_JOB}"
-    timelimit = rf"(?i:time limit (?:exhausted|reached)).*?{_CTLD_JOB}|{_ctld_job('job2')}.*?(?i:time limit (?:exhausted|reached))"
+    # 'Time limit exhausted for JobId=N' and the job named first ('job_time_limit: ... JobId=N ... exhausted').
+    exhausted = r"(?i:time limit (?:exhausted|reached))"
+    timelimit = rf"{exhausted}.*?{_CTLD_JOB}|{_ctld_job('job2')}.*?{exhausted}"
     preempt = rf"preempted {_CTLD_JOB} (?:has been |suspended )(?P<how>requeued|killed|by gang)"
     kill_rpc = rf"REQUEST_KILL_JOB {_CTLD_JOB} uid (?P<uid>\d+)"
     run_err = rf"slurmd error running {_CTLD_JOB} on node\(s\)=(?P<node>[^\s:]+): (?P<why>.*)$"
@@ -240,9 +256,7 @@ def _ctld(base: pl.DataFrame) -> list[pl.DataFrame | None]:
         _rule(base, "_job_complete", verdict, "job_end",
               pl.when(verdict_state == "CANCELLED").then(pl.lit("warning")).otherwise(pl.lit("error")),
               job_id=_g("job"), state=verdict_state),
-        _rule(base, "on failed node", failed_node, "job_end", "error",
-              job_id=_g("job"), node=_g("node"), state=pl.lit("NODE_FAIL")),
-        _rule(base, "due to failed node", failed_node, "job_end", "error",
+        _rule(base, "failed node", failed_node, "job_end", "error",
               job_id=_g("job"), node=_g("node"), state=pl.lit("NODE_FAIL")),
         _rule(base, "due to failure of node", requeue, "job_end", "error",
               job_id=_g("job"), node=_g("node"), state=pl.lit("NODE_FAIL")),
@@ -370,7 +384,7 @@ NOISE: tuple[str, ...] = (
     r"^Main process received SIGTERM, exiting\s*$",
     # slurmctld / slurmd bookkeeping around a job's life cycle.
     r"_job_complete: (?:JobId=|job_id )\S+ done",
-    r"_slurm_rpc_(?:complete_batch_script|complete_job_allocation|step_complete|job_step_create|kill_job: REQUEST_KILL_JOB StepId)",
+    r"_slurm_rpc_(?:complete_batch_script|complete_job_allocation|step_complete|job_step_create)",
     r"Resending TERMINATE_JOB request",
     r"_sync_nodes_to_comp_job|cleanup_completing|job_step_signal|_job_signal",
     r"launch task StepId=|Launching batch job \d+ for UID|_run_prolog: |task/affinity: |done with job\s*$",

@@ -188,7 +188,9 @@ def _events(cells: pl.DataFrame) -> pl.LazyFrame:
         tres.str.extract(r"gres/gpu:[^=,]+=(\d+)", 1),
         _col("allocgres", have).str.extract(r"gpu(?::[^:,(]+)?:(\d+)", 1),
     ).cast(pl.Int32)
-    elapsed = pl.coalesce(_col("elapsedraw", have).cast(pl.Float64, strict=False), elapsed_seconds(_col("elapsed", have)))
+    elapsed = pl.coalesce(
+        _col("elapsedraw", have).cast(pl.Float64, strict=False), elapsed_seconds(_col("elapsed", have))
+    )
     common = [
         pl.col("line"),
         base_job_id(jobid).alias("job_id"),

@@ -567,7 +567,8 @@ def _split_top(hostlist: str) -> list[str]:
     ],
 )
 def test_hostlist_count(hosts: str, n: int | None, one: str | None) -> None:
-    df = pl.DataFrame({"h": [hosts]}).select(hostlist_count(pl.col("h")).alias("n"), single_host(pl.col("h")).alias("o"))
+    h = pl.col("h")
+    df = pl.DataFrame({"h": [hosts]}).select(hostlist_count(h).alias("n"), single_host(h).alias("o"))
     assert df.row(0) == (n, one)
 
 
@@ -581,7 +582,8 @@ def _hostlists(draw: st.DrawFn) -> str:
         if draw(st.booleans()):
             items.append(f"{prefix}{draw(st.integers(0, 99))}")
         else:
-            parts = [f"{lo:03d}-{hi:03d}" if hi > lo else f"{lo:03d}" for lo, hi in draw(st.lists(_RANGE, min_size=1, max_size=4))]
+            ranges = draw(st.lists(_RANGE, min_size=1, max_size=4))
+            parts = [f"{lo:03d}-{hi:03d}" if hi > lo else f"{lo:03d}" for lo, hi in ranges]
             items.append(f"{prefix}[{','.join(parts)}]")
     return ",".join(items)
 

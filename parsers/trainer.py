@@ -1,11 +1,196 @@
-"""trainer parser (placeholder until the family's rules land)."""
+"""Trainer parser: training progress from every common trainer's own output.
+
+Frameworks live in private modules (``_trainer_megatron``, ``_trainer_deepspeed``, ``_trainer_hf``,
+``_trainer_lightning``, ``_trainer_titan``, ``_trainer_mlperf``, ``_trainer_m4``); each documents
+its formats and field rules. Cluster watchdog lines interleaved with trainer output (BigScience's
+``PULSE:`` / ``ALERT:``) are the slurm parser's. This module merges the framework rows and applies
+the rules that span frameworks:
+
+* **One step source.** Steps come from the trainer's own records when a file has any; DeepSpeed's
+  engine ``step=`` lines then become ``info`` rows and bare tqdm bars are dropped (see
+  ``_trainer_common``). Within one attempt (rows between two start/resume records) a step is
+  reported once: ranks and tqdm repaints repeat it.
+* **Consecutive duplicates collapse.** Start-up banners (several per start, or one per rank),
+  checkpoint records printed by both Megatron and DeepSpeed or once per rank, repeated
+  evaluation and exit records become one row: the first line, the earliest clock for things
+  that begin (init, save begin, eval begin, exit) and the latest for things that end (init_done,
+  save end, load, eval end), the first non-null value of every other column.
+* **Exit markers.** A trainer leaving on its own (Megatron exit banners, HF ``train_runtime``,
+  MLPerf ``run_stop``, Lightning ``Trainer.fit stopped``, torchtitan ``Training completed``) is an
+  ``info`` row with state ``EXIT``; checkpoint, evaluation and exit rows that name no step take
+  the latest step logged before them.
+* **Start-up clocks.** ``init`` / ``init_done`` rows without a clock take the next clock stated
+  by a line before the first iteration that follows (``ts_inferred``).
+
+Files are read in blocks (see ``toranalyze.reader``); the rules above work within one block, so
+a record whose context lies in the previous block (a very long file) loses that context.
+"""
+
+from __future__ import annotations
+
+import polars as pl
 
 from toranalyze.plugins import Parser
+from toranalyze.schema import conform_raw
+from toranalyze_parsers import (
+    _trainer_deepspeed,
+    _trainer_hf,
+    _trainer_lightning,
+    _trainer_m4,
+    _trainer_megatron,
+    _trainer_mlperf,
+    _trainer_titan,
+    _trainer_tqdm,
+)
+from toranalyze_parsers._trainer_common import LEVEL_TQDM, enrich
+
+_MODULES = (
+    _trainer_megatron,
+    _trainer_deepspeed,
+    _trainer_hf,
+    _trainer_lightning,
+    _trainer_titan,
+    _trainer_mlperf,
+    _trainer_m4,
+)
+
+_BEGINS = ("init", "ckpt_save_begin", "eval_begin")
+_ENDS = ("init_done", "ckpt_save_end", "ckpt_load", "eval_end")
+_STEP_FILLED = ("ckpt_save_begin", "ckpt_save_end", "eval_begin", "eval_end")
+_PROGRESS = ("step", "ckpt_save_begin", "ckpt_save_end", "ckpt_load", "eval_begin", "eval_end")
+_TS = ("ts", "ts_offset_s", "ts_year_known", "ts_inferred")
 
 
-class _Placeholder(Parser):
+def _own_clocks(ev: pl.LazyFrame, lines: pl.LazyFrame) -> pl.LazyFrame:
+    """Rows left without time take the clock their own line states (needed before collapsing)."""
+    ctx = (
+        lines.filter(pl.col("clock").is_not_null())
+        .unique("line", keep="first", maintain_order=True)
+        .select("line", pl.col("clock").alias("_clock"), pl.col("clock_off").alias("_clock_off"))
+    )
+    use = pl.col("ts").is_null() & pl.col("_clock").is_not_null()
+    return (
+        ev.join(ctx, on="line", how="left", maintain_order="left")
+        .with_columns(
+            pl.when(use).then(pl.col("_clock")).otherwise(pl.col("ts")).alias("ts"),
+            pl.when(use).then(pl.col("_clock_off")).otherwise(pl.col("ts_offset_s")).alias("ts_offset_s"),
+        )
+        .drop("_clock", "_clock_off")
+    )
+
+
+def _one_step_source(ev: pl.LazyFrame) -> pl.LazyFrame:
+    is_step = pl.col("kind") == "step"
+    best = pl.col("_level").filter(is_step).min()
+    worse = (is_step & (pl.col("_level") > best)).fill_null(False)
+    return ev.filter(~(worse & (pl.col("_level") == LEVEL_TQDM))).with_columns(
+        pl.when(worse).then(pl.lit("info")).otherwise(pl.col("kind")).alias("kind")
+    )
+
+
+def _fill_steps(ev: pl.LazyFrame) -> pl.LazyFrame:
+    kind = pl.col("kind")
+    known = pl.when(kind.is_in(_PROGRESS)).then(pl.col("step")).forward_fill()
+    wants = (kind.is_in(_STEP_FILLED) | ((kind == "info") & (pl.col("state") == "EXIT"))).fill_null(False)
+    filled = pl.when(wants & pl.col("step").is_null()).then(known).otherwise(pl.col("step"))
+    return ev.with_columns(filled.alias("step"))
+
+
+def _collapse(ev: pl.LazyFrame) -> pl.LazyFrame:
+    kind = pl.col("kind")
+    collapsible = (kind.is_in(_BEGINS + _ENDS) | ((kind == "info") & (pl.col("state") == "EXIT"))).fill_null(False)
+    key = pl.struct(kind, pl.col("step").fill_null(-1), pl.col("state").fill_null(""))
+    new_run = ~collapsible | ~collapsible.shift(1, fill_value=False) | (key != key.shift(1)).fill_null(True)
+    stamped = pl.struct(*_TS).filter(pl.col("ts").is_not_null())
+    skip = (*_TS, "line", "line_end", "message", "kind", "_run", "_collapsible")
+    others = [c for c in ev.collect_schema().names() if c not in skip]
+    ev = ev.with_columns(new_run.cum_sum().alias("_run"), collapsible.alias("_collapsible"))
+    # Only collapsible rows are grouped (steps are most rows and never collapse).
+    kept = ev.filter(~pl.col("_collapsible")).drop("_run", "_collapsible")
+    grouped = (
+        ev.filter(pl.col("_collapsible"))
+        .drop("_collapsible")
+        .group_by("_run", maintain_order=True)
+        .agg(
+            pl.col("line").first(),
+            pl.col("line_end").first(),
+            pl.col("message").first(),
+            pl.col("kind").first(),
+            stamped.first().alias("_first_ts"),
+            stamped.last().alias("_last_ts"),
+            *[pl.col(c).drop_nulls().first() for c in others],
+        )
+    )
+    chosen = pl.when(pl.col("kind").is_in(_ENDS)).then(pl.col("_last_ts")).otherwise(pl.col("_first_ts"))
+    merged = (
+        grouped.with_columns(chosen.alias("_ts"))
+        .with_columns(
+            pl.col("_ts").struct.field("ts").alias("ts"),
+            pl.col("_ts").struct.field("ts_offset_s").alias("ts_offset_s"),
+            pl.col("_ts").struct.field("ts_year_known").fill_null(True).alias("ts_year_known"),
+            pl.col("_ts").struct.field("ts_inferred").fill_null(False).alias("ts_inferred"),
+        )
+        .drop("_run", "_first_ts", "_last_ts", "_ts")
+    )
+    return pl.concat([kept, merged], how="diagonal").sort("line", maintain_order=True)
+
+
+def _dedupe_steps(ev: pl.LazyFrame) -> pl.LazyFrame:
+    """A step repeated within one attempt (ranks, repaints, duplicated output) is kept once."""
+    restart = pl.col("kind").is_in(["init", "init_done", "ckpt_load"]).cast(pl.Int32).cum_sum()
+    first = pl.int_range(pl.len()).over([restart, pl.col("kind"), pl.col("step")]) == 0
+    return ev.filter((pl.col("kind") != "step") | first)
+
+
+def _startup_clocks(ev: pl.LazyFrame, lines: pl.LazyFrame) -> pl.LazyFrame:
+    step_lines = ev.filter(pl.col("kind") == "step").select("line").unique().with_columns(pl.lit(True).alias("_st"))
+    ctx = (
+        lines.select("line", "_i", "clock", "clock_off")
+        .join(step_lines, on="line", how="left")
+        .sort("_i")
+        .with_columns(pl.col("_st").fill_null(False).cum_sum().alias("_block"))
+        .with_columns(
+            pl.col("clock").backward_fill().over("_block").alias("_next_clock"),
+            pl.when(pl.col("clock").is_not_null())
+            .then(pl.col("clock_off").fill_null(-999_999))
+            .backward_fill()
+            .over("_block")
+            .alias("_next_off"),
+        )
+        .unique("line", keep="first", maintain_order=True)
+        .select("line", "_next_clock", "_next_off")
+    )
+    wants = pl.col("kind").is_in(["init", "init_done"]) & pl.col("ts").is_null() & pl.col("_next_clock").is_not_null()
+    return (
+        ev.join(ctx, on="line", how="left", maintain_order="left")
+        .with_columns(
+            pl.when(wants).then(pl.col("_next_clock")).otherwise(pl.col("ts")).alias("ts"),
+            pl.when(wants)
+            .then(pl.col("_next_off").replace(-999_999, None))
+            .otherwise(pl.col("ts_offset_s"))
+            .alias("ts_offset_s"),
+            (pl.col("ts_inferred") | wants).alias("ts_inferred"),
+        )
+        .drop("_next_clock", "_next_off")
+    )
+
+
+class TrainerParser(Parser):
     name = "trainer"
     source = "trainer"
+    noise: tuple[str, ...] = tuple(p for m in _MODULES for p in m.NOISE) + _trainer_tqdm.NOISE
+
+    def extract(self, lines: pl.LazyFrame) -> pl.LazyFrame:
+        enriched = enrich(lines).collect().lazy()  # read by every module: computed once
+        parts = [p for m in _MODULES for p in m.extract(enriched)]
+        ev = pl.concat(parts, how="vertical").sort("line", maintain_order=True)
+        ev = _own_clocks(ev, enriched)
+        ev = _one_step_source(ev)
+        ev = _fill_steps(ev)
+        ev = _dedupe_steps(ev)
+        ev = _collapse(ev)
+        ev = _startup_clocks(ev, enriched)
+        return conform_raw(ev)
 
 
-parser = _Placeholder()
+parser = TrainerParser()

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import assert_golden, extract_lines, parse_file
 from toranalyze.reader import read_text_events
-from toranalyze.rules import builtin_rules, classify
+from toranalyze.rules import builtin_rules, classify, load_rules
 from toranalyze.schema import KINDS, RAW_SCHEMA, SEVERITIES
 from toranalyze_parsers.torch import parser
 
@@ -337,6 +337,12 @@ Of the allocated memory 15.04 GiB is allocated by PyTorch, and 4.72 MiB is reser
         ("RuntimeError: DataLoader worker (pid(s) 12345) exited unexpectedly", "software"),
         ("RuntimeError: DataLoader worker (pid 7) is killed by signal: Killed.", "unknown"),
         ("ModuleNotFoundError: No module named 'apex'", "software"),
+        # a signal delivered from outside: the scheduler's records decide, not this line
+        ("torch.distributed.elastic.multiprocessing.api.SignalException: Process 17 got signal: 15", "unknown"),
+        ("KeyboardInterrupt", "unknown"),
+        ("RuntimeError: NCCL error in: ../ProcessGroupNCCL.cpp:825, unhandled system error, NCCL version 2.7.8", "network"),
+        ("torch.distributed.DistBackendError: NCCL error in: ../x.cpp:1, remote process exited or there was a "
+         "network error, NCCL version 2.19.3", "network"),
     ],
 )
 def test_exception_classes(message: str, klass: str) -> None:
@@ -387,6 +393,7 @@ def test_std_runtime_error_and_bare_terminate() -> None:
         "std::runtime_error: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.0.0.2]:5678",
         "terminate called without an active exception",
     ]
+    assert classified(ev)["failure_class"].to_list() == ["software", "software"]
 
 
 def test_faulthandler_dump_is_one_segfault_record() -> None:
@@ -676,6 +683,19 @@ def test_never_raises_and_keeps_the_contract(lines: list[str]) -> None:
     assert out["message"].null_count() == 0 and out["line"].null_count() == 0
     assert out.filter(pl.col("line_end").is_not_null() & (pl.col("line_end") <= pl.col("line"))).height == 0
     assert out.filter((pl.col("line") < 1) | (pl.col("line") > max(len(lines), 1))).height == 0
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.text(max_size=80), min_size=1, max_size=25))
+def test_arbitrary_unicode_never_raises(lines: list[str]) -> None:
+    out = extract_lines(parser, lines)
+    assert out.schema == RAW_SCHEMA
+    assert out["message"].null_count() == 0
+
+
+def test_rules_are_this_familys_and_load_with_the_others() -> None:
+    assert TORCH_RULES and all(r.id.startswith("torch-") for r in TORCH_RULES)
+    assert {r.id for r in TORCH_RULES} <= {r.id for r in load_rules()}  # no id clashes with other families
 
 
 _RANK_TB = [

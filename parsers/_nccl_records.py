@@ -153,7 +153,7 @@ def tag_and_group(lines: pl.LazyFrame) -> pl.LazyFrame:
         .otherwise(idx)
     )
     lf = lf.with_columns(
-        pl.when(orphan).then(pl.lit("detail")).otherwise(pl.col("tag")).alias("tag"),
+        pl.when(orphan).then(pl.coalesce(pl.col("tag"), pl.lit("detail"))).otherwise(pl.col("tag")).alias("tag"),
         parent.cast(pl.UInt32).alias("_root"),
     )
     # Pointer jumping: every line ends up pointing at its record's head (chains of up to 2**6 lines).

@@ -31,7 +31,7 @@ def xid_events(lf: pl.LazyFrame) -> pl.LazyFrame:
     so rules can classify the symptom by its cause and leave a lone 45 unclassified.
     """
     g = pl.col("body").str.extract_groups(_XID)
-    hits = lf.filter(has("NVRM: Xid")).with_columns(g.alias("_x"), boot_id().alias("_boot")).filter(
+    hits = lf.with_columns(boot_id().alias("_boot")).filter(has("NVRM: Xid")).with_columns(g.alias("_x")).filter(
         pl.col("_x").struct.field("code").is_not_null()
     )
     code = pl.col("_x").struct.field("code")

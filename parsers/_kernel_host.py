@@ -40,7 +40,7 @@ def memory_cpu_events(lf: pl.LazyFrame) -> pl.LazyFrame:
     amd_ce = body.str.contains(r"^\[Hardware Error\]: Corrected error, no action required")
     mem_failure = body.str.contains(r"^Memory failure: 0x[0-9a-f]+: ")
     thermal = body.str.contains(r"(?:Core|Package) temperature above threshold, cpu clock throttled")
-    h = lf.filter(has("EDAC", "Machine", "Hardware Error", "Memory failure", "temperature above")).with_columns(
+    h = lf.filter(has("EDAC", "Machine", "Hardware Error", "Memory failure", "temperature above", "hardware memory error")).with_columns(
         edac.struct.field("kind").is_not_null().alias("_edac"),
         ue.fill_null(False).alias("_ue"),
         logged.alias("_logged"),

@@ -21,15 +21,18 @@ clock (plain dmesg) keep their monotonic seconds in the message and leave ``ts``
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import polars as pl
 
 from toranalyze.plugins import Parser
-from toranalyze.schema import conform_raw
+from toranalyze.schema import conform_raw, empty_raw
 from toranalyze_parsers import _kernel_gpu as gpu
 from toranalyze_parsers import _kernel_host as host
 from toranalyze_parsers import _kernel_net as net
 from toranalyze_parsers import _kernel_proc as proc
 from toranalyze_parsers import _kernel_storage as storage
+from toranalyze_parsers._kernel_common import has
 from toranalyze_parsers._kernel_prefix import peel_prefixes
 
 # Lines worth a closer look: kernel-log prefixes, or a fragment one of the detectors needs.
@@ -45,27 +48,32 @@ _FRAGMENTS = (
 )
 _KEEP = (
     "|".join(f.replace("(", r"\(").replace("[", r"\[").replace(".", r"\.") for f in _FRAGMENTS)
-    + r"|^\s*(?:<\d>)?\[\s*[+\d]|^\s*(?:kern|user|daemon)\s*:|[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d"
+    + r"|^\s*(?:<\d>)?\[\s*\+?\d+\.\d+\]|^\[[A-Z][a-z]{2} [ A-Z\d]|^\s*(?:kern|user|daemon)\s*:|[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d"
     + r"|^\s+Port \d+:\s*$|^\s*[A-Za-z]\w* : \S+\s*$"  # ibstat ports, fabric manager record fields
 )
 
-_DETECTORS = (
-    gpu.xid_events,
-    gpu.nvrm_events,
-    gpu.smi_events,
-    gpu.sxid_events,
-    gpu.fabric_manager_events,
-    net.link_events,
-    net.mlx5_events,
-    net.ibstat_events,
-    host.memory_cpu_events,
-    host.ghes_events,
-    host.pcie_events,
-    host.sel_events,
-    host.boot_events,
-    storage.storage_events,
-    proc.trace_events,
-    proc.oom_events,
+# Each detector with a cheap test on the whole chunk: detectors whose fragments never occur
+# are not planned at all (planning a detector costs more than running it on a small chunk).
+_DETECTORS: tuple[tuple[pl.Expr, Callable[[pl.LazyFrame], pl.LazyFrame]], ...] = (
+    (has("NVRM: Xid"), gpu.xid_events),
+    (has("NVRM"), gpu.nvrm_events),
+    (has("(UUID: GPU-", "|"), gpu.smi_events),
+    (has("SXid"), gpu.sxid_events),
+    (pl.col("k_fm"), gpu.fabric_manager_events),
+    (has("Link", "link", "carrier"), net.link_events),
+    (has("mlx5", "Port module event", "PCIe slot"), net.mlx5_events),
+    (has("State:", " ==> "), net.ibstat_events),
+    (has("EDAC", "Machine", "Hardware Error", "Memory failure", "temperature above", "hardware memory error"),
+     host.memory_cpu_events),
+    (has("[Hardware Error]"), host.ghes_events),
+    (has("AER", "DPC", "pciehp", "pcie"), host.pcie_events),
+    (has("Asserted", "Deasserted"), host.sel_events),
+    (has("Linux version ", "reboot: "), host.boot_events),
+    (has("error", "Error", "nvme", "nfs", "Lustre", "LNet", "Aborting journal", "XFS", "EXT4-fs"),
+     storage.storage_events),
+    (has("blocked for more than", "lockup", "LOCKUP", "rcu_", "Kernel panic", "BUG", "general protection",
+         "Oops", "WARNING: CPU"), proc.trace_events),
+    (has("oom-kill", "Killed process", "invoked oom-killer", "Out of memory"), proc.oom_events),
 )
 
 
@@ -75,15 +83,21 @@ class KernelParser(Parser):
     noise = gpu.NOISE + net.NOISE + host.NOISE + storage.NOISE + proc.NOISE
 
     def extract(self, lines: pl.LazyFrame) -> pl.LazyFrame:
-        prepared = peel_prefixes(lines.filter(pl.col("text").str.contains(_KEEP))).collect().lazy()
-        found = pl.concat([detect(prepared) for detect in _DETECTORS], how="diagonal_relaxed")
-        found = _with_gpu_index(found)
+        kept = lines.filter(pl.col("text").str.contains(_KEEP)).collect()
+        if kept.height == 0:  # most non-kernel logs: skip planning a dozen detector queries
+            return empty_raw()
+        prepared = peel_prefixes(kept.lazy()).collect()
+        wanted = prepared.select(gate.any().alias(str(i)) for i, (gate, _) in enumerate(_DETECTORS)).row(0)
+        frames = [detect(prepared.lazy()).collect() for (_, detect), on in zip(_DETECTORS, wanted, strict=True) if on]
+        if not frames:
+            return empty_raw()
+        found = _with_gpu_index(pl.concat(frames, how="diagonal_relaxed"))
         ctx = prepared.select("line", "k_ts", "k_off", "k_year", "k_inferred", "k_node", "p_ts", "p_off").unique(
             "line", keep="first"
         )
         own = pl.col("ts").is_not_null()
         kernel = pl.col("k_ts").is_not_null()
-        events = found.join(ctx, on="line", how="left").with_columns(
+        events = found.join(ctx, on="line", how="left").lazy().with_columns(
             pl.coalesce("ts", "k_ts", "p_ts").alias("ts"),
             pl.when(own).then(None).when(kernel).then(pl.col("k_off")).otherwise(pl.col("p_off")).alias("ts_offset_s"),
             pl.when(~own & kernel).then(pl.col("k_year")).otherwise(True).alias("ts_year_known"),
@@ -93,13 +107,11 @@ class KernelParser(Parser):
         return conform_raw(events.sort("line", maintain_order=True))
 
 
-def _with_gpu_index(events: pl.LazyFrame) -> pl.LazyFrame:
+def _with_gpu_index(events: pl.DataFrame) -> pl.DataFrame:
     """Fill ``gpu`` from the PCI-address -> index map the file itself states."""
     wanted = {"gpu": pl.Int32, "device": pl.String, "uuid": pl.String, "node": pl.String, "ts": pl.Datetime("us")}
-    for col, dtype in wanted.items():
-        if col not in events.collect_schema():
-            events = events.with_columns(pl.lit(None, dtype).alias(col))
-    index = gpu.gpu_index_map(events)
+    events = events.with_columns(pl.lit(None, dtype).alias(c) for c, dtype in wanted.items() if c not in events.columns)
+    index = gpu.gpu_index_map(events.lazy()).collect()
     return (
         events.join(index, on="device", how="left")
         .with_columns(pl.coalesce("gpu", "_gpu_map").alias("gpu"))

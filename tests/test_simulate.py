@@ -141,3 +141,15 @@ def test_evidence_only_on_failing_node(tmp_path):
     for kern in (tmp_path / "nodes").glob("*/kern.log"):
         has = "Xid" in kern.read_text() and ": 79," in kern.read_text()
         assert has == (kern.parent.name == bad)
+
+
+def test_every_attempt_console_carries_its_evidence(tmp_path):
+    run_simulation(tmp_path, 7, load_preset("small"), "small")
+    text = {p.name: p.read_text() for p in tmp_path.glob("slurm-*.out")}
+    truth = json.loads((tmp_path / "truth.json").read_text())["jobs"][0]
+    want = {"software": "IndexError", "oom_gpu": "torch.OutOfMemoryError", "network": "ncclRemoteError",
+            "gpu_hardware": "CUDA error: unknown error", "preemption": "DUE TO PREEMPTION",
+            "oom_host": "oom_kill event in StepId"}
+    for inc in truth["incidents"]:
+        if inc["root_cause"] in want:
+            assert want[inc["root_cause"]] in text[f"slurm-{inc['job_id']}.out"], inc["root_cause"]

@@ -186,8 +186,9 @@ class RunWriter:
         sizes["slurmctld.log"] = write_lines(out / "slurmctld.log", self.slurmctld())
         for name, lines in self.console_files():
             sizes[name] = write_lines(out / name, lines)
-            for ev in self._ev.values():  # console evidence is written once: free it
-                ev.out = []
+            for a in self.tl.attempts:  # console evidence is written once: free it
+                if (self.requeue or name == f"slurm-{a.job_id}.out") and a.index in self._ev:
+                    self._ev[a.index].out = []
         for h in self.used_hosts():
             rel = os.path.join("nodes", h, "kern.log")
             sizes[rel] = write_lines(out / rel, self.kern(h))

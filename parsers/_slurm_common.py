@@ -7,17 +7,17 @@ import polars as pl
 # A job id as Slurm prints it: plain, array task (123_4, 123_[1-5%1], 123_*), het component (123+0).
 JOB_ID = r"\d+(?:_(?:\d+|\[[^\]\s]*\]|\*)|\+\d+)?"
 
-# Terminal and live job states as sacct prints them, longest first so truncated
-# cells ('OUT_OF_ME+') resolve to the first state they are a prefix of.
+# Job states as sacct prints them. A cut cell ('OUT_OF_ME+') resolves to the first state
+# here it is a prefix of, so the commoner of two candidates comes first (COMPLETED).
 STATES: tuple[str, ...] = (
     "OUT_OF_MEMORY",
     "REQUEUE_HOLD",
     "REQUEUE_FED",
     "SPECIAL_EXIT",
+    "COMPLETED",
     "COMPLETING",
     "BOOT_FAIL",
     "CANCELLED",
-    "COMPLETED",
     "NODE_FAIL",
     "PREEMPTED",
     "SUSPENDED",

@@ -16,7 +16,7 @@ from toranalyze.lines import lines_from_strings
 from toranalyze.reader import read_document_events, read_head, read_text_events
 from toranalyze.rules import Rule, classify, parse_rules
 from toranalyze.schema import KINDS, SEVERITIES, validate_raw
-from toranalyze_parsers._slurm_common import hostlist_count, single_host
+from toranalyze_parsers._slurm_common import hostlist_count, normalize_state, single_host
 from toranalyze_parsers.slurm import parser
 
 HERE = DATA / "slurm"
@@ -471,6 +471,15 @@ def test_sacct_left_aligned_with_relative_times() -> None:
     assert root["failure_class"] == "maintenance"  # CANCELLED by 0
 
 
+@pytest.mark.parametrize(
+    ("cell", "state"),
+    [("OUT_OF_ME+", "OUT_OF_MEMORY"), ("CANCELLED+", "CANCELLED"), ("COMPLET+", "COMPLETED"), ("NODE_FA+", "NODE_FAIL"),
+     ("CANCELLED by 0", "CANCELLED"), ("TIMEOUT", "TIMEOUT"), ("completed", "COMPLETED")],
+)
+def test_state_cells_normalize(cell: str, state: str) -> None:
+    assert pl.DataFrame({"s": [cell]}).select(normalize_state(pl.col("s")))[0, 0] == state
+
+
 def test_sacct_step_names_do_not_pose_as_job_names() -> None:
     ev = _doc(HERE / "sacct_fixed_width_timeout_cancel_oom_array_het.txt")
     step = ev.filter(pl.col("message").str.starts_with("JobID=4242.batch ")).row(0, named=True)
@@ -650,6 +659,46 @@ def test_parsable_tables_round_trip(rows: list[tuple[int, str, str, int]], trail
         assert row["state"] == state.split()[0]
         assert row["code"] == str(code)
         assert row["message"].startswith(f"JobID={j}{s} ")
+
+
+def _cell(value: str, width: int, left: bool) -> str:
+    """A cell as sacct prints it: cut to the width with a trailing '+', then padded."""
+    if len(value) > width:
+        value = value[: width - 1] + "+"
+    return value.ljust(width) if left else value.rjust(width)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.integers(1, 10**7),
+            st.sampled_from(["", ".batch", ".0", "_12"]),
+            st.sampled_from(["COMPLETED", "FAILED", "TIMEOUT", "CANCELLED by 12", "NODE_FAIL", "OUT_OF_MEMORY"]),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    widths=st.tuples(st.integers(12, 20), st.integers(9, 20)),
+    left=st.booleans(),
+)
+def test_fixed_width_tables_round_trip(rows: list[tuple[int, str, str]], widths: tuple[int, int], left: bool,
+                                       tmp_path_factory: pytest.TempPathFactory) -> None:
+    wj, ws = widths
+    names = [("JobID", wj), ("State", ws), ("ExitCode", 8), ("End", 19)]
+    lines = [" ".join(_cell(n, w, left) for n, w in names) + " ", " ".join("-" * w for _, w in names) + " "]
+    for j, suffix, state in rows:
+        cells = [f"{j}{suffix}", state, "0:0", "2024-01-01T00:00:00"]
+        lines.append(" ".join(_cell(c, w, left or k == 0) for k, (c, (_, w)) in enumerate(zip(cells, names))) + " ")
+    f = tmp_path_factory.mktemp("sacct") / "t.txt"
+    f.write_text("\n".join(lines) + "\n")
+    ev = _doc(f)
+    assert ev.height == len(rows)
+    for (j, suffix, state), row in zip(rows, ev.iter_rows(named=True), strict=True):
+        assert row["job_id"] == f"{j}{suffix.split('.')[0]}"
+        # A cut state resolves to the known state it is a prefix of.
+        assert row["state"] == state.split()[0]
+        assert row["ts"] == datetime(2024, 1, 1)
 
 
 def test_every_rule_is_a_slurm_rule() -> None:

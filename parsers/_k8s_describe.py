@@ -268,7 +268,7 @@ def _event_rows(lf: pl.LazyFrame, anchor: datetime | None) -> pl.LazyFrame:
 def extract_describe(lines: pl.LazyFrame, anchor: datetime | None = None) -> pl.LazyFrame:
     """RAW rows from describe pod/node output found in the lines."""
     # Cheap gate: nothing below runs on logs that hold no describe block.
-    gated = lines.filter(pl.col("text").str.contains(r"^Name:\s+\S").any())
+    gated = lines.filter(pl.col("text").str.starts_with("Name:").any())
     lf = _blocks(gated)
     return pl.concat(
         [

@@ -65,8 +65,7 @@ def _rows(lines: pl.LazyFrame, pattern: str, fields: dict[str, pl.Expr]) -> pl.L
 def extract_event_tables(lines: pl.LazyFrame) -> pl.LazyFrame:
     """EV_SCHEMA rows for every events-table row in the lines."""
     cand = lines.filter(
-        (pl.col("text").str.contains("Normal", literal=True) | pl.col("text").str.contains("Warning", literal=True))
-        & pl.col("text").str.contains(r"^\s*\S+\s+\S")
+        pl.col("text").str.contains("Normal", literal=True) | pl.col("text").str.contains("Warning", literal=True)
     )
     g = pl.col("_g")
     obj = g.struct.field("obj")

@@ -5,12 +5,12 @@ Documents (claimed by ``sniff``, read whole by ``parse``):
 * JSON / YAML from the API or ``kubectl get -o json|yaml`` (single objects,
   ``List``/``EventList``/``PodList``, ``-w`` streams, watch envelopes): Events
   (core/v1 and events.k8s.io/v1), Pods, Nodes, PyTorchJob-like and batch Jobs;
-* ``kubectl describe pod|node`` output and ``kubectl get events`` tables: parsed
+* ``kubectl describe pod|node`` output and ``kubectl get events|pods|nodes`` tables: parsed
   by the same line rules as when they are embedded in a text log, and claimed so
   that every line of the capture counts as understood.
 
-Line rules (``extract``, run over every text log): events tables, describe
-blocks, klog lines of kube-scheduler / kube-controller-manager / kubelet, and
+Line rules (``extract``, run over every text log): events, pods and nodes
+tables, describe blocks, klog lines of kube-scheduler / kube-controller-manager / kubelet, and
 training-operator lifecycle lines (logrus text/JSON, zap JSON).
 
 Time: API objects carry RFC 3339 UTC times; klog has no year. kubectl tables
@@ -36,6 +36,7 @@ from toranalyze_parsers._k8s_describe import extract_describe
 from toranalyze_parsers._k8s_docs import iter_objects, load_values, looks_json
 from toranalyze_parsers._k8s_klog import extract_klog, extract_operator
 from toranalyze_parsers._k8s_objects import event_row, job_rows, node_rows, pod_rows
+from toranalyze_parsers._k8s_status_tables import HEADERS, extract_status_tables
 from toranalyze_parsers._k8s_tables import HEADER, extract_event_tables
 
 _API_KINDS = r"(?:Event|Pod|Node|Job|\w+Job|List|EventList|PodList|NodeList|\w+JobList)"
@@ -47,7 +48,7 @@ _JSON_KIND = re.compile(rf'"kind"\s*:\s*"{_API_KINDS}"')
 _YAML_HEAD = re.compile(r"^(?:#.*\n|---\s*\n|\s*\n)*(?:apiVersion|kind|items):[ \n]", re.MULTILINE)
 _YAML_KIND = re.compile(rf"^\s*-?\s*kind:\s*{_API_KINDS}\s*$", re.MULTILINE)
 _DESCRIBE_HEAD = re.compile(r"\A\s*Name:\s+\S+\n(?:Namespace|Roles):\s")
-_TABLE_HEAD = re.compile(HEADER)
+_TABLE_HEAD = re.compile("|".join((HEADER, *HEADERS)))
 
 
 class KubernetesParser(Parser):
@@ -62,6 +63,7 @@ class KubernetesParser(Parser):
         r"^\s*Type\s+Reason\s+Age\s+From\s+Message\s*$",
         r"^\s*-{4}\s+-{6}\s+-{4}\s+-{4}\s+-{7}\s*$",
         HEADER,
+        *HEADERS,
     )
 
     def __init__(self, anchor: datetime | None = None) -> None:
@@ -115,7 +117,12 @@ class KubernetesParser(Parser):
     def extract(self, lines: pl.LazyFrame) -> pl.LazyFrame:
         ev = pl.concat([extract_event_tables(lines), extract_klog(lines), extract_operator(lines)], how="vertical")
         return pl.concat(
-            [events_to_raw(ev, self.anchor), extract_describe(lines, self.anchor)], how="vertical"
+            [
+                events_to_raw(ev, self.anchor),
+                extract_describe(lines, self.anchor),
+                extract_status_tables(lines, self.anchor),
+            ],
+            how="vertical",
         ).sort("line", maintain_order=True)
 
 

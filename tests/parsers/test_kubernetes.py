@@ -181,6 +181,48 @@ def test_old_tabbed_table_and_describe_rows_without_header() -> None:
     assert ev["node"].to_list() == ["gpu-node-03", "gpu-node-03"]
 
 
+# --- kubectl get pods / get nodes ----------------------------------------------------------------
+
+
+def test_get_pods_wide_snapshot() -> None:
+    ev = classified(read(K8S / "get_pods_wide.txt"))
+    assert ev.height == 7 and ev["ts"].null_count() == 7
+    crash = only(ev, state="CrashLoopBackOff")
+    assert (crash["attempt"], crash["node"], crash["job_id"], crash["failure_class"]) == (
+        1,
+        "gpu-node-04",
+        "llama-pretrain",
+        "software",
+    )
+    assert "last 20m ago" in crash["message"]
+    oom = only(ev, state="OOMKilled")
+    assert (oom["kind"], oom["node"], oom["failure_class"]) == ("error", "gpu-node-07", "oom_host")
+    pending = only(ev, state="Pending")
+    assert pending["node"] is None and pending["failure_class"] == "scheduling"
+    # healthy pods are context, never a state change
+    assert {r["kind"] for r in rows(ev, state="Running")} == {"info"}
+
+
+def test_get_pods_all_namespaces_with_anchor() -> None:
+    anchored = KubernetesParser(anchor=datetime(2024, 3, 14, 10, 30))
+    ev = classified(read(K8S / "get_pods_all_namespaces.txt", anchored))
+    init = only(ev, line=5)
+    assert (init["state"], init["attempt"]) == ("CrashLoopBackOff", 3)
+    assert init["ts"] == datetime(2024, 3, 14, 10, 29, 19) and init["ts_inferred"]  # capture - '41s ago'
+    evicted = only(ev, state="Evicted")
+    assert evicted["ts"] == datetime(2024, 3, 14, 10, 30) and evicted["failure_class"] == "preemption"
+    assert only(ev, state="Completed")["job_id"] == "eval-sweep"
+
+
+def test_get_nodes_snapshot() -> None:
+    ev = classified(read(K8S / "get_nodes.txt"))
+    lost = only(ev, node="gpu-node-05")
+    assert (lost["kind"], lost["state"], lost["failure_class"]) == ("node_state", "NotReady", "node_failure")
+    cordoned = only(ev, node="gpu-node-09")
+    assert (cordoned["state"], cordoned["failure_class"]) == ("SchedulingDisabled", "maintenance")
+    assert {r["kind"] for r in rows(ev, state="Ready")} == {"info"}
+
+
 # --- kubectl describe -----------------------------------------------------------------------------
 
 

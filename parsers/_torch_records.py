@@ -55,8 +55,10 @@ _SIGLINE = (
     rf"^\s*(?:{_SIG_WORDS})(?: \(core dumped\))?\s*$"
     rf"|^(?:.*: )?line \d+:\s+\d+\s+(?:{_SIG_WORDS})\b"  # bash: 'script: line 4: 123 Killed   python x.py'
 )
-EXC_STRICT = r"^\s?(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)(?::.*)?$"
-_EXC_BARE = r"^\s?(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)\s*$"
+# Python exception names by their suffix; plain 'Exception' too (DeepSpeed raises it), but not a bare 'Error:'.
+_EXC_NAME = r"(?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)|Exception)"
+_EXC_STRICT = rf"^\s?{_EXC_NAME}(?::.*)?$"
+_EXC_BARE = rf"^\s?{_EXC_NAME}\s*$"
 _EXC_LOOSE = r"^\s?[A-Za-z_][\w.]*(?::(?:\s.*)?)?$"
 _LOG_LEVEL = r"^\s?(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL|NOTE|TIP|HINT)\b"
 _INDENT = r"^(?: {4,}|\t)\S|^\s+[\^~]+\s*$"
@@ -130,7 +132,7 @@ def _line_type() -> pl.Expr:
         (_has(_SIGLINE), SIGLINE),
         (_has(_LOG_LEVEL), OTHER),
         (_has(_EXC_BARE), EXCB),
-        (_has(EXC_STRICT), EXC),
+        (_has(_EXC_STRICT), EXC),
         (_has(_INDENT), INDENT),
         (_has(_EXC_LOOSE), EXCL),
     ]
@@ -163,7 +165,10 @@ def typed_lines(lines: pl.LazyFrame) -> pl.LazyFrame:
     lf = lf.with_columns(_link(pl.col("_t").shift(1).over("_s")).alias("_link"))
     lf = lf.with_columns((~pl.col("_link")).cum_sum().over("_s").alias("_run"))
     grp = ["_s", "_run"]
-    anchored = pl.col("_t").is_in(_ANCHORS).any().over(grp)
+    t = pl.col("_t")
+    # A frame followed by an exception of any name is a traceback tail whose header was cut.
+    tail = ((t == EXCL) & pl.col("_link")).any().over(grp) & t.is_in([FRAME, HEAD]).any().over(grp)
+    anchored = t.is_in(_ANCHORS).any().over(grp) | tail
     first = pl.col("_i").filter(pl.col("_t").is_in(_STARTS)).min().over(grp)
     return lf.with_columns((anchored & (pl.col("_i") >= first)).fill_null(False).alias("_rec"))
 

@@ -268,6 +268,13 @@ def test_bare_exception_name_after_an_exception_is_interleaved_debris() -> None:
     assert row["message"] == "RuntimeError: DataLoader worker (pid 1) is killed by signal: Bus error."
 
 
+def test_headless_tail_with_any_exception_name() -> None:
+    row = one(run('  File "/w/m.py", line 3, in f\n    return g(x)\ntorch._dynamo.exc.Unsupported: call_function'))
+    assert (row["line"], row["line_end"], row["code"]) == (1, 3, "Unsupported")
+    # indented text followed by a 'Key: value' line is no traceback
+    assert run("Config:\n    lr: 0.1\nEpoch: 1").height == 0
+
+
 def test_orphan_nccl_exception_belongs_to_nccl_parser() -> None:
     text = (
         "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:825, "
@@ -334,6 +341,7 @@ Of the allocated memory 15.04 GiB is allocated by PyTorch, and 4.72 MiB is reser
         ("OSError: [Errno 28] No space left on device", "storage"),
         ("OSError: [Errno 116] Stale file handle", "storage"),
         ("FloatingPointError: Minimum loss scale reached (0.0001). Your loss is probably exploding.", "numerics"),
+        ("Exception: Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.", "numerics"),
         ("RuntimeError: DataLoader worker (pid(s) 12345) exited unexpectedly", "software"),
         ("RuntimeError: DataLoader worker (pid 7) is killed by signal: Killed.", "unknown"),
         ("ModuleNotFoundError: No module named 'apex'", "software"),

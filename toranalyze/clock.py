@@ -91,6 +91,8 @@ def normalize_time(raw: pl.LazyFrame, *, tz: str = "UTC", year: int | None = Non
     lf = lf.with_columns(
         pl.when(needs_year & chosen.is_not_null()).then(rolled).otherwise(pl.col("ts")).alias("ts"),
         (pl.col("ts_inferred") | needs_year).alias("ts_inferred"),
+        # Still on the placeholder year: resolve_open_years settles it against the other files.
+        pl.when(pl.col("ts").is_not_null()).then(needs_year & chosen.is_null()).alias("_year_open"),
     )
     stated = pl.col("ts") - pl.duration(seconds=pl.col("ts_offset_s"))
     utc_stated = stated.dt.replace_time_zone("UTC")
@@ -102,4 +104,27 @@ def normalize_time(raw: pl.LazyFrame, *, tz: str = "UTC", year: int | None = Non
     return lf.with_columns(
         (pl.col("ts_inferred") | (pl.col("ts").is_null() & filled.is_not_null())).alias("ts_inferred"),
         filled.alias("ts"),
+        pl.col("_year_open").forward_fill().backward_fill().fill_null(False),
     )
+
+
+def resolve_open_years(events: pl.DataFrame, fallback_year: pl.Expr) -> pl.DataFrame:
+    """Give rows still on the placeholder year (``_year_open``) the year that puts them nearest
+    the median time of the dated records of the whole input (a syslog beside a Slurm log of the
+    same run); with no dated record anywhere, ``fallback_year`` (the file's modification year).
+    Drops ``_year_open``.
+    """
+    dated = events.filter(~pl.col("_year_open") & pl.col("ts").is_not_null())["ts"]
+    is_open = pl.col("_year_open")
+    if dated.len():
+        ref = dated.sort()[dated.len() // 2]
+        candidates = [pl.col("ts").dt.offset_by(f"{ref.year + k - PLACEHOLDER_YEAR}y") for k in (-1, 0, 1)]
+        dists = [(c - pl.lit(ref)).abs() for c in candidates]
+        best = (
+            pl.when((dists[0] <= dists[1]) & (dists[0] <= dists[2])).then(candidates[0])
+            .when(dists[1] <= dists[2]).then(candidates[1])
+            .otherwise(candidates[2])
+        )
+    else:
+        best = pl.col("ts").dt.offset_by(pl.format("{}y", fallback_year - PLACEHOLDER_YEAR))
+    return events.with_columns(pl.when(is_open).then(best).otherwise(pl.col("ts")).alias("ts")).drop("_year_open")

@@ -15,7 +15,7 @@ from typing import Any
 
 import polars as pl
 
-from toranalyze.clock import normalize_time
+from toranalyze.clock import normalize_time, resolve_open_years
 from toranalyze.discover import InputFile, discover
 from toranalyze.errors import ToranalyzeError
 from toranalyze.plugins import Registry, default_registry
@@ -91,7 +91,7 @@ def node_from_path(path: str) -> str | None:
 def finalize_file(parsed: pl.DataFrame, file: InputFile, options: IngestOptions) -> pl.DataFrame:
     """RAW rows of one file -> EVENT_SCHEMA rows (unclassified): UTC time, file, node and job fills."""
     mtime_year = dt.datetime.fromtimestamp(file.mtime, dt.UTC).year
-    lf = normalize_time(parsed.lazy(), tz=options.tz, year=options.year, mtime_year=mtime_year)
+    lf = normalize_time(parsed.lazy(), tz=options.tz, year=options.year)
     path_node = node_from_path(file.path)
     job_ids = parsed["job_id"].drop_nulls().unique()
     fills = [pl.lit(file.path).alias("file")]
@@ -103,7 +103,9 @@ def finalize_file(parsed: pl.DataFrame, file: InputFile, options: IngestOptions)
     lf = lf.with_columns(fills).with_columns(
         pl.lit(None, pl.String).alias("failure_class"), pl.lit(None, pl.String).alias("rule")
     )
-    return lf.select([pl.col(c).cast(t) for c, t in EVENT_SCHEMA.items()]).collect()
+    return lf.select(
+        *[pl.col(c).cast(t) for c, t in EVENT_SCHEMA.items()], "_year_open", pl.lit(mtime_year).alias("_mtime_year")
+    ).collect()
 
 
 def read_file(file: InputFile, registry: Registry, options: IngestOptions) -> tuple[pl.DataFrame | None, FileReport]:
@@ -157,7 +159,10 @@ def ingest(
         reports.append(report)
         if events is not None and events.height:
             frames.append(events)
-    events = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=EVENT_SCHEMA)
+    if frames:
+        events = resolve_open_years(pl.concat(frames, how="vertical"), pl.col("_mtime_year")).drop("_mtime_year")
+    else:
+        events = pl.DataFrame(schema=EVENT_SCHEMA)
     events = classify(events, rules).select(list(EVENT_SCHEMA)).collect()
     validate_events(events)
     return IngestResult(events, reports, list(input_errors))

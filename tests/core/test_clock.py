@@ -8,7 +8,7 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toranalyze.clock import PLACEHOLDER_YEAR, normalize_time, offset_iso, ts_glog, ts_iso, ts_month_name
+from toranalyze.clock import PLACEHOLDER_YEAR, normalize_time, resolve_open_years, offset_iso, ts_glog, ts_iso, ts_month_name
 from toranalyze.schema import conform_raw
 
 UTC = dt.timezone.utc
@@ -70,6 +70,20 @@ def test_year_falls_back_to_option_then_mtime() -> None:
     lf = _raw([{"line": 1, "ts": dt.datetime(PLACEHOLDER_YEAR, 6, 1), "ts_year_known": False}])
     assert normalize_time(lf, year=2019).collect()["ts"][0].year == 2019
     assert normalize_time(lf, mtime_year=2025).collect()["ts"][0].year == 2025
+    still_open = normalize_time(lf).collect()
+    assert still_open["_year_open"].to_list() == [True]
+
+
+def test_open_years_follow_the_other_files_of_the_run() -> None:
+    syslog = normalize_time(_raw([
+        {"line": 1, "ts": dt.datetime(PLACEHOLDER_YEAR, 1, 2, 3, 0), "ts_year_known": False},
+        {"line": 2, "ts": dt.datetime(PLACEHOLDER_YEAR, 12, 30, 23, 0), "ts_year_known": False},
+    ])).collect()
+    slurm = normalize_time(_raw([{"line": 1, "ts": dt.datetime(2023, 12, 31, 12, 0)}])).collect()
+    both = resolve_open_years(pl.concat([syslog, slurm]), pl.lit(2026))
+    assert both["ts"].dt.year().to_list() == [2024, 2023, 2023]
+    alone = resolve_open_years(syslog, pl.lit(2026))
+    assert alone["ts"].dt.year().to_list() == [2026, 2026]
 
 
 def test_lines_without_time_take_the_previous_time_and_are_marked() -> None:

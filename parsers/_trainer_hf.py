@@ -7,7 +7,7 @@
   ``ts`` and ``step_time_s`` come from that bar repaint (anchor + elapsed, and its s/it).
   Identical dicts printed by several nodes count once.
 * Without loss dicts, the training bar itself gives the steps (level 2): one row per step
-  reached, ``step_time_s`` = tqdm's s/it (its smoothed rate). When the ``Total optimization
+  reached, ``step_time_s`` = tqdm's s/it (its smoothed rate), ``loss`` null (bars carry none). When the ``Total optimization
   steps = N`` banner is present only bars of total N count (evaluation bars have other totals).
 * ``***** Running training *****`` -> init_done; ``PyTorch: setting up devices`` and the example
   scripts' ``Process rank: …`` line -> init; ``Saving model checkpoint to …/checkpoint-N`` ->
@@ -146,7 +146,6 @@ def _bar_steps(train_bars: pl.LazyFrame) -> pl.LazyFrame:
         "ts_inferred",
         pl.col("n").alias("step"),
         pl.col("s_per_it").alias("step_time_s"),
-        pl.lit(float("nan")).alias("loss"),
         pl.col("text").str.strip_chars().alias("message"),
     )
 

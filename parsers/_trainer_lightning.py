@@ -6,7 +6,8 @@
   reported, so ``step`` = global_step + 1 (matching the ``step=N`` of checkpoint names). Without
   it, ``step`` = epoch × total + n (batches, which equals steps without gradient accumulation).
   ``step_time_s`` = ``train_step_timing in s`` when logged, else tqdm's s/it; ``loss`` =
-  ``reduced_train_loss`` / ``train_loss`` / ``loss``. Repaints of one step count once.
+  ``reduced_train_loss`` / ``train_loss`` / ``loss`` (null when the bar shows none). Repaints of
+  one step count once.
 * Validation bars: the repaint at 0 s -> eval_begin, the repaint reaching its total -> eval_end.
 * Checkpoints: ``Epoch N, global step M: 'metric' reached … saving model to '…'`` and NeMo's
   ``Scheduled async checkpoint save for …step=M…`` -> ckpt_save_begin; ``Global Checkpoint Save :
@@ -53,7 +54,6 @@ def _epoch_steps(b: pl.LazyFrame) -> pl.LazyFrame:
         to_float(post.str.extract(post_field("reduced_train_loss"), 1)),
         to_float(post.str.extract(post_field("train_loss"), 1)),
         to_float(post.str.extract(post_field("loss"), 1)),
-        pl.lit(float("nan")),
     )
     return b.filter((pl.col("bar") == "train_epoch") & ((pl.col("n") > 0) | gstep.is_not_null())).select(
         "line",

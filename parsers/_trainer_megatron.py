@@ -118,7 +118,8 @@ def _joined(lines: pl.LazyFrame) -> pl.LazyFrame:
 def _iterations(lines: pl.LazyFrame) -> pl.LazyFrame:
     rec = pl.col("_rec")
     el = rec.str.extract_groups(_ELAPSED)
-    secs = el.struct.field("2").cast(pl.Float64) / pl.when(el.struct.field("1") == "ms").then(1000.0).otherwise(1.0)
+    per = pl.when(el.struct.field("1") == "ms").then(1000.0).otherwise(1.0)
+    secs = (el.struct.field("2").cast(pl.Float64) / per).round(9)  # ms -> s without binary noise
     loss = pl.coalesce(field(_LM_LOSS, "_rec"), field(_ANY_LOSS, "_rec"), pl.lit(float("nan")))
     return _joined(lines).select(
         "line",
@@ -140,7 +141,7 @@ def _save_timers(lines: pl.LazyFrame) -> pl.LazyFrame:
     secs = pl.max_horizontal(timer.struct.field("1").cast(pl.Float64), timer.struct.field("2").cast(pl.Float64))
     return (
         lines.filter(t.str.contains("save-checkpoint", literal=True))
-        .select("line", (secs / 1000.0).alias("_save_s"))
+        .select("line", (secs / 1000.0).round(9).alias("_save_s"))
         .filter(pl.col("_save_s").is_not_null())
         .unique("line", keep="first", maintain_order=True)
     )

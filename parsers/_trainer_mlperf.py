@@ -73,8 +73,8 @@ def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
                             run_started.alias("_run_ms"), status.alias("_status")).filter(pl.col("kind").is_not_null())
     loss = to_float(js.str.extract(r'"reduced_train_loss":\s*"?([-+]?(?:NaN|Infinity|\d[\d.eE+-]*))', 1))
     duration = (
-        pl.when(key == "eval_stop").then((pl.col("_ms") - pl.col("_eval_ms")) / 1000.0)
-        .when(key == "run_stop").then((pl.col("_ms") - pl.col("_run_ms")) / 1000.0)
+        pl.when(key == "eval_stop").then(((pl.col("_ms") - pl.col("_eval_ms")) / 1000.0).round(6))
+        .when(key == "run_stop").then(((pl.col("_ms") - pl.col("_run_ms")) / 1000.0).round(6))
     )
     severity = pl.when((key == "run_stop") & (pl.col("_status").fill_null("") != "success")).then(
         pl.lit("warning")

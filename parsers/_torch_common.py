@@ -37,9 +37,11 @@ GLOG = r"^([IWEF])(\d{4}) (\d{2}:\d{2}:\d{2}(?:\.\d+)?)\s+\d+\s+\S+:\d+\]\s?"
 
 
 def stream_key() -> pl.Expr:
-    """One output stream per writer: ranks (and nodes) interleave in one file."""
+    """One output stream per writer: ranks, nodes and Ray workers interleave in one file."""
     parts = [pl.col(c).cast(pl.String).fill_null("") for c in ("p_node", "p_rank", "p_local")]
-    return pl.concat_str(parts, separator="|")
+    # Ray's '(RayTrainWorker pid=2657, ip=10.0.0.1)' prefix: the prepared lines keep only the ip.
+    ray_pid = pl.col("raw").str.extract(r"^\((?:[\w.\-]+ )?pid=(\d+)", 1).fill_null("")
+    return pl.concat_str([*parts, ray_pid], separator="|")
 
 
 def signal_name(code: pl.Expr) -> pl.Expr:

@@ -246,6 +246,18 @@ def test_tee_prefixed_ranks_fill_rank_through_the_reader(tmp_path: Path) -> None
     ]
 
 
+def test_ray_workers_on_one_node_stay_apart() -> None:
+    text = """\
+(RayTrainWorker pid=11, ip=10.0.0.1) Traceback (most recent call last):
+(RayTrainWorker pid=12, ip=10.0.0.1) Traceback (most recent call last):
+(RayTrainWorker pid=11, ip=10.0.0.1)   File "/w/t.py", line 3, in step
+(RayTrainWorker pid=12, ip=10.0.0.1)   File "/w/t.py", line 3, in step
+(RayTrainWorker pid=12, ip=10.0.0.1) RuntimeError: CUDA error: unknown error
+(RayTrainWorker pid=11, ip=10.0.0.1) torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"""
+    ev = run(text).sort("line")
+    assert ev.select("line", "line_end", "code").rows() == [(1, 6, "OutOfMemoryError"), (2, 5, "RuntimeError")]
+
+
 def test_truncated_traceback_still_reports_where_it_was() -> None:
     row = one(run('Traceback (most recent call last):\n  File "/w/t.py", line 4, in step\n    y = f(x)'))
     assert row["code"] is None

@@ -101,7 +101,7 @@ def nvrm_events(lf: pl.LazyFrame) -> pl.LazyFrame:
     loaded = body.str.contains(r"NVRM: loading NVIDIA UNIX .*Kernel Module")
     at_pci = body.str.extract_groups(rf"NVRM: GPU at (?:PCI:)?(?P<pci>{PCI}): (?P<uuid>GPU-[0-9a-fA-F\-]+)")
 
-    nv = lf.with_columns(
+    nv = lf.filter(has("NVRM")).with_columns(
         fallen.alias("_fallen"),
         split_fallen.alias("_split"),
         end.alias("_end"),
@@ -115,7 +115,7 @@ def nvrm_events(lf: pl.LazyFrame) -> pl.LazyFrame:
         dump.alias("_dump"),
         loaded.alias("_loaded"),
         at_pci.struct.field("uuid").alias("_uuid"),
-    ).filter(has("NVRM"))
+    )
     frames = [
         nv.filter("_fallen").select(event("error", "critical", device=pl.col("_pci"))),
         nv.filter("_split").select(
@@ -204,7 +204,8 @@ def sxid_events(lf: pl.LazyFrame) -> pl.LazyFrame:
     """
     g = pl.col("body").str.extract_groups(_SXID)
     s = (
-        lf.with_columns(g.alias("_s"))
+        lf.filter(has("SXid"))
+        .with_columns(g.alias("_s"))
         .with_columns(
             pl.col("_s").struct.field("code").alias("_code"),
             norm_pci(pl.col("_s").struct.field("pci")).alias("_dev"),
@@ -215,6 +216,7 @@ def sxid_events(lf: pl.LazyFrame) -> pl.LazyFrame:
     is_desc = pl.col("_rest").str.contains(r"^(?:Non-fatal|Fatal|Nonfatal)\b")
     same_as_prev = (
         pl.col("_is").shift(1).fill_null(False)
+        & (pl.col("line").shift(1) == pl.col("line") - 1)
         & (pl.col("_code").shift(1) == pl.col("_code"))
         & (pl.col("_dev").shift(1) == pl.col("_dev"))
     ).fill_null(False)

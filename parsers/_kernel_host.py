@@ -66,8 +66,11 @@ def ghes_events(lf: pl.LazyFrame) -> pl.LazyFrame:
     """Firmware-first (APEI/GHES) records: consecutive ``{N}[Hardware Error]:`` lines with one N,
     one event whose message keeps the source, severity, section and error type."""
     g = pl.col("body").str.extract_groups(_GHES)
-    s = lf.with_columns(g.struct.field("id").alias("_id"), g.struct.field("text").str.strip_chars().alias("_t"))
-    start = pl.col("_id").is_not_null() & (pl.col("_id") != pl.col("_id").shift(1)).fill_null(True)
+    s = lf.filter(has("[Hardware Error]")).with_columns(
+        g.struct.field("id").alias("_id"), g.struct.field("text").str.strip_chars().alias("_t")
+    )
+    same = (pl.col("_id") == pl.col("_id").shift(1)) & (pl.col("line") - pl.col("line").shift(1) == 1)
+    start = pl.col("_id").is_not_null() & ~same.fill_null(False)
     recs = (
         s.with_columns(runs(start, pl.col("_id").is_not_null()).alias("_rec"))
         .filter(pl.col("_rec").is_not_null())

@@ -37,6 +37,8 @@ _FACILITY = (
 _CLOCK = (
     r"^(?P<all>(?:"
     rf"\[?(?P<iso>{ISO_PATTERN})\]?:?\s+"
+    rf"|{DOW} (?P<sf_ts>\d{{4}}-\d{{2}}-\d{{2}} {_HMS}(?:\.\d+)?) (?P<sf_tz>[A-Z]{{2,5}}|[+-]\d{{4}})\s+"
+    r"|(?P<epoch>\d{9,10}\.\d{6})\s+"
     rf"|\[?{DOW} (?P<ct_mon>{MON}) +(?P<ct_day>\d{{1,2}}) (?P<ct_hms>{_HMS}) (?P<ct_year>\d{{4}})\]?\s+"
     rf"|\[(?P<fm_mon>{MON}) (?P<fm_day>\d{{1,2}}) (?P<fm_year>\d{{4}}) (?P<fm_hms>{_HMS})\] "
     r"\[(?P<fm_lvl>[A-Z]+)\] \[tid \d+\] "
@@ -55,7 +57,8 @@ _TAG = (
     rf"(?P<tag>{'|'.join(KERNEL_TAGS)})(?:\[\d+\])?: )"
 )
 
-_MONO = r"^(?P<all>(?:<\d>)?\[\s*(?P<mono>\d+\.\d+)\]\s*)"
+# '[ 1234.567890]', with 'dmesg -d' adding the delta: '[ 1234.567890 <    0.000316>]'.
+_MONO = r"^(?P<all>(?:<\d>)?\[\s*(?P<mono>\d+\.\d+)(?:\s*<\s*\d+\.\d+>)?\]\s*)"
 
 
 def _peel(lf: pl.LazyFrame, pattern: str, name: str, when: pl.Expr | None = None) -> pl.LazyFrame:
@@ -106,16 +109,28 @@ def peel_prefixes(lines: pl.LazyFrame) -> pl.LazyFrame:
     )
     lf = _delta_clock(lf)
     iso = pl.coalesce(clk.field("iso"), clk.field("ta_ts"))
+    # journalctl -o short-full: 'Tue 2024-06-18 02:41:07 UTC'; a zone name other than UTC/GMT
+    # says nothing we can convert, so it leaves the offset to --tz.
+    sf_tz = clk.field("sf_tz")
+    sf_off = (
+        pl.when(sf_tz.is_in(["UTC", "GMT"]))
+        .then(pl.lit(0, pl.Int32))
+        .otherwise(offset_iso(sf_tz.str.replace(r"^([+-]\d{2})(\d{2})$", "$1:$2")))
+    )
+    epoch = clk.field("epoch").cast(pl.Float64)
+    epoch_ts = pl.from_epoch((epoch * 1e6).round(0).cast(pl.Int64), time_unit="us").cast(NAIVE_US)
     lf = lf.with_columns(
         pl.coalesce(
             ts_iso(iso),
+            ts_iso(clk.field("sf_ts")),
+            epoch_ts,
             ts_month_name(clk.field("ct_mon"), clk.field("ct_day"), clk.field("ct_hms"), clk.field("ct_year")),
             ts_month_name(clk.field("fm_mon"), clk.field("fm_day"), clk.field("fm_hms"), clk.field("fm_year")),
             ts_month_name(clk.field("sy_mon"), clk.field("sy_day"), clk.field("sy_hms")),
             pl.col("_hdr_ts"),
             pl.col("_delta_ts"),
         ).alias("k_ts"),
-        offset_iso(iso).alias("k_off"),
+        pl.coalesce(offset_iso(iso), sf_off, pl.when(epoch.is_not_null()).then(pl.lit(0, pl.Int32))).alias("k_off"),
         ~(
             clk.field("sy_mon").is_not_null() | pl.col("_hdr_ts").is_not_null() | pl.col("_delta_ts").is_not_null()
         ).alias("k_year"),

@@ -173,6 +173,24 @@ def test_rfc3339_journal(prefix: str, ts: datetime, offset: int) -> None:
     assert row["message"] == XID
 
 
+@pytest.mark.parametrize(
+    ("prefix", "ts", "offset"),
+    [
+        ("Tue 2024-06-18 02:41:07 UTC node3 kernel: ", datetime(2024, 6, 18, 2, 41, 7), 0),
+        ("Tue 2024-06-18 04:41:07.250000 +0200 node3 kernel: ", datetime(2024, 6, 18, 4, 41, 7, 250000), 7200),
+        ("Tue 2024-06-18 04:41:07 CEST node3 kernel: ", datetime(2024, 6, 18, 4, 41, 7), None),
+        ("1718678467.123456 node3 kernel: ", datetime(2024, 6, 18, 2, 41, 7, 123456), 0),
+    ],
+)
+def test_journal_short_full_and_short_unix(prefix: str, ts: datetime, offset: int | None) -> None:
+    row = one(prefix + XID)
+    assert (row["ts"], row["ts_offset_s"], row["node"], row["message"]) == (ts, offset, "node3", XID)
+
+
+def test_dmesg_d_delta_inside_the_monotonic_stamp() -> None:
+    assert one(f"[ 1234.567890 <    0.000316>] {XID}")["message"] == f"[1234.567890] {XID}"
+
+
 def test_journal_short_monotonic() -> None:
     row = one(f"[ 8659.726062] node3 kernel: {XID}")
     assert row["node"] == "node3"

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from toranalyze.clock import ts_iso, ts_month_name
+from toranalyze.reader import BLOCK_BYTES, Chunks
 from toranalyze_parsers._slurm_common import (
     TERMINAL,
     base_job_id,
@@ -113,14 +114,26 @@ def sniff(head: str) -> bool:
     return False
 
 
-def _cells(frame: pl.DataFrame, table: Table, end_line: int | None) -> pl.DataFrame:
-    """The table's rows (contiguous, row-shaped lines after the header) split into named cells."""
+def _keys(table: Table) -> list[str]:
+    """Column keys: canonical field names, made unique when a field is listed twice."""
+    keys: list[str] = []
+    for name in table.names:
+        key = _field(name) or name.lower()
+        keys.append(key if key not in keys else f"{key}_{len(keys)}")
+    return keys
+
+
+def _cells(frame: pl.DataFrame, table: Table, end_line: int | None) -> tuple[pl.DataFrame, bool]:
+    """The table's rows in ``frame`` split into named cells, and whether the table ended in it.
+
+    Rows are the contiguous row-shaped lines after the header: the first other line ends the table.
+    """
     start = table.header_line + (1 if table.pipe else 2)
     rows = frame.filter(pl.col("line") >= start)
     if end_line is not None:
         rows = rows.filter(pl.col("line") < end_line)
     rows = rows.filter(pl.col("raw").str.strip_chars() != "")
-    keys = [_field(n) or n for n in table.names]
+    keys = _keys(table)
     if table.pipe:
         src = pl.col("text").str.strip_chars()
         parts = src.str.split("|")
@@ -137,6 +150,7 @@ def _cells(frame: pl.DataFrame, table: Table, end_line: int | None) -> pl.DataFr
         first = src.str.slice(table.spans[0][0], table.spans[0][1]).str.strip_chars()
         shaped = first.str.contains(r"^\d+[\w.+\[\]%\-]*$")
     out = rows.with_columns(shaped.alias("_ok")).with_columns((~pl.col("_ok")).cum_sum().alias("_bad"))
+    ended = bool(out.height) and bool(out["_bad"].max())
     out = out.filter(pl.col("_bad") == 0).select("line", *cells)
     # The message names every cell as 'Name=value', the job id first. A step's name ('batch',
     # 'python') is written StepName= so that JobName= always names the job itself.
@@ -152,7 +166,7 @@ def _cells(frame: pl.DataFrame, table: Table, end_line: int | None) -> pl.DataFr
     parts_msg = [pl.lit("JobID=") + pl.col(id_key)] + [
         pl.when(pl.col(k) != "").then(label(k, n) + pl.col(k)) for k, n in labels if k != id_key
     ]
-    return out.with_columns(pl.concat_str(parts_msg, separator=" ", ignore_nulls=True).alias("_message"))
+    return out.with_columns(pl.concat_str(parts_msg, separator=" ", ignore_nulls=True).alias("_message")), ended
 
 
 def _time(cell: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
@@ -226,16 +240,25 @@ def _events(cells: pl.DataFrame) -> pl.LazyFrame:
     return pl.concat(frames, how="diagonal_relaxed").sort("line", maintain_order=True)
 
 
-def parse_tables(frame: pl.DataFrame, tables: list[Table], *, spans: bool = False) -> pl.LazyFrame | None:
+def parse_tables(
+    frame: pl.DataFrame, tables: list[Table], *, spans: bool = False, ended: set[int] | None = None
+) -> pl.LazyFrame | None:
     """Events of every table in ``frame`` (columns line, raw, text); None when there are none.
 
-    With ``spans``, each table also yields one ``info`` record from its header to its last row,
-    so a table inside a text log counts as understood.
+    ``frame`` may be one block of a longer file: ``ended`` carries the header lines of tables
+    that already ended in an earlier block (updated in place). With ``spans``, each table also
+    yields one ``info`` record from its header to its last row, so a table inside a text log
+    counts as understood.
     """
+    ended = set() if ended is None else ended
     out = []
     for i, table in enumerate(tables):
+        if table.header_line in ended:
+            continue
         end = tables[i + 1].header_line if i + 1 < len(tables) else None
-        cells = _cells(frame, table, end)
+        cells, stop = _cells(frame, table, end)
+        if stop:
+            ended.add(table.header_line)
         if not cells.height:
             continue
         out.append(_events(cells))
@@ -274,3 +297,36 @@ def tables_in_lines(lines: pl.LazyFrame) -> pl.LazyFrame | None:
         return None
     frame = lines.select("line", "raw", "text").collect()
     return parse_tables(frame, tables, spans=True)
+
+
+def _header_candidates(chunks: Chunks) -> list[tuple[int, str]]:
+    """(line, raw) of every line naming JobID and of the line after it, over a whole file."""
+    found: list[tuple[int, str]] = []
+    carry: list[int] = []  # a header on a block's last line: its next line opens the next block
+    for chunk in chunks:
+        named = chunk.filter(pl.col("raw").str.contains(r"(?i)\bJobID"))["line"]
+        want = pl.concat([named, named + 1, pl.Series(carry, dtype=pl.Int64)])
+        hits = chunk.filter(pl.col("line").is_in(want.implode()))
+        found.extend(zip(hits["line"].to_list(), hits["raw"].to_list(), strict=True))
+        carry = [chunk["line"][-1] + 1] if named.len() and named[-1] == chunk["line"][-1] else []
+    return sorted(set(found))
+
+
+def parse_document(path: str, block_bytes: int = BLOCK_BYTES) -> pl.LazyFrame | None:
+    """Events of a sacct document, read block by block (a fleet-wide dump can be large)."""
+    cands = _header_candidates(Chunks(path, block_bytes))
+    lines = {n for n, _ in cands}
+    tables = [t for t in find_tables(cands) if t.pipe or (t.header_line + 1) in lines]
+    if not tables:
+        return None
+    out = []
+    ended: set[int] = set()
+    for chunk in Chunks(path, block_bytes):
+        live = [t for t in tables if t.header_line <= chunk["line"][-1]]
+        if not live:
+            continue
+        frame = chunk.with_columns(pl.col("raw").alias("text"))
+        events = parse_tables(frame, live, ended=ended)
+        if events is not None:
+            out.append(events.collect())
+    return pl.concat(out, how="diagonal_relaxed").lazy() if out else None

@@ -13,7 +13,7 @@ from __future__ import annotations
 import polars as pl
 
 from toranalyze.plugins import Parser
-from toranalyze.reader import HEAD_BYTES, read_text
+from toranalyze.reader import read_head
 from toranalyze.schema import conform_raw, empty_raw
 from toranalyze_parsers import _slurm_sacct as sacct
 from toranalyze_parsers._slurm_lines import NOISE, extract_slurm_lines
@@ -35,15 +35,10 @@ class SlurmParser(Parser):
         return conform_raw(pl.concat(found, how="diagonal_relaxed"))
 
     def parse(self, path: str) -> pl.LazyFrame:
-        text = read_text(path)
-        if not sacct.sniff(text[:HEAD_BYTES]):
+        head = read_head(path).decode("utf-8", errors="replace")
+        if not sacct.sniff(head):
             return super().parse(path)  # forced onto a text log: the line rules apply
-        raw = text.splitlines()
-        frame = pl.DataFrame(
-            {"line": pl.Series(range(1, len(raw) + 1), dtype=pl.Int64), "raw": raw}
-        ).with_columns(pl.col("raw").alias("text"))
-        tables = sacct.find_tables(list(enumerate(raw, 1)))
-        events = sacct.parse_tables(frame, tables)
+        events = sacct.parse_document(path)
         return conform_raw(events) if events is not None else empty_raw()
 
 

@@ -17,6 +17,7 @@ from toranalyze.reader import read_document_events, read_head, read_text_events
 from toranalyze.rules import Rule, classify, parse_rules
 from toranalyze.schema import KINDS, SEVERITIES, validate_raw
 from toranalyze_parsers._slurm_common import hostlist_count, normalize_state, single_host
+from toranalyze_parsers._slurm_sacct import parse_document
 from toranalyze_parsers.slurm import parser
 
 HERE = DATA / "slurm"
@@ -469,6 +470,21 @@ def test_sacct_left_aligned_with_relative_times() -> None:
     assert end["failure_class"] == "user_cancel"
     root = ev.filter((pl.col("kind") == "job_end") & (pl.col("job_id") == "7003")).row(0, named=True)
     assert root["failure_class"] == "maintenance"  # CANCELLED by 0
+
+
+@pytest.mark.parametrize("name", SACCT_FILES)
+def test_sacct_documents_read_in_small_blocks_give_the_same_events(name: str) -> None:
+    whole = parse_document(str(HERE / name)).collect()
+    for block in (64, 150, 333):  # headers, dashes and rows fall on block edges
+        assert parse_document(str(HERE / name), block_bytes=block).collect().equals(whole)
+
+
+def test_sacct_table_ends_at_the_first_line_that_is_not_a_row(tmp_path: Path) -> None:
+    f = tmp_path / "sacct.txt"
+    f.write_text("JobID|State|End\n1|FAILED|2024-01-01T00:00:00\n\n2|FAILED|2024-01-01T00:00:00\n"
+                 "$ echo done\n3|FAILED|2024-01-01T00:00:00\n")
+    ev = read_document_events(str(f), parser).events
+    assert ev["job_id"].to_list() == ["1", "2"]  # blank lines are skipped, the shell prompt ends the table
 
 
 @pytest.mark.parametrize(

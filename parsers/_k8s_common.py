@@ -206,6 +206,12 @@ def conform_ev(frame: pl.LazyFrame) -> pl.LazyFrame:
     return frame.select(cols)
 
 
+def _pod_saw_not_ready(obj_kind: pl.Expr, name: pl.Expr) -> pl.Expr:
+    """True on rows of a pod that has a 'NodeNotReady' event anywhere in the same frame."""
+    flagged = ((pl.col("reason") == "NodeNotReady") & (obj_kind == "pod")).any().over(name)
+    return (obj_kind == "pod") & flagged.fill_null(False)
+
+
 def events_to_raw(ev: pl.LazyFrame, anchor: datetime | None = None) -> pl.LazyFrame:
     """EV_SCHEMA rows -> RAW_SCHEMA rows.
 
@@ -253,6 +259,11 @@ def events_to_raw(ev: pl.LazyFrame, anchor: datetime | None = None) -> pl.LazyFr
             pl.when(obj.is_not_null()).then(pl.concat_str([pl.lit(" ["), obj, pl.lit("]")])),
             pl.when(pl.col("count") > 1).then(pl.format(" (x{})", pl.col("count"))),
             pl.when(pl.col("age").is_not_null()).then(pl.format(" (age {})", pl.col("age"))),
+            # The taint manager evicts pods of not-ready/unreachable nodes: say so when the
+            # capture shows this pod's node going NotReady, so rules can tell it from a preemption.
+            pl.when((reason == "TaintManagerEviction") & _pod_saw_not_ready(obj_kind, name)).then(
+                pl.lit(" (its node was NotReady)")
+            ),
         ],
         ignore_nulls=True,
     )

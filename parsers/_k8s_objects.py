@@ -232,6 +232,17 @@ def pod_rows(pod: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def pod_index(objects: list[dict[str, Any]]) -> dict[str, tuple[str | None, str | None]]:
+    """Pod name -> (job, node) for the pods of a document."""
+    index: dict[str, tuple[str | None, str | None]] = {}
+    for obj in objects:
+        meta = _d(obj.get("metadata"))
+        if obj.get("kind") == "Pod" and meta.get("name"):
+            name = str(meta["name"])
+            index[name] = (job_of(meta, name), _d(obj.get("spec")).get("nodeName"))
+    return index
+
+
 # ---------------------------------------------------------------------- nodes
 def node_condition_row(node: str, c: dict[str, Any], fallback: dict[str, Any]) -> Row | None:
     ctype, cstatus = c.get("type"), c.get("status")

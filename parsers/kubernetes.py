@@ -35,7 +35,7 @@ from toranalyze_parsers._k8s_common import EV_SCHEMA, events_to_raw
 from toranalyze_parsers._k8s_describe import extract_describe
 from toranalyze_parsers._k8s_docs import iter_objects, load_values, looks_json
 from toranalyze_parsers._k8s_klog import extract_klog, extract_operator
-from toranalyze_parsers._k8s_objects import event_row, job_rows, node_rows, pod_rows
+from toranalyze_parsers._k8s_objects import event_row, job_rows, node_rows, pod_index, pod_rows
 from toranalyze_parsers._k8s_status_tables import HEADERS, extract_status_tables
 from toranalyze_parsers._k8s_tables import HEADER, extract_event_tables
 
@@ -89,22 +89,28 @@ class KubernetesParser(Parser):
 
     def parse_objects(self, text: str) -> pl.LazyFrame:
         """RAW rows for every API object in a JSON/YAML document or stream."""
+        objects = [obj for value in load_values(text) for obj in iter_objects(value)]
+        # Events name only their pod; pods captured alongside them (get pods,events) give its job and node.
+        pods = pod_index(objects)
         ev_rows: list[dict[str, Any]] = []
         raw_rows: list[dict[str, Any]] = []
-        for value in load_values(text):
-            for obj in iter_objects(value):
-                kind = str(obj.get("kind") or "")
-                if kind == "Event":
-                    ev_rows.append(event_row(obj))
-                elif kind == "Pod":
-                    raw_rows.extend(pod_rows(obj))
-                elif kind == "Node":
-                    raw_rows.extend(node_rows(obj))
-                elif kind.endswith("Job"):
-                    raw_rows.extend(job_rows(obj))
+        for obj in objects:
+            kind = str(obj.get("kind") or "")
+            if kind == "Event":
+                row = event_row(obj)
+                if row["obj_kind"] == "Pod" and row["obj_name"] in pods:
+                    row["job_hint"], row["node_hint"] = pods[row["obj_name"]]
+                ev_rows.append(row)
+            elif kind == "Pod":
+                raw_rows.extend(pod_rows(obj))
+            elif kind == "Node":
+                raw_rows.extend(node_rows(obj))
+            elif kind.endswith("Job"):
+                raw_rows.extend(job_rows(obj))
         frames = []
         if ev_rows:
-            ev = pl.DataFrame(ev_rows, schema_overrides={k: EV_SCHEMA[k] for k in ev_rows[0]}, strict=False)
+            schema = {k: EV_SCHEMA[k] for k in {k for r in ev_rows for k in r}}
+            ev = pl.DataFrame(ev_rows, schema=schema, strict=False)
             frames.append(events_to_raw(ev.lazy(), self.anchor))
         if raw_rows:
             schema = {k: RAW_SCHEMA[k] for k in {k for r in raw_rows for k in r}}

@@ -128,6 +128,15 @@ def test_node_not_ready_on_a_pod_is_an_error_of_that_pod() -> None:
     assert only(ev, state="NodeNotReady", kind="node_state")["node"] == "gpu-node-05"
 
 
+def test_taint_eviction_after_node_not_ready_is_a_node_failure() -> None:
+    ev = classified(read(K8S / "get_events.txt"))
+    eviction = only(ev, state="TaintManagerEviction")
+    assert (eviction["failure_class"], eviction["rule"]) == ("node_failure", "kubernetes-taint-eviction-not-ready")
+    # without the NodeNotReady of that pod in the capture it stays a preemption
+    alone = classified(extract_lines(parser, [(K8S / "get_events.txt").read_text().splitlines()[13]]))
+    assert alone.row(0, named=True)["failure_class"] == "preemption"
+
+
 def test_get_events_all_namespaces() -> None:
     ev = read(K8S / "get_events_all_namespaces.txt")
     assert ev.height == 6
@@ -412,6 +421,16 @@ def test_batch_job_deadline_is_walltime() -> None:
     assert (end["state"], end["failure_class"], end["job_id"]) == ("DeadlineExceeded", "walltime", "eval-sweep")
 
 
+def test_events_take_job_and_node_from_pods_in_the_same_document() -> None:
+    ev = classified(read(K8S / "pods_and_events.yaml"))
+    lost = only(ev, state="NodeLost")
+    assert (lost["job_id"], lost["node"], lost["failure_class"]) == ("gpt-small-eval", "gpu-node-05", "node_failure")
+    # the events name only the pod: its node comes from the pod in the same list
+    for state in ("NodeNotReady", "TaintManagerEviction"):
+        row = only(ev, state=state)
+        assert (row["job_id"], row["node"], row["failure_class"]) == ("gpt-small-eval", "gpu-node-05", "node_failure")
+
+
 def test_broken_yaml_keeps_earlier_documents(tmp_path: Path) -> None:
     good = (K8S / "pytorchjob_failed.yaml").read_text()
     path = tmp_path / "dump.yaml"
@@ -448,8 +467,11 @@ def test_controller_manager_cri_prefix_zone_wins_over_klog_stamp() -> None:
     assert (first["state"], first["node"], first["failure_class"]) == ("NodeNotReady", "gpu-node-05", "node_failure")
     occurred = only(ev, line=3)
     assert (occurred["kind"], occurred["job_id"]) == ("error", "llama-pretrain")
-    assert [r["line"] for r in rows(ev, state="TaintManagerEviction")] == [5, 6]
-    assert set(ev["failure_class"].drop_nulls()) == {"node_failure", "preemption"}
+    evictions = rows(ev, state="TaintManagerEviction")
+    assert [r["line"] for r in evictions] == [5, 6]
+    # the same capture shows the pod's node going NotReady: a node failure, not a preemption
+    assert {r["failure_class"] for r in evictions} == {"node_failure"}
+    assert evictions[1]["message"].endswith("[pod/llama-pretrain-worker-4] (its node was NotReady)")
 
 
 def test_controller_manager_legacy_event_lines() -> None:

@@ -232,7 +232,7 @@ def _ctld(base: pl.DataFrame) -> list[pl.DataFrame | None]:
         default=None, return_dtype=pl.String,
     )
     failed_node = rf"Killing {_CTLD_JOB} (?:on|due to) failed node (?P<node>[^\s,]+)"
-    requeue = rf"requeue {_CTLD_JOB}.*? due to failure of node (?P<node>[^\s,]+)"
+    requeue = rf"requeue (?:job )?{_CTLD_JOB}.*? due to failure of node (?P<node>[^\s,]+)"
     removing = rf"Removing failed node (?P<node>[^\s,]+) from {_CTLD_JOB}"
     not_resp = r"Nodes? (?P<nodes>\S+?),? not responding(?P<down>, setting DOWN)?"
     set_state = r"(?:\w+: )?node (?P<node>\S+) state set to (?P<st>[A-Z_]+)"

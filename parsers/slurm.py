@@ -6,6 +6,23 @@ claimed by ``sniff`` and read whole by ``parse``.
 
 Parsers do not classify: ``toranalyze/rules/slurm.toml`` maps states and
 messages to failure classes.
+
+What the rows look like:
+
+* ``job_id`` is the job without its step: ``123.batch`` -> ``123``, array tasks
+  stay ``123_4``, a pending array ``123_[1-3%1]`` is ``123``; the step stays
+  visible in ``message``.
+* sacct rows: one ``job_submit`` (jobs only), ``job_start`` and ``job_end`` per
+  table row, steps included. ``state`` is PENDING / RUNNING on the first two and
+  the final state on the end row ('CANCELLED by 12' -> CANCELLED, cut cells
+  resolved); ``code`` the exit code, ``duration_s`` the elapsed time, ``attempt``
+  the Restarts column. ``message`` is ``JobID=<id> Name=value ...``; a step's name
+  is written ``StepName=`` so ``JobName=`` always names the job.
+* slurmstepd banners are ``job_end`` rows whose ``ts`` is the AT time and whose
+  ``node`` is the host slurmstepd ran on (not necessarily the failed one: the
+  ``srun: error: Node failure on X`` row names that one).
+* Watchdog lines: ``PULSE: ... is running`` is a ``heartbeat``; pending jobs are
+  ``info`` rows with state PENDING; ``ALERT: ... not RUNNING or SCHEDULED`` a warning.
 """
 
 from __future__ import annotations

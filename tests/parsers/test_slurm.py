@@ -310,6 +310,8 @@ CTLD = [
      "job_end", "5100", "gpu017", "NODE_FAIL", None, None, "node_failure"),
     ("[2024-04-01T13:45:51.121] requeue job 5112 due to failure of node gpu061",
      "job_end", "5112", "gpu061", "NODE_FAIL", None, None, "node_failure"),
+    ("[2024-04-01T13:45:51.121] requeue job JobId=5113 due to failure of node gpu062",
+     "job_end", "5113", "gpu062", "NODE_FAIL", None, None, "node_failure"),
     ("[2024-04-01T22:00:00.000] error: Killing JobId=5107 on failed node gpu040",
      "job_end", "5107", "gpu040", "NODE_FAIL", None, None, "node_failure"),
     ("[2024-04-01T22:00:00.000] Killing job_id 5111 on failed node gpu060",

@@ -91,7 +91,9 @@ def nvrm_events(lf: pl.LazyFrame) -> pl.LazyFrame:
         ignore_nulls=True,
     )
     reset = body.str.contains(r"\[NV_ERR_(?:RESET_REQUIRED|GPU_IS_LOST)\]")
-    gsp_timeout = no_xid & body.str.contains(r"(?i)timeout waiting for rpc|gsp rpc timeout|rpc response from gpu\d+ gsp")
+    gsp_timeout = no_xid & body.str.contains(
+        r"(?i)timeout waiting for rpc|gsp rpc timeout|rpc response from gpu\d+ gsp"
+    )
     # '_kgspLogXid119: ****** GSP Timeout ******' heads an Xid 119 record; alone it is the only trace.
     banner_code = body.str.extract(r"_kgspLogXid(\d+): \*+ ", 1)
     xid_line = pl.when(body.str.contains(r"NVRM: Xid \(")).then(pl.col("line")).backward_fill()
@@ -242,7 +244,9 @@ def sxid_events(lf: pl.LazyFrame) -> pl.LazyFrame:
         event(
             pl.when(nonfatal).then(pl.lit("warning")).otherwise(pl.lit("error")),
             pl.when(fatal).then(pl.lit("critical")).when(nonfatal).then(pl.lit("warning")).otherwise(pl.lit("error")),
-            message=pl.when(pl.col("_sev") != "").then(pl.format("{} [{}]", pl.col("msg"), pl.col("_sev"))).otherwise(pl.col("msg")),
+            message=pl.when(pl.col("_sev") != "")
+            .then(pl.format("{} [{}]", pl.col("msg"), pl.col("_sev")))
+            .otherwise(pl.col("msg")),
             code=pl.format("SX{}", pl.col("_code")),
             device=pl.col("_dev"),
             line_end=pl.when(pl.col("_last") > pl.col("line")).then(pl.col("_last")),
@@ -265,7 +269,8 @@ def fabric_manager_events(lf: pl.LazyFrame) -> pl.LazyFrame:
     """
     lvl = pl.col("k_fm_lvl")
     g = pl.col("body").str.extract_groups(_FM_NVSWITCH)
-    rec = runs(pl.col("k_fm") & lvl.is_in(["ERROR", "WARNING", "FATAL"]), ~pl.col("k_fm") & pl.col("body").str.contains(_FM_FIELD))
+    start = pl.col("k_fm") & lvl.is_in(["ERROR", "WARNING", "FATAL"])
+    rec = runs(start, ~pl.col("k_fm") & pl.col("body").str.contains(_FM_FIELD))
     fm = lf.with_columns(rec.alias("_rec"), g.alias("_g")).filter(pl.col("_rec").is_not_null())
     recs = fm.group_by("_rec").agg(
         pl.col("line").min(),
@@ -278,7 +283,11 @@ def fabric_manager_events(lf: pl.LazyFrame) -> pl.LazyFrame:
     )
     fatal = pl.col("_g").struct.field("fatal")
     code = pl.col("_g").struct.field("code")
-    kind = pl.when((pl.col("_lvl") == "WARNING") | (fatal == "non-fatal")).then(pl.lit("warning")).otherwise(pl.lit("error"))
+    kind = (
+        pl.when((pl.col("_lvl") == "WARNING") | (fatal == "non-fatal"))
+        .then(pl.lit("warning"))
+        .otherwise(pl.lit("error"))
+    )
     severity = (
         pl.when(fatal == "fatal")
         .then(pl.lit("critical"))

@@ -40,7 +40,8 @@ def memory_cpu_events(lf: pl.LazyFrame) -> pl.LazyFrame:
     amd_ce = body.str.contains(r"^\[Hardware Error\]: Corrected error, no action required")
     mem_failure = body.str.contains(r"^Memory failure: 0x[0-9a-f]+: ")
     thermal = body.str.contains(r"(?:Core|Package) temperature above threshold, cpu clock throttled")
-    h = lf.filter(has("EDAC", "Machine", "Hardware Error", "Memory failure", "temperature above", "hardware memory error")).with_columns(
+    fragments = ("EDAC", "Machine", "Hardware Error", "Memory failure", "temperature above", "hardware memory error")
+    h = lf.filter(has(*fragments)).with_columns(
         edac.struct.field("kind").is_not_null().alias("_edac"),
         ue.fill_null(False).alias("_ue"),
         logged.alias("_logged"),
@@ -113,7 +114,9 @@ def pcie_events(lf: pl.LazyFrame) -> pl.LazyFrame:
     aer = body.str.extract_groups(_AER)
     reporter = body.str.extract(_REPORTER, 1)
     sev = aer.struct.field("sev")
-    hp = body.str.extract_groups(r"pciehp: Slot\((?P<slot>[^)]+)\): (?P<ev>Link Down|Card not present|Link Up|Card present)")
+    hp = body.str.extract_groups(
+        r"pciehp: Slot\((?P<slot>[^)]+)\): (?P<ev>Link Down|Card not present|Link Up|Card present)"
+    )
     p = lf.filter(has("AER", "DPC", "pciehp", "pcie")).with_columns(
         aer.alias("_aer"),
         norm_pci(pl.coalesce(aer.struct.field("src"), reporter)).alias("_dev"),
@@ -147,7 +150,9 @@ _SEL = (
     r"^\s*[0-9a-fA-F]+ \| (?P<date>\d{2}/\d{2}/\d{4}) \| (?P<time>\d{2}:\d{2}:\d{2})(?: [A-Z]{2,5})? \| "
     r"(?P<sensor>[^|]+?) \| (?P<ev>[^|]+?) \| (?P<dir>Asserted|Deasserted)\b"
 )
-_SEL_FAILURE = r"(?i)fail|lost|uncorrectable|IERR|fatal|thermal trip|non-recoverable|SERR|PERR|lower critical|upper critical"
+_SEL_FAILURE = (
+    r"(?i)fail|lost|uncorrectable|IERR|fatal|thermal trip|non-recoverable|SERR|PERR|lower critical|upper critical"
+)
 _SEL_WARNING = r"(?i)correctable|non-critical|predictive|degraded|throttl|warning"
 
 
@@ -157,7 +162,11 @@ def sel_events(lf: pl.LazyFrame) -> pl.LazyFrame:
     The BMC's clock is written as is (no zone). The message reads ``SEL: sensor | event | direction``.
     """
     g = pl.col("body").str.extract_groups(_SEL)
-    s = lf.filter(has("Asserted", "Deasserted")).with_columns(g.alias("_g")).filter(pl.col("_g").struct.field("dir").is_not_null())
+    s = (
+        lf.filter(has("Asserted", "Deasserted"))
+        .with_columns(g.alias("_g"))
+        .filter(pl.col("_g").struct.field("dir").is_not_null())
+    )
     f = pl.col("_g").struct
     asserted = f.field("dir") == "Asserted"
     failure = asserted & f.field("ev").str.contains(_SEL_FAILURE)
@@ -193,7 +202,8 @@ NOISE = (
     r"\bEDAC (?:\w+ )?MC\d*: ",
     r"\bEDAC \w+: ",
     r"mce: \[Hardware Error\]: (?:CPU \d+: Machine Check: |TSC |PROCESSOR |RIP |Run the above through|Some CPUs)",
-    r"\[Hardware Error\]: (?:CPU:\d+ |Error Addr|IPID|cache level|Syndrome|PPIN|MC\d+_STATUS|Corrected error, no action)",
+    r"\[Hardware Error\]: (?:CPU:\d+ |Error Addr|IPID|cache level|Syndrome|PPIN|MC\d+_STATUS"
+    r"|Corrected error, no action)",
     r"\bAER: |PCIe Bus Error: severity=|error status/mask=|:\s+\[\s*\d+\] [A-Z][A-Za-z]+",
     r"\bDPC: ",
     r"(?:Core|Package) temperature/speed normal",

@@ -11,7 +11,10 @@ import polars as pl
 
 from toranalyze_parsers._kernel_common import PCI, event, first_of_burst, has, norm_pci
 
-_IB_PORT = rf"(?:(?P<pci>{PCI}) )?(?P<ibdev>[\w\-]+): Port: (?P<port>\d+) Link (?P<st>DOWN|INIT|ARMED|ACTIVE_DEFER|ACTIVE)\b"
+_IB_PORT = (
+    rf"(?:(?P<pci>{PCI}) )?(?P<ibdev>[\w\-]+): Port: (?P<port>\d+) "
+    r"Link (?P<st>DOWN|INIT|ARMED|ACTIVE_DEFER|ACTIVE)\b"
+)
 _NETDEV = (
     rf"^(?:(?P<drv>[\w\-]+) (?P<pci>{PCI}) )?(?P<ifc>[\w.\-@]+): (?:[\w\-]+: [\w.\-@]+ )?"
     r"(?:NIC )?Link (?:is )?(?P<st>[Dd]own|[Uu]p)\b"
@@ -142,9 +145,19 @@ def ibstat_events(lf: pl.LazyFrame) -> pl.LazyFrame:
         .then(pl.lit("INIT"))
         .otherwise(pl.col("_state").str.to_uppercase())
     )
-    level = pl.when(norm == "DOWN").then(pl.lit("error")).when(norm == "UP").then(pl.lit("info")).otherwise(pl.lit("warning"))
+    level = (
+        pl.when(norm == "DOWN")
+        .then(pl.lit("error"))
+        .when(norm == "UP")
+        .then(pl.lit("info"))
+        .otherwise(pl.lit("warning"))
+    )
     msg = pl.format("{} port {}: State: {}", pl.col("_ca"), pl.col("_port"), pl.col("_state"))
-    with_phys = pl.when(pl.col("_phys").is_not_null()).then(pl.format("{}, Physical state: {}", msg, pl.col("_phys"))).otherwise(msg)
+    with_phys = (
+        pl.when(pl.col("_phys").is_not_null())
+        .then(pl.format("{}, Physical state: {}", msg, pl.col("_phys")))
+        .otherwise(msg)
+    )
     ibstat = s.select(
         event(
             level,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from toranalyze.clock import ISO_PATTERN, PLACEHOLDER_YEAR, offset_iso, ts_iso, ts_month_name
+from toranalyze.clock import ISO_PATTERN, offset_iso, ts_iso, ts_month_name
 from toranalyze.schema import NAIVE_US
 
 MON = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
@@ -153,7 +153,5 @@ def _delta_clock(lf: pl.LazyFrame) -> pl.LazyFrame:
     base = pl.col("_hdr_ts").forward_fill()
     since = pl.col("_delta").fill_null(0.0).cum_sum().over(seg)
     ts = base + pl.duration(microseconds=(since * 1e6).round(0).cast(pl.Int64))
-    return lf.with_columns(pl.when(pl.col("_delta").is_not_null()).then(ts).otherwise(None).cast(NAIVE_US).alias("_delta_ts"))
-
-
-__all__ = ["peel_prefixes", "PLACEHOLDER_YEAR", "MON", "DOW"]
+    delta_ts = pl.when(pl.col("_delta").is_not_null()).then(ts).otherwise(None).cast(NAIVE_US)
+    return lf.with_columns(delta_ts.alias("_delta_ts"))

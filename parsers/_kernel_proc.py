@@ -26,7 +26,8 @@ _WARN = r"^WARNING: CPU: \d+ PID: \d+ at "
 # Lines of a stack dump / task report that follow a headline.
 _TRACE = (
     r"^\s*(?:"
-    r"(?:CPU: \d+ (?:UID: \d+ )?PID: \d+ Comm: |Hardware name: |Workqueue: |Modules linked in: |Call Trace:|Showing stack)"
+    r"(?:CPU: \d+ (?:UID: \d+ )?PID: \d+ Comm: |Hardware name: |Workqueue: |Modules linked in: "
+    r"|Call Trace:|Showing stack)"
     r"|(?:\S.* )?(?:Not tainted|Tainted: )"
     r"|\"echo 0 > /proc/sys/kernel/hung_task_timeout_secs\" disables this message"
     r"|task:\S+\s+state:\w"
@@ -55,7 +56,12 @@ def trace_events(lf: pl.LazyFrame) -> pl.LazyFrame:
             pl.col("line").max().alias("_last"),
             pl.col("msg").first(),
             pl.col("body").first().alias("_head"),
-            pl.col("body").str.extract(_MODULE, 1).drop_nulls().unique(maintain_order=True).str.join(", ").alias("_mods"),
+            pl.col("body")
+            .str.extract(_MODULE, 1)
+            .drop_nulls()
+            .unique(maintain_order=True)
+            .str.join(", ")
+            .alias("_mods"),
         )
     )
     head = pl.col("_head")

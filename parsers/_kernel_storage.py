@@ -38,7 +38,8 @@ def storage_events(lf: pl.LazyFrame) -> pl.LazyFrame:
     what = nvme.struct.field("what")
     nfs = body.str.extract_groups(_NFS)
     lustre_error = body.str.starts_with("LustreError: ") & ~body.str.contains(r"Skipped \d+ previous similar")
-    s = lf.filter(has("error", "Error", "nvme", "nfs", "Lustre", "LNet", "Aborting journal", "XFS", "EXT4-fs")).with_columns(
+    fragments = ("error", "Error", "nvme", "nfs", "Lustre", "LNet", "Aborting journal", "XFS", "EXT4-fs")
+    s = lf.filter(has(*fragments)).with_columns(
         first_of_burst(body.str.contains(_BLOCK), 50).alias("_block"),
         first_of_burst(body.str.contains(_FS), 50).alias("_fs"),
         what.str.contains(_NVME_FATAL).fill_null(False).alias("_nvme_fatal"),

@@ -48,7 +48,8 @@ _FRAGMENTS = (
 )
 _KEEP = (
     "|".join(f.replace("(", r"\(").replace("[", r"\[").replace(".", r"\.") for f in _FRAGMENTS)
-    + r"|^\s*(?:<\d>)?\[\s*\+?\d+\.\d+[\]\s]|^\[[A-Z][a-z]{2} [ A-Z\d]|^\s*(?:kern|user|daemon)\s*:|[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d"
+    + r"|^\s*(?:<\d>)?\[\s*\+?\d+\.\d+[\]\s]|^\[[A-Z][a-z]{2} [ A-Z\d]|^\s*(?:kern|user|daemon)\s*:"  # dmesg clocks
+    + r"|[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d"  # nvidia-smi bus ids
     + r"|^\s+Port \d+:\s*$|^\s*[A-Za-z]\w* : \S+\s*$"  # ibstat ports, fabric manager record fields
 )
 

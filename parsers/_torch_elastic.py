@@ -192,7 +192,9 @@ def _blocks(lf: pl.LazyFrame) -> pl.LazyFrame:
         "line",
         pl.when(pl.col("line_end") > pl.col("line")).then(pl.col("line_end")).alias("line_end"),
         *_stamp(),
-        pl.lit("info").alias("kind"),
+        # A torchrun launch always starts a new attempt of the training processes (a marker for
+        # attempts); the rendezvous result is context with the restart count.
+        pl.when(is_rdzv).then(pl.lit("info")).otherwise(pl.lit("init")).alias("kind"),
         pl.lit("info").alias("severity"),
         pl.when(is_rdzv).then(pl.col("restart_count").cast(pl.Int32, strict=False)).alias("attempt"),
         pl.when(is_rdzv).then(pl.col("group_world_size").cast(pl.Int32, strict=False)).otherwise(nodes)

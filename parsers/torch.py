@@ -5,7 +5,9 @@ Recognises
   exceptions, C++ aborts (``terminate called after throwing ...`` / ``what():`` /
   ``frame #N``), faulthandler dumps, the torchrun ``ChildFailedError`` block;
 * torchrun / torch.distributed.elastic launcher lines (``_torch_elastic``):
-  ``failed (exitcode: N)``, worker-group restarts, rendezvous results, signals;
+  ``failed (exitcode: N)`` errors, worker-group ``restart`` rows, the launch config
+  (``init``: a new attempt of the training processes), rendezvous results (``info``
+  with the restart count), signals;
 * one-line failures outside those records (``_torch_lines``): shell signal
   deaths, DataLoader worker bus errors, CUDA error lines, NaN-loss aborts.
 

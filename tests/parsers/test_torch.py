@@ -601,14 +601,32 @@ INFO:torch.distributed.launcher.api:Starting elastic_operator with launch config
   metrics_cfg      : {}
 """
     row = one(run(text))
-    assert (row["kind"], row["line_end"], row["n_nodes"], row["n_gpus"]) == ("info", 12, 2, 8)
+    assert (row["kind"], row["line_end"], row["n_nodes"], row["n_gpus"]) == ("init", 12, 2, 8)
     assert row["message"] == "torchrun launch: entrypoint=/fsx/ddp.py nodes=2:2 nproc_per_node=4 max_restarts=3"
 
 
 def test_cut_off_block_still_has_a_message() -> None:
     row = one(run("I0801 13:20:00.000000 140 torch/distributed/launcher/api.py:188] Starting elastic_operator with launch configs:\nnext"))
     assert row["message"] == "torchrun launch: entrypoint=? nodes=?:? nproc_per_node=? max_restarts=?"
-    assert row["ts_year_known"] is False
+    assert (row["kind"], row["ts_year_known"]) == ("init", False)
+
+
+@pytest.mark.parametrize(
+    ("line", "kind", "code"),
+    [
+        ("INFO:torch.distributed.elastic.agent.server.api:[default] worker group successfully finished. "
+         "Waiting 300 seconds for other agents to finish.", "info", None),
+        ("I0801 13:23:17.366000 140 torch/distributed/elastic/agent/server/local_elastic_agent.py:253] "
+         "Local worker group finished (WorkerState.SUCCEEDED). Waiting 300 seconds for other agents to finish", "info", None),
+        ("[W socket.cpp:601] [c10d] The client socket has failed to connect to [node-1]:29500 "
+         "(errno: 111 - Connection refused).", "warning", None),
+        ("W0813 22:13:58.000000 1 torch/distributed/elastic/multiprocessing/api.py:900] "
+         "Unable to shutdown process 942213 via 2, forcefully exiting via 9", "warning", None),
+    ],
+)
+def test_other_launcher_lines(line: str, kind: str, code: str | None) -> None:
+    row = one(run(line))
+    assert (row["kind"], row["severity"], row["code"]) == (kind, kind, code)
 
 
 # ---------------------------------------------------------------- one-line failures

@@ -9,8 +9,8 @@ when it holds an anchor: a traceback header, an exception line, a C++ abort, a
 fatal error or an elastic root-cause block. All of it is window expressions.
 
 Links are deliberately tolerant of what two writers sharing one stream do
-(a header inside a traceback, two exception lines in a row) so that garbled
-output still yields one record with the right exception instead of debris.
+(a header inside a traceback, a bare exception name after an exception line) so
+that garbled output still yields one record with the right exception.
 """
 
 from __future__ import annotations
@@ -20,7 +20,16 @@ import polars as pl
 from toranalyze.schema import NAIVE_US, conform_raw
 from toranalyze_parsers._torch_common import SIGNAL_WORDS, basename, signal_name, signal_of_words, stream_key
 
-# Lexical line types.
+# Lexical line types:
+#   TB 'Traceback (most recent call last):'   CHAIN 'During handling of ...' / 'The above exception ...'
+#   FRAME '  File "x.py", line 3, in f'         INDENT code line or ^^^^ carets under a frame
+#   EXC 'ValueError: msg' (exception-like name) EXCB bare 'RuntimeError'    EXCL any 'name: msg' line
+#   CONT lines torch appends to a message (CUDA hints, 'Last error:', ChildFailedError block)
+#   ROOT 'Root Cause (first observed failure):' HEAD unindented code line right before an exception
+#   TERM 'terminate called after throwing ...'  TERMTAIL the rest of a split TERM line
+#   WHAT '  what():  ...'                        RAISED 'Exception raised from ...'  CPPFRAME 'frame #3: ...'
+#   FATAL 'Fatal Python error: ...'              THREAD faulthandler 'Current thread 0x... (most recent call first):'
+#   SIGLINE 'Segmentation fault (core dumped)', bash '... line 4: 123 Killed ...'
 OTHER, TB, CHAIN, FRAME, INDENT, EXC, EXCL, CONT, RAISED, CPPFRAME = range(10)
 WHAT, TERM, TERMTAIL, FATAL, THREAD, SIGLINE, HEAD, ROOT, EXCB = range(10, 19)
 

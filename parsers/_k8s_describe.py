@@ -37,6 +37,9 @@ _CONDITION_ROW = (
     rf"^\s+(?P<type>[A-Z]\w*)\s+(?P<status>True|False|Unknown)\s+(?P<hb>{RFC1123})\s+(?P<tt>{RFC1123})\s+"
     r"(?P<reason>\w+)(?:\s+(?P<msg>.*?))?\s*$"
 )
+_FIELDS = ("Reason", "Message", "Exit Code", "Signal", "Started", "Finished")
+_SECTIONS = ["Name", "Conditions", "Volumes", "QoS Class", "Node-Selectors", "Tolerations", "Events",
+             "Containers", "Init Containers", "Ephemeral Containers", "Readiness Gates"]
 _JOB_LABEL = (
     r"(?:training\.kubeflow\.org/job-name|pytorch-job-name|batch\.kubernetes\.io/job-name|"
     r"jobset\.sigs\.k8s\.io/jobset-name|volcano\.sh/job-name|(?:^|\s)job-name)=(\S+)"
@@ -71,19 +74,25 @@ def _blocks(lines: pl.LazyFrame) -> pl.LazyFrame:
 def _state_records(lf: pl.LazyFrame) -> pl.LazyFrame:
     """One row per State/Last State block with its fields and the container's restart count."""
     ind, key = pl.col("_ind"), pl.col("_key")
-    is_hdr = key.is_in(["State", "Last State"])
+    is_hdr = key.is_in(["State", "Last State"]).fill_null(False)
     # Container headers: '  pytorch:' directly under Containers:/Init Containers:.
     container = pl.col("text").str.extract(r"^  ([\w.-]+):$", 1)
     hdr_ind = pl.when(is_hdr).then(ind).otherwise(None).forward_fill()
-    brk = ~is_hdr & (key.is_not_null() | container.is_not_null()) & (ind <= hdr_ind)
+    # A block ends at the next key of its container (or a container / section header). A
+    # termination message can carry the program's last lines ('RuntimeError: ...' at column 0):
+    # those continue the block.
+    nested = key.is_not_null() & (ind >= 2) & (ind <= hdr_ind)
+    section = (ind == 0) & key.is_in(_SECTIONS)
+    brk = (~is_hdr & (nested | container.is_not_null() | section)).fill_null(False)
     lf = lf.with_columns(
         container.forward_fill().over("_blk").alias("_ctr"),
-        (is_hdr | brk.fill_null(True)).cum_sum().alias("_seg"),
+        (is_hdr | brk).cum_sum().alias("_seg"),
     )
     lf = lf.with_columns(
         pl.col("_val").filter(key == "Restart Count").first().over("_blk", "_ctr").alias("_restarts"),
     ).filter(is_hdr.any().over("_seg"))
     field = lambda k: pl.col("_val").filter(key == k).first().alias(k)  # noqa: E731
+    extra = ~is_hdr & ~key.is_in(_FIELDS).fill_null(False)
     return (
         lf.group_by("_seg", maintain_order=True)
         .agg(
@@ -92,7 +101,8 @@ def _state_records(lf: pl.LazyFrame) -> pl.LazyFrame:
             pl.col("_key").first().alias("which"),
             pl.col("_val").first().alias("phase"),
             pl.col("line").filter(key == "Started").first().alias("started_line"),
-            *[field(k) for k in ("Reason", "Exit Code", "Signal", "Started", "Finished", "Message")],
+            *[field(k) for k in _FIELDS],
+            pl.col("text").filter(extra).str.strip_chars().str.join(" | ").alias("_more"),
             *[pl.col(c).first() for c in ("_ctr", "_restarts", "_obj_name", "_node", "_job")],
         )
     )
@@ -118,6 +128,7 @@ def _state_rows(states: pl.LazyFrame) -> pl.LazyFrame:
             pl.when(code.is_not_null()).then(pl.format(" (exit code {})", code)),
             pl.when(pl.col("Signal").is_not_null()).then(pl.format(" (signal {})", pl.col("Signal"))),
             pl.when(pl.col("Message").is_not_null()).then(pl.format(": {}", pl.col("Message"))),
+            pl.when(pl.col("_more").str.len_chars() > 0).then(pl.format(" | {}", pl.col("_more"))),
         ],
         ignore_nulls=True,
     )

@@ -250,6 +250,16 @@ def test_describe_pod_last_state_oomkilled() -> None:
     assert (init["severity"], init["code"], init["failure_class"]) == ("info", "0", None)
 
 
+def test_describe_termination_message_with_the_programs_last_lines() -> None:
+    ev = classified(read(K8S / "describe_pod_termination_message.txt"))
+    end = only(ev, kind="job_end", state="Error")
+    # the traceback lines (some at column 0) stay inside the Last State block
+    assert (end["line"], end["line_end"], end["code"], end["attempt"]) == (58, 69, "1", 0)
+    assert end["ts"] == datetime(2024, 3, 14, 10, 9, 1)
+    assert "| torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB." in end["message"]
+    assert (end["failure_class"], end["rule"]) == ("oom_gpu", "kubernetes-termination-cuda-oom")
+
+
 def test_describe_pod_events_table_with_aggregated_counts() -> None:
     ev = read(K8S / "describe_pod_oomkilled.txt")
     backoff = only(ev, state="BackOff")

@@ -11,6 +11,9 @@ A kernel record can arrive behind several stacked layers, in this order:
 3. a syslog host and tag: ``host kernel:`` (``kern.info kernel:`` for logread);
 4. the kmsg priority ``<3>`` and the monotonic clock ``[ 1234.567890]``.
 
+``journalctl -o json`` lines are read through their fields instead: ``MESSAGE`` is the body,
+``__REALTIME_TIMESTAMP`` (UTC microseconds) the clock and ``_HOSTNAME`` the node.
+
 A leading ISO stamp may already have been peeled by ``toranalyze.lines`` (``p_ts``). What is left
 is ``body``. ``mono`` keeps the monotonic seconds (the message keeps them: a bare dmesg has no
 other clock). ``k_ctx`` says the line carries a kernel-log prefix, which the few generic
@@ -76,10 +79,22 @@ def _hm_to_hms(hm: pl.Expr) -> pl.Expr:
     return pl.when(hm.str.len_chars() == 5).then(hm + ":00").otherwise(hm)
 
 
-def peel_prefixes(lines: pl.LazyFrame) -> pl.LazyFrame:
+def peel_prefixes(lines: pl.LazyFrame, journal_json: bool = False) -> pl.LazyFrame:
     """Add ``body``, ``mono``, ``k_ts``, ``k_off``, ``k_year``, ``k_inferred``, ``k_node``,
-    ``k_ctx``, ``k_fm``, ``k_fm_lvl`` and ``msg`` to prepared lines."""
+    ``k_ctx``, ``k_fm``, ``k_fm_lvl`` and ``msg`` to prepared lines.
+
+    ``journal_json`` asks to look for ``journalctl -o json`` records (JSON parsing is skipped
+    for chunks without any line starting with ``{``).
+    """
     lf = lines.with_columns(pl.col("text").alias("body"))
+    if journal_json:
+        lf = _journal_json(lf)
+    else:
+        lf = lf.with_columns(
+            pl.lit(None, NAIVE_US).alias("_j_ts"),
+            pl.lit(None, pl.String).alias("_j_host"),
+            pl.lit(False).alias("_j_kern"),
+        )
     lf = _peel(lf, _FACILITY, "_fac")
     lf = _peel(lf, _CLOCK, "_clk")
     lf = _peel(lf, _TAG, "_tag")
@@ -88,7 +103,12 @@ def peel_prefixes(lines: pl.LazyFrame) -> pl.LazyFrame:
     lf = _peel(lf, _TAG, "_tag2", when=pl.col("_tag").struct.field("all").is_null())
     clk = pl.col("_clk").struct
     tag = pl.coalesce(pl.col("_tag").struct.field("tag"), pl.col("_tag2").struct.field("tag"))
-    host = pl.coalesce(pl.col("_tag").struct.field("host"), pl.col("_tag2").struct.field("host"), clk.field("ta_host"))
+    host = pl.coalesce(
+        pl.col("_tag").struct.field("host"),
+        pl.col("_tag2").struct.field("host"),
+        clk.field("ta_host"),
+        pl.col("_j_host"),
+    )
     header_ts = ts_month_name(clk.field("hh_mon"), clk.field("hh_day"), _hm_to_hms(clk.field("hh_hm")))
     lf = lf.with_columns(
         pl.col("_mono").struct.field("mono").alias("mono"),
@@ -102,6 +122,7 @@ def peel_prefixes(lines: pl.LazyFrame) -> pl.LazyFrame:
             | clk.field("delta").is_not_null()
             | pl.col("_mono").struct.field("all").is_not_null()
             | (tag == "kernel").fill_null(False)
+            | pl.col("_j_kern")
         ).alias("k_ctx"),
         clk.field("fm_lvl").is_not_null().alias("k_fm"),
         clk.field("fm_lvl").alias("k_fm_lvl"),
@@ -129,8 +150,13 @@ def peel_prefixes(lines: pl.LazyFrame) -> pl.LazyFrame:
             ts_month_name(clk.field("sy_mon"), clk.field("sy_day"), clk.field("sy_hms")),
             pl.col("_hdr_ts"),
             pl.col("_delta_ts"),
+            pl.col("_j_ts"),
         ).alias("k_ts"),
-        pl.coalesce(offset_iso(iso), sf_off, pl.when(epoch.is_not_null()).then(pl.lit(0, pl.Int32))).alias("k_off"),
+        pl.coalesce(
+            offset_iso(iso),
+            sf_off,
+            pl.when(epoch.is_not_null() | pl.col("_j_ts").is_not_null()).then(pl.lit(0, pl.Int32)),
+        ).alias("k_off"),
         ~(
             clk.field("sy_mon").is_not_null() | pl.col("_hdr_ts").is_not_null() | pl.col("_delta_ts").is_not_null()
         ).alias("k_year"),
@@ -140,7 +166,25 @@ def peel_prefixes(lines: pl.LazyFrame) -> pl.LazyFrame:
         .otherwise(pl.col("body"))
         .alias("msg"),
     )
-    return lf.drop("_fac", "_clk", "_tag", "_tag2", "_mono", "_hdr_ts", "_delta", "_delta_ts")
+    return lf.drop(
+        "_fac", "_clk", "_tag", "_tag2", "_mono", "_hdr_ts", "_delta", "_delta_ts", "_j_ts", "_j_host", "_j_kern"
+    )
+
+
+def _journal_json(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """``{"__REALTIME_TIMESTAMP":"1718678467123456","_HOSTNAME":"n3","MESSAGE":"NVRM: …",…}``."""
+    text = pl.col("text")
+    field = text.str.json_path_match
+    is_journal = text.str.starts_with("{") & text.str.contains('"__REALTIME_TIMESTAMP"', literal=True)
+    message = pl.when(is_journal).then(field("$.MESSAGE"))
+    usec = pl.when(is_journal).then(field("$.__REALTIME_TIMESTAMP")).cast(pl.Int64, strict=False)
+    kernel = (field("$._TRANSPORT") == "kernel") | (field("$.SYSLOG_IDENTIFIER") == "kernel")
+    return lf.with_columns(
+        pl.coalesce(message, pl.col("body")).alias("body"),
+        pl.from_epoch(usec, time_unit="us").cast(NAIVE_US).alias("_j_ts"),
+        pl.when(is_journal).then(field("$._HOSTNAME")).alias("_j_host"),
+        (is_journal & kernel).fill_null(False).alias("_j_kern"),
+    )
 
 
 def _delta_clock(lf: pl.LazyFrame) -> pl.LazyFrame:

@@ -1,9 +1,9 @@
 """kernel parser: dmesg / syslog / journal records of the GPU driver, NVSwitch, NICs and the host.
 
 Reads every clock/prefix variant of kernel logs (plain and ``-H``/``-T``/``-x``/ISO dmesg,
-syslog with and without a year, RFC3339 journal and rsyslog, Talos, OpenWrt logread) plus the
-NVIDIA fabric manager log, ``ibstat``/``ibdev2netdev`` and ``ipmitool sel elist`` snapshots,
-and turns them into events:
+syslog with and without a year, journalctl text and JSON output, rsyslog RFC3339, Talos, OpenWrt
+logread) plus the NVIDIA fabric manager log, ``ibstat``/``ibdev2netdev`` and ``ipmitool sel
+elist`` snapshots, and turns them into events:
 
 * GPU: NVRM Xid (``code`` = the Xid number, ``device`` = ``0000:3b:00``), fallen-off-the-bus
   and reset-required notices without an Xid, GSP timeouts, crash dumps; ``gpu`` is filled only
@@ -44,7 +44,7 @@ _FRAGMENTS = (
     "LOCKUP", "rcu_", "Kernel panic", "BUG", "Oops", "WARNING: CPU", "general protection", "oom",
     "Out of memory", "Killed process", "Memory failure", "temperature above", "Linux version", "reboot: ",
     "Asserted", "Deasserted", "[tid ", "CA '", "State:", "Physical state", " ==> ", "(UUID: GPU-",
-    "Port module", "PCIe slot", "kernel:", "kern:",
+    "Port module", "PCIe slot", "kernel:", "kern:", '"__REALTIME_TIMESTAMP"',
 )
 _KEEP = (
     "|".join(f.replace("(", r"\(").replace("[", r"\[").replace(".", r"\.") for f in _FRAGMENTS)
@@ -87,7 +87,7 @@ class KernelParser(Parser):
         kept = lines.filter(pl.col("text").str.contains(_KEEP)).collect()
         if kept.height == 0:  # most non-kernel logs: skip planning a dozen detector queries
             return empty_raw()
-        prepared = peel_prefixes(kept.lazy()).collect()
+        prepared = peel_prefixes(kept.lazy(), journal_json=bool(kept["text"].str.starts_with("{").any())).collect()
         wanted = prepared.select(gate.any().alias(str(i)) for i, (gate, _) in enumerate(_DETECTORS)).row(0)
         frames = [detect(prepared.lazy()).collect() for (_, detect), on in zip(_DETECTORS, wanted, strict=True) if on]
         if not frames:

@@ -218,6 +218,24 @@ def test_openwrt_logread() -> None:
     assert row["message"] == f"[39210.778735] {XID}"
 
 
+def test_journalctl_json_records() -> None:
+    record = (
+        '{"__CURSOR":"s=1;i=2","__REALTIME_TIMESTAMP":"1718678467123456","_HOSTNAME":"node3","_TRANSPORT":"kernel",'
+        '"SYSLOG_IDENTIFIER":"kernel","PRIORITY":"3","MESSAGE":"' + XID + '"}'
+    )
+    row = one(record)
+    assert (row["ts"], row["ts_offset_s"], row["node"], row["message"], row["code"]) == (
+        datetime(2024, 6, 18, 2, 41, 7, 123456),
+        0,
+        "node3",
+        XID,
+        "79",
+    )
+    # The kernel transport makes a generic link line count as a kernel record.
+    assert one(record.replace(XID, "ib0: carrier lost"))["state"] == "DOWN"
+    assert events([record.replace('"_TRANSPORT":"kernel",', "").replace('"kernel"', '"app"').replace(XID, "ib0: carrier lost")]).height == 0
+
+
 def test_reader_fills_time_from_peeled_iso_prefix(tmp_path: Path) -> None:
     path = tmp_path / "kern.log"
     path.write_text(f"2024-03-01T12:00:00+00:00 node9 kernel: {XID}\n")

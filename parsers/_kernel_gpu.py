@@ -54,10 +54,12 @@ def xid_events(lf: pl.LazyFrame) -> pl.LazyFrame:
         .otherwise(pl.lit("error"))
     )
     lone_45 = uncaused_45 & prev.is_null()
+    # Xid 154 reports the recovery action; a change back to 'None' means the GPU is fine again.
+    recovered = (code == "154") & pl.col("body").str.contains(r"to 0x0 \(None\)")
     return hits.with_columns(device.alias("_device")).select(
         event(
-            pl.when(lone_45).then(pl.lit("warning")).otherwise(pl.lit("error")),
-            severity,
+            pl.when(recovered).then(pl.lit("info")).when(lone_45).then(pl.lit("warning")).otherwise(pl.lit("error")),
+            pl.when(recovered).then(pl.lit("info")).otherwise(severity),
             message=pl.concat_str([pl.col("msg"), note.fill_null("")]),
             code=code,
             device=pl.col("_device"),

@@ -281,6 +281,13 @@ def test_xid(line: str, code: str, device: str, severity: str, failure_class: st
     assert row["gpu"] is None  # nothing in the file maps the address to an index
 
 
+def test_xid_154_recovery_action() -> None:
+    bad = one("NVRM: Xid (PCI:0000:b1:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)")
+    assert (bad["kind"], bad["severity"], bad["failure_class"]) == ("error", "critical", "gpu_hardware")
+    ok = one("NVRM: Xid (PCI:0000:b1:00): 154, GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)")
+    assert (ok["kind"], ok["severity"], ok["failure_class"]) == ("info", "info", None)
+
+
 def test_xid_45_takes_the_class_of_its_cause() -> None:
     out = events(
         [

@@ -126,6 +126,16 @@ REASONS: dict[str, tuple[str, str]] = {
     "ExitedWithCode": ("error", "error"),
 }
 
+# Container waiting reasons: start-up (quiet) and failures to start (errors); others are warnings.
+QUIET_WAIT = ("ContainerCreating", "PodInitializing")
+BAD_WAIT = (
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+)
+
 # '<Kind>Job<Phase>' reasons of training operators (PyTorchJobRestarting, JobFailed, MPIJobSucceeded ...).
 JOB_REASON = r"^[A-Za-z]*Job(Created|Running|Restarting|Failed|Succeeded|Suspended|Resumed|FailedValidation|Evicted)$"
 _JOB_PHASE: dict[str, tuple[str, str]] = {

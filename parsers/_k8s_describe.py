@@ -21,7 +21,16 @@ from datetime import datetime
 import polars as pl
 
 from toranalyze.schema import conform_raw
-from toranalyze_parsers._k8s_common import INTERVAL, RFC1123, conform_ev, events_to_raw, job_from_pod, rfc1123_parts
+from toranalyze_parsers._k8s_common import (
+    BAD_WAIT,
+    INTERVAL,
+    QUIET_WAIT,
+    RFC1123,
+    conform_ev,
+    events_to_raw,
+    job_from_pod,
+    rfc1123_parts,
+)
 
 _KV = r"^(?P<ind>\s*)(?P<key>[A-Z][\w -]*?):(?:\s+(?P<val>.*?))?\s*$"
 _EVENT_ROW = (
@@ -117,7 +126,9 @@ def _ts(stamp: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
 
 def _state_rows(states: pl.LazyFrame) -> pl.LazyFrame:
     restarts = pl.col("_restarts").cast(pl.Int32, strict=False)
-    attempt = pl.when(pl.col("which") == "Last State").then(pl.when(restarts > 0).then(restarts - 1)).otherwise(restarts)
+    # The previous run of a container that has restarted N times was attempt N-1.
+    previous = pl.when(restarts > 0).then(restarts - 1)
+    attempt = pl.when(pl.col("which") == "Last State").then(previous).otherwise(restarts)
     who = pl.format("container {} of pod/{}", pl.col("_ctr").fill_null("?"), pl.col("_obj_name"))
     reason = pl.col("Reason")
     code = pl.col("Exit Code")
@@ -162,8 +173,7 @@ def _state_rows(states: pl.LazyFrame) -> pl.LazyFrame:
         pl.when(pl.col("phase") == "Running").then(pl.col("line")).otherwise(pl.col("started_line")).alias("line"),
         *common,
     )
-    quiet = ["ContainerCreating", "PodInitializing"]
-    bad = ["ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError", "CreateContainerError", "RunContainerError"]
+    quiet, bad = list(QUIET_WAIT), list(BAD_WAIT)
     waiting = states.filter((pl.col("phase") == "Waiting") & reason.is_not_null()).select(
         pl.when(reason.is_in(quiet)).then(pl.lit("info")).otherwise(pl.lit("warning")).alias("kind"),
         pl.when(reason.is_in(quiet))
@@ -193,7 +203,8 @@ def _pod_reason_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
             pl.lit("error").alias("severity"),
             pl.col("_val").alias("state"),
             pl.concat_str(
-                [pl.col("_val"), pl.lit(": "), pl.col("_msg").fill_null(""), pl.lit(" [pod/"), pl.col("_obj_name"), pl.lit("]")]
+                [pl.col("_val"), pl.lit(": "), pl.col("_msg").fill_null(""), pl.lit(" [pod/"), pl.col("_obj_name"),
+                 pl.lit("]")]
             ).alias("message"),
             pl.col("line"),
             pl.col("_job").alias("job_id"),
@@ -208,7 +219,9 @@ def _node_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
     ctype, status = c.struct.field("type"), c.struct.field("status")
     ts, off = rfc1123_parts(c.struct.field("tt"))
     ready = ctype == "Ready"
-    state = pl.when(ready & (status == "True")).then(pl.lit("Ready")).when(ready).then(pl.lit("NotReady")).otherwise(ctype)
+    state = (
+        pl.when(ready & (status == "True")).then(pl.lit("Ready")).when(ready).then(pl.lit("NotReady")).otherwise(ctype)
+    )
     severity = (
         pl.when(ready & (status == "True"))
         .then(pl.lit("info"))

@@ -40,7 +40,15 @@ def _json_values(text: str) -> Iterator[Any]:
 
     decoder = json.JSONDecoder()
 
-    def parse_object(s_and_end, strict, scan_once, object_hook, object_pairs_hook, memo=None):  # type: ignore[no-untyped-def]
+    # Same signature as json.decoder.JSONObject, which py_make_scanner calls for every '{'.
+    def parse_object(
+        s_and_end: tuple[str, int],
+        strict: bool,
+        scan_once: Any,
+        object_hook: Any,
+        object_pairs_hook: Any,
+        memo: Any = None,
+    ) -> tuple[Any, int]:
         s, end = s_and_end
         obj, new_end = JSONObject(s_and_end, strict, scan_once, object_hook, object_pairs_hook, memo)
         if isinstance(obj, dict):

@@ -2,9 +2,11 @@
 
 klog (kube-scheduler, kube-controller-manager, kubelet)::
 
-    I0815 09:55:48.613828       1 schedule_one.go:826] "Unable to schedule pod; no fit; waiting" pod="ns/p" err="0/12 ..."
-    I0217 14:41:37.439852       1 event.go:281] Event(v1.ObjectReference{Kind:"Node", ..., Name:"n1", ...}): type: 'Normal' reason: 'NodeNotReady' ...
-    I0901 00:25:09.311469       1 event.go:291] "Event occurred" object="ns/p" kind="Pod" apiVersion="v1" type="Warning" reason="NodeNotReady" message="..."
+    I0815 09:55:48.613828    1 schedule_one.go:826] "Unable to schedule pod; no fit; waiting" pod="ns/p" err="0/12 ..."
+    I0217 14:41:37.439852    1 event.go:281] Event(v1.ObjectReference{Kind:"Node", ..., Name:"n1", ...}):
+        type: 'Normal' reason: 'NodeNotReady' ...   (one line in the log)
+    I0901 00:25:09.311469    1 event.go:291] "Event occurred" object="ns/p" kind="Pod" apiVersion="v1"
+        type="Warning" reason="NodeNotReady" message="..."   (one line in the log)
 
 The klog stamp has no year (``ts_year_known=False``); when a collector prefix
 with a zone precedes it (CRI ``2023-08-15T17:55:26.28+08:00 stderr F``, docker
@@ -17,6 +19,8 @@ lifecycle sentences they print are the same as their Event messages.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import polars as pl
 
@@ -44,68 +48,60 @@ def _tail(ref: pl.Expr) -> pl.Expr:
     return ref.str.extract(r"([^/]+)$", 1)
 
 
-# (regex over the klog message, reason, type, object-kind, name expr builder, note expr builder, node expr builder)
-def _klog_rules(msg: pl.Expr) -> list[tuple[pl.Expr, str, str, str, pl.Expr, pl.Expr, pl.Expr | None]]:
-    legacy_unsched = msg.str.extract_groups(r"^Unable to schedule (\S+?)[/ ](\S+?): (.*?); waiting$")
-    legacy_bound = msg.str.extract_groups(r'^pod (\S+) is bound successfully on node "?([^",\s]+)"?')
-    legacy_notready = msg.str.extract(r"^Node (\S+) is NotReady as of ", 1)
-    legacy_record = msg.str.extract_groups(r"^Recording (\w+) event message for node (\S+)")
-    legacy_evicted = msg.str.extract(r"^pod (\S+) is evicted successfully", 1)
-    legacy_became = msg.str.extract(r"^Node became not ready: (.*)$", 1)
+class _Rule(NamedTuple):
+    """One klog message shape -> an Event-like row."""
+
+    when: pl.Expr  # the message matches
+    reason: str | None  # None: the reason is named in the message ('Recording <Reason> event')
+    etype: str
+    obj_kind: str | None
+    obj_name: pl.Expr
+    note: pl.Expr
+    node: pl.Expr | None = None
+
+
+def _klog_rules(msg: pl.Expr) -> list[_Rule]:
+    """Structured (klog.InfoS) messages and the printf-style ones that preceded them."""
+    no_name = pl.lit(None, pl.String)
+    old_unsched = msg.str.extract_groups(r"^Unable to schedule (\S+?)[/ ](\S+?): (.*?); waiting$")
+    old_bound = msg.str.extract_groups(r'^pod (\S+) is bound successfully on node "?([^",\s]+)"?')
+    old_notready = msg.str.extract(r"^Node (\S+) is NotReady as of ", 1)
+    old_record = msg.str.extract(r"^Recording \w+ event message for node (\S+)", 1)
+    old_evicted = msg.str.extract(r"^pod (\S+) is evicted successfully", 1)
+    taint_pod = pl.coalesce(_kv(msg, "pod"), msg.str.extract(r"deleting [Pp]od:? (\S+)", 1))
+    taint = msg.str.contains(r'^"?NoExecuteTaintManager is deleting [Pp]od') | (
+        msg.str.starts_with('"Deleting pod"') & msg.str.contains("taint-eviction-controller", literal=True)
+    )
     return [
-        (
-            msg.str.starts_with('"Unable to schedule pod; no fit; waiting"'),
-            "FailedScheduling", "Warning", "Pod", _tail(_kv(msg, "pod")), _kv(msg, "err"), None,
-        ),
-        (
-            legacy_unsched.struct.field("1").is_not_null(),
-            "FailedScheduling", "Warning", "Pod", legacy_unsched.struct.field("2"), legacy_unsched.struct.field("3"), None,
-        ),
-        (
-            msg.str.starts_with('"Successfully bound pod to node"'),
-            "Scheduled", "Normal", "Pod", _tail(_kv(msg, "pod")), msg, _kv(msg, "node"),
-        ),
-        (
-            legacy_bound.struct.field("1").is_not_null(),
-            "Scheduled", "Normal", "Pod", _tail(legacy_bound.struct.field("1")), msg, legacy_bound.struct.field("2"),
-        ),
-        (
-            msg.str.starts_with('"Eviction manager: pod is evicted successfully"'),
-            "Evicted", "Warning", "Pod", _tail(_kv(msg, "pod")), msg, None,
-        ),
-        (legacy_evicted.is_not_null(), "Evicted", "Warning", "Pod", _tail(legacy_evicted), msg, None),
-        (
-            msg.str.contains(r'^"?[Ee]viction manager: (?:attempting to reclaim|must evict pod)'),
-            "EvictionThresholdMet", "Warning", "", pl.lit(None, pl.String), msg, None,
-        ),
-        (
-            msg.str.starts_with('"Node became not ready"'),
-            "NodeNotReady", "Normal", "Node", _kv(msg, "node"), msg, _kv(msg, "node"),
-        ),
-        (legacy_became.is_not_null(), "NodeNotReady", "Normal", "", pl.lit(None, pl.String), msg, None),
-        (
-            msg.str.starts_with('"Node is NotReady. Adding it to the Taint queue"'),
-            "NodeNotReady", "Normal", "Node", _kv(msg, "node"), msg, _kv(msg, "node"),
-        ),
-        (legacy_notready.is_not_null(), "NodeNotReady", "Normal", "Node", legacy_notready, msg, legacy_notready),
-        (
-            msg.str.starts_with('"Recording event message for node"'),
-            "", "Normal", "Node", _kv(msg, "node"), msg, _kv(msg, "node"),
-        ),
-        (
-            legacy_record.struct.field("1").is_not_null(),
-            "", "Normal", "Node", legacy_record.struct.field("2"), msg, legacy_record.struct.field("2"),
-        ),
-        (
-            msg.str.contains(r'^"?NoExecuteTaintManager is deleting [Pp]od')
-            | (msg.str.starts_with('"Deleting pod"') & msg.str.contains("taint-eviction-controller", literal=True)),
-            "TaintManagerEviction", "Normal", "Pod",
-            _tail(pl.coalesce(_kv(msg, "pod"), msg.str.extract(r"deleting [Pp]od:? (\S+)", 1))), msg, None,
-        ),
-        (
-            msg.str.contains(r'^"?(?:System OOM encountered|Got sys oom event)'),
-            "SystemOOM", "Warning", "", pl.lit(None, pl.String), msg, None,
-        ),
+        # kube-scheduler
+        _Rule(msg.str.starts_with('"Unable to schedule pod; no fit; waiting"'), "FailedScheduling", "Warning", "Pod",
+              _tail(_kv(msg, "pod")), _kv(msg, "err")),
+        _Rule(old_unsched.struct.field("1").is_not_null(), "FailedScheduling", "Warning", "Pod",
+              old_unsched.struct.field("2"), old_unsched.struct.field("3")),
+        _Rule(msg.str.starts_with('"Successfully bound pod to node"'), "Scheduled", "Normal", "Pod",
+              _tail(_kv(msg, "pod")), msg, _kv(msg, "node")),
+        _Rule(old_bound.struct.field("1").is_not_null(), "Scheduled", "Normal", "Pod",
+              _tail(old_bound.struct.field("1")), msg, old_bound.struct.field("2")),
+        # kubelet eviction manager
+        _Rule(msg.str.starts_with('"Eviction manager: pod is evicted successfully"'), "Evicted", "Warning", "Pod",
+              _tail(_kv(msg, "pod")), msg),
+        _Rule(old_evicted.is_not_null(), "Evicted", "Warning", "Pod", _tail(old_evicted), msg),
+        _Rule(msg.str.contains(r'^"?[Ee]viction manager: (?:attempting to reclaim|must evict pod)'),
+              "EvictionThresholdMet", "Warning", None, no_name, msg),
+        _Rule(msg.str.contains(r'^"?(?:System OOM encountered|Got sys oom event)'), "SystemOOM", "Warning", None,
+              no_name, msg),
+        # node readiness: kubelet's own view, then the node-lifecycle controller's
+        _Rule(msg.str.starts_with('"Node became not ready"'), "NodeNotReady", "Normal", "Node",
+              _kv(msg, "node"), msg, _kv(msg, "node")),
+        _Rule(msg.str.starts_with("Node became not ready: "), "NodeNotReady", "Normal", None, no_name, msg),
+        _Rule(msg.str.starts_with('"Node is NotReady. Adding it to the Taint queue"'), "NodeNotReady", "Normal",
+              "Node", _kv(msg, "node"), msg, _kv(msg, "node")),
+        _Rule(old_notready.is_not_null(), "NodeNotReady", "Normal", "Node", old_notready, msg, old_notready),
+        _Rule(msg.str.starts_with('"Recording event message for node"'), None, "Normal", "Node",
+              _kv(msg, "node"), msg, _kv(msg, "node")),
+        _Rule(old_record.is_not_null(), None, "Normal", "Node", old_record, msg, old_record),
+        # taint-based eviction (controller-manager)
+        _Rule(taint, "TaintManagerEviction", "Normal", "Pod", _tail(taint_pod), msg),
     ]
 
 
@@ -113,7 +109,11 @@ def _prepare(lines: pl.LazyFrame) -> pl.LazyFrame:
     """Unwrap docker json-file lines and note syslog hosts; keep lines that may be klog."""
     text = pl.col("text")
     docker = text.str.extract_groups(_DOCKER)
-    log = docker.struct.field("log").str.replace_all(r'\"', '"', literal=True).str.replace_all("\\\\", "\\", literal=True)
+    log = (
+        docker.struct.field("log")
+        .str.replace_all(r'\"', '"', literal=True)
+        .str.replace_all("\\\\", "\\", literal=True)
+    )
     dtime = docker.struct.field("time")
     syslog = text.str.extract_groups(_SYSLOG)
     return lines.filter(text.str.contains(".go:", literal=True)).with_columns(
@@ -163,22 +163,20 @@ def extract_klog(lines: pl.LazyFrame) -> pl.LazyFrame:
         pl.col("_host").alias("node_hint"),
     )
     frames = [conform_ev(occurred), conform_ev(old_event)]
-    for cond, reason, etype, okind, name, note, node in _klog_rules(msg):
-        if reason:
-            reason_expr = pl.lit(reason)
-        else:  # 'Recording <Reason> event message': the reason is in the line
-            reason_expr = pl.coalesce(_kv(msg, "event"), msg.str.extract(r"^Recording (\w+) event", 1))
+    named_reason = pl.coalesce(_kv(msg, "event"), msg.str.extract(r"^Recording (\w+) event", 1))
+    for rule in _klog_rules(msg):
+        node = pl.col("_host") if rule.node is None else pl.coalesce(rule.node, pl.col("_host"))
         frames.append(
             conform_ev(
-                lf.filter(cond).select(
+                lf.filter(rule.when).select(
                     pl.col("line"),
                     *time_cols,
-                    pl.lit(etype).alias("ev_type"),
-                    reason_expr.alias("reason"),
-                    pl.lit(okind or None, pl.String).alias("obj_kind"),
-                    name.alias("obj_name"),
-                    note.alias("note"),
-                    pl.coalesce(node, pl.col("_host")).alias("node_hint") if node is not None else pl.col("_host").alias("node_hint"),
+                    pl.lit(rule.etype).alias("ev_type"),
+                    (named_reason if rule.reason is None else pl.lit(rule.reason)).alias("reason"),
+                    pl.lit(rule.obj_kind, pl.String).alias("obj_kind"),
+                    rule.obj_name.alias("obj_name"),
+                    rule.note.alias("note"),
+                    node.alias("node_hint"),
                 )
             )
         )
@@ -243,9 +241,8 @@ def extract_operator(lines: pl.LazyFrame) -> pl.LazyFrame:
             pl.col("line"),
             pl.coalesce(pl.col("_ts"), pl.col("p_ts")).alias("ts"),
             pl.when(pl.col("_ts").is_not_null()).then(pl.col("_off")).otherwise(pl.col("p_off")).alias("ts_offset_s"),
-            pl.coalesce(pl.col("_type"), pl.when(phase == "Restarting").then(pl.lit("Warning")), pl.lit("Normal")).alias(
-                "ev_type"
-            ),
+            pl.coalesce(pl.col("_type"), pl.when(phase == "Restarting").then(pl.lit("Warning")), pl.lit("Normal"))
+            .alias("ev_type"),
             pl.col("_r").alias("reason"),
             pl.coalesce(pl.col("_okind"), pl.col("_sk")).alias("obj_kind"),
             pl.col("_j").alias("obj_name"),

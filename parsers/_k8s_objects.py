@@ -22,7 +22,7 @@ import re
 from datetime import datetime
 from typing import Any
 
-from toranalyze_parsers._k8s_common import job_from_pod_py
+from toranalyze_parsers._k8s_common import BAD_WAIT, QUIET_WAIT, job_from_pod_py
 from toranalyze_parsers._k8s_docs import LINES
 
 _RFC3339 = re.compile(r"^(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:\.(\d+))?(Z|[+-]\d{2}:\d{2})?$")
@@ -118,8 +118,6 @@ def event_row(ev: dict[str, Any]) -> Row:
 
 
 # ----------------------------------------------------------------------- pods
-_QUIET_WAIT = {"ContainerCreating", "PodInitializing"}
-_BAD_WAIT = {"ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
 
 
 def _container_rows(cs: dict[str, Any], pod: str, base: Row) -> list[Row]:
@@ -128,7 +126,9 @@ def _container_rows(cs: dict[str, Any], pod: str, base: Row) -> list[Row]:
     restarts = cs.get("restartCount")
     who = f"container {name} of pod/{pod}"
     for which, st in (("lastState", _d(cs.get("lastState"))), ("state", _d(cs.get("state")))):
-        attempt = restarts if which == "state" else (restarts - 1 if isinstance(restarts, int) and restarts > 0 else None)
+        # lastState is the previous run: attempt N-1 of a container restarted N times.
+        previous = restarts - 1 if isinstance(restarts, int) and restarts > 0 else None
+        attempt = restarts if which == "state" else previous
         common = {**base, "attempt": attempt}
         term = _d(st.get("terminated"))
         if term:
@@ -179,8 +179,8 @@ def _container_rows(cs: dict[str, Any], pod: str, base: Row) -> list[Row]:
             rows.append(
                 {
                     **common,
-                    "kind": "info" if reason in _QUIET_WAIT else "warning",
-                    "severity": "info" if reason in _QUIET_WAIT else ("error" if reason in _BAD_WAIT else "warning"),
+                    "kind": "info" if reason in QUIET_WAIT else "warning",
+                    "severity": "info" if reason in QUIET_WAIT else ("error" if reason in BAD_WAIT else "warning"),
                     "state": reason,
                     "message": f"{who} waiting: {reason}{text}",
                     "line": first,
@@ -200,7 +200,9 @@ def pod_rows(pod: dict[str, Any]) -> list[Row]:
             if isinstance(cs, dict):
                 rows.extend(_container_rows(cs, name, base))
     conditions = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
-    disruption = next((c for c in conditions if c.get("type") == "DisruptionTarget" and c.get("status") == "True"), None)
+    disruption = next(
+        (c for c in conditions if c.get("type") == "DisruptionTarget" and c.get("status") == "True"), None
+    )
     if status.get("reason"):
         first, last = _lines(status, pod)
         when = (disruption or {}).get("lastTransitionTime")
@@ -273,7 +275,8 @@ def node_rows(obj: dict[str, Any]) -> list[Row]:
         if isinstance(c, dict) and (r := node_condition_row(name, c, status)) is not None
     ]
     if spec.get("unschedulable") is True:
-        taint = next((t for t in spec.get("taints") or [] if _d(t).get("key") == "node.kubernetes.io/unschedulable"), {})
+        taints = [_d(t) for t in spec.get("taints") or []]
+        taint = next((t for t in taints if t.get("key") == "node.kubernetes.io/unschedulable"), {})
         first, _ = _lines(spec, obj)
         rows.append(_timed({"node": name, "kind": "node_state", "severity": "warning", "state": "SchedulingDisabled",
                             "message": f"node {name} cordoned (spec.unschedulable: true)", "line": first},

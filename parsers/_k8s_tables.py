@@ -100,4 +100,5 @@ def extract_event_tables(lines: pl.LazyFrame) -> pl.LazyFrame:
     )
     # One row per line: the most specific layout that matched wins.
     parts = [conform_ev(f).with_columns(pl.lit(i).alias("_p")) for i, f in enumerate([wide, old, narrow])]
-    return pl.concat(parts, how="vertical").sort("line", "_p").unique("line", keep="first", maintain_order=True).drop("_p")
+    merged = pl.concat(parts, how="vertical").sort("line", "_p")
+    return merged.unique("line", keep="first", maintain_order=True).drop("_p")

@@ -380,7 +380,8 @@ def test_pod_list_evicted_unschedulable_nominated() -> None:
     evicted = only(ev, state="Evicted")
     # the time comes from the DisruptionTarget condition
     assert evicted["ts"] == datetime(2024, 3, 13, 22, 14, 2)
-    assert (evicted["job_id"], evicted["node"], evicted["failure_class"]) == ("bert-finetune", "gpu-node-09", "preemption")
+    assert (evicted["job_id"], evicted["node"]) == ("bert-finetune", "gpu-node-09")
+    assert evicted["failure_class"] == "preemption"
     disruption = only(ev, state="TerminationByKubelet")
     assert disruption["failure_class"] == "preemption"
     pending = only(ev, state="Unschedulable")
@@ -393,7 +394,8 @@ def test_pod_list_evicted_unschedulable_nominated() -> None:
 def test_node_list_conditions() -> None:
     ev = classified(read(K8S / "nodes_list.yaml"))
     lost = only(ev, state="NotReady")
-    assert (lost["node"], lost["ts"], lost["failure_class"]) == ("gpu-node-05", datetime(2024, 3, 14, 10, 20, 4), "node_failure")
+    assert (lost["node"], lost["failure_class"]) == ("gpu-node-05", "node_failure")
+    assert lost["ts"] == datetime(2024, 3, 14, 10, 20, 4)
     ro = only(ev, state="ReadonlyFilesystem")
     assert (ro["node"], ro["failure_class"]) == ("gpu-node-09", "storage")
     cordon = only(ev, state="SchedulingDisabled")
@@ -409,7 +411,8 @@ def test_pytorchjob_failed_yaml() -> None:
     assert (submit["n_gpus"], submit["ts"], submit["job_id"]) == (64, datetime(2024, 3, 14, 9, 38), "llama-pretrain")
     assert only(ev, kind="job_start")["ts"] == datetime(2024, 3, 14, 9, 38, 1)
     end = only(ev, kind="job_end")
-    assert (end["state"], end["ts"], end["failure_class"]) == ("PyTorchJobFailed", datetime(2024, 3, 14, 10, 26, 59), "software")
+    assert (end["state"], end["failure_class"]) == ("PyTorchJobFailed", "software")
+    assert end["ts"] == datetime(2024, 3, 14, 10, 26, 59)
     # Running=False is not a start
     assert len(rows(ev, kind="job_start")) == 1
 
@@ -501,8 +504,9 @@ def test_kubelet_syslog() -> None:
 
 def test_docker_json_file_wrapper() -> None:
     line = (
-        '{"log":"I0901 00:25:09.311469       1 event.go:291] \\"Event occurred\\" object=\\"train/llama-pretrain-worker-4\\" '
-        'kind=\\"Pod\\" apiVersion=\\"v1\\" type=\\"Warning\\" reason=\\"NodeNotReady\\" message=\\"Node is not ready\\"\\n",'
+        '{"log":"I0901 00:25:09.311469       1 event.go:291] \\"Event occurred\\" '
+        'object=\\"train/llama-pretrain-worker-4\\" kind=\\"Pod\\" apiVersion=\\"v1\\" type=\\"Warning\\" '
+        'reason=\\"NodeNotReady\\" message=\\"Node is not ready\\"\\n",'
         '"stream":"stderr","time":"2021-09-01T00:25:09.311544102Z"}'
     )
     row = extract_lines(parser, [line]).row(0, named=True)
@@ -519,7 +523,8 @@ def test_training_operator_logrus_and_zap() -> None:
     assert ev["line"].to_list() == [1, 3, 5, 6, 7, 8, 9]
     assert ev["kind"].to_list() == ["job_submit", "error", "restart", "restart", "job_start", "job_end", "job_end"]
     exited = only(ev, line=3)
-    assert (exited["code"], exited["job_id"], exited["ts"]) == ("137", "llama-pretrain", datetime(2024, 3, 14, 10, 9, 2))
+    assert (exited["code"], exited["job_id"]) == ("137", "llama-pretrain")
+    assert exited["ts"] == datetime(2024, 3, 14, 10, 9, 2)
     zap_iso = only(ev, line=5)
     assert (zap_iso["ts"], zap_iso["ts_offset_s"]) == (datetime(2024, 3, 14, 10, 9, 3, 114000), 0)
     zap_epoch = only(ev, line=7)
@@ -536,10 +541,19 @@ def test_training_operator_logrus_and_zap() -> None:
 
 @pytest.mark.parametrize(
     ("code", "klass"),
-    [("1", "software"), ("2", "software"), ("139", "software"), ("134", "software"), ("137", None), ("143", None), ("0", None)],
+    [
+        ("1", "software"),
+        ("2", "software"),
+        ("139", "software"),
+        ("134", "software"),
+        ("137", None),
+        ("143", None),
+        ("0", None),
+    ],
 )
 def test_exit_codes(code: str, klass: str | None) -> None:
-    line = f"20m   Normal   ExitedWithCode   pytorchjob/llama-pretrain   Pod: train.llama-pretrain-worker-3 exited with code {code}"
+    message = f"Pod: train.llama-pretrain-worker-3 exited with code {code}"
+    line = f"20m   Normal   ExitedWithCode   pytorchjob/llama-pretrain   {message}"
     row = classified(extract_lines(parser, [line])).row(0, named=True)
     assert row["code"] == code and row["failure_class"] == klass
     assert row["severity"] == ("info" if code == "0" else "error")
@@ -551,7 +565,7 @@ def test_exit_codes(code: str, klass: str | None) -> None:
         ("FailedMount", 'MountVolume.SetUp failed for volume "ckpt" : rpc error: code = DeadlineExceeded', "storage"),
         ("FailedAttachVolume", 'AttachVolume.Attach failed for volume "pvc-1" : timed out', "storage"),
         ("Preempted", "Preempted by pod 5e1c7a4f-8b2d-4e6a-9c0f-3d7b1e5a9c2f on node gpu-node-02", "preemption"),
-        ("Rebooted", "Node gpu-node-02 has been rebooted, boot id: 7f3a9c1e-5b2d-4e8f-a6c0-1d9e3b7f5a2c", "maintenance"),
+        ("Rebooted", "Node gpu-node-02 has been rebooted, boot id: 7f3a9c1e-5b2d-4e8f", "maintenance"),
         ("NodeNotSchedulable", "Node gpu-node-02 status is now: NodeNotSchedulable", "maintenance"),
         ("TaintManagerEviction", "Cancelling deletion of Pod train/llama-pretrain-worker-2", None),
         ("Unhealthy", "Readiness probe failed: HTTP probe failed with statuscode: 503", None),

@@ -55,6 +55,7 @@ def _records(lines: pl.LazyFrame) -> pl.LazyFrame:
     pre = lines.filter(
         t.str.contains("*****", literal=True)
         | t.str.contains("checkpoint", literal=True)
+        | t.str.contains("Continuing training from global step", literal=True)
         | t.str.contains("setting up devices", literal=True)
         | t.str.contains("Process rank:", literal=True)
         | t.str.contains("Training completed", literal=True)

@@ -101,7 +101,10 @@ def _collapse(ev: pl.LazyFrame) -> pl.LazyFrame:
     collapsible = (kind.is_in(_BEGINS + _ENDS) | ((kind == "info") & (pl.col("state") == "EXIT"))).fill_null(False)
     key = pl.struct(kind, pl.col("step").fill_null(-1), pl.col("state").fill_null(""))
     new_run = ~collapsible | ~collapsible.shift(1, fill_value=False) | (key != key.shift(1)).fill_null(True)
+    # A stated zone makes a clock comparable with the others; without one, clocks of different
+    # writers (a local log clock, an epoch) may not be, so stated ones are preferred.
     stamped = pl.struct(*_TS).filter(pl.col("ts").is_not_null())
+    zoned = pl.struct(*_TS).filter(pl.col("ts").is_not_null() & pl.col("ts_offset_s").is_not_null())
     skip = (*_TS, "line", "line_end", "message", "kind", "_run", "_collapsible")
     others = [c for c in ev.collect_schema().names() if c not in skip]
     ev = ev.with_columns(new_run.cum_sum().alias("_run"), collapsible.alias("_collapsible"))
@@ -116,8 +119,8 @@ def _collapse(ev: pl.LazyFrame) -> pl.LazyFrame:
             pl.col("line_end").first(),
             pl.col("message").first(),
             pl.col("kind").first(),
-            stamped.first().alias("_first_ts"),
-            stamped.last().alias("_last_ts"),
+            pl.coalesce(zoned.first(), stamped.first()).alias("_first_ts"),
+            pl.coalesce(zoned.last(), stamped.last()).alias("_last_ts"),
             *[pl.col(c).drop_nulls().first() for c in others],
         )
     )

@@ -136,6 +136,17 @@ BAD_WAIT = (
     "RunContainerError",
 )
 
+# Job status condition types (training operators, batch/v1) -> (kind, severity), when status is True.
+JOB_CONDITIONS: dict[str, tuple[str, str]] = {
+    "Created": ("job_submit", "info"),
+    "Running": ("job_start", "info"),
+    "Restarting": ("restart", "warning"),
+    "Failed": ("job_end", "error"),
+    "Succeeded": ("job_end", "info"),
+    "Complete": ("job_end", "info"),
+    "Suspended": ("job_end", "info"),
+}
+
 # '<Kind>Job<Phase>' reasons of training operators (PyTorchJobRestarting, JobFailed, MPIJobSucceeded ...).
 JOB_REASON = r"^[A-Za-z]*Job(Created|Running|Restarting|Failed|Succeeded|Suspended|Resumed|FailedValidation|Evicted)$"
 _JOB_PHASE: dict[str, tuple[str, str]] = {

@@ -21,9 +21,11 @@ from datetime import datetime
 import polars as pl
 
 from toranalyze.schema import conform_raw
+from toranalyze.clock import offset_iso, ts_iso
 from toranalyze_parsers._k8s_common import (
     BAD_WAIT,
     INTERVAL,
+    JOB_CONDITIONS,
     QUIET_WAIT,
     RFC1123,
     conform_ev,
@@ -49,9 +51,10 @@ _CONDITION_ROW = (
 _FIELDS = ("Reason", "Message", "Exit Code", "Signal", "Started", "Finished")
 _SECTIONS = ["Name", "Conditions", "Volumes", "QoS Class", "Node-Selectors", "Tolerations", "Events",
              "Containers", "Init Containers", "Ephemeral Containers", "Readiness Gates"]
+_CONDITION_KEYS = ["Last Transition Time", "Last Update Time", "Message", "Reason", "Status", "Type"]
 _JOB_LABEL = (
     r"(?:training\.kubeflow\.org/job-name|pytorch-job-name|batch\.kubernetes\.io/job-name|"
-    r"jobset\.sigs\.k8s\.io/jobset-name|volcano\.sh/job-name|(?:^|\s)job-name)=(\S+)"
+    r"jobset\.sigs\.k8s\.io/jobset-name|volcano\.sh/job-name|(?:^|\s)job-name)=([\w.-]+)"
 )
 
 
@@ -72,11 +75,21 @@ def _blocks(lines: pl.LazyFrame) -> pl.LazyFrame:
     pod_node = first(text.str.extract(r"^Node:\s+([^/\s<]+)", 1))
     owner = first(text.str.extract(r"^Controlled By:\s+\w*Job/(\S+)", 1))
     label = first(text.str.extract(_JOB_LABEL, 1))
+    # Custom resources (describe pytorchjob) state their kind; pods and nodes do not.
+    kind = first(text.str.extract(r"^Kind:\s+(\w+)", 1)).str.to_lowercase()
+    obj_kind = pl.when(is_node).then(pl.lit("node")).otherwise(pl.coalesce(kind, pl.lit("pod")))
+    job = (
+        pl.when(is_node)
+        .then(None)
+        .when(kind.str.ends_with("job"))
+        .then(name)
+        .otherwise(pl.coalesce(label, owner, job_from_pod(name)))
+    )
     return lf.with_columns(
-        pl.when(is_node).then(pl.lit("node")).otherwise(pl.lit("pod")).alias("_obj_kind"),
+        obj_kind.alias("_obj_kind"),
         name.alias("_obj_name"),
         pl.when(is_node).then(name).otherwise(pod_node).alias("_node"),
-        pl.when(is_node).then(None).otherwise(pl.coalesce(label, owner, job_from_pod(name))).alias("_job"),
+        job.alias("_job"),
     ).filter(pl.col("_blk") > 0)
 
 
@@ -256,6 +269,59 @@ def _node_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
     return pl.concat([conform_raw(conditions), conform_raw(cordon)], how="vertical")
 
 
+def _job_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """describe of a training-operator / batch Job: Status.Conditions and Status.Start Time.
+
+    The generic describer prints each condition's fields in alphabetical order, so
+    every condition starts at its 'Last Transition Time'.
+    """
+    key = pl.col("_key")
+    job = lf.filter(pl.col("_obj_kind").str.ends_with("job"))
+    cond = job.filter((pl.col("_ind") >= 4) & key.is_in(_CONDITION_KEYS)).with_columns(
+        (key == "Last Transition Time").cum_sum().over("_blk").alias("_c")
+    )
+    field = lambda k: pl.col("_val").filter(key == k).first().alias(k)  # noqa: E731
+    groups = (
+        cond.filter(pl.col("_c") > 0)
+        .group_by("_blk", "_c", maintain_order=True)
+        .agg(
+            pl.col("line").first().alias("line"),
+            pl.col("line").filter(key == "Type").first().alias("line_end"),
+            *[field(k) for k in _CONDITION_KEYS],
+            pl.col("_obj_kind").first(),
+            pl.col("_obj_name").first(),
+            pl.col("_job").first(),
+        )
+        .filter((pl.col("Status") == "True") & pl.col("Type").is_in(list(JOB_CONDITIONS)))
+    )
+    state = pl.coalesce(pl.col("Reason"), pl.col("Type"))
+    stamp = pl.col("Last Transition Time")
+    conditions = groups.select(
+        ts_iso(stamp).alias("ts"),
+        offset_iso(stamp).alias("ts_offset_s"),
+        pl.col("Type").replace_strict({k: v[0] for k, v in JOB_CONDITIONS.items()}).alias("kind"),
+        pl.col("Type").replace_strict({k: v[1] for k, v in JOB_CONDITIONS.items()}).alias("severity"),
+        state.alias("state"),
+        pl.format("{}: {} [{}/{}]", state, pl.col("Message").fill_null(""), pl.col("_obj_kind"), pl.col("_obj_name"))
+        .alias("message"),
+        pl.col("line"),
+        pl.col("line_end"),
+        pl.col("_job").alias("job_id"),
+    )
+    start = pl.col("_val")
+    started = job.filter((key == "Start Time") & (pl.col("_ind") == 2)).select(
+        ts_iso(start).alias("ts"),
+        offset_iso(start).alias("ts_offset_s"),
+        pl.lit("job_start").alias("kind"),
+        pl.lit("info").alias("severity"),
+        pl.lit("Running").alias("state"),
+        pl.format("{} {} started", pl.col("_obj_kind"), pl.col("_obj_name")).alias("message"),
+        pl.col("line"),
+        pl.col("_job").alias("job_id"),
+    )
+    return pl.concat([conform_raw(conditions), conform_raw(started)], how="vertical")
+
+
 def _event_rows(lf: pl.LazyFrame, anchor: datetime | None) -> pl.LazyFrame:
     cand = lf.filter(pl.col("text").str.contains(r"^\s.*(?:Normal|Warning)"))
     new = cand.with_columns(pl.col("text").str.extract_groups(_EVENT_ROW).alias("_g"))
@@ -299,6 +365,7 @@ def extract_describe(lines: pl.LazyFrame, anchor: datetime | None = None) -> pl.
             _state_rows(_state_records(lf)),
             _pod_reason_rows(lf),
             _node_rows(lf),
+            _job_rows(lf),
             _event_rows(lf, anchor),
         ],
         how="vertical",

@@ -22,7 +22,7 @@ import re
 from datetime import datetime
 from typing import Any
 
-from toranalyze_parsers._k8s_common import BAD_WAIT, QUIET_WAIT, job_from_pod_py
+from toranalyze_parsers._k8s_common import BAD_WAIT, JOB_CONDITIONS, QUIET_WAIT, job_from_pod_py
 from toranalyze_parsers._k8s_docs import LINES
 
 _RFC3339 = re.compile(r"^(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:\.(\d+))?(Z|[+-]\d{2}:\d{2})?$")
@@ -309,16 +309,6 @@ def _gpus(spec: dict[str, Any]) -> int | None:
     return total if seen and total > 0 else None
 
 
-_JOB_CONDITIONS = {
-    "Running": ("job_start", "info"),
-    "Restarting": ("restart", "warning"),
-    "Failed": ("job_end", "error"),
-    "Succeeded": ("job_end", "info"),
-    "Complete": ("job_end", "info"),
-    "Suspended": ("job_end", "info"),
-}
-
-
 def job_rows(obj: dict[str, Any]) -> list[Row]:
     meta, spec, status = _d(obj.get("metadata")), _d(obj.get("spec")), _d(obj.get("status"))
     kind = str(obj.get("kind"))
@@ -340,11 +330,12 @@ def job_rows(obj: dict[str, Any]) -> list[Row]:
                             "message": f"{kind} {name} started", "line": first}, status["startTime"]))
     for c in conditions:
         ctype = c.get("type")
-        if ctype not in _JOB_CONDITIONS or c.get("status") != "True":
+        # Created is the job_submit row above.
+        if ctype not in JOB_CONDITIONS or ctype == "Created" or c.get("status") != "True":
             continue
         if ctype == "Running" and c.get("lastTransitionTime") == status.get("startTime"):
             continue
-        kind_, severity = _JOB_CONDITIONS[ctype]
+        kind_, severity = JOB_CONDITIONS[ctype]
         reason = c.get("reason") or ctype
         first, last = _lines(c, status)
         rows.append(

@@ -305,6 +305,23 @@ def test_describe_nodes_conditions_cordon_and_events() -> None:
     assert not rows(ev, state="DiskPressure")
 
 
+def test_describe_pytorchjob_conditions_and_events() -> None:
+    ev = classified(read(K8S / "describe_pytorchjob.txt"))
+    assert set(ev["job_id"]) == {"llama-pretrain"}
+    submit = only(ev, kind="job_submit")
+    assert (submit["line"], submit["line_end"], submit["ts"]) == (42, 47, datetime(2024, 3, 14, 9, 38))
+    assert only(ev, kind="job_start")["ts"] == datetime(2024, 3, 14, 9, 38, 1)  # Status.Start Time
+    failed = only(ev, kind="job_end", line=60)
+    assert (failed["state"], failed["ts"], failed["failure_class"]) == (
+        "PyTorchJobFailed",
+        datetime(2024, 3, 14, 10, 26, 59),
+        "software",
+    )
+    # conditions with Status False (Restarting, Running) are no events; the Events table still has the restart
+    assert only(ev, kind="restart")["line"] == 81
+    assert only(ev, state="ExitedWithCode")["message"].endswith("[pytorchjob/llama-pretrain] (age 20m)")
+
+
 def test_describe_pod_relative_lines_inside_a_longer_log() -> None:
     text = (K8S / "describe_pod_oomkilled.txt").read_text().splitlines()
     ev = extract_lines(parser, ["+ kubectl describe pod llama-pretrain-worker-3 -n train", *text])

@@ -629,6 +629,25 @@ def test_extract_never_raises_and_returns_raw_schema(lines: list[str]) -> None:
     assert set(out["kind"]) <= set(KINDS) and set(out["severity"]) <= set(SEVERITIES)
 
 
+_FIXTURE_LINES = sorted(
+    {line for path in FIXTURES if path.suffix in (".txt", ".log", ".syslog") for line in path.read_text().splitlines()}
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(_FIXTURE_LINES) | st.text(max_size=60), min_size=1, max_size=40))
+def test_extract_never_raises_on_shuffled_kubernetes_lines(lines: list[str]) -> None:
+    out = extract_lines(parser, [line.replace("\n", " ").replace("\r", " ") for line in lines])
+    assert out.schema == RAW_SCHEMA
+    assert set(out["kind"]) <= set(KINDS) and out["message"].null_count() == 0
+    assert out["line"].is_between(1, len(lines)).all()
+
+
+@given(st.text(max_size=400))
+def test_sniff_never_raises(head: str) -> None:
+    assert parser.sniff(head) in (True, False)
+
+
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=20)
     | st.sampled_from(["Event", "Pod", "Node", "PyTorchJob", "List", "2024-03-14T10:09:01Z", "OOMKilled"]),

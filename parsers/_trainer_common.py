@@ -92,9 +92,10 @@ def add_seconds(ts: pl.Expr, seconds: pl.Expr) -> pl.Expr:
     return ts + pl.duration(microseconds=(seconds * 1e6).round(0).cast(pl.Int64))
 
 
-def part(frame: pl.LazyFrame, level: int = LEVEL_TRAINER) -> pl.LazyFrame:
-    """A module's output: RAW_SCHEMA columns plus the step-source level."""
-    return conform_raw(frame).with_columns(pl.lit(level, pl.Int8).alias("_level"))
+def part(frame: pl.LazyFrame, level: int = LEVEL_TRAINER, bar: bool = False) -> pl.LazyFrame:
+    """A module's output: RAW_SCHEMA columns plus the step-source level and whether the rows are
+    progress-bar repaints (several ranks repaint the same bar one after the other)."""
+    return conform_raw(frame).with_columns(pl.lit(level, pl.Int8).alias("_level"), pl.lit(bar).alias("_bar"))
 
 
 def message() -> pl.Expr:

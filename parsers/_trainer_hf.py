@@ -153,4 +153,4 @@ def _bar_steps(train_bars: pl.LazyFrame) -> pl.LazyFrame:
 
 def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
     train_bars = _training_bars(lines)
-    return [part(_records(lines)), part(_dicts(lines, train_bars)), part(_bar_steps(train_bars), LEVEL_TQDM)]
+    return [part(_records(lines)), part(_dicts(lines, train_bars)), part(_bar_steps(train_bars), LEVEL_TQDM, bar=True)]

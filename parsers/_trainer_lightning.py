@@ -137,5 +137,5 @@ def _records(lines: pl.LazyFrame) -> pl.LazyFrame:
 
 def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
     b = bars(lines)
-    return [part(_epoch_steps(b)), part(_eval_bars(b)), part(_records(lines))]
+    return [part(_epoch_steps(b), bar=True), part(_eval_bars(b), bar=True), part(_records(lines))]
 

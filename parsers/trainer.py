@@ -139,8 +139,15 @@ def _collapse(ev: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def _dedupe_steps(ev: pl.LazyFrame) -> pl.LazyFrame:
-    """A step repeated within one attempt (ranks, repaints, duplicated output) is kept once."""
-    restart = pl.col("kind").is_in(["init", "init_done", "ckpt_load"]).cast(pl.Int32).cum_sum()
+    """A step repeated within one attempt (ranks, repaints, duplicated output) is kept once.
+
+    An attempt starts at a start or resume record, or where the trainer's own records go back to
+    an earlier step (a restart whose banners the log does not show). Progress bars going back do
+    not count: ranks repaint the same bar one after the other."""
+    records = (pl.col("kind") == "step") & ~pl.col("_bar")
+    previous = pl.when(records).then(pl.col("step")).shift(1).forward_fill()
+    back = (records & (pl.col("step") < previous)).fill_null(False)
+    restart = (pl.col("kind").is_in(["init", "init_done", "ckpt_load"]) | back).cast(pl.Int32).cum_sum()
     first = pl.int_range(pl.len()).over([restart, pl.col("kind"), pl.col("step")]) == 0
     return ev.filter((pl.col("kind") != "step") | first)
 

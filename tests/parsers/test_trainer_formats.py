@@ -648,3 +648,10 @@ def test_tqdm_steps_only_without_other_steps() -> None:
     ds = "[2024-03-01 10:00:00,000] [INFO] [logging.py:96:log_dist] [Rank 0] step=1, skipped=0, lr=[0.0001]"
     rows = _rows([bar, ds])
     assert [(r["kind"], r["step"], r["line"]) for r in rows] == [("step", 1, 2)]  # DeepSpeed's beat tqdm
+
+
+def test_steps_going_back_without_banners_are_a_new_attempt() -> None:
+    it = " iteration {:8d}/  159576 | elapsed time per iteration (ms): 18000.0 | lm loss: {} |"
+    rows = _rows([it.format(6900, "6.4E+00"), it.format(6910, "1.1E+01"), it.format(6900, "6.3E+00")], "step")
+    # a rollback re-computes 6900: both computations are kept (the first one is rework)
+    assert [(r["step"], r["loss"]) for r in rows] == [(6900, 6.4), (6910, 11.0), (6900, 6.3)]

@@ -122,7 +122,7 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     )
     rows0 = progress.place_steps(rows, att, prelim)
     ckpt = progress.checkpoint_intervals(ev, rows0, prelim)
-    evals = progress.eval_intervals(ev)
+    evals = progress.eval_intervals(ev, rows0, ckpt)
     blocked = pl.concat([ckpt.select("job", "start", "end"), evals.select("job", "start", "end")])
     blocked = progress.union_intervals(blocked) if blocked.height else blocked
     rank_in_att = pl.col("step").rank("ordinal").over("job", "attempt_idx")

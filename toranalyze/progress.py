@@ -84,12 +84,16 @@ def overlaps(rows: pl.DataFrame, iv: pl.DataFrame, by: str = "job") -> pl.Series
 
 
 def step_rows(ev: pl.DataFrame) -> pl.DataFrame:
-    """De-duplicated step records: job, attempt_idx, step, t_end, rep_us (reported µs), n_ranks."""
+    """De-duplicated step records: job, attempt_idx, step, t_end, t_log, rep_us (reported µs), n_ranks.
+
+    ``t_log`` is the logged time (earliest report over ranks); ``t_end`` is the same time sharpened
+    by :func:`refine_ends` when the log's clock is coarse.
+    """
     s = ev.filter((pl.col("kind") == "step") & pl.col("step").is_not_null() & pl.col("t").is_not_null())
-    return (
+    rows = (
         s.group_by("job", "attempt_idx", "step")
         .agg(
-            pl.col("t").min().alias("t_end"),
+            pl.col("t").min().alias("t_log"),
             (pl.col("step_time_s").median() * US).round().cast(pl.Int64).alias("rep_us"),
             pl.col("loss").first().alias("loss"),
             pl.len().alias("n_ranks"),
@@ -97,6 +101,71 @@ def step_rows(ev: pl.DataFrame) -> pl.DataFrame:
         )
         .sort("job", "attempt_idx", "step")
     )
+    return refine_ends(rows)
+
+
+def resolution_us(t: pl.Expr) -> pl.Expr:
+    """Clock resolution of a set of logged times: 1 s, 1 ms or 0 (finer) when every value is a multiple."""
+    return (
+        pl.when((t % US == 0).all())
+        .then(pl.lit(US, pl.Int64))
+        .when((t % 1000 == 0).all())
+        .then(pl.lit(1000, pl.Int64))
+        .otherwise(pl.lit(0, pl.Int64))
+    )
+
+
+def refine_ends(rows: pl.DataFrame) -> pl.DataFrame:
+    """Add ``t_end``: the logged step end sharpened by the reported step times.
+
+    Trainers often stamp their lines to the second while they report each step's time to the
+    millisecond. A logged time τ of a clock with resolution ``r`` says the true end T lies in
+    ``[τ, τ + r)``. Consecutive rows of an attempt whose logged gap agrees with their reported
+    time (``n × step_time`` within the resolution) form a *chain* in which the true ends are
+    ``T_i = A + C_i`` (``C_i`` the cumulative reported time since the chain's first row). ``A`` is
+    the smallest value every row of the chain allows (``max(τ_i − C_i)``), so an end never moves
+    before its logged time, and a row is appended to a chain only while some ``A`` satisfies every
+    row (a checkpoint save or an evaluation between two rows breaks the chain). With many rows the
+    bound is tight, so the steps of a chain are contiguous and exactly as long as reported, instead
+    of absorbing the rounding of their timestamps. With a fine clock (or no reported times)
+    ``t_end`` is the logged time.
+    """
+    if rows.height == 0:
+        return rows.with_columns(pl.col("t_log").alias("t_end"))
+    grp = ("job", "attempt_idx")
+    r = rows.sort(*grp, "step").with_columns(
+        resolution_us(pl.col("t_log")).over(grp).alias("_res"),
+        (pl.col("step") - pl.col("step").shift(1).over(grp)).alias("_n"),
+        pl.struct(*grp).rle_id().alias("_g"),
+    )
+    if r.filter(pl.col("_res") > 0).height == 0:
+        return r.drop("_res", "_n", "_g").with_columns(pl.col("t_log").alias("t_end"))
+    t = r["t_log"].to_list()
+    res = r["_res"].to_list()
+    rep = r["rep_us"].to_list()
+    n = r["_n"].to_list()
+    g = r["_g"].to_list()
+    out = list(t)
+    cum = [0] * len(t)
+
+    def close(i0: int, i1: int, a: int) -> None:
+        for j in range(i0, i1):
+            out[j] = a + cum[j]
+
+    i0, lo, hi, c, tol = 0, t[0], t[0] + res[0], 0, 0
+    for i in range(1, len(t)):
+        if g[i] == g[i - 1] and res[i] > 0 and rep[i] is not None and rep[i] > 0 and n[i] is not None and n[i] > 0:
+            ci = c + n[i] * rep[i]
+            ti = tol + n[i] * 60 + 100  # reported times are rounded (0.1 ms per step and a bit)
+            lo2, hi2 = max(lo, t[i] - ci), min(hi, t[i] + res[i] - ci)
+            if lo2 <= hi2 + ti:
+                lo, hi, c, tol = lo2, max(hi2, lo2), ci, ti
+                cum[i] = ci
+                continue
+        close(i0, i, lo)
+        i0, lo, hi, c, tol = i, t[i], t[i] + res[i], 0, 0
+    close(i0, len(t), lo)
+    return r.with_columns(pl.Series("t_end", out, pl.Int64)).drop("_res", "_n", "_g")
 
 
 def attempt_table(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
@@ -252,7 +321,7 @@ def _pair(ev: pl.DataFrame, begin: str, end: str, steps: pl.DataFrame) -> pl.Dat
             }
         )
     # Key: the record's step, else the last step completed before it.
-    last = steps.select("job", "attempt_idx", pl.col("t_end").alias("t"), pl.col("step").alias("_ls")).sort("t")
+    last = steps.select("job", "attempt_idx", pl.col("t_log").alias("t"), pl.col("step").alias("_ls")).sort("t")
     rows = (
         rows.sort("t")
         .join_asof(last, on="t", by=["job", "attempt_idx"], strategy="backward", check_sortedness=False)
@@ -270,8 +339,64 @@ def _pair(ev: pl.DataFrame, begin: str, end: str, steps: pl.DataFrame) -> pl.Dat
     )
 
 
+def _value_res(t: pl.Expr) -> pl.Expr:
+    """Resolution of one logged time: 1 s or 1 ms when it is a whole multiple, else 0."""
+    return pl.when(t % US == 0).then(pl.lit(US)).when(t % 1000 == 0).then(pl.lit(1000)).otherwise(pl.lit(0))
+
+
+def _with_neighbours(p: pl.DataFrame, s: pl.DataFrame) -> pl.DataFrame:
+    """Join to intervals keyed by (job, attempt_idx, key step): ``_prev_end``, the end of the last
+    step row at or before the key step, and ``_next_start``, the compute start (end − n·d) of the
+    first row after it."""
+    grp = ["job", "attempt_idx"]
+    rows = s.filter(pl.col("d_us").is_not_null()).select(
+        *grp, "step", "end", (pl.col("end") - pl.col("n") * pl.col("d_us")).alias("_cs")
+    )
+    prev = rows.select(*grp, pl.col("step").alias("_ps"), pl.col("end").alias("_prev_end")).sort("_ps")
+    nxt = rows.select(*grp, pl.col("step").alias("_ns"), pl.col("_cs").alias("_next_start")).sort("_ns")
+    p = p.sort("key").join_asof(prev, left_on="key", right_on="_ps", by=grp, strategy="backward", check_sortedness=False)
+    p = p.sort("key").join_asof(
+        nxt, left_on="key", right_on="_ns", by=grp, strategy="forward", allow_exact_matches=False, check_sortedness=False
+    )
+    return p.drop("_ps", "_ns")
+
+
+def _snap(start: str, end: str, b: str, e: str) -> list[pl.Expr]:
+    """Coarse begin/end stamps snap to the adjacent step boundaries they round: a save logged at
+    second τ that follows a step ending within [τ, τ + 1 s) begins at that step's end, and one whose
+    end stamp precedes the next step's compute start by less than the resolution ends there."""
+    tol = 1000
+    rb, re_ = _value_res(pl.col(b)), _value_res(pl.col(e))
+    return [
+        pl.when(
+            pl.col(b).is_not_null()
+            & (rb > 0)
+            & (pl.col("_prev_end") >= pl.col(b))
+            & (pl.col("_prev_end") <= pl.col(b) + rb + tol)
+        )
+        .then(pl.col("_prev_end"))
+        .otherwise(pl.col(start))
+        .alias(start),
+        pl.when(
+            pl.col(e).is_not_null()
+            & (re_ > 0)
+            & (pl.col("_next_start") >= pl.col(e))
+            & (pl.col("_next_start") <= pl.col(e) + re_ + tol)
+        )
+        .then(pl.col("_next_start"))
+        .otherwise(pl.col(end))
+        .alias(end),
+    ]
+
+
 def checkpoint_intervals(ev: pl.DataFrame, s: pl.DataFrame, typical_us: pl.DataFrame) -> pl.DataFrame:
-    """Blocking save intervals per job: job, start, end, step, inferred, evidence (disjoint)."""
+    """Blocking save intervals per job: job, start, end, step, inferred, evidence (disjoint).
+
+    ``s``: placed step rows (start, end, n, d_us). A begin/end pair spans begin → end; a lone line
+    with a stated duration is extended by it; a lone end without one spans from the end of the
+    step before it, a lone begin lasts until the next step's compute starts. Coarse stamps snap to
+    the step boundaries they round (:func:`_snap`).
+    """
     p = _pair(ev, "ckpt_save_begin", "ckpt_save_end", s)
     if p.height == 0:
         return pl.DataFrame(
@@ -284,53 +409,37 @@ def checkpoint_intervals(ev: pl.DataFrame, s: pl.DataFrame, typical_us: pl.DataF
                 "evidence": pl.String,
             }
         )
-    # Neighbouring step rows for lone lines.
-    st = s.select("job", "attempt_idx", "t_end", "rep_us").join(typical_us, on="job", how="left")
-    prev = st.select("job", "attempt_idx", pl.col("t_end").alias("_k"), pl.col("t_end").alias("_prev_end")).sort(
-        "_k"
-    )
-    nxt = st.select(
-        "job",
-        "attempt_idx",
-        pl.col("t_end").alias("_k"),
-        (pl.col("t_end") - pl.coalesce("rep_us", "ideal_us")).alias("_next_start"),
-    ).sort("_k")
-    p = p.with_columns(pl.coalesce("e", "b").alias("_k")).sort("_k")
-    p = p.join_asof(prev, on="_k", by=["job", "attempt_idx"], strategy="backward", check_sortedness=False)
-    p = p.with_columns(pl.coalesce("b", "e").alias("_k")).sort("_k")
-    p = p.join_asof(
-        nxt, on="_k", by=["job", "attempt_idx"], strategy="forward", allow_exact_matches=False, check_sortedness=False
-    )
+    p = _with_neighbours(p, s)
     p = p.with_columns(
-        pl.when(pl.col("b").is_not_null() & pl.col("e").is_not_null())
-        .then(pl.col("b"))
-        .when(pl.col("b").is_not_null())
+        pl.when(pl.col("b").is_not_null())
         .then(pl.col("b"))
         .when(pl.col("dur").is_not_null())
         .then(pl.col("e") - pl.col("dur"))
         .otherwise(pl.col("_prev_end"))
         .alias("start"),
-        pl.when(pl.col("b").is_not_null() & pl.col("e").is_not_null())
-        .then(pl.col("e"))
-        .when(pl.col("e").is_not_null())
+        pl.when(pl.col("e").is_not_null())
         .then(pl.col("e"))
         .when(pl.col("dur").is_not_null())
         .then(pl.col("b") + pl.col("dur"))
         .otherwise(pl.col("_next_start"))
         .alias("end"),
         (pl.col("b").is_null() | pl.col("e").is_null()).alias("inferred"),
-    )
+    ).with_columns(_snap("start", "end", "b", "e"))
     out = p.filter(pl.col("start").is_not_null() & pl.col("end").is_not_null()).select(
         "job", "start", "end", pl.col("key").alias("step"), "inferred", "evidence"
     )
     return union_intervals(out)
 
 
-def eval_intervals(ev: pl.DataFrame) -> pl.DataFrame:
+def eval_intervals(ev: pl.DataFrame, s: pl.DataFrame | None = None, ckpt: pl.DataFrame | None = None) -> pl.DataFrame:
     """Evaluation intervals per job (disjoint): job, start, end.
 
     A begin pairs with the first end of the same attempt after it and before the next begin;
-    an evaluation cut short by a failure (no end) is no interval.
+    an evaluation cut short by a failure (no end) is no interval. A lone end with a stated
+    duration is extended by it; a lone end without one (Megatron prints only the validation
+    result) spans from the end of the last step or save before it, when the placed step rows
+    ``s`` (and the save intervals ``ckpt``) are given; when its time was inferred (the block has
+    no timestamp) it lasts until the next step's compute starts.
     """
     grp = ["job", "attempt_idx"]
     b = (
@@ -340,12 +449,15 @@ def eval_intervals(ev: pl.DataFrame) -> pl.DataFrame:
         .sort(*grp, "start")
         .with_columns(pl.col("start").shift(-1).over(grp).alias("_nb"))
     )
-    e = ev.filter((pl.col("kind") == "eval_end") & pl.col("t").is_not_null()).select(
-        *grp, pl.col("t").alias("end"), pl.col("duration_s")
+    e = (
+        ev.filter((pl.col("kind") == "eval_end") & pl.col("t").is_not_null())
+        .select(*grp, pl.col("t").alias("end"), pl.col("duration_s"), "step", pl.col("ts_inferred").fill_null(False))
+        .unique(subset=[*grp, "end"], keep="first")
     )
     parts = []
+    paired = pl.DataFrame(schema={"job": pl.String, "attempt_idx": pl.Int32, "end": pl.Int64})
     if b.height and e.height:
-        parts.append(
+        pb = (
             b.sort("start")
             .join_asof(
                 e.select(*grp, "end").sort("end"),
@@ -356,13 +468,47 @@ def eval_intervals(ev: pl.DataFrame) -> pl.DataFrame:
                 check_sortedness=False,
             )
             .filter(pl.col("end").is_not_null() & (pl.col("end") <= pl.col("_nb").fill_null(2**62)))
-            .select("job", "start", "end")
         )
-    lone = e.filter(pl.col("duration_s").is_not_null()).select(
+        parts.append(pb.select("job", "start", "end"))
+        paired = pb.select(*grp, "end").unique()
+    lone = e.join(paired, on=[*grp, "end"], how="anti")
+    with_dur = lone.filter(pl.col("duration_s").is_not_null()).select(
         "job", (pl.col("end") - (pl.col("duration_s") * US).round().cast(pl.Int64)).alias("start"), "end"
     )
-    if lone.height:
-        parts.append(lone)
+    if with_dur.height:
+        parts.append(with_dur)
+    bare = lone.filter(pl.col("duration_s").is_null())
+    if bare.height and s is not None and s.height:
+        rows = s.select(*grp, pl.col("t_log").alias("_k"), "step", "end").sort("_k")
+        bare = (
+            bare.sort("end")
+            .join_asof(rows, left_on="end", right_on="_k", by=grp, strategy="backward", check_sortedness=False)
+            .with_columns(pl.coalesce("step_right", "step", pl.lit(-1, pl.Int64)).alias("key"))
+            .drop("_k", "step_right")
+            .rename({"end_right": "_step_end"})
+        )
+        bare = _with_neighbours(bare.drop("step"), s).with_columns(pl.col("_step_end").alias("_prev_end"))
+        if ckpt is not None and ckpt.height:
+            ck = ckpt.select("job", pl.col("end").alias("_ck_end"), pl.col("end").alias("_kk")).sort("_kk")
+            bare = bare.sort("end").join_asof(
+                ck, left_on="end", right_on="_kk", by="job", strategy="backward", check_sortedness=False
+            )
+            bare = bare.with_columns(
+                pl.max_horizontal("_prev_end", pl.when(pl.col("_ck_end") <= pl.col("end")).then(pl.col("_ck_end")))
+                .alias("_prev_end")
+            )
+        # A validation block without a time of its own (placed at the previous line's time) lasts
+        # until the next step's compute starts.
+        bare = bare.with_columns(
+            pl.col("_prev_end").alias("start"),
+            pl.lit(None, pl.Int64).alias("_b"),
+            pl.col("end").alias("_e"),
+            pl.when(pl.col("ts_inferred") & pl.col("_next_start").is_not_null())
+            .then(pl.max_horizontal("end", "_next_start"))
+            .otherwise(pl.col("end"))
+            .alias("end"),
+        ).with_columns(_snap("start", "end", "_b", "_e"))
+        parts.append(bare.filter(pl.col("start").is_not_null()).select("job", "start", "end"))
     if not parts:
         return pl.DataFrame(schema={"job": pl.String, "start": pl.Int64, "end": pl.Int64})
-    return union_intervals(pl.concat(parts))
+    return union_intervals(pl.concat([x.select("job", "start", "end") for x in parts]))

@@ -291,6 +291,5 @@ def _with_inferred_time(lines: pl.LazyFrame, steps: pl.LazyFrame, simple: pl.Laz
 
 
 def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
-    steps = _iterations(lines)
-    simple = _simple(lines)
-    return [part(_with_inferred_time(lines, steps, simple)), part(simple)]
+    simple = _simple(lines).collect().lazy()  # used twice
+    return [part(_with_inferred_time(lines, _iterations(lines), simple)), part(simple)]

@@ -191,16 +191,14 @@ class TrainerParser(Parser):
     noise: tuple[str, ...] = tuple(p for m in _MODULES for p in m.NOISE) + _trainer_tqdm.NOISE
 
     def extract(self, lines: pl.LazyFrame) -> pl.LazyFrame:
-        enriched = enrich(lines).collect().lazy()  # read by every module: computed once
+        # Frames read by several later steps are materialized once: the query optimizer does not
+        # always share such sub-plans, and re-running every module per use costs more than memory.
+        enriched = enrich(lines).collect().lazy()
         parts = [p for m in _MODULES for p in m.extract(enriched)]
         ev = pl.concat(parts, how="vertical").sort("line", maintain_order=True)
-        ev = _own_clocks(ev, enriched)
-        ev = _one_step_source(ev)
-        ev = _fill_steps(ev)
-        ev = _dedupe_steps(ev)
-        ev = _collapse(ev)
-        ev = _startup_clocks(ev, enriched)
-        return conform_raw(ev)
+        ev = _dedupe_steps(_fill_steps(_one_step_source(_own_clocks(ev, enriched)))).collect().lazy()
+        ev = _collapse(ev).collect().lazy()
+        return conform_raw(_startup_clocks(ev, enriched))
 
 
 parser = TrainerParser()

@@ -1,17 +1,19 @@
-"""``kubectl describe pod`` / ``describe node`` output, as line rules over blocks.
+"""``kubectl describe pod|node|pytorchjob`` output, as line rules over blocks.
 
 A describe document is a run of ``Key:  value`` lines whose indentation nests
 them (container -> ``Last State:`` -> ``Reason:``). Each ``Name:`` line at column
 0 opens a block (``describe pods`` prints many); window expressions carry the
-block's object (pod or node), node and job to every line, and a state block
+block's object (pod, node, or the ``Kind:`` a custom resource states), node and
+job to every line, and a state block
 (``State:`` / ``Last State:`` with its deeper-indented fields) is grouped into one
 record whose ``line`` is the header and ``line_end`` the last field.
 
 Records: container terminations (``job_end`` with reason/exit code/Finished and a
 ``job_start`` at Started), running containers, waiting reasons (CrashLoopBackOff),
 a pod's own ``Reason:`` (Evicted, ...), node conditions with their
-LastTransitionTime, ``Unschedulable: true`` and the ``Events:`` table rows
-(ages are relative: ts null unless an anchor is given).
+LastTransitionTime, ``Unschedulable: true``, a job's Status.Conditions (True
+ones) and Start Time, and the ``Events:`` table rows (ages are relative: ts null
+unless an anchor is given).
 """
 
 from __future__ import annotations

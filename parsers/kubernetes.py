@@ -5,13 +5,18 @@ Documents (claimed by ``sniff``, read whole by ``parse``):
 * JSON / YAML from the API or ``kubectl get -o json|yaml`` (single objects,
   ``List``/``EventList``/``PodList``, ``-w`` streams, watch envelopes): Events
   (core/v1 and events.k8s.io/v1), Pods, Nodes, PyTorchJob-like and batch Jobs;
-* ``kubectl describe pod|node`` output and ``kubectl get events|pods|nodes`` tables: parsed
-  by the same line rules as when they are embedded in a text log, and claimed so
-  that every line of the capture counts as understood.
+* ``kubectl describe pod|node|pytorchjob`` output and ``kubectl get
+  events|pods|nodes`` tables: parsed by the same line rules as when they are
+  embedded in a text log, and claimed so that every line of the capture counts
+  as understood.
 
 Line rules (``extract``, run over every text log): events, pods and nodes
-tables, describe blocks, klog lines of kube-scheduler / kube-controller-manager / kubelet, and
-training-operator lifecycle lines (logrus text/JSON, zap JSON).
+tables, describe blocks, klog lines of kube-scheduler / kube-controller-manager /
+kubelet, and training-operator lifecycle lines (logrus text/JSON, zap JSON).
+
+Cross-row facts stay within one read block (32 MiB) or one document: a taint
+eviction is marked "(its node was NotReady)" when the same capture shows that
+pod's NodeNotReady, and events borrow job and node from pods listed beside them.
 
 Time: API objects carry RFC 3339 UTC times; klog has no year. kubectl tables
 and describe's Events print ages relative to when kubectl ran, so their rows

@@ -7,8 +7,9 @@
   ``ts`` and ``step_time_s`` come from that bar repaint (anchor + elapsed, and its s/it).
   Identical dicts printed by several nodes count once.
 * Without loss dicts, the training bar itself gives the steps (level 2): one row per step
-  reached, ``step_time_s`` = tqdm's s/it (its smoothed rate), ``loss`` null (bars carry none). When the ``Total optimization
-  steps = N`` banner is present only bars of total N count (evaluation bars have other totals).
+  reached, ``step_time_s`` = tqdm's s/it (its smoothed rate), ``loss`` null (bars carry none).
+  When the ``Total optimization steps = N`` banner is present only bars of total N count
+  (evaluation bars have other totals).
 * ``***** Running training *****`` -> init_done; ``PyTorch: setting up devices`` and the example
   scripts' ``Process rank: …`` line -> init; ``Saving model checkpoint to …/checkpoint-N`` ->
   ckpt_save_begin, ``Model weights saved in …/checkpoint-N/…`` -> ckpt_save_end; ``Loading model

@@ -9,10 +9,11 @@ are de-duplicated by (key, time_ms, first field of the value) and ordered by tim
   checkpoint step + the running count of such records (``metadata.step`` counts tokens or
   samples, not steps), ``step_time_s`` = train_step_timing, ``loss`` = reduced_train_loss;
 * ``eval_start`` / ``eval_stop`` -> eval_begin / eval_end (``duration_s`` = stop − start);
-* ``run_start`` -> info; ``run_stop`` -> info, state EXIT, ``duration_s`` = stop − start, severity
-  warning unless the status is ``success``.
+* ``run_start``, ``block_start`` / ``block_stop`` (a training block between evaluations) -> info;
+  ``run_stop`` -> info, state EXIT, ``duration_s`` = stop − start, severity warning unless the
+  status is ``success``.
 
-Everything else (configuration keys, ``cache_clear``, block/epoch markers, validation timings) is
+Everything else (configuration keys, ``cache_clear``, epoch markers, validation timings) is
 understood chatter.
 """
 
@@ -26,7 +27,7 @@ from toranalyze_parsers._trainer_common import NUM, field, part, to_float
 NOISE: tuple[str, ...] = (r"^:::MLLOG \{",)
 
 _KEYS = ["init_start", "init_stop", "init_checkpoint_step", "tracked_stats", "eval_start", "eval_stop", "run_start",
-         "run_stop"]
+         "run_stop", "block_start", "block_stop"]
 
 
 def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
@@ -63,11 +64,11 @@ def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
         .when(is_step).then(pl.lit("step"))
         .when(key == "eval_start").then(pl.lit("eval_begin"))
         .when(key == "eval_stop").then(pl.lit("eval_end"))
-        .when(key.is_in(["run_start", "run_stop"])).then(pl.lit("info"))
+        .when(key.is_in(["run_start", "run_stop", "block_start", "block_stop"])).then(pl.lit("info"))
     )
     step = (
         pl.when(key == "init_checkpoint_step").then(base)
-        .when(is_step | key.is_in(["eval_start", "eval_stop"])).then(base_all + count)
+        .when(is_step | key.is_in(["eval_start", "eval_stop", "block_start", "block_stop"])).then(base_all + count)
     )
     out = rows.with_columns(kind.alias("kind"), step.alias("step"), started.alias("_eval_ms"),
                             run_started.alias("_run_ms"), status.alias("_status")).filter(pl.col("kind").is_not_null())

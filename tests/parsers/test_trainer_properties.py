@@ -29,8 +29,11 @@ FRAGMENTS = [
 ]
 
 
+LINE = st.lists(st.sampled_from(FRAGMENTS) | st.text(max_size=12), max_size=8).map("".join)
+
+
 @SETTINGS
-@given(st.lists(st.lists(st.sampled_from(FRAGMENTS) | st.text(max_size=12), max_size=8).map("".join), min_size=1, max_size=12))
+@given(st.lists(LINE, min_size=1, max_size=12))
 def test_never_raises_and_returns_raw_schema(raw: list[str]) -> None:
     lines = [s.replace("\n", " ") for s in raw]
     out = extract_lines(parser, lines)

@@ -75,6 +75,11 @@ NOISE: tuple[str, ...] = (
     r"^make: (?:Entering|Leaving) directory|^make: Nothing to be done",
     r"^(?:Detected CUDA files, patching ldflags|Emitting ninja build file|Building extension module"
     r"|Loading extension module|Allowing ninja to set a default number of workers|ninja: no work to do)",
+    # torch's compiler-mismatch warning, printed once per fused kernel built at start-up
+    r"cpp_extension\.py:\d+: UserWarning:\s*$|^\s*!! WARNING !!\s*$|^!{20,}\s*$|warnings\.warn\(WRONG_COMPILER_WARNING",
+    r"^(?:Your compiler \(\S+\) is not compatible with the compiler Pytorch was|built with for this platform, "
+    r"which is|use \S+ to to compile your extension|compile PyTorch from source using|\S+ to compile your extension\."
+    r"|See https://github\.com/pytorch/pytorch/blob/master/CONTRIBUTING\.md|with compiling PyTorch from source\.)",
     _SAVE_BEGIN,
     _SAVE_END,
     _LOAD,

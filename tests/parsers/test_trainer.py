@@ -233,6 +233,7 @@ def test_real_logs_have_no_numerics_failures() -> None:
         ("tr141_exp3_fs_freeze_rank0_dstate_hang_last_lines.log", 27),
         ("mlperf-v3.0_nvidia_dgxh100_n64_nemo_gpt3_result_0.txt.zst", 1065),
         ("bigscience_meg_gpt2_n16_pp16_user_scancel_1809577.log", 128),  # the rest: srun/slurm/launcher
+        ("bigscience_meg_ds_3d_gpt2_perf_n16-ds-off.out", 811),  # the rest: blank and launcher lines
     ],
 )
 def test_coverage_of_trainer_lines(name: str, covered: int) -> None:

@@ -80,6 +80,7 @@ def _own_clocks(ev: pl.LazyFrame, lines: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def _one_step_source(ev: pl.LazyFrame) -> pl.LazyFrame:
+    """Keep steps of the best level present; DeepSpeed's become info, bare bars are dropped."""
     is_step = pl.col("kind") == "step"
     best = pl.col("_level").filter(is_step).min()
     worse = (is_step & (pl.col("_level") > best)).fill_null(False)
@@ -89,6 +90,7 @@ def _one_step_source(ev: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def _fill_steps(ev: pl.LazyFrame) -> pl.LazyFrame:
+    """Checkpoint, evaluation and exit rows naming no step take the latest progress step."""
     kind = pl.col("kind")
     known = pl.when(kind.is_in(_PROGRESS)).then(pl.col("step")).forward_fill()
     wants = (kind.is_in(_STEP_FILLED) | ((kind == "info") & (pl.col("state") == "EXIT"))).fill_null(False)
@@ -97,6 +99,7 @@ def _fill_steps(ev: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def _collapse(ev: pl.LazyFrame) -> pl.LazyFrame:
+    """Consecutive rows of one begin/end/exit record (same kind, step, state) become one row."""
     kind = pl.col("kind")
     collapsible = (kind.is_in(_BEGINS + _ENDS) | ((kind == "info") & (pl.col("state") == "EXIT"))).fill_null(False)
     key = pl.struct(kind, pl.col("step").fill_null(-1), pl.col("state").fill_null(""))
@@ -153,6 +156,7 @@ def _dedupe_steps(ev: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def _startup_clocks(ev: pl.LazyFrame, lines: pl.LazyFrame) -> pl.LazyFrame:
+    """init/init_done rows without time take the next clock stated before the next step."""
     step_lines = ev.filter(pl.col("kind") == "step").select("line").unique().with_columns(pl.lit(True).alias("_st"))
     ctx = (
         lines.select("line", "_i", "clock", "clock_off")
@@ -160,25 +164,25 @@ def _startup_clocks(ev: pl.LazyFrame, lines: pl.LazyFrame) -> pl.LazyFrame:
         .sort("_i")
         .with_columns(pl.col("_st").fill_null(False).cum_sum().alias("_block"))
         .with_columns(
-            pl.col("clock").backward_fill().over("_block").alias("_next_clock"),
             pl.when(pl.col("clock").is_not_null())
-            .then(pl.col("clock_off").fill_null(-999_999))
+            .then(pl.struct("clock", "clock_off"))
             .backward_fill()
             .over("_block")
-            .alias("_next_off"),
+            .alias("_next")
         )
         .unique("line", keep="first", maintain_order=True)
-        .select("line", "_next_clock", "_next_off")
+        .select(
+            "line",
+            pl.col("_next").struct.field("clock").alias("_next_clock"),
+            pl.col("_next").struct.field("clock_off").alias("_next_off"),
+        )
     )
     wants = pl.col("kind").is_in(["init", "init_done"]) & pl.col("ts").is_null() & pl.col("_next_clock").is_not_null()
     return (
         ev.join(ctx, on="line", how="left", maintain_order="left")
         .with_columns(
             pl.when(wants).then(pl.col("_next_clock")).otherwise(pl.col("ts")).alias("ts"),
-            pl.when(wants)
-            .then(pl.col("_next_off").replace(-999_999, None))
-            .otherwise(pl.col("ts_offset_s"))
-            .alias("ts_offset_s"),
+            pl.when(wants).then(pl.col("_next_off")).otherwise(pl.col("ts_offset_s")).alias("ts_offset_s"),
             (pl.col("ts_inferred") | wants).alias("ts_inferred"),
         )
         .drop("_next_clock", "_next_off")

@@ -9,9 +9,10 @@ Every framework module receives the prepared lines *enriched* by ``enrich``:
   Python-logging ``ts - name - LEVEL -`` record). Used as anchors to place records that print
   no clock of their own (Megatron iterations, tqdm bars).
 
-Framework modules return ``Part``s: RAW_SCHEMA frames plus a ``_level`` column that ranks the
-sources of ``step`` rows (0 = the trainer's own iteration records, 1 = DeepSpeed's engine
-``step=`` lines, 2 = generic tqdm bars); the parser keeps steps from the best level present.
+Framework modules return ``part`` frames: RAW_SCHEMA columns plus ``_level``, which ranks the
+sources of ``step`` rows (0 = the trainer's own records, 1 = DeepSpeed's engine ``step=`` lines,
+2 = bare tqdm bars; the parser keeps steps from the best level present), and ``_bar``, set on
+progress-bar repaints (which several ranks print one after the other).
 """
 
 from __future__ import annotations

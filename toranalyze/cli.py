@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from toranalyze import __version__
+from toranalyze.engine import default_jobs
 from toranalyze.errors import NothingReadError, ToranalyzeError
 from toranalyze.pipeline import IngestOptions, IngestResult, ingest
 from toranalyze.plugins import default_registry
@@ -32,13 +33,15 @@ def _ingest_options(f: Any) -> Any:
                      help="Extra classification rules (TOML); tried before the built-ins. Repeatable.")(f)
     f = click.option("--parser", "parser", default=None, help="Use this parser for every file instead of sniffing.")(f)
     f = click.option("--year", type=int, default=None, help="Year for timestamps that have none (glog, syslog).")(f)
+    f = click.option("-j", "--jobs", type=int, default=None,
+                     help="Worker processes reading files in parallel [default: the CPUs available].")(f)
     f = click.option("--tz", default="UTC", show_default=True,
                      help="Zone of timestamps that state none (IANA name, e.g. Europe/Paris).")(f)
     return f
 
 
 def _run_ingest(paths: tuple[str, ...], tz: str, year: int | None, parser: str | None,
-                rules: tuple[str, ...], quiet: bool = False) -> IngestResult:
+                rules: tuple[str, ...], quiet: bool = False, jobs: int | None = None) -> IngestResult:
     options = IngestOptions(tz=tz, year=year, parser=parser, rules=tuple(rules))
     if parser:
         default_registry().get(parser)  # fail early on an unknown name
@@ -49,7 +52,7 @@ def _run_ingest(paths: tuple[str, ...], tz: str, year: int | None, parser: str |
         def on_file(i: int, n: int, path: str) -> None:
             progress.update(task, total=n, completed=i, description=Path(path).name)
 
-        result = ingest(paths, options, on_file=on_file)
+        result = ingest(paths, options, on_file=on_file, jobs=jobs or default_jobs())
     for problem in result.input_errors:
         err.print(f"[yellow]warning[/]: {problem.where()}: {problem.message}")
     for f in result.files:
@@ -90,9 +93,9 @@ def cli() -> None:
 @_ingest_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or tables.")
 def ingest_cmd(paths: tuple[str, ...], out_dir: str, tz: str, year: int | None, parser: str | None,
-               rules: tuple[str, ...], quiet: bool) -> None:
+               rules: tuple[str, ...], jobs: int | None, quiet: bool) -> None:
     """Parse logs into DIR/events.parquet and DIR/summary.json (per-file coverage)."""
-    result = _run_ingest(paths, tz, year, parser, rules, quiet)
+    result = _run_ingest(paths, tz, year, parser, rules, quiet, jobs)
     _write_ingest(result, Path(out_dir))
     if not quiet:
         _print_files(result)
@@ -116,10 +119,10 @@ def _default_out(paths: tuple[str, ...]) -> Path:
               help="Ideal seconds per step; default: the median of the job's healthy steps.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or tables.")
 def analyze_cmd(paths: tuple[str, ...], out_dir: str | None, tz: str, year: int | None, parser: str | None,
-                rules: tuple[str, ...], ideal_step_time: float | None, quiet: bool) -> None:
+                rules: tuple[str, ...], jobs: int | None, ideal_step_time: float | None, quiet: bool) -> None:
     """Ingest logs, reconstruct incidents and compute each job's TOR ledger."""
     target = Path(out_dir) if out_dir else _default_out(paths)
-    result = _run_ingest(paths, tz, year, parser, rules, quiet)
+    result = _run_ingest(paths, tz, year, parser, rules, quiet, jobs)
     _write_ingest(result, target)
     from toranalyze.report_text import analyze_and_write
 

@@ -17,6 +17,7 @@ import polars as pl
 
 from toranalyze.clock import normalize_time, resolve_open_years
 from toranalyze.discover import InputFile, discover
+from toranalyze.engine import map_ordered
 from toranalyze.errors import ToranalyzeError
 from toranalyze.plugins import Registry, default_registry
 from toranalyze.reader import FileResult, looks_binary, read_document_events, read_head, read_text_events
@@ -139,23 +140,36 @@ def read_file(file: InputFile, registry: Registry, options: IngestOptions) -> tu
         return None, report
 
 
+def _read_with_installed_parsers(job: tuple[InputFile, IngestOptions]) -> tuple[pl.DataFrame | None, FileReport]:
+    """Worker entry point (module level, so a spawned process can import it)."""
+    file, options = job
+    return read_file(file, default_registry(), options)
+
+
 def ingest(
     paths: Sequence[str],
     options: IngestOptions = IngestOptions(),
     registry: Registry | None = None,
     rules: list[Rule] | None = None,
     on_file: Callable[[int, int, str], None] | None = None,
+    jobs: int = 1,
 ) -> IngestResult:
-    """Discover, parse, normalize and classify every input. Never raises for a bad file."""
-    registry = registry or default_registry()
+    """Discover, parse, normalize and classify every input. Never raises for a bad file.
+
+    ``jobs`` > 1 reads files in that many worker processes (installed parsers only).
+    """
     rules = rules if rules is not None else load_rules(options.rules)
     files, input_errors = discover(paths)
+    if registry is None and jobs > 1:
+        results = map_ordered(_read_with_installed_parsers, [(f, options) for f in files], jobs)
+    else:
+        reg = registry or default_registry()
+        results = (read_file(f, reg, options) for f in files)
     frames: list[pl.DataFrame] = []
     reports: list[FileReport] = []
-    for i, file in enumerate(files):
+    for i, (events, report) in enumerate(results):
         if on_file:
-            on_file(i, len(files), file.path)
-        events, report = read_file(file, registry, options)
+            on_file(i + 1, len(files), report.path)
         reports.append(report)
         if events is not None and events.height:
             frames.append(events)

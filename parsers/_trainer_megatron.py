@@ -154,7 +154,7 @@ def _save_timers(lines: pl.LazyFrame) -> pl.LazyFrame:
 
 def _start_times(lines: pl.LazyFrame) -> pl.LazyFrame:
     """'[after megatron is initialized] datetime: T' − 'time to initialize megatron (seconds): X' = the
-    process start, as (line, _started, _block) where _block counts the iteration lines before it."""
+    process start, as (line, _started)."""
     t = pl.col("text")
     tti = lines.filter(t.str.contains("time to initialize megatron", literal=True)).select(
         "line", field(_TTI).alias("_tti")
@@ -207,8 +207,12 @@ def _simple(lines: pl.LazyFrame) -> pl.LazyFrame:
         | t.str.contains("kill switch", literal=True)
         | t.str.contains("exiting program", literal=True)
     )
-    following = lines.unique("line", keep="first").select(
-        (pl.col("line") - 1).alias("line"), pl.col("text").alias("_next")
+    # 'could not find the metadata file …' continues on the next line
+    after_no_ckpt = lines.filter(t.str.contains(_NO_CKPT)).select((pl.col("line") + 1).alias("line"))
+    following = (
+        lines.join(after_no_ckpt, on="line", how="semi")
+        .unique("line", keep="first")
+        .select((pl.col("line") - 1).alias("line"), pl.col("text").alias("_next"))
     )
     rows = (
         lines.filter(prefilter)
@@ -220,9 +224,7 @@ def _simple(lines: pl.LazyFrame) -> pl.LazyFrame:
     # A save's duration is printed by the timer just after it; an init banner takes the start time
     # derived later in the same start-up (no iteration in between).
     index = _iteration_index(lines)
-    started = _block_of(_start_times(lines).sort("line"), index, "_sblock").with_columns(
-        pl.col("line").alias("_sline")
-    )
+    started = _block_of(_start_times(lines).sort("line"), index, "_sblock")
     rows = (
         _block_of(rows, index, "_block")
         .join_asof(_save_timers(lines).sort("line"), on="line", strategy="forward", tolerance=3)

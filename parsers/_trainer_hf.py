@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from toranalyze_parsers._trainer_tqdm import bars
 from toranalyze_parsers._trainer_common import LEVEL_TQDM, NUM, NUM_OR_NAN, field, message, part, to_int
+from toranalyze_parsers._trainer_tqdm import bars
 
 _DICT = r"(\{'(?:loss|eval_loss|train_runtime)'[^}]*\})"
 _Q = r"'?"  # newer versions quote formatted numbers: {'loss': '2.345', …}

@@ -39,7 +39,7 @@ def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
         pl.lit("info").alias("severity"),
         "step",
         pl.when((d_steps > 0) & (d_secs >= 0)).then(d_secs / d_steps).alias("step_time_s"),
-        pl.coalesce(field(rf"\|\s*per_token_loss:\s*({NUM_OR_NAN})"), pl.lit(float("nan"))).alias("loss"),
+        field(rf"\|\s*per_token_loss:\s*({NUM_OR_NAN})").alias("loss"),
         message().alias("message"),
     )
     kind = (

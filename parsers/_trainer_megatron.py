@@ -10,6 +10,11 @@ line of the file states (``datetime:`` banners, DeepSpeed's ``[ts]`` records, a 
 prefix) plus the per-iteration time × iterations since the previous logged iteration (the log
 interval), summed over the iterations logged since that clock; such rows get ``ts_inferred``.
 
+``loss`` is ``lm loss`` (NaN / inf as printed). Megatron omits it when no iteration of the log
+interval produced a loss: then it is NaN when the interval had NaN iterations (or says nothing),
+and null when its iterations were all skipped for fp16 overflow (a calibrating loss scaler is no
+numerics failure).
+
 Exit banners (``exiting program after N minutes``, ``exiting program at iteration N``,
 ``after training is done``, SIGTERM / kill-switch exits) are ``info`` rows with state ``EXIT``.
 A start without a checkpoint (``will not load any checkpoints and will start from random``)
@@ -125,7 +130,12 @@ def _iterations(lines: pl.LazyFrame) -> pl.LazyFrame:
     el = rec.str.extract_groups(_ELAPSED)
     per = pl.when(el.struct.field("1") == "ms").then(1000.0).otherwise(1.0)
     secs = (el.struct.field("2").cast(pl.Float64) / per).round(9)  # ms -> s without binary noise
-    loss = pl.coalesce(field(_LM_LOSS, "_rec"), field(_ANY_LOSS, "_rec"), pl.lit(float("nan")))
+    # Megatron leaves the loss out when no iteration of the interval produced one: NaN iterations
+    # (loss NaN) or fp16-overflow skips (loss unknown, null: a skipped step is no numerics failure).
+    nan_its = field(r"number of nan\s*iterations:\s*(\d+)", "_rec")
+    skipped = field(r"number of skipped\s*iterations:\s*(\d+)", "_rec")
+    dropped = pl.when((nan_its.fill_null(0) == 0) & (skipped.fill_null(0) > 0)).then(None).otherwise(float("nan"))
+    loss = pl.coalesce(field(_LM_LOSS, "_rec"), field(_ANY_LOSS, "_rec"), dropped)
     return _joined(lines).select(
         "line",
         "line_end",

@@ -88,7 +88,7 @@ def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
         pl.lit(0, pl.Int32).alias("ts_offset_s"),
         "step",
         pl.when(is_step).then(field(r'"train_step_timing":\s*(' + NUM + ")", "_json")).alias("step_time_s"),
-        pl.when(is_step).then(pl.coalesce(loss, pl.lit(float("nan")))).alias("loss"),
+        pl.when(is_step).then(loss).alias("loss"),
         duration.alias("duration_s"),
         pl.when(key == "run_stop").then(pl.lit("EXIT")).alias("state"),
         pl.when(key == "run_stop")

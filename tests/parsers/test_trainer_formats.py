@@ -70,16 +70,26 @@ def test_megatron_old_format_without_leading_space_or_samples() -> None:
 
 
 @pytest.mark.parametrize(
-    ("loss_field", "expect"),
-    [("| lm loss: nan |", "nan"), ("| lm loss: inf |", "inf"), ("| lm loss: -inf |", "-inf"), ("|", "nan")],
+    ("loss_field", "counts", "expect"),
+    [
+        ("| lm loss: nan |", (0, 0), "nan"),
+        ("| lm loss: inf |", (0, 0), "inf"),
+        ("| lm loss: -inf |", (0, 0), "-inf"),
+        ("|", (10, 10), "nan"),  # no loss printed because the iterations were NaN
+        ("|", (0, 0), "nan"),  # no loss printed, no reason given
+        ("|", (10, 0), None),  # no loss printed because fp16 overflow skipped every iteration
+    ],
 )
-def test_megatron_nan_inf_or_missing_loss(loss_field: str, expect: str) -> None:
+def test_megatron_nan_inf_or_missing_loss(loss_field: str, counts: tuple[int, int], expect: str | None) -> None:
     line = (
         f" iteration      120/  500000 | elapsed time per iteration (ms): 1000.0 {loss_field}"
-        " number of skipped iterations:   1 | number of nan iterations:   1 |"
+        f" number of skipped iterations: {counts[0]:3d} | number of nan iterations: {counts[1]:3d} |"
     )
     loss = _one([line])["loss"]
-    assert (math.isnan(loss) if expect == "nan" else loss == float(expect))
+    if expect is None:
+        assert loss is None
+    else:
+        assert math.isnan(loss) if expect == "nan" else loss == float(expect)
 
 
 def test_megatron_hard_wrapped_record() -> None:

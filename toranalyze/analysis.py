@@ -125,6 +125,10 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     evals = progress.eval_intervals(ev, rows0, ckpt)
     blocked = pl.concat([ckpt.select("job", "start", "end"), evals.select("job", "start", "end")])
     blocked = progress.union_intervals(blocked) if blocked.height else blocked
+    # Warm-up: the row's first step is among the first ``warmup_steps`` after the resume point.
+    rows0 = rows0.join(att.select("job", "attempt_idx", pl.col("resumed_from").alias("_rf")), on=["job", "attempt_idx"],
+                       how="left")
+    first_rows = pl.col("prev_step") - pl.col("_rf").fill_null(pl.col("prev_step")) < opts.warmup_steps
     rank_in_att = pl.col("step").rank("ordinal").over("job", "attempt_idx")
     rows0 = rows0.with_columns(
         progress.overlaps(rows0, blocked).alias("_blocked"),
@@ -133,9 +137,10 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
             pl.col("d_us").is_not_null()
             & pl.col("rep_us").is_not_null().or_(pl.col("prev_end").is_not_null())
             & ~pl.col("_blocked")
-            & (rank_in_att > opts.warmup_steps)
+            & ~first_rows
+            & (rank_in_att > 1)
         ).alias("healthy")
-    )
+    ).drop("_rf")
     # Baseline, slow periods, then the ideal step time from healthy steps outside them.
     base = rows0.filter(pl.col("healthy")).group_by("job").agg(pl.col("d_us").median().alias("base_us"))
     periods = slowness.detect(rows0, base, opts.slow_threshold, opts.slow_min_steps)
@@ -147,8 +152,20 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     periods = slowness.detect(rows0, base, opts.slow_threshold, opts.slow_min_steps)
     rows0 = rows0.with_columns(slowness.in_periods(rows0, periods).alias("_slow"))
     healthy = rows0.filter(pl.col("healthy") & ~pl.col("_slow"))
-    ideal = healthy.group_by("job").agg(
-        pl.col("d_us").median().round().cast(pl.Int64).alias("ideal_us"), pl.len().alias("_n")
+    # Per-step jitter of the job (relative sd): rows that average n steps vary sqrt(n) times less.
+    jitter = ledger.step_jitter(healthy)
+    # The median of averages over n steps is the steps' mean, exp(sigma^2 (1 - 1/n) / 2) above
+    # their median: undo that so t* is the median step time whatever the logging interval.
+    ideal = (
+        healthy.join(jitter, on="job", how="left")
+        .with_columns(
+            (
+                pl.col("d_us")
+                * (-(pl.col("sigma").fill_null(0.0) ** 2) * (1.0 - 1.0 / pl.col("n")) / 2.0).exp()
+            ).alias("_d")
+        )
+        .group_by("job")
+        .agg(pl.col("_d").median().round().cast(pl.Int64).alias("ideal_us"), pl.len().alias("_n"))
     )
     user = opts.user_ideal_s()
     all_jobs = jobs.select("job")
@@ -173,6 +190,13 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     rows = progress.mark_lost(rows, att)
     first_start = rows.group_by("job", "attempt_idx").agg(pl.col("start").min().alias("t_first_step_start"))
     att = att.join(first_start, on=["job", "attempt_idx"], how="left")
+    # An attempt that never logged a step started training (if at all) when its set-up finished.
+    att = att.with_columns(
+        pl.coalesce(
+            "t_first_step_start",
+            pl.when(pl.col("t_init_done") <= pl.col("t_end")).then(pl.max_horizontal("t_init_done", "t_start")),
+        ).alias("t_first_step_start")
+    )
     # Incidents.
     window = att.group_by("job").agg(pl.col("t_start").min().alias("T0"), pl.col("t_end").max().alias("T1"))
     window = window.with_columns(pl.max_horizontal("T1", "T0").alias("T1"))
@@ -197,7 +221,7 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
         pl.when(pl.col("ckpt_load_us").is_not_null()).then(pl.col("t_ckpt_load")).alias("t_load_end"),
     )
     inc = inc.join(load, on=["job", "attempt"], how="left")
-    buckets, rows = ledger.compute(window, rows, ideal_us, ckpt, evals, inc)
+    buckets, rows = ledger.compute(window, rows, ideal_us, ckpt, evals, inc, jitter)
     # Lost time per incident: rework of the rows its rollback discarded.
     if inc.height:
         lost = (

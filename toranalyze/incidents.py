@@ -153,7 +153,7 @@ def build_incidents(
         return _empty()
     # Detection: the first scheduler end / launcher restart after the last progress, else the
     # attempt's last record.
-    ia = ia.with_columns(pl.coalesce("t_last_step_end", "t_start").alias("t_last_progress"))
+    ia = ia.with_columns(pl.coalesce("t_last_step_end", "t_first_step_start", "t_start").alias("t_last_progress"))
     det_ev = ev.filter(pl.col("kind").is_in(("job_end", "restart")) & pl.col("t").is_not_null()).select(
         "job", "attempt_idx", "t"
     )

@@ -108,6 +108,52 @@ def own(window: pl.DataFrame, families: dict[str, pl.DataFrame]) -> pl.DataFrame
     return seg.group_by("job", "family", "id", "part").agg(pl.col("len").sum().alias("owned_us"))
 
 
+def step_jitter(rows: pl.DataFrame) -> pl.DataFrame:
+    """Per job: ``sigma``, the relative standard deviation of single step times (robust).
+
+    Estimated from rows with reported step times: ``log(d / median) * sqrt(n)`` has the spread
+    of one step's log time whether a row is one step or the average of ``n``.
+    """
+    r = rows.filter(pl.col("rep_us").is_not_null() & (pl.col("d_us") > 0) & (pl.col("n") > 0))
+    if r.height == 0:
+        return pl.DataFrame(schema={"job": pl.String, "sigma": pl.Float64})
+    return (
+        r.with_columns(pl.col("d_us").cast(pl.Float64).log().alias("_l"))
+        .with_columns(((pl.col("_l") - pl.col("_l").median().over("job")) * pl.col("n").cast(pl.Float64).sqrt()).alias("_x"))
+        .group_by("job")
+        .agg((pl.col("_x").abs().median() * 1.4826).alias("sigma"), pl.len().alias("_k"))
+        .filter(pl.col("_k") >= 5)
+        .select("job", "sigma")
+    )
+
+
+def expected_useful_per_step(m: pl.Series, n: pl.Series, ideal: pl.Series, sigma: pl.Series) -> pl.Series:
+    """E[min(d, t*)] per step for a row of ``n`` steps whose mean step time is ``m``.
+
+    The ledger's useful time is per step (``min(d, t*)``); a row that logs only the average of
+    ``n`` steps hides their spread, and ``min`` of the average would count the jitter of steps
+    above ``t*`` as useful. With single-step times i.i.d. of relative sd ``sigma``, a step given
+    the row's mean is approximately normal around ``m`` with sd ``sigma * m * sqrt(1 - 1/n)``;
+    then E[max(d - t*, 0)] = s φ(z) + (m - t*) (1 - Φ(z)), z = (t* - m) / s. One-step rows (or
+    ``sigma`` 0) give ``min(m, t*)`` exactly.
+    """
+    import numpy as np
+    from scipy.special import ndtr
+
+    mm = m.cast(pl.Float64).to_numpy()
+    nn = np.maximum(n.cast(pl.Float64).fill_null(1.0).to_numpy(), 1.0)
+    tt = ideal.cast(pl.Float64).to_numpy()
+    sg = sigma.cast(pl.Float64).fill_null(0.0).to_numpy()
+    s = sg * mm * np.sqrt(1.0 - 1.0 / nn)
+    out = np.minimum(mm, tt)
+    ok = np.isfinite(s) & (s > 0) & np.isfinite(mm) & np.isfinite(tt)
+    if ok.any():
+        z = (tt[ok] - mm[ok]) / s[ok]
+        excess = s[ok] * np.exp(-0.5 * z * z) / np.sqrt(2.0 * np.pi) + (mm[ok] - tt[ok]) * ndtr(-z)
+        out[ok] = mm[ok] - np.maximum(excess, np.maximum(mm[ok] - tt[ok], 0.0))
+    return pl.Series(out)
+
+
 def compute(
     window: pl.DataFrame,
     rows: pl.DataFrame,
@@ -115,11 +161,13 @@ def compute(
     ckpt: pl.DataFrame,
     evals: pl.DataFrame,
     incidents: pl.DataFrame,
+    jitter: pl.DataFrame | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Bucket totals per job (µs) and per step row rework µs.
 
-    ``rows``: job, attempt_idx, step, start, end, n, n_lost. ``incidents``: job, incident,
+    ``rows``: job, attempt_idx, step, start, end, n, n_lost, d_us. ``incidents``: job, incident,
     t_last_progress, t_detected, t_restart, t_resumed, t_load_start, t_load_end, job end T1.
+    ``jitter``: job, sigma (:func:`step_jitter`) for rows that average several steps.
     Returns (buckets: job + *_us, rows with owned_us / rework_us / useful_us / slowdown_us).
     """
     rows = rows.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("id"))
@@ -162,11 +210,26 @@ def compute(
         .join(ideal_us, on="job", how="left")
         .with_columns(pl.col("owned_us").fill_null(0))
         .with_columns((pl.col("owned_us") * pl.col("n_lost") // pl.col("n")).alias("rework_us"))
+    )
+    if jitter is not None and jitter.height and "d_us" in rows.columns:
+        rows = rows.join(jitter, on="job", how="left")
+        u = expected_useful_per_step(
+            rows.select(pl.coalesce("d_us", "ideal_us"))[:, 0], rows["n"], rows["ideal_us"], rows["sigma"]
+        )
+        rows = rows.with_columns(
+            pl.when(pl.col("ideal_us").is_null()).then(None).otherwise(pl.Series("_u", u)).alias("_u")
+        ).drop("sigma")
+    else:
+        rows = rows.with_columns(pl.col("ideal_us").cast(pl.Float64).alias("_u"))
+    rows = (
+        rows.with_columns(pl.min_horizontal(pl.col("_u"), pl.col("ideal_us")).alias("_u"))
         .with_columns(
             pl.min_horizontal(
-                pl.col("owned_us") - pl.col("rework_us"), (pl.col("n") - pl.col("n_lost")) * pl.col("ideal_us")
+                pl.col("owned_us") - pl.col("rework_us"),
+                ((pl.col("n") - pl.col("n_lost")) * pl.col("_u")).round().cast(pl.Int64),
             ).alias("useful_us")
         )
+        .drop("_u")
         .with_columns((pl.col("owned_us") - pl.col("rework_us") - pl.col("useful_us")).alias("slowdown_us"))
     )
     per_step = rows.group_by("job").agg(

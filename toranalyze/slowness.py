@@ -55,12 +55,19 @@ def detect(
         .sort("job", "attempt_idx", "step")
         .with_columns((pl.col("d_us") / pl.col("base_us")).log().alias("_lr"))
     )
+    # Windows are counted in steps: a job logging every n steps smooths over smooth / n rows
+    # (at least 3) and needs min_steps / n rows (at least 2).
+    h = h.with_columns(pl.col("n").median().over("job").fill_null(1).clip(lower_bound=1).alias("_nt"))
     # Noise of the job's step times (robust sigma of log ratios); the rolling median over
-    # ``smooth`` rows must clear the threshold by 5 of its own standard errors.
+    # ``smooth`` steps must clear the threshold by 5 of its own standard errors.
     h = h.with_columns(
-        ((pl.col("_lr") - pl.col("_lr").median().over("job")).abs().median().over("job") * 1.4826).alias("_sig")
+        ((pl.col("_lr") - pl.col("_lr").median().over("job")).abs().median().over("job") * 1.4826).alias("_sig"),
+        (smooth / pl.col("_nt")).round().cast(pl.Int64).clip(lower_bound=3).alias("_w"),
+        (min_steps / pl.col("_nt")).ceil().cast(pl.Int64).clip(lower_bound=2).alias("_minrows"),
     ).with_columns(
-        pl.max_horizontal(pl.lit(threshold), 5.0 * 1.25 * pl.col("_sig") / (smooth**0.5)).alias("_thr")
+        pl.max_horizontal(pl.lit(threshold), 5.0 * 1.25 * pl.col("_sig") / pl.col("_w").cast(pl.Float64).sqrt()).alias(
+            "_thr"
+        )
     )
     if h.height == 0:
         return pl.DataFrame(
@@ -77,15 +84,21 @@ def detect(
             }
         )
     grp = ("job", "attempt_idx")
-    h = h.with_columns(
-        pl.col("_lr").rolling_median(smooth, center=True, min_samples=1).over(grp).alias("_sm"),
-    ).with_columns((pl.col("_sm") >= (1.0 + pl.col("_thr")).log()).alias("_in"))
+    parts = []
+    for w, part in h.group_by("_w"):
+        parts.append(
+            part.sort("job", "attempt_idx", "step").with_columns(
+                pl.col("_lr").rolling_median(int(w[0]), center=True, min_samples=1).over(grp).alias("_sm")
+            )
+        )
+    h = pl.concat(parts).sort("job", "attempt_idx", "step")
+    h = h.with_columns((pl.col("_sm") >= (1.0 + pl.col("_thr")).log()).alias("_in"))
     h = h.with_columns(pl.int_range(pl.len()).over(grp).alias("_idx"))
     runs = (
         h.filter(pl.col("_in"))
         .with_columns(
-            # Slow rows separated by fewer than ``smooth`` rows belong to one period.
-            ((pl.col("_idx") - pl.col("_idx").shift(1).over(grp)) > smooth)
+            # Slow rows separated by fewer than a window of rows belong to one period.
+            ((pl.col("_idx") - pl.col("_idx").shift(1).over(grp)) > pl.col("_w"))
             .fill_null(True)
             .cast(pl.Int64)
             .cum_sum()
@@ -102,9 +115,10 @@ def detect(
             pl.len().alias("_rows"),
             pl.col("d_us").median().alias("med_us"),
             pl.col("prev_step").min().alias("first_prev_step"),
+            pl.col("_minrows").first(),
         )
-        .filter(pl.col("_rows") >= min_steps)
-        .drop("_run", "_rows")
+        .filter(pl.col("_rows") >= pl.col("_minrows"))
+        .drop("_run", "_rows", "_minrows")
         .sort("job", "start")
     )
     # Trim leading/trailing fast rows a smoothing window may have pulled in.

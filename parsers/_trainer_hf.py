@@ -16,7 +16,7 @@
   from …/checkpoint-N`` and ``Continuing training from global step N`` -> ckpt_load. Saves
   outside ``checkpoint-N`` (the final ``save_model`` export) are chatter.
 * ``{'eval_loss': …, 'eval_runtime': …}`` -> eval_end; ``***** Running Evaluation *****`` ->
-  eval_begin; ``{'train_runtime': …}`` and ``Training completed.`` -> info, state EXIT.
+  eval_begin; ``{'train_runtime': …}`` and ``Training completed.`` -> job_end, state COMPLETED.
 """
 
 from __future__ import annotations
@@ -38,6 +38,12 @@ NOISE: tuple[str, ...] = (
 )
 
 
+def _completed() -> list[pl.Expr]:
+    """state/code of a trainer's own clean exit (kind job_end)."""
+    done = pl.col("kind") == "job_end"
+    return [pl.when(done).then(pl.lit("COMPLETED")).alias("state"), pl.when(done).then(pl.lit("0")).alias("code")]
+
+
 def _records(lines: pl.LazyFrame) -> pl.LazyFrame:
     t = pl.col("text")
     kind = (
@@ -48,7 +54,7 @@ def _records(lines: pl.LazyFrame) -> pl.LazyFrame:
         .when(t.str.contains(r"Model weights saved in \S*checkpoint-\d+")).then(pl.lit("ckpt_save_end"))
         .when(t.str.contains(r"Loading model from \S*checkpoint-\d+|Continuing training from global step \d+"))
         .then(pl.lit("ckpt_load"))
-        .when(t.str.contains("Training completed. Do not forget", literal=True)).then(pl.lit("info"))
+        .when(t.str.contains("Training completed. Do not forget", literal=True)).then(pl.lit("job_end"))
     )
     step = pl.coalesce(
         t.str.extract(r"checkpoint-(\d+)", 1), t.str.extract(r"Continuing training from global step (\d+)", 1)
@@ -71,7 +77,7 @@ def _records(lines: pl.LazyFrame) -> pl.LazyFrame:
             pl.col("clock").alias("ts"),
             pl.col("clock_off").alias("ts_offset_s"),
             to_int(step).alias("step"),
-            pl.when(pl.col("kind") == "info").then(pl.lit("EXIT")).alias("state"),
+            *_completed(),
             message().alias("message"),
         )
     )
@@ -104,7 +110,7 @@ def _dicts(lines: pl.LazyFrame, train_bars: pl.LazyFrame) -> pl.LazyFrame:
         .with_columns(
             pl.when(d.str.starts_with("{'loss'")).then(pl.lit("step"))
             .when(d.str.starts_with("{'eval_loss'")).then(pl.lit("eval_end"))
-            .otherwise(pl.lit("info"))
+            .otherwise(pl.lit("job_end"))
             .alias("kind")
         )
     )
@@ -128,13 +134,13 @@ def _dicts(lines: pl.LazyFrame, train_bars: pl.LazyFrame) -> pl.LazyFrame:
         pl.lit("info").alias("severity"),
         pl.col("_bar_ts").alias("ts"),
         pl.col("_bar_ts").is_not_null().alias("ts_inferred"),
-        pl.when(pl.col("kind") != "info").then(step).alias("step"),
+        pl.when(pl.col("kind") != "job_end").then(step).alias("step"),
         pl.when(pl.col("kind") == "step").then(pl.col("_bar_rate")).alias("step_time_s"),
-        pl.when(pl.col("kind") != "info").then(pl.coalesce(loss, pl.lit(float("nan")))).alias("loss"),
+        pl.when(pl.col("kind") != "job_end").then(pl.coalesce(loss, pl.lit(float("nan")))).alias("loss"),
         pl.coalesce(
             field(rf"'train_runtime': {_Q}({NUM}){_Q}", "_dict"), field(rf"'eval_runtime': {_Q}({NUM}){_Q}", "_dict")
         ).alias("duration_s"),
-        pl.when(pl.col("kind") == "info").then(pl.lit("EXIT")).alias("state"),
+        *_completed(),
         d.alias("message"),
     )
 

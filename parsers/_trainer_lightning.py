@@ -16,7 +16,7 @@
   ckpt_save_end; ``Restoring states from the checkpoint path at …step=M…`` -> ckpt_load.
 * ``Initializing distributed: GLOBAL_RANK`` / ``GPU available:`` -> init; ``Total estimated model
   params size (MB)`` (the model summary printed as fit starts) -> init_done; ``Trainer.fit`
-  stopped`` -> info, state EXIT.
+  stopped`` (max_steps / max_epochs reached) -> job_end, state COMPLETED.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def _records(lines: pl.LazyFrame) -> pl.LazyFrame:
         .then(pl.lit("ckpt_load"))
         .when(t.str.contains(r"Initializing distributed: GLOBAL_RANK|^GPU available: ")).then(pl.lit("init"))
         .when(t.str.contains(r"Total estimated model params size \(MB\)")).then(pl.lit("init_done"))
-        .when(t.str.contains(r"`Trainer\.fit` stopped")).then(pl.lit("info"))
+        .when(t.str.contains(r"`Trainer\.fit` stopped")).then(pl.lit("job_end"))
     )
     step = pl.coalesce(
         t.str.extract(_REACHED, 1),
@@ -115,7 +115,8 @@ def _records(lines: pl.LazyFrame) -> pl.LazyFrame:
             "line", "kind", pl.lit("info").alias("severity"),
             pl.col("clock").alias("ts"), pl.col("clock_off").alias("ts_offset_s"),
             to_int(step).alias("step"),
-            pl.when(pl.col("kind") == "info").then(pl.lit("EXIT")).alias("state"),
+            pl.when(pl.col("kind") == "job_end").then(pl.lit("COMPLETED")).alias("state"),
+            pl.when(pl.col("kind") == "job_end").then(pl.lit("0")).alias("code"),
             message().alias("message"),
         )
     )

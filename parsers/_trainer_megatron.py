@@ -15,8 +15,10 @@ interval produced a loss: then it is NaN when the interval had NaN iterations (o
 and null when its iterations were all skipped for fp16 overflow (a calibrating loss scaler is no
 numerics failure).
 
-Exit banners (``exiting program after N minutes``, ``exiting program at iteration N``,
-``after training is done``, SIGTERM / kill-switch exits) are ``info`` rows with state ``EXIT``.
+Exits the trainer decides itself (``exiting program after N minutes`` — the time budget,
+``exiting program at iteration N``, ``after training is done``) are ``job_end`` rows with state
+COMPLETED and code 0; exits on a signal or a kill switch are ``info`` rows with state ``EXIT`` (the
+scheduler's records say why the job ended).
 A start without a checkpoint (``will not load any checkpoints and will start from random``)
 is a ``ckpt_load`` at step 0.
 """
@@ -55,10 +57,8 @@ _WORLD = r"using world size:\s*(\d+)"
 _INIT_DONE = r"^\s*training \.\.\.\s*$|\[(?:after dataloaders are built|before the start of training step)\] datetime:"
 _TTI = r"time to initialize megatron \(seconds\):\s*(" + NUM + ")"
 _AFTER_INIT = r"\[after megatron is initialized\] datetime:"
-_EXIT = (
-    r"exiting program (?:after [\d.]+ minutes|at iteration\s+\d+|after receiving SIGTERM)"
-    r"|\[after training is done\] datetime:|Detected kill switch at"
-)
+_DONE = r"exiting program (?:after [\d.]+ minutes|at iteration\s+\d+)|\[after training is done\] datetime:"
+_EXIT = r"exiting program after receiving SIGTERM|Detected kill switch at"
 
 NOISE: tuple[str, ...] = (
     r"^\s*time \(ms\)",
@@ -204,6 +204,7 @@ def _simple(lines: pl.LazyFrame) -> pl.LazyFrame:
         .when(t.str.contains(_LOAD) | t.str.contains(_LOADED) | t.str.contains(_NO_CKPT)).then(pl.lit("ckpt_load"))
         .when(t.str.contains(_INIT)).then(pl.lit("init"))
         .when(t.str.contains(_INIT_DONE)).then(pl.lit("init_done"))
+        .when(t.str.contains(_DONE)).then(pl.lit("job_end"))
         .when(t.str.contains(_EXIT)).then(pl.lit("info"))
     )
     prefilter = (
@@ -259,10 +260,13 @@ def _simple(lines: pl.LazyFrame) -> pl.LazyFrame:
         pl.when(t.str.contains(_NO_CKPT)).then(pl.lit(0, pl.Int64)).otherwise(to_int(step_of)).alias("step"),
         pl.when(pl.col("kind") == "eval_end").then(field(rf"lm loss value:\s*({NUM_OR_NAN})")).alias("loss"),
         pl.when(pl.col("kind") == "ckpt_save_end").then(pl.col("_save_s"))
-        .when(pl.col("kind") == "info").then(minutes * 60.0)
+        .when(pl.col("kind") == "job_end").then(minutes * 60.0)
         .alias("duration_s"),
         pl.when(pl.col("kind") == "init").then(to_int(t.str.extract(_WORLD, 1))).alias("n_gpus"),
-        pl.when(pl.col("kind") == "info").then(pl.lit("EXIT")).alias("state"),
+        pl.when(pl.col("kind") == "job_end").then(pl.lit("COMPLETED"))
+        .when(pl.col("kind") == "info").then(pl.lit("EXIT"))
+        .alias("state"),
+        pl.when(pl.col("kind") == "job_end").then(pl.lit("0")).alias("code"),
         pl.when(no_ckpt_end)
         .then(message() + pl.lit(" ") + pl.col("_next").str.strip_chars())
         .otherwise(message())

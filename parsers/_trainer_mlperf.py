@@ -10,8 +10,8 @@ are de-duplicated by (key, time_ms, first field of the value) and ordered by tim
   samples, not steps), ``step_time_s`` = train_step_timing, ``loss`` = reduced_train_loss;
 * ``eval_start`` / ``eval_stop`` -> eval_begin / eval_end (``duration_s`` = stop − start);
 * ``run_start``, ``block_start`` / ``block_stop`` (a training block between evaluations) -> info;
-  ``run_stop`` -> info, state EXIT, ``duration_s`` = stop − start, severity warning unless the
-  status is ``success``.
+  ``run_stop`` with status ``success`` -> job_end, state COMPLETED, code 0; with another status
+  -> info, state EXIT, severity warning; ``duration_s`` = stop − start.
 
 Everything else (configuration keys, ``cache_clear``, epoch markers, validation timings) is
 understood chatter.
@@ -57,6 +57,7 @@ def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
     started = pl.when(key == "eval_start").then(pl.col("_ms")).forward_fill()
     run_started = pl.when(key == "run_start").then(pl.col("_ms")).forward_fill()
     status = js.str.extract(r'"status":\s*"([^"]+)"', 1)
+    success = key.eq("run_stop") & status.eq("success").fill_null(False)
     kind = (
         pl.when(first_init).then(pl.lit("init"))
         .when(key == "init_stop").then(pl.lit("init_done"))
@@ -64,6 +65,7 @@ def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
         .when(is_step).then(pl.lit("step"))
         .when(key == "eval_start").then(pl.lit("eval_begin"))
         .when(key == "eval_stop").then(pl.lit("eval_end"))
+        .when(success).then(pl.lit("job_end"))
         .when(key.is_in(["run_start", "run_stop", "block_start", "block_stop"])).then(pl.lit("info"))
     )
     step = (
@@ -90,7 +92,10 @@ def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
         pl.when(is_step).then(field(r'"train_step_timing":\s*(' + NUM + ")", "_json")).alias("step_time_s"),
         pl.when(is_step).then(loss).alias("loss"),
         duration.alias("duration_s"),
-        pl.when(key == "run_stop").then(pl.lit("EXIT")).alias("state"),
+        pl.when(pl.col("kind") == "job_end").then(pl.lit("COMPLETED"))
+        .when(key == "run_stop").then(pl.lit("EXIT"))
+        .alias("state"),
+        pl.when(pl.col("kind") == "job_end").then(pl.lit("0")).alias("code"),
         pl.when(key == "run_stop")
         .then(pl.format("run_stop status={}", pl.col("_status").fill_null("?")))
         .otherwise(pl.col("_key") + pl.lit(" ") + js)

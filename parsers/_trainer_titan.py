@@ -11,7 +11,7 @@
   ``Finished loading (the|resume) checkpoint in X seconds`` completes it (``duration_s``). Initial
   and additional (pretrained-weight) loads are not resumes: ``info``.
 * ``Starting job:`` -> init; ``Training starts at step N`` -> init_done; ``Training completed``
-  -> info, state EXIT.
+  -> job_end, state COMPLETED.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def _rows(lines: pl.LazyFrame) -> pl.LazyFrame:
         .when(t.str.contains(_LOAD) | t.str.contains(_LOADED)).then(pl.lit("ckpt_load"))
         .when(t.str.contains(r"Starting job: ")).then(pl.lit("init"))
         .when(t.str.contains(r"Training starts at step \d+")).then(pl.lit("init_done"))
-        .when(t.str.contains(r"(?:^|- )Training completed")).then(pl.lit("info"))
+        .when(t.str.contains(r"(?:^|- )Training completed")).then(pl.lit("job_end"))
     )
     step = pl.coalesce(
         val_g.struct.field("1"), step_g.struct.field("1"),
@@ -79,9 +79,8 @@ def _rows(lines: pl.LazyFrame) -> pl.LazyFrame:
             ),
             pl.when(pl.col("kind").is_in(["step", "eval_end"])).then(loss).alias("loss"),
             duration.alias("duration_s"),
-            pl.when((pl.col("kind") == "info") & t.str.contains("Training completed", literal=True))
-            .then(pl.lit("EXIT"))
-            .alias("state"),
+            pl.when(pl.col("kind") == "job_end").then(pl.lit("COMPLETED")).alias("state"),
+            pl.when(pl.col("kind") == "job_end").then(pl.lit("0")).alias("code"),
             message().alias("message"),
             t.str.contains(_LOADED).alias("_finished_load"),
         )

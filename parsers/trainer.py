@@ -15,10 +15,13 @@ the rules that span frameworks:
   evaluation and exit records become one row: the first line, the earliest clock for things
   that begin (init, save begin, eval begin, exit) and the latest for things that end (init_done,
   save end, load, eval end), the first non-null value of every other column.
-* **Exit markers.** A trainer leaving on its own (Megatron exit banners, HF ``train_runtime``,
-  MLPerf ``run_stop``, Lightning ``Trainer.fit stopped``, torchtitan ``Training completed``) is an
-  ``info`` row with state ``EXIT``; checkpoint, evaluation and exit rows that name no step take
-  the latest step logged before them.
+* **Exit markers.** A trainer ending training by its own decision (Megatron's time-budget, exit
+  interval and end-of-training banners, HF ``train_runtime``, MLPerf ``run_stop`` success,
+  Lightning ``Trainer.fit stopped``, torchtitan ``Training completed``) is a ``job_end`` row with
+  state COMPLETED and code 0 — the process ended cleanly whatever the scheduler reports. Other
+  exits (on SIGTERM, a kill switch, an MLPerf run that did not succeed) are ``info`` rows with
+  state ``EXIT``. Checkpoint, evaluation and exit rows that name no step take the latest step
+  logged before them.
 * **Start-up clocks.** ``init`` / ``init_done`` rows without a clock take the next clock stated
   by a line before the first iteration that follows (``ts_inferred``).
 
@@ -61,6 +64,11 @@ _PROGRESS = ("step", "ckpt_save_begin", "ckpt_save_end", "ckpt_load", "eval_begi
 _TS = ("ts", "ts_offset_s", "ts_year_known", "ts_inferred")
 
 
+def _is_exit() -> pl.Expr:
+    kind = pl.col("kind")
+    return ((kind == "job_end") | ((kind == "info") & (pl.col("state") == "EXIT"))).fill_null(False)
+
+
 def _own_clocks(ev: pl.LazyFrame, lines: pl.LazyFrame) -> pl.LazyFrame:
     """Rows left without time take the clock their own line states (needed before collapsing)."""
     ctx = (
@@ -93,7 +101,7 @@ def _fill_steps(ev: pl.LazyFrame) -> pl.LazyFrame:
     """Checkpoint, evaluation and exit rows naming no step take the latest progress step."""
     kind = pl.col("kind")
     known = pl.when(kind.is_in(_PROGRESS)).then(pl.col("step")).forward_fill()
-    wants = (kind.is_in(_STEP_FILLED) | ((kind == "info") & (pl.col("state") == "EXIT"))).fill_null(False)
+    wants = kind.is_in(_STEP_FILLED) | _is_exit()
     filled = pl.when(wants & pl.col("step").is_null()).then(known).otherwise(pl.col("step"))
     return ev.with_columns(filled.alias("step"))
 
@@ -101,7 +109,7 @@ def _fill_steps(ev: pl.LazyFrame) -> pl.LazyFrame:
 def _collapse(ev: pl.LazyFrame) -> pl.LazyFrame:
     """Consecutive rows of one begin/end/exit record (same kind, step, state) become one row."""
     kind = pl.col("kind")
-    collapsible = (kind.is_in(_BEGINS + _ENDS) | ((kind == "info") & (pl.col("state") == "EXIT"))).fill_null(False)
+    collapsible = kind.is_in(_BEGINS + _ENDS) | _is_exit()
     key = pl.struct(kind, pl.col("step").fill_null(-1), pl.col("state").fill_null(""))
     new_run = ~collapsible | ~collapsible.shift(1, fill_value=False) | (key != key.shift(1)).fill_null(True)
     # A stated zone makes a clock comparable with the others; without one, clocks of different

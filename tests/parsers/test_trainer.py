@@ -75,7 +75,8 @@ def test_mlperf_ground_truth(
     ends = _kind(ev, "eval_end")
     assert _kind(ev, "eval_begin").height == evals and ends.height == evals
     assert ends["duration_s"].sum() == pytest.approx(eval_sum, abs=0.05)
-    stop = ev.filter(pl.col("state") == "EXIT").row(0, named=True)
+    stop = _kind(ev, "job_end").row(0, named=True)  # run_stop, status success
+    assert (stop["state"], stop["code"]) == ("COMPLETED", "0")
     assert stop["duration_s"] == pytest.approx(run_s, abs=0.05)
     assert stop["severity"] == "info" and "success" in stop["message"]
     (init,) = _kind(ev, "init")["ts"].to_list()  # one init although every rank logs init_start
@@ -160,7 +161,8 @@ def test_checkpoint_save_then_time_budget_exit() -> None:
     # Megatron's line and DeepSpeed's per-rank record are one save; the clock is DeepSpeed's
     assert (begin["line"], begin["step"], begin["ts"]) == (3, 33241, datetime(2021, 8, 8, 1, 0, 44, 221000))
     assert (end["line"], end["step"], end["duration_s"]) == (5, 33241, 57.51453)
-    exit_ = ev.filter(pl.col("state") == "EXIT").row(0, named=True)
+    exit_ = _kind(ev, "job_end").row(0, named=True)  # the time budget: a clean exit
+    assert exit_["state"] == "COMPLETED"
     assert exit_["step"] == 33241 and exit_["ts"] == datetime(2021, 8, 8, 1, 0, 51)
     assert exit_["duration_s"] == pytest.approx(1190.0357275923093 * 60)
     assert _kind(ev, "ckpt_save_begin").height == 1 and _kind(ev, "ckpt_save_end").height == 1
@@ -184,7 +186,8 @@ def test_hf_trainer_tqdm_steps() -> None:
     assert st["step_time_s"][0] == 58.76 and st["ts_inferred"].all()
     assert st["loss"].null_count() == 16  # bars carry no loss: unknown, not NaN
     assert _kind(ev, "init_done")["ts"].to_list() == [start]
-    (exit_,) = ev.filter(pl.col("state") == "EXIT").rows(named=True)  # 4x 'Training completed' + summaries
+    (exit_,) = _kind(ev, "job_end").rows(named=True)  # 4x 'Training completed' + 4 summaries
+    assert exit_["state"] == "COMPLETED"
     assert exit_["duration_s"] == 919.097 and exit_["step"] == 16
 
 

@@ -249,19 +249,20 @@ def test_two_starts_give_two_inits() -> None:
 
 
 @pytest.mark.parametrize(
-    ("line", "step", "duration"),
+    ("line", "kind", "state", "step", "duration"),
     [
-        ("[exiting program after 1190.0357275923093 minutes] datetime: 2021-08-08 01:00:51 ", 7, 71402.143656),
-        ("[exiting program at iteration 1000] datetime: 2021-08-08 01:00:51 ", 1000, None),
-        ("[after training is done] datetime: 2021-08-08 01:00:51 ", 7, None),
-        ("exiting program after receiving SIGTERM.", 7, None),
-        ("Detected kill switch at /tmp/kill-switch. Exiting", 7, None),
+        ("[exiting program after 1190.0357275923093 minutes] datetime: 2021-08-08 01:00:51 ", "job_end",
+         "COMPLETED", 7, 71402.143656),
+        ("[exiting program at iteration 1000] datetime: 2021-08-08 01:00:51 ", "job_end", "COMPLETED", 1000, None),
+        ("[after training is done] datetime: 2021-08-08 01:00:51 ", "job_end", "COMPLETED", 7, None),
+        ("exiting program after receiving SIGTERM.", "info", "EXIT", 7, None),
+        ("Detected kill switch at /tmp/kill-switch. Exiting", "info", "EXIT", 7, None),
     ],
 )
-def test_megatron_exit_banners(line: str, step: int, duration: float | None) -> None:
+def test_megatron_exit_banners(line: str, kind: str, state: str, step: int, duration: float | None) -> None:
     it = " iteration        7/    1000 | elapsed time per iteration (ms): 100.0 | lm loss: 9.0E+00 |"
-    row = _one([it, line], "info")
-    assert (row["state"], row["step"]) == ("EXIT", step)
+    row = _one([it, line], kind)
+    assert (row["state"], row["step"], row["code"]) == (state, step, "0" if kind == "job_end" else None)
     assert row["duration_s"] == (pytest.approx(duration) if duration else None)
 
 
@@ -385,7 +386,9 @@ def test_hf_eval_and_train_summary() -> None:
         "'train_loss': 2.45, 'epoch': 1.0}",
         "Training completed. Do not forget to share your model on huggingface.co/models =)",
     ])
-    assert [(r["kind"], r["state"]) for r in rows] == [("eval_begin", None), ("eval_end", None), ("info", "EXIT")]
+    assert [(r["kind"], r["state"]) for r in rows] == [
+        ("eval_begin", None), ("eval_end", None), ("job_end", "COMPLETED")
+    ]
     assert rows[0]["ts"] == datetime(2024, 3, 1, 10, 5)
     assert (rows[1]["loss"], rows[1]["duration_s"]) == (2.4, 5.5)
     assert rows[2]["duration_s"] == 46.0
@@ -478,11 +481,11 @@ def test_lightning_validation_bars_and_checkpoints() -> None:
     ]
     rows = _rows(lines)
     assert [(r["kind"], r["step"]) for r in rows] == [
-        ("step", 2), ("eval_begin", 2), ("eval_end", 2), ("ckpt_save_begin", 2), ("info", 2)
+        ("step", 2), ("eval_begin", 2), ("eval_end", 2), ("ckpt_save_begin", 2), ("job_end", 2)
     ]
     # validation starts after the training repaint it follows, not at the last line clock
     assert rows[1]["ts"] == datetime(2024, 6, 17, 8, 0, 10) and rows[2]["ts"] == datetime(2024, 6, 17, 8, 0, 30)
-    assert rows[-1]["state"] == "EXIT"
+    assert rows[-1]["state"] == "COMPLETED"
 
 
 def test_nemo_global_checkpoint_save_gives_begin_and_end() -> None:
@@ -554,10 +557,10 @@ def test_torchtitan_checkpoints_and_lifecycle() -> None:
     assert got == [
         ("init", None, None), ("ckpt_load", 100, 4.0), ("init_done", None, None), ("step", 110, None),
         ("ckpt_save_begin", 110, None), ("ckpt_save_end", 110, 12.34), ("eval_end", 110, None),
-        ("ckpt_load", 110, 2.0), ("info", 110, None),
+        ("ckpt_load", 110, 2.0), ("job_end", 110, None),
     ]
     assert rows[1]["ts"] == datetime(2025, 1, 10, 10, 0, 9)  # a load ends when it finished
-    assert rows[6]["loss"] == 3.1 and rows[-1]["state"] == "EXIT"
+    assert rows[6]["loss"] == 3.1 and rows[-1]["state"] == "COMPLETED"
 
 
 def test_torchtitan_save_messages_of_other_versions() -> None:

@@ -200,6 +200,17 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     # Incidents.
     window = att.group_by("job").agg(pl.col("t_start").min().alias("T0"), pl.col("t_end").max().alias("T1"))
     window = window.with_columns(pl.max_horizontal("T1", "T0").alias("T1"))
+    # Guard: no time of the analysis may lie outside the job's own records (a sentinel leaking
+    # into an end once put an incident in the year 148108).
+    span = ev.filter(pl.col("t").is_not_null()).group_by("job").agg(
+        pl.col("t").min().alias("_e0"), pl.col("t").max().alias("_e1")
+    )
+    window = window.join(span, on="job", how="left")
+    bad = window.filter((pl.col("T0") < pl.col("_e0")) | (pl.col("T1") > pl.col("_e1")))
+    notes_guard = [f"job {j!r}: window clipped to the span of its records" for j in bad["job"].to_list()]
+    window = window.with_columns(
+        pl.col("T0").clip(pl.col("_e0"), pl.col("_e1")).alias("T0"), pl.col("T1").clip(pl.col("_e0"), pl.col("_e1")).alias("T1")
+    ).drop("_e0", "_e1")
     ideal_map = {k: v for k, v in ideal_us.iter_rows() if v is not None}
     end_map = dict(window.select("job", "T1").iter_rows())
     inc = inc_mod.build_incidents(
@@ -248,10 +259,16 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     attempts = _conform(
         _to_dt(attempts, ["t_start", "t_end", "t_first_step_start", "t_last_step_end"]), ATTEMPTS_SCHEMA
     ).sort("job", "attempt")
-    incidents = _conform(
-        _to_dt(inc, ["t_last_progress", "t_first_error", "t_detected", "t_restart", "t_resumed", "t_caught_up"]),
-        INCIDENTS_SCHEMA,
-    )
+    phases = ["t_last_progress", "t_first_error", "t_detected", "t_restart", "t_resumed", "t_caught_up"]
+    if inc.height:
+        inc = inc.join(window, on="job", how="left")
+        out_of = inc.filter(pl.any_horizontal([(pl.col(c) < pl.col("T0")) | (pl.col(c) > pl.col("T1")) for c in phases]))
+        notes_guard += [
+            f"job {j!r}: incident {i} had a phase outside the job's window; clipped" for j, i in
+            out_of.select("job", "incident").iter_rows()
+        ]
+        inc = inc.with_columns([pl.col(c).clip(pl.col("T0"), pl.col("T1")) for c in phases]).drop("T0", "T1")
+    incidents = _conform(_to_dt(inc, phases), INCIDENTS_SCHEMA)
     # Slow periods with the final ideal.
     sp = slowness.suspects(periods, ev) if periods.height else periods
     if sp.height:
@@ -296,7 +313,7 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     tor = _conform(_to_dt(tor, ["t_start", "t_end"]), TOR_SCHEMA).sort("job")
     notes = [
         f"job {j!r}: scheduler records only, no training records; not analysed" for j in dropped["job"].to_list()
-    ]
+    ] + notes_guard
     for j, ident in jobs.select("job", "identity").iter_rows():
         if ident == "directory":
             notes.append(f"job {j!r}: no scheduler id in its records; grouped by its input directory")

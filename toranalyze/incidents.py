@@ -71,6 +71,18 @@ STATE_CLASS = {
 CLEAN = ("COMPLETED", "Completed", "Succeeded", "SUCCEEDED")
 NOT_STOP = ("fail_slow", "scheduling")
 GPU_HW = ("gpu_hardware", "gpu_memory", "gpu_interconnect")
+# Rules that only say the job (or a worker, a pod) ended badly: exit codes, FAILED states.
+# They are the lowest rung of the causal ladder: a cause found anywhere else wins, and alone
+# they give ``unknown``.
+WEAK_RULES = (
+    "slurm-failed-weak",
+    "torch-child-failed",
+    "torch-exit-sigkill",
+    "torch-signal-exception",
+    "kubernetes-exit-nonzero",
+    "kubernetes-job-failed",
+    "kubernetes-crashloop",
+)
 OOM = ("oom_gpu", "oom_host")
 _PRIO = {name: priority(name) for name in TAXONOMY}
 
@@ -186,6 +198,14 @@ def build_incidents(
         "state",
         pl.coalesce("failure_class", pl.when(pl.col("kind") == "job_end").then(state_cls)).alias("cls"),
         (pl.col("file").fill_null("?") + pl.lit(":") + pl.col("line").cast(pl.String)).alias("ev"),
+        pl.col("rule").fill_null("").is_in(WEAK_RULES).alias("_weak"),
+        (
+            (pl.col("kind") == "warning")
+            | (
+                ~pl.col("kind").is_in(("error", "job_end", "step"))
+                & pl.col("severity").fill_null("info").is_in(("debug", "info", "warning"))
+            )
+        ).alias("_soft"),
     ]
     cand = ev.filter(pl.col("t").is_not_null()).select(cols).filter(pl.col("cls").is_not_null())
     win = ia.select(
@@ -228,28 +248,48 @@ def build_incidents(
         nodes: list[str] = []
         ranks: list[int] = []
         conf = "high"
+        sel = None
         if g is not None and g.height:
+            lp = r["t_last_progress"]
+            near = (pl.col("t") >= lp - int(pre_s * US)) & (pl.col("t") <= lp + int(pre_s * US))
+            # Warnings (non-fatal Xids, link flaps) far from the onset are background noise.
+            g = g.filter(~pl.col("_soft") | near | pl.col("cls").is_in(PLANNED))
             g = g.with_columns(pl.col("cls").replace_strict(_PRIO, default=99, return_dtype=pl.Int64).alias("_prio"))
-            classes = g.sort("_prio", "t")["cls"].unique(maintain_order=True).to_list()
+        if g is not None and g.height:
+            classes = g.sort("_weak", "_prio", "t")["cls"].unique(maintain_order=True).to_list()
             errs = g.filter(pl.col("kind").is_in(("error", "warning")))
             if errs.height:
                 t_first_error = errs["t"].min()
-        planned_cls = [c for c in classes if c in PLANNED]
-        fail_cls = [c for c in classes if c not in PLANNED]
-        strong = [c for c in fail_cls if c not in ("collective_timeout", "hang", "unknown")]
-        if strong:
-            root = strong[0]
+            fail = g.filter(~pl.col("cls").is_in(PLANNED) & ~pl.col("_weak"))
+            strong = fail.filter(~pl.col("cls").is_in(("collective_timeout", "hang", "unknown")))
+            strong_err = strong.filter(~pl.col("_soft"))
+            planned_cls = g.filter(pl.col("cls").is_in(PLANNED)).sort("_prio", "t")["cls"].unique(
+                maintain_order=True).to_list()
+            weak = g.filter(pl.col("_weak") & ~pl.col("cls").is_in(PLANNED))
+        else:
+            fail = strong = strong_err = weak = None
+            planned_cls = []
+        if strong_err is not None and strong_err.height:
+            root = strong_err.sort("_prio", "t")["cls"][0]
             reason = f"{root} evidence has the highest causal priority"
             if len(classes) > 1:
                 reason += " among " + ", ".join(classes)
-        elif "hang" in fail_cls:
+            sel = strong_err.filter(pl.col("cls") == root)
+        elif strong is not None and strong.height:
+            root = strong.sort("_prio", "t")["cls"][0]
+            reason, conf = f"{root} warnings at the onset, no error record", "medium"
+            sel = strong.filter(pl.col("cls") == root)
+        elif fail is not None and fail.filter(pl.col("cls") == "hang").height:
             root, reason, conf = "hang", "a hang detector fired", "medium"
-        elif "collective_timeout" in fail_cls:
+            sel = fail.filter(pl.col("cls") == "hang")
+        elif fail is not None and fail.filter(pl.col("cls") == "collective_timeout").height:
             root = "collective_timeout"
             reason = "collective timeout with no other evidence"
             conf = "medium"
+            sel = fail.filter(pl.col("cls") == root)
         elif planned_cls:
             root = planned_cls[0]
+            sel = g.filter(pl.col("cls") == root)
             if root in ("walltime", "user_cancel") and long_stall:
                 reason = (
                     f"progress stalled {_fmt(stall_s)} (~{stall_us / ideal:.0f} steps) with no error before the "
@@ -263,19 +303,25 @@ def build_incidents(
         elif long_stall:
             root, conf = "hang", "medium"
             reason = f"progress stopped {_fmt(stall_s)} before the attempt ended, with no error record"
+            sel = weak
+        elif fail is not None and fail.height:
+            root, reason, conf = "unknown", "only records of unknown cause", "low"
+            sel = fail
+        elif weak is not None and weak.height:
+            root, conf = "unknown", "low"
+            reason = "only job-level termination records (exit codes, failed states) and no cause"
+            sel = weak
         else:
             root, reason, conf = "unknown", "interruption with no usable evidence", "low"
-        if g is not None and g.height:
-            sel = g.filter(pl.col("cls") == root)
-            if sel.height == 0 and root == "hang":
-                sel = g.filter(pl.col("cls").is_in(["walltime", "user_cancel"]))
+        if sel is not None and sel.height:
             nodes = sorted(set(sel["node"].drop_nulls().to_list()))
             # Ranks: those of the deciding records, else those seen on the deciding nodes.
             rk = sel["rank"].drop_nulls().unique().to_list()
             if not rk and nodes:
                 rk = g.filter(pl.col("node").is_in(nodes))["rank"].drop_nulls().unique().to_list()
             ranks = sorted(int(x) for x in rk)
-            evidence = sel["ev"].head(10).to_list()
+            evidence = sel.sort("t")["ev"].head(10).to_list()
+        if g is not None and g.height:
             det = g.filter(pl.col("kind") == "job_end")["ev"].head(1).to_list()
             evidence += [e for e in det if e not in evidence]
             if root in GPU_HW and not nodes:
@@ -347,11 +393,12 @@ def build_incidents(
         .alias("lost_steps"),
         ((pl.coalesce("t_resumed", "_job_end") - pl.col("t_last_progress")) / US).alias("downtime_s"),
     )
-    # Caught up: the end of the first later step row reaching the highest step before.
-    high = (
-        att.sort("job", "attempt_idx")
-        .with_columns(pl.col("last_step").cum_max().over("job").alias("_hi_step"))
-        .select("job", pl.col("attempt_idx").cast(pl.Int32).alias("attempt"), "_hi_step")
+    # Caught up: the end of the first later step row reaching the interrupted attempt's highest
+    # step (its resume point when it logged none); at once when that step was not lost.
+    high = att.select(
+        "job",
+        pl.col("attempt_idx").cast(pl.Int32).alias("attempt"),
+        pl.coalesce("last_step", "resumed_from").alias("_hi_step"),
     )
     inc = inc.join(high, on=["job", "attempt"], how="left")
     cu = (
@@ -362,7 +409,12 @@ def build_incidents(
         .agg(pl.col("t_end").min().alias("t_caught_up"))
     )
     inc = inc.join(cu, on=["job", "attempt"], how="left").with_columns(
-        pl.when(pl.col("t_resumed").is_null()).then(None).otherwise(pl.col("t_caught_up")).alias("t_caught_up")
+        pl.when(pl.col("t_resumed").is_null())
+        .then(None)
+        .when(pl.col("_hi_step") <= pl.col("_next_rf"))
+        .then(pl.col("t_resumed"))
+        .otherwise(pl.col("t_caught_up"))
+        .alias("t_caught_up")
     )
     inc = inc.sort("job", "attempt").with_columns(
         (pl.int_range(pl.len()).over("job")).cast(pl.Int32).alias("incident"),

@@ -199,6 +199,7 @@ def attempt_table(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
             .cast(pl.Int64)
             .alias("ckpt_load_us"),
             pl.col("t").filter(pl.col("kind") == "init_done").min().alias("t_init_done"),
+            pl.col("t").max().alias("_t_any"),
         )
         .with_columns(
             pl.coalesce("_bad_state", "_last_state").alias("state"),
@@ -206,9 +207,10 @@ def attempt_table(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
             .then(pl.col("_bad_code"))
             .otherwise(pl.col("_last_code"))
             .alias("exit_code"),
-            pl.coalesce("t_job_end", "t_last_record").alias("t_end"),
+            # An attempt with no lifecycle record (only kernel lines, say) ends at its last record.
+            pl.coalesce("t_job_end", "t_last_record", "_t_any", "t_start").alias("t_end"),
         )
-        .drop("_bad_state", "_bad_code", "_last_state", "_last_code")
+        .drop("_bad_state", "_bad_code", "_last_state", "_last_code", "_t_any")
     )
     per = steps.group_by("job", "attempt_idx").agg(
         pl.col("step").min().alias("first_step"),
@@ -234,8 +236,9 @@ def attempt_table(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
         pl.col("t_end").max().over("job").alias("_tmax"),
     )
     # An attempt ends no later than the next one starts.
+    # (``min_horizontal`` skips nulls: the last attempt keeps its own end, never a sentinel.)
     att = att.sort("job", "attempt_idx").with_columns(
-        pl.min_horizontal("t_end", pl.col("t_start").shift(-1).over("job").fill_null(BIG)).alias("t_end")
+        pl.min_horizontal("t_end", pl.col("t_start").shift(-1).over("job")).alias("t_end")
     )
     att = att.with_columns(pl.max_horizontal("t_end", "t_start").alias("t_end")).drop("_tmax")
     return att.sort("job", "attempt_idx")

@@ -10,6 +10,12 @@ Matching
     (summed distance within ``match_tolerance_s``). A slow period is found when an estimated
     period of the job overlaps it in time; an estimated period overlapping no true one is a
     false positive.
+
+Lost steps
+    ``lost_steps_exact_share`` compares with what the logs can show: a trainer that logs every
+    N steps leaves no trace of the steps it completed after its last line, so the truth's count
+    is reduced by those (``lost_observable``); ``lost_steps_exact_share_raw`` compares with the
+    truth as it is. With one line per step the two are the same.
 """
 
 from __future__ import annotations
@@ -69,7 +75,21 @@ def _match_jobs(tor: pl.DataFrame, truth_jobs: list[dict]) -> list[tuple[dict, s
     return out
 
 
-def score_job(an: Any, tj: dict, job: str | None, *, match_tolerance_s: float = 3600.0) -> dict[str, Any]:
+def _observable_last_step(ti: dict, tj: dict, log_interval: int) -> int:
+    """The highest step of the interrupted attempt that its log shows: steps are logged every
+    ``log_interval`` (and the last one), so steps completed after the last logged one are
+    invisible; never below the step the attempt resumed from."""
+    last = int(ti["last_step"])
+    if log_interval <= 1 or last == tj.get("train_iters"):
+        return last
+    att = next((a for a in tj.get("attempts") or [] if a.get("attempt") == ti.get("attempt")), None)
+    floor = int(att["resumed_from_step"]) if att else 0
+    return max((last // log_interval) * log_interval, floor)
+
+
+def score_job(
+    an: Any, tj: dict, job: str | None, *, match_tolerance_s: float = 3600.0, log_interval: int = 1
+) -> dict[str, Any]:
     res: dict[str, Any] = {"job": tj.get("job"), "matched_job": job}
     t_inc = tj.get("incidents") or []
     t_slow = tj.get("slow_periods") or []
@@ -111,6 +131,9 @@ def score_job(an: Any, tj: dict, job: str | None, *, match_tolerance_s: float = 
             m["root_est"] = e["root_cause"]
             m["root_ok"] = e["root_cause"] == ti["root_cause"]
             m["lost_true"], m["lost_est"] = ti["lost_steps"], e["lost_steps"]
+            # What the logs can show: the steps lost after the last logged one are not in them.
+            m["lost_observable"] = max(0, ti["lost_steps"] - (int(ti["last_step"]) -
+                                                              _observable_last_step(ti, tj, log_interval)))
             m["phase_err_s"] = {}
             for p in PHASES:
                 a, b = _t(e[p]), _t(ti.get(p))
@@ -143,9 +166,20 @@ def score_job(an: Any, tj: dict, job: str | None, *, match_tolerance_s: float = 
     return res
 
 
+def _log_intervals(truth: dict) -> dict[str, int]:
+    """Job name -> logging interval from the truth's parameters (one job, or ``params.jobs``)."""
+    params = truth.get("params") or {}
+    per = params.get("jobs") if isinstance(params.get("jobs"), list) else [params]
+    return {p.get("name"): int(p.get("log_interval") or 1) for p in per if isinstance(p, dict)}
+
+
 def score_run(an: Any, truth: dict) -> list[dict[str, Any]]:
     """Per truth job: TOR error, ledger sum check, incident matching, slow-period matching."""
-    return [score_job(an, tj, job) for tj, job in _match_jobs(an.tor, truth.get("jobs") or [])]
+    li = _log_intervals(truth)
+    return [
+        score_job(an, tj, job, log_interval=li.get(tj.get("job"), 1))
+        for tj, job in _match_jobs(an.tor, truth.get("jobs") or [])
+    ]
 
 
 def _median(xs: list[float]) -> float | None:
@@ -181,6 +215,9 @@ def summarize(jobs: list[dict[str, Any]]) -> dict[str, Any]:
         "phase_median_err_s": {p: _median(v) for p, v in phase.items()},
         "phase_missing": phase_missing,
         "lost_steps_exact_share": (
+            sum(m.get("lost_observable", m["lost_true"]) == m["lost_est"] for m in lost) / len(lost) if lost else None
+        ),
+        "lost_steps_exact_share_raw": (
             sum(m["lost_true"] == m["lost_est"] for m in lost) / len(lost) if lost else None
         ),
         "slow_true": len(slows),
@@ -238,7 +275,8 @@ def format_summary(s: dict[str, Any]) -> str:
         f"incident count exact (share)    {f(s['incident_count_exact_share'], 3)}   (bound 0.95)",
         f"incidents true / matched        {s['incidents_true']} / {s['incidents_matched']}",
         f"root cause accuracy             {f(s['root_cause_accuracy'], 3)}   (bound 0.95)",
-        f"lost steps exact (share)        {f(s['lost_steps_exact_share'], 3)}",
+        f"lost steps exact (share)        {f(s['lost_steps_exact_share'], 3)}   (of the logged steps; "
+        f"{f(s.get('lost_steps_exact_share_raw'), 3)} counting steps done after the last log line)",
         "phase boundary median error (s) "
         + ", ".join(f"{p[2:]}={f(v, 1)}" for p, v in s["phase_median_err_s"].items())
         + "   (bound 60)",

@@ -94,8 +94,10 @@ def run_simulation(
     sizes: dict[str, int] = {}
     truths = []
     for k, cfg in enumerate(cfgs):
-        rng = np.random.default_rng([seed & 0xFFFFFFFF, k])
-        tl = simulate_timeline(cfg, rng=rng)
+        key = [seed & 0xFFFFFFFF, k]
+        # keep running sums only; the writer replays the steps chunk by chunk (bounded memory)
+        tl = simulate_timeline(cfg, rng=np.random.default_rng(key), keep_steps=False,
+                               replay=lambda key=key: np.random.default_rng(key))
         tl.seed = seed
         tls.append(tl)
         d = out / cfg.name if multi else out

@@ -68,11 +68,18 @@ def io_error(ctx: RunContext, host: str, t: int) -> list[Line]:
     ]
 
 
-def oom_kill(ctx: RunContext, host: str, t: int, pid: int, job_id: int, uid: int) -> list[Line]:
-    cg = f"/slurm/uid_{uid}/job_{job_id}/step_0"
+def oom_kill(ctx: RunContext, host: str, t: int, pid: int, job_id: int, uid: int,
+             cgroup: tuple[str, str, str] | None = None) -> list[Line]:
+    """The memory-cgroup oom-killer lines; ``cgroup`` = (cpuset, memcg, task memcg), by default
+    the Slurm step's cgroup."""
+    if cgroup is None:
+        cg = f"/slurm/uid_{uid}/job_{job_id}/step_0"
+        cpuset, memcg, task_cg = "step_0", cg, f"{cg}/task_0"
+    else:
+        cpuset, memcg, task_cg = cgroup
     return [
         line(ctx, host, t, "python3 invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, oom_score_adj=0"),
-        line(ctx, host, t, f"oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=step_0,mems_allowed=0-1,oom_memcg={cg},task_memcg={cg}/task_0,task=python3,pid={pid},uid={uid}"),
+        line(ctx, host, t, f"oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset={cpuset},mems_allowed=0-1,oom_memcg={memcg},task_memcg={task_cg},task=python3,pid={pid},uid={uid}"),
         line(ctx, host, t, f"Memory cgroup out of memory: Killed process {pid} (python3) total-vm:1238455612kB, anon-rss:187334120kB, file-rss:901244kB, shmem-rss:16384kB, UID:{uid} pgtables:379812kB oom_score_adj:0"),
     ]
 

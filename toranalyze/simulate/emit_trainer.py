@@ -7,13 +7,13 @@ node's (true time + its skew).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
 from toranalyze.simulate import fmt
 from toranalyze.simulate.context import RunContext
-from toranalyze.simulate.timeline import Attempt
+from toranalyze.simulate.timeline import Attempt, Chunk
 
 Line = tuple[int, str]
 
@@ -66,66 +66,85 @@ def banner(ctx: RunContext, a: Attempt) -> Iterator[Line]:
     yield ts, f"[before the start of training step] datetime: {fmt.bracket(ts + sk)} "
 
 
-def progress(ctx: RunContext, a: Attempt) -> Iterator[Line]:
-    """Iteration lines, checkpoint saves and validation blocks, in time order."""
+LOSS_CHUNK = 1 << 16
+
+
+def _draws(rng: np.random.Generator, skip: int, draw) -> Iterator[float]:  # noqa: ANN001
+    """Values of one stream drawn in chunks; the first ``skip`` normals of the generator are
+    skipped first. Chunked draws equal one big draw, so the values do not depend on chunking."""
+    while skip > 0:
+        k = min(skip, LOSS_CHUNK)
+        rng.normal(0.0, 0.02, k)
+        skip -= k
+    while True:
+        yield from draw(rng, LOSS_CHUNK).tolist()
+
+
+def progress(ctx: RunContext, a: Attempt, chunks: Iterable[Chunk] | None = None) -> Iterator[Line]:
+    """Iteration lines, checkpoint saves and validation blocks, in time order.
+
+    ``chunks`` are the attempt's steps (numbers, ends, durations) in order, as
+    :meth:`Timeline.steps` hands them out; by default the attempt's kept arrays.
+    """
     cfg = ctx.cfg
     sk = ctx.skew(a.nodes[0])
     T = cfg.train_iters
     gbs = cfg.global_batch_size
     li = max(1, cfg.log_interval)
-    rng = ctx.rng("loss", a.index)
+    if chunks is None:
+        chunks = [(a.steps, a.step_end, a.step_dur)] if len(a.steps) else []
+    n = a.n_steps
+    # loss noise: n normals, then n lognormal grad norms, from one generator; read as two streams
+    noise = _draws(ctx.rng("loss", a.index), 0, lambda r, k: r.normal(0.0, 0.02, k)) if n else iter(())
+    gnorm = _draws(ctx.rng("loss", a.index), n, lambda r, k: r.lognormal(-0.9, 0.25, k)) if n else iter(())
     saves = {s.step: s for s in a.saves}
     evals = {e.step: e for e in a.evals}
     nan_from = a.nan_from_step if a.nan_from_step is not None else 1 << 62
-    steps = a.steps
-    ends = a.step_end
-    durs = a.step_dur
-    n = len(steps)
-    noise = rng.normal(0.0, 0.02, n) if n else np.zeros(0)
-    gnorm = rng.lognormal(-0.9, 0.25, n) if n else np.zeros(0)
     acc_ms = 0.0
     acc_n = 0
     nan_count = 0
-    for i in range(n):
-        s = int(steps[i])
-        acc_ms += durs[i] / 1000.0
-        acc_n += 1
-        if s >= nan_from:
-            nan_count += 1
-        if s % li == 0 or s == T:
-            t = int(ends[i])
-            body = (
-                f"[{fmt.bracket(t + sk)}] iteration {s:8d}/{T:8d} | consumed samples: {s * gbs:12d} | "
-                f"elapsed time per iteration (ms): {acc_ms / acc_n:.1f} | learning rate: {lr_at(s, T):.6E} | "
-                f"global batch size: {gbs:5d} |"
-            )
-            if nan_count:
-                body += f" loss scale: 1.0 | number of skipped iterations: {0:3d} | number of nan iterations: {nan_count:3d} |"
-            else:
-                body += (
-                    f" lm loss: {loss_at(s, float(noise[i])):.6E} | loss scale: 1.0 | grad norm: {float(gnorm[i]):.3f} |"
-                    f" number of skipped iterations: {0:3d} | number of nan iterations: {0:3d} |"
+    for steps, ends, durs in chunks:
+        # steps of one attempt strictly increase, so every save/eval found here follows its step
+        for s, t, dur in zip(steps.tolist(), ends.tolist(), durs.tolist()):
+            nz = next(noise)
+            gn = next(gnorm)
+            acc_ms += dur / 1000.0
+            acc_n += 1
+            if s >= nan_from:
+                nan_count += 1
+            if s % li == 0 or s == T:
+                body = (
+                    f"[{fmt.bracket(t + sk)}] iteration {s:8d}/{T:8d} | consumed samples: {s * gbs:12d} | "
+                    f"elapsed time per iteration (ms): {acc_ms / acc_n:.1f} | learning rate: {lr_at(s, T):.6E} | "
+                    f"global batch size: {gbs:5d} |"
                 )
-            yield t, body
-            acc_ms = 0.0
-            acc_n = 0
-            nan_count = 0
-        sv = saves.get(s)
-        if sv is not None and i + 1 <= n and (i + 1 == n or int(steps[i + 1]) > s):
-            yield sv.begin, f"[{fmt.bracket(sv.begin + sk)}] saving checkpoint at iteration {s:7d} to {ctx.ckpt_dir}"
-            if sv.completed:
-                yield sv.end, (
-                    f"[{fmt.bracket(sv.end + sk)}]   successfully saved checkpoint at iteration {s:7d} to {ctx.ckpt_dir}"
+                if nan_count:
+                    body += f" loss scale: 1.0 | number of skipped iterations: {0:3d} | number of nan iterations: {nan_count:3d} |"
+                else:
+                    body += (
+                        f" lm loss: {loss_at(s, nz):.6E} | loss scale: 1.0 | grad norm: {gn:.3f} |"
+                        f" number of skipped iterations: {0:3d} | number of nan iterations: {0:3d} |"
+                    )
+                yield t, body
+                acc_ms = 0.0
+                acc_n = 0
+                nan_count = 0
+            sv = saves.get(s)
+            if sv is not None:
+                yield sv.begin, f"[{fmt.bracket(sv.begin + sk)}] saving checkpoint at iteration {s:7d} to {ctx.ckpt_dir}"
+                if sv.completed:
+                    yield sv.end, (
+                        f"[{fmt.bracket(sv.end + sk)}]   successfully saved checkpoint at iteration {s:7d} to {ctx.ckpt_dir}"
+                    )
+            ev = evals.get(s)
+            if ev is not None and ev.completed:
+                vl = loss_at(s, 0.01) + 0.03
+                dash = "-" * 100
+                yield ev.end, dash
+                yield ev.end, (
+                    f" validation loss at iteration {s} | lm loss value: {vl:.6E} | lm loss PPL: {math.exp(vl):.6E} | "
                 )
-        ev = evals.get(s)
-        if ev is not None and ev.completed and (i + 1 == n or int(steps[i + 1]) > s):
-            vl = loss_at(s, 0.01) + 0.03
-            dash = "-" * 100
-            yield ev.end, dash
-            yield ev.end, (
-                f" validation loss at iteration {s} | lm loss value: {vl:.6E} | lm loss PPL: {math.exp(vl):.6E} | "
-            )
-            yield ev.end, dash
+                yield ev.end, dash
 
 
 def final(ctx: RunContext, a: Attempt) -> Iterator[Line]:

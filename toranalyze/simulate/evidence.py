@@ -18,6 +18,8 @@ from toranalyze.simulate.emit_nccl import ib_error
 from toranalyze.simulate.timeline import US, Attempt, Incident
 
 Line = tuple[int, str]
+NLine = tuple[int, str, int]  # (time, text, node index of the process that printed it)
+LAUNCHER = -1  # printed by srun/slurmstepd on the batch host, not by a training node
 
 WATCHDOG_CLASSES = frozenset({"gpu_hardware", "gpu_interconnect", "collective_timeout"})
 CRASH_EXIT = {"gpu_memory": 1, "storage": 1, "oom_gpu": 1, "software": 1, "unknown": 1, "network": 1}
@@ -25,7 +27,7 @@ CRASH_EXIT = {"gpu_memory": 1, "storage": 1, "oom_gpu": 1, "software": 1, "unkno
 
 @dataclass
 class Evidence:
-    out: list[Line] = field(default_factory=list)  # console (.out / pod log of rank 0's node)
+    out: list[NLine] = field(default_factory=list)  # console lines, tagged with the printing node
     kern: dict[str, list[Line]] = field(default_factory=dict)
     ctld: list[Line] = field(default_factory=list)
     k8s_reason: str | None = None  # pod termination reason for the Kubernetes flavour
@@ -41,8 +43,8 @@ class Evidence:
             v.sort(key=lambda x: x[0])
 
 
-def _at(t: int, lines: list[str]) -> list[Line]:
-    return [(t, s) for s in lines]
+def _at(t: int, lines: list[str], node: int) -> list[NLine]:
+    return [(t, s, node) for s in lines]
 
 
 def _seq(inc: Incident) -> int:
@@ -50,8 +52,8 @@ def _seq(inc: Incident) -> int:
 
 
 def _torchrun_all(ctx: RunContext, a: Attempt, t: int, root_rank: int, root_code: int, root_t: int,
-                  fail_node: int | None, code_fail: int, code_other: int) -> list[Line]:
-    out: list[Line] = []
+                  fail_node: int | None, code_fail: int, code_other: int) -> list[NLine]:
+    out: list[NLine] = []
     G = ctx.G
     for ni in range(len(a.nodes)):
         if fail_node is not None and ni == fail_node:
@@ -61,26 +63,29 @@ def _torchrun_all(ctx: RunContext, a: Attempt, t: int, root_rank: int, root_code
         else:
             failed = [(lr, code_other) for lr in range(G)]
         dt = 0 if ni == fail_node else 200_000 + ni * 1000
-        out += _at(t + dt, TT.torchrun_failure(ctx, a, ni, t + dt, failed, (root_rank, root_code, root_t)))
+        out += _at(t + dt, TT.torchrun_failure(ctx, a, ni, t + dt, failed, (root_rank, root_code, root_t)), ni)
     return out
 
 
-def _srun_exit(a: Attempt, t: int, nodes: list[int], code: int) -> list[Line]:
-    out = [(t + 500_000, f"srun: error: {a.nodes[i]}: task {i}: Exited with exit code {code}") for i in nodes]
-    out.append((t + 600_000, "srun: Job step aborted: Waiting up to 32 seconds for job step to finish."))
+def _srun_exit(a: Attempt, t: int, nodes: list[int], code: int) -> list[NLine]:
+    out = [(t + 500_000, f"srun: error: {a.nodes[i]}: task {i}: Exited with exit code {code}", LAUNCHER) for i in nodes]
+    out.append((t + 600_000, "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.", LAUNCHER))
     return out
 
 
-def _sigterm(ctx: RunContext, a: Attempt, t: int) -> list[Line]:
-    out: list[Line] = []
+def _sigterm(ctx: RunContext, a: Attempt, t: int) -> list[NLine]:
+    out: list[NLine] = []
     for ni, host in enumerate(a.nodes):
         g = fmt.glog(t + ctx.skew(host))
         out.append((t, f"W{g} {ctx.launcher_pid(a, ni)} torch/distributed/elastic/agent/server/api.py:741] "
-                       f"Received Signals.SIGTERM death signal, shutting down workers"))
+                       f"Received Signals.SIGTERM death signal, shutting down workers", ni))
     return out
 
 
-def attempt_evidence(ctx: RunContext, a: Attempt, inc: Incident | None, requeue: bool) -> Evidence:
+def attempt_evidence(ctx: RunContext, a: Attempt, inc: Incident | None, requeue: bool,
+                     oom_cgroup: tuple[str, str, str] | None = None) -> Evidence:
+    """The evidence of one attempt. ``oom_cgroup`` (cpuset, memcg, task memcg) names the
+    killed task's cgroup in the oom-killer lines when the job did not run under Slurm."""
     ev = Evidence()
     cfg = ctx.cfg
     G = ctx.G
@@ -112,15 +117,15 @@ def attempt_evidence(ctx: RunContext, a: Attempt, inc: Incident | None, requeue:
             if skip_node is not None and r // G == skip_node:
                 continue
             ran = W // 1000 + int(rng.integers(5, 900))
-            ev.out.extend(_at(watchdog_t + (r % 97) * 3000, TT.watchdog_timeout(ctx, r, seq, 25165824, ran)))
+            ev.out.extend(_at(watchdog_t + (r % 97) * 3000, TT.watchdog_timeout(ctx, r, seq, 25165824, ran), r // G))
 
     if cls == "gpu_hardware":
         ev.add_kern(host, K.gpu_fell_off(ctx, host, te, gpu, pid))
-        ev.out.extend(_at(te + 800_000, TT.cuda_error(rank, "unknown error")))
+        ev.out.extend(_at(te + 800_000, TT.cuda_error(rank, "unknown error"), node_i))
         for lr in range(G):
             r = node_i * G + lr
             if r != rank:
-                ev.out.extend(_at(te + 1_200_000 + lr * 10_000, TT.terminate_abort(r, "CUDA error: unknown error")))
+                ev.out.extend(_at(te + 1_200_000 + lr * 10_000, TT.terminate_abort(r, "CUDA error: unknown error"), node_i))
         watchdogs(node_i)
         if not killed:
             ev.out += _torchrun_all(ctx, a, td, rank, 1, te + 800_000, node_i, 1, -6)
@@ -130,7 +135,7 @@ def attempt_evidence(ctx: RunContext, a: Attempt, inc: Incident | None, requeue:
         ev.k8s_reason, ev.k8s_exit = "Error", 1
     elif cls == "gpu_memory":
         ev.add_kern(host, K.xid(ctx, host, te, gpu, 94, pid, "Contained: SM (0x1). RST: No, D-RST: No"))
-        ev.out.extend(_at(te + 500_000, TT.cuda_error(rank, "uncorrectable ECC error encountered")))
+        ev.out.extend(_at(te + 500_000, TT.cuda_error(rank, "uncorrectable ECC error encountered"), node_i))
         if not killed:
             ev.out += _torchrun_all(ctx, a, td, rank, 1, te + 500_000, node_i, 1, None)  # type: ignore[arg-type]
             ev.out += _srun_exit(a, td, [node_i], 1)
@@ -157,10 +162,10 @@ def attempt_evidence(ctx: RunContext, a: Attempt, inc: Incident | None, requeue:
             peer = (r + G) % ctx.world if ctx.world > G else (r + 1) % ctx.world
             lines = ib_error(ctx, a, r, peer)
             warn = warn or lines[0].split("NCCL WARN ", 1)[1]
-            ev.out.extend(_at(te + 300_000 + lr * 40_000, lines))
+            ev.out.extend(_at(te + 300_000 + lr * 40_000, lines, node_i))
         for lr in range(G):
             r = node_i * G + lr
-            ev.out.extend(_at(td - 2 * US + lr * 1000, TT.nccl_remote_error(r, warn)))
+            ev.out.extend(_at(td - 2 * US + lr * 1000, TT.nccl_remote_error(r, warn), node_i))
         if not killed:
             ev.out += _torchrun_all(ctx, a, td, rank, -6, td - 2 * US, node_i, -6, None)  # type: ignore[arg-type]
             ev.out += _srun_exit(a, td, [node_i], 1)
@@ -182,38 +187,38 @@ def attempt_evidence(ctx: RunContext, a: Attempt, inc: Incident | None, requeue:
         ev.ctld.append(S.ctld(td, f"Killing JobId={j} on failed node {host}"))
         if requeue:
             ev.ctld.append(S.ctld(td + 1000, f"requeue job JobId={j} due to failure of node {host}"))
-        ev.out.append((td, f"srun: error: Node failure on {host}"))
-        ev.out.append((td + 100_000, "srun: Job step aborted: Waiting up to 32 seconds for job step to finish."))
+        ev.out.append((td, f"srun: error: Node failure on {host}", LAUNCHER))
+        ev.out.append((td + 100_000, "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.", LAUNCHER))
         end_reason = "NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS"
         wexit = None
         ev.k8s_reason, ev.k8s_exit = "NodeLost", 137
     elif cls == "storage":
         ev.add_kern(host, K.io_error(ctx, host, te))
         step = max(cfg.ckpt_interval_steps, (inc.last_step // cfg.ckpt_interval_steps) * cfg.ckpt_interval_steps)
-        ev.out.extend(_at(te + 2 * US, TT.storage_error(rank, ctx.ckpt_dir, step)))
+        ev.out.extend(_at(te + 2 * US, TT.storage_error(rank, ctx.ckpt_dir, step), node_i))
         if not killed:
             ev.out += _torchrun_all(ctx, a, td, rank, 1, te + 2 * US, node_i, 1, None)  # type: ignore[arg-type]
             ev.out += _srun_exit(a, td, [node_i], 1)
         ev.k8s_reason, ev.k8s_exit = "Error", 1
     elif cls == "oom_gpu":
-        ev.out.extend(_at(te + 300_000, TT.cuda_oom(rank, gpu)))
+        ev.out.extend(_at(te + 300_000, TT.cuda_oom(rank, gpu), node_i))
         if not killed:
             ev.out += _torchrun_all(ctx, a, td, rank, 1, te + 300_000, node_i, 1, None)  # type: ignore[arg-type]
             ev.out += _srun_exit(a, td, [node_i], 1)
         ev.k8s_reason, ev.k8s_exit = "Error", 1
     elif cls == "oom_host":
-        ev.add_kern(host, K.oom_kill(ctx, host, te, pid, j, ctx.uid))
+        ev.add_kern(host, K.oom_kill(ctx, host, te, pid, j, ctx.uid, oom_cgroup))
         if not killed:
             ev.out += _torchrun_all(ctx, a, td, rank, -9, te, node_i, -9, None)  # type: ignore[arg-type]
             ev.out.append((td + 400_000, f"slurmstepd: error: Detected 1 oom_kill event in StepId={j}.0. "
-                                         f"Some of the step tasks have been OOM Killed."))
-            ev.out.append((td + 500_000, f"srun: error: {host}: task {node_i}: Out Of Memory"))
-            ev.out.append((td + 600_000, "srun: Job step aborted: Waiting up to 32 seconds for job step to finish."))
+                                         f"Some of the step tasks have been OOM Killed.", LAUNCHER))
+            ev.out.append((td + 500_000, f"srun: error: {host}: task {node_i}: Out Of Memory", LAUNCHER))
+            ev.out.append((td + 600_000, "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.", LAUNCHER))
         wexit = None
         ev.k8s_reason, ev.k8s_exit = "OOMKilled", 137
     elif cls == "software" or cls == "unknown":
         if cls == "software":
-            ev.out.extend(_at(te + 200_000, TT.software_error(rank)))
+            ev.out.extend(_at(te + 200_000, TT.software_error(rank), node_i))
         if not killed:
             ev.out += _torchrun_all(ctx, a, td, rank, 1, te + 200_000, node_i, 1, None)  # type: ignore[arg-type]
             ev.out += _srun_exit(a, td, [node_i], 1)
@@ -248,7 +253,7 @@ def attempt_evidence(ctx: RunContext, a: Attempt, inc: Incident | None, requeue:
         wexit = None
     if end_reason is not None or cls in ("hang", "numerics", "user_cancel", "maintenance"):
         if end_reason is not None or not killed:
-            ev.out.append((td + 300_000, S.stepd_cancel(j, head, td, end_reason)))
+            ev.out.append((td + 300_000, S.stepd_cancel(j, head, td, end_reason), LAUNCHER))
     ev.ctld += S.job_complete(td + 3 * US, j, wexit)
     if requeue and cls not in ("node_failure", "host_hardware", "preemption"):
         ev.ctld.append(S.ctld(td + 4 * US, f"Requeuing JobId={j}"))

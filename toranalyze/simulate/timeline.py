@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from array import array
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -65,7 +67,7 @@ def iso_z(us: int | None) -> str | None:
     return d.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-@dataclass
+@dataclass(slots=True)
 class Save:
     step: int
     begin: int
@@ -74,7 +76,7 @@ class Save:
     poisoned: bool = False  # written after a NaN onset: not used to resume
 
 
-@dataclass
+@dataclass(slots=True)
 class Eval:
     step: int
     begin: int
@@ -114,14 +116,21 @@ class Attempt:
     exit_code: str = "0:0"
     incident: int | None = None
     last_activity_end: int = 0
+    # running summaries of the steps (kept whether or not the arrays are)
+    n_steps: int = 0
+    first_step_no: int | None = None
+    last_step_no: int | None = None
+    last_step_end: int | None = None
+    nan_first_end: int | None = None  # end of the first step at or after nan_from_step
+    blocks: "_Blocks | None" = None
 
     @property
     def first_step(self) -> int | None:
-        return int(self.steps[0]) if len(self.steps) else None
+        return self.first_step_no
 
     @property
     def last_step(self) -> int | None:
-        return int(self.steps[-1]) if len(self.steps) else None
+        return self.last_step_no
 
 
 @dataclass
@@ -159,10 +168,62 @@ class Timeline:
     ledger_us: dict[str, int]
     clock_skew_us: dict[str, int]
     hosts: list[str]
+    # draws the same run again (a fresh generator seeded like the first), for replaying the steps
+    replay: Callable[[], np.random.Generator] | None = None
+    steps_kept: bool = True
 
     @property
     def tor(self) -> float:
         return self.ledger_us["useful"] / self.ledger_us["t_obs"] if self.ledger_us["t_obs"] else 1.0
+
+    def steps(self) -> "StepSource":
+        """The steps of every attempt, attempt by attempt, without holding them all."""
+        return StepSource(self)
+
+
+Chunk = tuple[np.ndarray, np.ndarray, np.ndarray]  # step numbers, ends (µs), durations (µs)
+
+
+class StepSource:
+    """Step chunks of a timeline's attempts, in attempt order.
+
+    With the arrays kept it slices them; otherwise it replays the simulation with a
+    generator seeded like the original (same draws, same steps) and hands out the
+    chunks of the attempt asked for, so memory stays bounded by one chunk (at most a
+    checkpoint interval of steps). Asking for an earlier attempt restarts the replay.
+    """
+
+    def __init__(self, tl: "Timeline"):
+        self.tl = tl
+        self._gen: Iterator[tuple[int, Chunk]] | None = None
+        self._pending: tuple[int, Chunk] | None = None
+        self._served = -1  # highest attempt whose chunks were handed out
+
+    def attempt(self, index: int) -> Iterator[Chunk]:
+        """The chunks of one attempt, in order (empty if it made no step)."""
+        tl = self.tl
+        if tl.steps_kept:
+            a = tl.attempts[index]
+            if len(a.steps):
+                yield a.steps, a.step_end, a.step_dur
+            return
+        if self._gen is None or index <= self._served:
+            if tl.replay is None:
+                raise ValueError("the timeline kept no steps and has no replay")
+            self._gen = _generate(tl.config, tl.replay(), _Result())
+            self._pending = None
+        self._served = index
+        while True:
+            if self._pending is None:
+                self._pending = next(self._gen, None)
+                if self._pending is None:
+                    return
+            i, chunk = self._pending
+            if i > index:
+                return
+            self._pending = None
+            if i == index:
+                yield chunk
 
 
 class _End(Exception):
@@ -220,17 +281,92 @@ class _Sim:
         return best, kind, idx
 
 
-def simulate_timeline(cfg: RunConfig, seed: int | None = None, rng: np.random.Generator | None = None) -> Timeline:
-    """Draw one run. Give ``rng`` or ``seed`` (``seed`` seeds ``numpy.random.default_rng``)."""
-    cfg.validate()
-    if rng is None:
-        rng = np.random.default_rng(seed)
+class _Blocks:
+    """Per-attempt sums of step durations by checkpoint block (steps ``(b*K, (b+1)*K]``).
+
+    Runs are only ever rolled back to a checkpoint (a multiple of K) or to the start, so
+    these sums give the ledger and the lost time exactly without keeping every step.
+    """
+
+    __slots__ = ("K", "b", "useful", "slow", "dur")
+
+    def __init__(self, K: int):
+        self.K = K
+        self.b = array("q")
+        self.useful = array("q")
+        self.slow = array("q")
+        self.dur = array("q")
+
+    def add(self, first_step: int, durs: np.ndarray, ideal: int) -> None:
+        b = (first_step - 1) // self.K
+        u = int(np.minimum(durs, ideal).sum())
+        sl = int(np.maximum(durs - ideal, 0).sum())
+        d = int(durs.sum())
+        if self.b and self.b[-1] == b:
+            self.useful[-1] += u
+            self.slow[-1] += sl
+            self.dur[-1] += d
+        else:
+            self.b.append(b)
+            self.useful.append(u)
+            self.slow.append(sl)
+            self.dur.append(d)
+
+    def _side(self, b: int, lim: int) -> bool:
+        """True if block b lies at or below step lim, False if above (never split)."""
+        if (b + 1) * self.K <= lim:
+            return True
+        if b * self.K >= lim:
+            return False
+        raise AssertionError(f"rollback to step {lim} splits checkpoint block {b}")
+
+    def kept(self, lim: int) -> tuple[int, int, int]:
+        """(useful, slowdown, rework) when steps above ``lim`` are lost."""
+        u = sl = r = 0
+        for k, b in enumerate(self.b):
+            if self._side(b, lim):
+                u += self.useful[k]
+                sl += self.slow[k]
+            else:
+                r += self.dur[k]
+        return u, sl, r
+
+    def dur_between(self, lo: int, hi: int) -> int:
+        """Sum of durations of the steps ``lo < step <= hi``."""
+        tot = 0
+        for k, b in enumerate(self.b):
+            if not self._side(b, lo) and (hi >= 1 << 60 or self._side(b, hi)):
+                tot += self.dur[k]
+        return tot
+
+
+@dataclass
+class _Result:
+    attempts: list[Attempt] = field(default_factory=list)
+    incidents: list[Incident] = field(default_factory=list)
+    slow_periods: list[SlowPeriod] = field(default_factory=list)
+    skews: dict[str, int] = field(default_factory=dict)
+    hosts: list[str] = field(default_factory=list)
+    ideal: int = 0
+    # incidents whose catch-up step lies in a later attempt: (incident index, step)
+    pending: list[tuple[int, int]] = field(default_factory=list)
+
+
+def _generate(cfg: RunConfig, rng: np.random.Generator, res: _Result) -> Iterator[tuple[int, Chunk]]:
+    """Draw one run, yielding ``(attempt, (steps, ends, durations))`` chunks as they are drawn.
+
+    Everything else (attempts, saves, incidents, slow periods, per-attempt summaries)
+    lands in ``res``. A chunk never spans two checkpoint blocks. The draws do not depend
+    on who consumes the chunks, so a second generator seeded alike replays the same run.
+    """
     sim = _Sim(cfg, rng)
     G = cfg.gpus_per_node
     n_hosts = cfg.nodes + cfg.spare_nodes
     hosts = [f"{cfg.host_prefix}-{i:03d}" for i in range(1, n_hosts + 1)]
     skew_max = int(cfg.clock_skew_s * US)
     skews = {h: (int(rng.integers(-skew_max, skew_max + 1)) if skew_max else 0) for h in hosts}
+    res.hosts, res.skews, res.ideal = hosts, skews, sim.step_us
+    res.slow_periods = sim.slow_periods
     pool = list(hosts)
     current = pool[: cfg.nodes]
     spares = pool[cfg.nodes :]
@@ -240,9 +376,10 @@ def simulate_timeline(cfg: RunConfig, seed: int | None = None, rng: np.random.Ge
     K = cfg.ckpt_interval_steps
     E = cfg.eval_interval_steps
     save_us = int(round(cfg.ckpt_save_s * US))
+    ideal = sim.step_us
 
-    attempts: list[Attempt] = []
-    incidents: list[Incident] = []
+    attempts = res.attempts
+    incidents = res.incidents
     clean_ckpts: list[int] = []  # completed, unpoisoned checkpoint steps
     resume = 0
     t = t0
@@ -260,11 +397,9 @@ def simulate_timeline(cfg: RunConfig, seed: int | None = None, rng: np.random.Ge
         if i > 0 and cfg.job_id_mode == "new_job":
             job_id += int(rng.integers(1, 40))
         a = Attempt(i, job_id, list(current), t, t + startup, t + startup + load, resumed_from=resume)
+        a.blocks = _Blocks(K)
         attempts.append(a)
         wall_end = (t + cfg.walltime_s * US) if cfg.walltime_s else math.inf
-        steps_l: list[np.ndarray] = []
-        ends_l: list[np.ndarray] = []
-        durs_l: list[np.ndarray] = []
         tc = a.first_step_start
         a.last_activity_end = tc
         s = resume + 1
@@ -276,14 +411,30 @@ def simulate_timeline(cfg: RunConfig, seed: int | None = None, rng: np.random.Ge
         ended: tuple[str, int, int] | None = None  # (kind, failure index, wall time)
         last_step_done = resume
 
-        def commit(nums, ends, durs):
+        def commit(nums: np.ndarray, ends: np.ndarray, durs: np.ndarray) -> bool:
             nonlocal last_step_done
-            if len(nums):
-                steps_l.append(nums)
-                ends_l.append(ends)
-                durs_l.append(durs)
-                last_step_done = int(nums[-1])
-                a.last_activity_end = int(ends[-1])
+            if not len(nums):
+                return False
+            last_step_done = int(nums[-1])
+            a.last_activity_end = int(ends[-1])
+            first = int(nums[0])
+            if a.n_steps == 0:
+                a.first_step_no = first
+            a.n_steps += len(nums)
+            a.last_step_no = last_step_done
+            a.last_step_end = int(ends[-1])
+            a.blocks.add(first, durs, ideal)
+            if a.nan_from_step is not None and a.nan_first_end is None and last_step_done >= a.nan_from_step:
+                a.nan_first_end = int(ends[max(0, a.nan_from_step - first)])
+            if res.pending:
+                keep = []
+                for k_inc, target in res.pending:
+                    if first <= target <= last_step_done:
+                        incidents[k_inc].t_caught_up = int(ends[target - first])
+                    else:
+                        keep.append((k_inc, target))
+                res.pending = keep
+            return True
 
         def close_slow(end_step: int, end_t: int) -> None:
             if sim.slow_cur is not None and sim.slow_cur.first_step <= end_step:
@@ -314,7 +465,8 @@ def simulate_timeline(cfg: RunConfig, seed: int | None = None, rng: np.random.Ge
                 k = int(np.searchsorted(ends, te, side="right"))
                 if kind == "slow":
                     k = max(k, 1)  # the onset takes effect after the step in progress
-                commit(nums[:k], ends[:k], durs[:k])
+                if commit(nums[:k], ends[:k], durs[:k]):
+                    yield i, (nums[:k], ends[:k], durs[:k])
                 new_tc = int(ends[k - 1]) if k else tc
                 sim.U += new_tc - tc
                 consumed = k
@@ -344,7 +496,8 @@ def simulate_timeline(cfg: RunConfig, seed: int | None = None, rng: np.random.Ge
                     continue
                 ended = (kind, idx, int(te))
                 break
-            commit(nums, ends, durs)
+            if commit(nums, ends, durs):
+                yield i, (nums, ends, durs)
             sim.U += int(ends[-1]) - tc
             warm_left = max(0, warm_left - n)
             if sim.slow_left:
@@ -398,10 +551,7 @@ def simulate_timeline(cfg: RunConfig, seed: int | None = None, rng: np.random.Ge
 
         # close the attempt
         close_slow(last_step_done, a.last_activity_end)
-        a.steps = np.concatenate(steps_l) if steps_l else np.zeros(0, np.int64)
-        a.step_end = np.concatenate(ends_l) if ends_l else np.zeros(0, np.int64)
-        a.step_dur = np.concatenate(durs_l) if durs_l else np.zeros(0, np.int64)
-        last_progress = int(a.step_end[-1]) if len(a.step_end) else a.first_step_start
+        last_progress = a.last_step_end if a.n_steps else a.first_step_start
         if ended is None:
             tail = 0 if fixed else sim.uni_us((5.0, 30.0))
             a.end = a.last_activity_end + tail
@@ -439,8 +589,7 @@ def simulate_timeline(cfg: RunConfig, seed: int | None = None, rng: np.random.Ge
             killed_by_wall = True
         # the first error record of the incident
         if cls == "numerics":
-            nan_steps = a.steps[a.steps >= (a.nan_from_step or 10**18)]
-            first_err = int(a.step_end[len(a.steps) - len(nan_steps)]) if len(nan_steps) else te
+            first_err = a.nan_first_end if a.nan_first_end is not None else te
         elif cls in ("hang",):
             first_err = None
         elif cls == "collective_timeout":
@@ -490,24 +639,57 @@ def simulate_timeline(cfg: RunConfig, seed: int | None = None, rng: np.random.Ge
             clean_ckpts[:] = [c for c in clean_ckpts if c <= resume]
         else:
             resume = clean_ckpts[-1] if clean_ckpts else 0
+        if inc.last_step > resume:
+            res.pending.append((a.incident, inc.last_step))  # caught up in a later attempt
         queue = int(round(cfg.fixed_repair_s * US)) if fixed else sim.uni_us(cfg.queue_wait_s)
         t = t_det + queue
+
+
+def simulate_timeline(
+    cfg: RunConfig,
+    seed: int | None = None,
+    rng: np.random.Generator | None = None,
+    keep_steps: bool = True,
+    replay: Callable[[], np.random.Generator] | None = None,
+) -> Timeline:
+    """Draw one run. Give ``rng`` or ``seed`` (``seed`` seeds ``numpy.random.default_rng``).
+
+    ``keep_steps=False`` keeps only running sums of the steps (memory independent of the
+    run's length); ``replay`` (a factory of generators seeded like ``rng``) then lets
+    :meth:`Timeline.steps` draw them again for emission. Both modes give the same timeline.
+    """
+    cfg.validate()
+    if rng is None:
+        rng = np.random.default_rng(seed)
+    res = _Result()
+    if keep_steps:
+        parts: dict[int, list[Chunk]] = {}
+        for i, chunk in _generate(cfg, rng, res):
+            parts.setdefault(i, []).append(chunk)
+        for a in res.attempts:
+            got = parts.pop(a.index, [])
+            if got:
+                a.steps = np.concatenate([c[0] for c in got])
+                a.step_end = np.concatenate([c[1] for c in got])
+                a.step_dur = np.concatenate([c[2] for c in got])
+    else:
+        for _ in _generate(cfg, rng, res):
+            pass
+    attempts, incidents = res.attempts, res.incidents
 
     # ---- outcome per step: preserved or lost
     n_att = len(attempts)
     resumes = [a.resumed_from for a in attempts]
-    ideal = sim.step_us
     useful = slowdown = rework = 0
-    suffix_min = [10**18] * (n_att + 1)
+    big = 1 << 62
+    suffix_min = [big] * (n_att + 1)
     for j in range(n_att - 1, -1, -1):
         suffix_min[j] = min(suffix_min[j + 1], resumes[j])
     for j, a in enumerate(attempts):
-        lim = suffix_min[j + 1]
-        keep = a.steps <= lim
-        d = a.step_dur
-        useful += int(np.minimum(d[keep], ideal).sum())
-        slowdown += int(np.maximum(d[keep] - ideal, 0).sum())
-        rework += int(d[~keep].sum())
+        u, sl, r = a.blocks.kept(suffix_min[j + 1])
+        useful += u
+        slowdown += sl
+        rework += r
     # incidents: restart times, lost steps, catching up
     for inc in incidents:
         j = inc.attempt
@@ -517,26 +699,18 @@ def simulate_timeline(cfg: RunConfig, seed: int | None = None, rng: np.random.Ge
             inc.t_resumed = nxt.first_step_start
             inc.lost_steps = max(0, inc.last_step - nxt.resumed_from)
             r_next = nxt.resumed_from
-            lost = int(attempts[j].step_dur[attempts[j].steps > r_next].sum())
+            lost = attempts[j].blocks.dur_between(r_next, big)
             lim = resumes[j]  # steps of earlier attempts that survived up to attempt j
             k = j - 1
             while k >= 0 and lim > r_next:
-                st = attempts[k].steps
-                sel = (st <= lim) & (st > r_next)
-                lost += int(attempts[k].step_dur[sel].sum())
+                lost += attempts[k].blocks.dur_between(r_next, lim)
                 lim = min(lim, resumes[k])
                 k -= 1
             inc.lost_time_us = lost
-            target = inc.last_step
-            if target <= nxt.resumed_from:
+            if inc.last_step <= nxt.resumed_from:
                 inc.t_caught_up = nxt.first_step_start
-            else:
-                for k in range(j + 1, n_att):
-                    st = attempts[k].steps
-                    hit = np.nonzero(st == target)[0]
-                    if len(hit):
-                        inc.t_caught_up = int(attempts[k].step_end[hit[0]])
-                        break
+        else:
+            inc.t_caught_up = None
     assert rework == sum(inc.lost_time_us for inc in incidents), "rework must equal the lost time of the incidents"
 
     checkpoint = sum(s.end - s.begin for a in attempts for s in a.saves if s.completed)
@@ -571,11 +745,13 @@ def simulate_timeline(cfg: RunConfig, seed: int | None = None, rng: np.random.Ge
         seed=-1 if seed is None else int(seed),
         t_start=attempts[0].start,
         t_end=last.end,
-        ideal_step_us=ideal,
+        ideal_step_us=res.ideal,
         attempts=attempts,
         incidents=incidents,
-        slow_periods=sim.slow_periods,
+        slow_periods=res.slow_periods,
         ledger_us=ledger,
-        clock_skew_us=skews,
-        hosts=hosts,
+        clock_skew_us=res.skews,
+        hosts=res.hosts,
+        replay=replay,
+        steps_kept=keep_steps,
     )

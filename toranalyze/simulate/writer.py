@@ -1,8 +1,8 @@
 """Stream a simulated run to disk: one file at a time, lines merged in time order.
 
 Memory stays bounded by the largest single incident (a watchdog flood of every
-rank) plus the timeline's step arrays: files are written through a buffered
-handle from generators, never built whole in memory.
+rank): files are written through a buffered handle from generators, never built
+whole in memory, and the steps come chunk by chunk from ``Timeline.steps()``.
 """
 
 from __future__ import annotations
@@ -72,6 +72,7 @@ class RunWriter:
         self.ctx = RunContext(tl, seed, job_index)
         self.requeue = tl.config.job_id_mode == "requeue"
         self._ev: dict[int, Evidence] = {}
+        self.steps = tl.steps()  # step chunks, attempt by attempt (replayed when not kept)
         self._submit: dict[int, int] = {}
         rng = self.ctx.rng("submit")
         for a in tl.attempts:
@@ -104,8 +105,8 @@ class RunWriter:
             TR.banner(ctx, a),
             init_chatter(ctx, a),
             warns,
-            TR.progress(ctx, a),
-            ev.out,
+            TR.progress(ctx, a, self.steps.attempt(a.index)),
+            [(t, s) for t, s, _ in ev.out],
         ]
         if a.incident is None:
             streams.append(TR.final(ctx, a))

@@ -50,7 +50,7 @@ _NO_CKPT = r"could not find the metadata file"
 _SAVE_TIMER = r"save-checkpoint(?:\s*\.+)?:\s*\(?(" + NUM + r")(?:,\s*(" + NUM + r")\))?"
 
 _INIT = (
-    r"^\s*(?:using world size:\s*\d+|> initializing torch distributed|> initializing tensor model parallel with size"
+    r"^\s*(?:using world size:\s*\d+|> initializing torch distributed|> initiali(?:zing|zed) tensor model parallel with"
     r"|building \w+ model \.\.\.)"
 )
 _WORLD = r"using world size:\s*(\d+)"
@@ -212,7 +212,7 @@ def _simple(lines: pl.LazyFrame) -> pl.LazyFrame:
         | t.str.contains("checkpoint", literal=True)
         | t.str.contains("datetime:", literal=True)
         | t.str.contains("training ...", literal=True)
-        | t.str.contains("initializing", literal=True)
+        | t.str.contains("> initiali", literal=True)
         | t.str.contains("world size", literal=True)
         | t.str.contains("model ...", literal=True)
         | t.str.contains("kill switch", literal=True)

@@ -119,6 +119,7 @@ def test_mlperf_rank_copies_count_once(copies: list[int], rnd: object) -> None:
     "> initializing torch distributed ...",
     "building GPT model ...",
     "> initializing tensor model parallel with size 1",
+    "> initialized tensor model parallel with size 8",
 ]), min_size=1, max_size=10))
 def test_start_banners_of_one_start_are_one_init(banners: list[str]) -> None:
     out = extract_lines(parser, banners)

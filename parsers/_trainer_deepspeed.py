@@ -1,9 +1,10 @@
 """DeepSpeed engine records: ``[ts] [LEVEL] [file.py:N:func] …`` (the reader peels the ``[ts]``).
 
-* ``step=N, skipped=N, lr=…`` and the timer's ``global_step=N`` are DeepSpeed's *own* step
-  counter, which differs from the trainer's iteration under pipeline or gradient accumulation:
-  they are ``step`` rows of level 1, kept only when the file has no trainer iteration records
-  (the parser turns them into ``info`` otherwise).
+* ``step=N, skipped=N, lr=…``, the timer's ``global_step=N`` and the pipeline engine's
+  ``steps: N loss: X iter time (s): T samples/sec: S`` are DeepSpeed's *own* step counter, which
+  differs from the trainer's iteration under pipeline or gradient accumulation: they are ``step``
+  rows of level 1, kept only when the file has no trainer iteration records (the parser turns
+  them into ``info`` otherwise). Only the pipeline lines carry a loss and a step time.
 * Checkpoint records name the tag directory; ``global_stepN`` gives the step. They repeat once
   per rank and next to Megatron's own lines: the parser collapses consecutive duplicates.
 * fp16 loss-scale overflows are ``warning`` rows (normal early in training, not failures);
@@ -16,10 +17,11 @@ from __future__ import annotations
 
 import polars as pl
 
-from toranalyze_parsers._trainer_common import LEVEL_DEEPSPEED, message, part, to_int
+from toranalyze_parsers._trainer_common import LEVEL_DEEPSPEED, NUM, NUM_OR_NAN, field, message, part, to_int
 
 _STEP = r"\bstep=(\d+), skipped=(\d+), lr="
 _TIMER_STEP = r"/global_step=(\d+), RunningAvgSamplesPerSec="
+_PIPE_STEP = rf"\bsteps: (\d+) loss: ({NUM_OR_NAN}) .*?iter time \(s\): ({NUM}) samples/sec:"
 _TAG_STEP = r"global_step(\d+)"
 _SAVE_BEGIN = r"Saving model checkpoint: |\[Torch\] Checkpoint \S+ is begin to save"
 _SAVE_END = r"zero checkpoint saved |\[Torch\] Checkpoint \S+ is ready now|\[Torch\] Saved "
@@ -44,6 +46,7 @@ def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
     t = pl.col("text")
     prefilter = (
         t.str.contains("step=", literal=True)
+        | t.str.contains("iter time (s)", literal=True)
         | t.str.contains("heckpoint", literal=True)
         | t.str.contains("[Torch]", literal=True)
         | t.str.contains("verflow", literal=True)
@@ -51,7 +54,7 @@ def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
         | t.str.contains("decrease scale", literal=True)
     )
     kind = (
-        pl.when(t.str.contains(_STEP) | t.str.contains(_TIMER_STEP)).then(pl.lit("step"))
+        pl.when(t.str.contains(_STEP) | t.str.contains(_TIMER_STEP) | t.str.contains(_PIPE_STEP)).then(pl.lit("step"))
         .when(t.str.contains(_SAVE_BEGIN)).then(pl.lit("ckpt_save_begin"))
         .when(t.str.contains(_SAVE_END)).then(pl.lit("ckpt_save_end"))
         .when(t.str.contains(_LOAD)).then(pl.lit("ckpt_load"))
@@ -59,8 +62,9 @@ def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
         .when(t.str.contains(_OVERFLOW)).then(pl.lit("warning"))
     )
     rows = lines.filter(prefilter).with_columns(kind.alias("kind")).filter(pl.col("kind").is_not_null())
+    pipe = t.str.extract_groups(_PIPE_STEP)
     step = pl.coalesce(
-        t.str.extract(_STEP, 1), t.str.extract(_TIMER_STEP, 1), t.str.extract(_TAG_STEP, 1),
+        t.str.extract(_STEP, 1), t.str.extract(_TIMER_STEP, 1), pipe.struct.field("1"), t.str.extract(_TAG_STEP, 1),
         t.str.extract(r"Grad overflow on iteration\s+(\d+)", 1),
     )
     sev = pl.when(pl.col("kind") == "error").then(pl.lit("error")).when(pl.col("kind") == "warning").then(
@@ -71,6 +75,8 @@ def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
         "kind",
         sev.alias("severity"),
         to_int(step).alias("step"),
+        pipe.struct.field("3").cast(pl.Float64).alias("step_time_s"),
+        field(_PIPE_STEP.replace("(\\d+)", "\\d+", 1)).alias("loss"),
         to_int(t.str.extract(r"OVERFLOW! Rank (\d+)", 1)).cast(pl.Int32).alias("rank"),
         message().alias("message"),
     )

@@ -668,3 +668,12 @@ def test_steps_going_back_without_banners_are_a_new_attempt() -> None:
     rows = _rows([it.format(6900, "6.4E+00"), it.format(6910, "1.1E+01"), it.format(6900, "6.3E+00")], "step")
     # a rollback re-computes 6900: both computations are kept (the first one is rework)
     assert [(r["step"], r["loss"]) for r in rows] == [(6900, 6.4), (6910, 11.0), (6900, 6.3)]
+
+
+def test_deepspeed_pipeline_engine_steps() -> None:
+    rows = _rows([
+        "[2023-01-01 10:00:00,000] [INFO] [engine.py:1] steps: 100 loss: 2.3456 iter time (s): 1.234 samples/sec: 51.8",
+        "steps: 200 loss: nan aux_loss: 0.0100 iter time (s): 1.300 samples/sec: 50.0",
+    ], "step")
+    assert [(r["step"], r["step_time_s"]) for r in rows] == [(100, 1.234), (200, 1.3)]
+    assert rows[0]["loss"] == 2.3456 and _isnan(rows[1]["loss"])

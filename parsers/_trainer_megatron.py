@@ -29,7 +29,7 @@ import polars as pl
 
 from toranalyze_parsers._trainer_common import NUM, NUM_OR_NAN, add_seconds, field, message, part, to_int
 
-_ITER = r"(?:^|\s)iteration\s+(\d+)\s*/\s*(\d+)\s*\|"
+_ITER = r"(?:^|\s)iteration\s+(\d+)\s*/\s*(\d+|infinity)\s*\|"
 # A line that starts a record of its own is never a continuation of a wrapped iteration line.
 _NEW_RECORD = (
     r"^\s*(?:iteration\s+\d|time \(ms\)|\[|-{5}|valid(?:ation)? loss|saving|\s*successfully|\(min, max\)"
@@ -38,8 +38,9 @@ _NEW_RECORD = (
 _MAX_WRAP = 3
 
 _ELAPSED = r"elapsed time per iteration \((ms|s)\):\s*(" + NUM + ")"
-_LM_LOSS = rf"lm\s*loss:\s*({NUM_OR_NAN})"
-_ANY_LOSS = rf"\|\s*loss:\s*({NUM_OR_NAN})"
+# 'lm loss: 2.3E+00', GPT-NeoX 'lm_loss: …', forks without the colon ('lm loss 2.3E+00 |')
+_LM_LOSS = rf"lm[\s_]*loss:?\s*({NUM_OR_NAN})"
+_ANY_LOSS = rf"\|\s*loss:?\s*({NUM_OR_NAN})"
 _EVAL = rf"valid(?:ation)? loss at iteration\s+(\d+)"
 
 _SAVE_BEGIN = r"(?:^|\s)saving checkpoint at iteration\s+(\d+)"

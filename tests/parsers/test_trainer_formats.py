@@ -677,3 +677,25 @@ def test_deepspeed_pipeline_engine_steps() -> None:
     ], "step")
     assert [(r["step"], r["step_time_s"]) for r in rows] == [(100, 1.234), (200, 1.3)]
     assert rows[0]["loss"] == 2.3456 and _isnan(rows[1]["loss"])
+
+
+@pytest.mark.parametrize(
+    ("line", "step", "secs", "loss"),
+    [
+        # GPT-NeoX: current/mean iteration time, 'lm_loss'
+        (" samples/sec: 95.1 | iteration      100/  320000 | elapsed time per iteration (ms): 1234.5/1240.0 |"
+         " learning rate: 6.000E-05 | approx flops per GPU: 150.2TFLOPS | lm_loss: 2.345600E+00 |"
+         " loss scale: 65536.0 | number of skipped iterations:   0 | number of nan iterations:   0 |", 100, 1.2345, 2.3456),
+        # continuous training: no total
+        (" iteration      100/infinity | consumed samples:        51200 | elapsed time per iteration (ms): 1000.0 |"
+         " lm loss: 2.000000E+00 |", 100, 1.0, 2.0),
+        # forks without colons
+        (" iteration      100/    1000 | elapsed time per iteration (ms): 500.0 | learning rate 1.000E-04 |"
+         " lm loss 3.000000E+00 | loss scale 1024.0 |", 100, 0.5, 3.0),
+        (" iteration      100/    1000 | elapsed time per iteration (ms): 500.0 | learning rate 1.000E-04 |"
+         " loss 3.500000E+00 | loss scale 1024.0 |", 100, 0.5, 3.5),
+    ],
+)
+def test_megatron_family_variants(line: str, step: int, secs: float, loss: float) -> None:
+    row = _one([line])
+    assert (row["step"], row["step_time_s"], row["loss"]) == (step, secs, loss)

@@ -685,7 +685,8 @@ def test_deepspeed_pipeline_engine_steps() -> None:
         # GPT-NeoX: current/mean iteration time, 'lm_loss'
         (" samples/sec: 95.1 | iteration      100/  320000 | elapsed time per iteration (ms): 1234.5/1240.0 |"
          " learning rate: 6.000E-05 | approx flops per GPU: 150.2TFLOPS | lm_loss: 2.345600E+00 |"
-         " loss scale: 65536.0 | number of skipped iterations:   0 | number of nan iterations:   0 |", 100, 1.2345, 2.3456),
+         " loss scale: 65536.0 | number of skipped iterations:   0 | number of nan iterations:   0 |",
+         100, 1.2345, 2.3456),
         # continuous training: no total
         (" iteration      100/infinity | consumed samples:        51200 | elapsed time per iteration (ms): 1000.0 |"
          " lm loss: 2.000000E+00 |", 100, 1.0, 2.0),

@@ -25,6 +25,11 @@ the rules that span frameworks:
 * **Start-up clocks.** ``init`` / ``init_done`` rows without a clock take the next clock stated
   by a line before the first iteration that follows (``ts_inferred``).
 
+A ``step`` row is one *logged* record: with a log interval of N iterations it stands for N of
+them, its ``step_time_s`` being the per-iteration time the trainer reports (consumers weigh a
+row by the step difference to the previous one). ``loss`` is NaN only when the trainer printed
+NaN/Inf or dropped the loss for NaN; it is null when the record carries no loss.
+
 Files are read in blocks (see ``toranalyze.reader``); the rules above work within one block, so
 a record whose context lies in the previous block (a very long file) loses that context.
 """

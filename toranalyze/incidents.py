@@ -83,6 +83,9 @@ WEAK_RULES = (
     "kubernetes-job-failed",
     "kubernetes-crashloop",
 )
+# Weak records that say the processes were killed from outside (SIGKILL/SIGTERM, a signal
+# exception): after a silent stall that is how a hang ends.
+SIGNAL_RULES = ("torch-exit-sigkill", "torch-signal-exception")
 OOM = ("oom_gpu", "oom_host")
 _PRIO = {name: priority(name) for name in TAXONOMY}
 
@@ -199,6 +202,7 @@ def build_incidents(
         pl.coalesce("failure_class", pl.when(pl.col("kind") == "job_end").then(state_cls)).alias("cls"),
         (pl.col("file").fill_null("?") + pl.lit(":") + pl.col("line").cast(pl.String)).alias("ev"),
         pl.col("rule").fill_null("").is_in(WEAK_RULES).alias("_weak"),
+        pl.col("rule").fill_null(""),
         (
             (pl.col("kind") == "warning")
             | (
@@ -300,14 +304,17 @@ def build_incidents(
                 reason = f"{root.replace('_', ' ')}: planned stop"
         elif r["state"] in CLEAN:
             root, reason, conf = "walltime", "attempt exited cleanly and the run was resubmitted", "medium"
-        elif long_stall:
-            root, conf = "hang", "medium"
-            reason = f"progress stopped {_fmt(stall_s)} before the attempt ended, with no error record"
-            sel = weak
         elif fail is not None and fail.height:
             root, reason, conf = "unknown", "only records of unknown cause", "low"
             sel = fail
+        elif long_stall and (weak is None or weak.filter(~pl.col("rule").is_in(SIGNAL_RULES)).height == 0):
+            # Silent stall ended from outside (a kill signal, or nothing at all): a hang.
+            root, conf = "hang", "medium"
+            reason = f"progress stopped {_fmt(stall_s)} before the attempt ended, with no error record"
+            sel = weak
         elif weak is not None and weak.height:
+            # The processes exited on their own with a failure code: a crash whose cause the logs
+            # do not give.
             root, conf = "unknown", "low"
             reason = "only job-level termination records (exit codes, failed states) and no cause"
             sel = weak

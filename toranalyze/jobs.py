@@ -10,8 +10,12 @@ A **job** is one training run however many attempts it took. The identity rule, 
    in the record) are one run; without a name, ids whose time spans follow each other
    (a resubmission, a requeue under a new id) chain into one run, while ids whose spans overlap
    are separate runs — so a directory holding several concurrent jobs yields one row per job.
+   A nameless id seen only in scheduler files (another user's job in a shared controller log)
+   never continues a run known by its name.
 4. Events without a scheduler id take the run of their file (the id most of the file's events
-   carry), else the run whose time span contains them, else the directory's first run.
+   carry), else the run whose time span contains them, else the directory's main run (a run
+   known by its name first, then the one whose records come from the most files, then the one
+   with the most records).
    When no event of a directory names a scheduler id, the whole directory is one job
    (``identity = "directory"``).
 
@@ -146,6 +150,10 @@ def assign_jobs(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
                 continue
             best = None
             for run in open_runs:
+                # A nameless id seen only in scheduler files (another user's job in a shared
+                # controller log) never continues a run known by its name.
+                if not row["train"] and identity_of.get(run[0]) == "job-name":
+                    continue
                 if t0 is None or run[1] is None or run[1] <= t0 + 1_000_000:
                     if best is None or (run[1] or 0) > (best[1] or 0):
                         best = run
@@ -186,13 +194,17 @@ def assign_jobs(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         .agg(pl.col("t").min().alias("_s0"), pl.col("t").max().alias("_s1"))
         .sort("_s0", "job")
     )
-    # The directory's fallback run: the one with the most records (other users' jobs in a
-    # shared controller log have a handful).
+    # The directory's fallback run: a run known by its job name first, then the one whose
+    # records come from the most files, then the one with the most records. Other users' jobs
+    # in a shared controller log are nameless, live in that one file and, chained one after the
+    # other, can still outnumber the run's own scheduler records.
+    named = [k for k, v in identity_of.items() if v == "job-name"]
     first_run = (
         ev.filter(pl.col("job").is_not_null())
         .group_by("_dir", "job")
-        .len()
-        .sort("len", "job", descending=[True, False])
+        .agg(pl.len().alias("len"), pl.col("file").n_unique().alias("_nf"))
+        .with_columns(pl.col("job").is_in(named).alias("_named"))
+        .sort("_named", "_nf", "len", "job", descending=[True, True, True, False])
         .group_by("_dir", maintain_order=True)
         .agg(pl.col("job").first().alias("_dir_job"))
     )

@@ -105,3 +105,58 @@ def test_no_evidence_short_stop_is_unknown():
     b, _, _ = _attempt(end + 50, 21, 25, "2", "COMPLETED")
     inc = analyze_events(events_frame(a + b)).incidents.row(0, named=True)
     assert inc["root_cause"] == "unknown" and inc["confidence"] == "low"
+
+
+def test_distant_non_fatal_warning_is_noise_and_a_silent_stall_is_a_hang():
+    """A non-fatal NVSwitch warning half an hour into a stall does not explain it; the user's
+    cancel after the stall makes it a hang."""
+    a, t_last, end = _attempt(0, 1, 20, "1", "CANCELLED by 1000", end_gap=2400)
+    noise = [dict(ts=t_last + 1500, kind="warning", severity="warning", node="n2", failure_class="gpu_interconnect",
+                  rule="kernel-nvswitch-sxid", file="r/kern")]
+    b, _, _ = _attempt(end + 60, 11, 30, "2", "COMPLETED", load=10)
+    inc = analyze_events(events_frame(a + noise + b)).incidents.row(0, named=True)
+    assert inc["root_cause"] == "hang"
+    assert "gpu_interconnect" not in inc["symptoms"]
+
+
+def test_warning_at_the_onset_still_counts_but_never_beats_an_error():
+    a, t_last, end = _attempt(0, 1, 20, "1", "FAILED", end_gap=30)
+    recs = [dict(ts=t_last + 2, kind="warning", severity="warning", node="n2", failure_class="gpu_interconnect",
+                 file="r/kern"),
+            dict(ts=t_last + 3, kind="error", severity="error", rank=5, failure_class="oom_gpu", file="r/train")]
+    inc = analyze_events(events_frame(a + recs)).incidents.row(0, named=True)
+    assert inc["root_cause"] == "oom_gpu" and "gpu_interconnect" in inc["symptoms"]
+    inc = analyze_events(events_frame(a + recs[:1])).incidents.row(0, named=True)
+    assert inc["root_cause"] == "gpu_interconnect" and inc["confidence"] == "medium"
+
+
+def test_exit_codes_alone_are_unknown_and_rank_below_collective_timeouts():
+    a, t_last, end = _attempt(0, 1, 20, "1", "FAILED", end_gap=300)
+    weak = [dict(ts=t_last + 290, kind="error", severity="error", rank=3, node="n0", failure_class="software",
+                 rule="torch-child-failed", file="r/train"),
+            dict(ts=end, kind="job_end", job_id="1", state="FAILED", severity="error", failure_class="software",
+                 rule="slurm-failed-weak", file="r/sacct")]
+    b, _, _ = _attempt(end + 60, 11, 30, "2", "COMPLETED", load=10)
+    inc = analyze_events(events_frame(a + weak + b)).incidents.row(0, named=True)
+    assert inc["root_cause"] == "unknown" and inc["confidence"] == "low"
+    assert inc["ranks"] == [3]
+    timeouts = [dict(ts=t_last + 250, kind="error", severity="error", rank=r, failure_class="collective_timeout",
+                     rule="nccl-watchdog-timeout", file="r/train") for r in range(4)]
+    inc = analyze_events(events_frame(a + weak + timeouts + b)).incidents.row(0, named=True)
+    assert inc["root_cause"] == "collective_timeout"
+    # A kill signal after a long silent stall is how a hang ends.
+    sig = [dict(ts=t_last + 290, kind="error", severity="error", rank=3, failure_class="unknown",
+                rule="torch-exit-sigkill", file="r/train")]
+    inc = analyze_events(events_frame(a + sig + b)).incidents.row(0, named=True)
+    assert inc["root_cause"] == "hang"
+
+
+def test_caught_up_is_measured_to_the_interrupted_attempts_own_last_step():
+    """After a rollback past an earlier attempt's work, catching up means reaching the steps of
+    the attempt that was interrupted, not the highest step the job ever logged."""
+    a, _, end_a = _attempt(0, 1, 40, "1", "CANCELLED by 1000", end_gap=20)  # NaN run, rolled back
+    b, _, end_b = _attempt(end_a + 30, 11, 15, "2", "FAILED", end_gap=20, load=10)
+    c, _, _ = _attempt(end_b + 30, 11, 50, "3", "COMPLETED", load=10)
+    inc = analyze_events(events_frame(a + b + c)).incidents.sort("attempt").row(1, named=True)
+    # attempt 3 starts its first step at end_b + 35 and reaches step 15 five steps later
+    assert inc["t_caught_up"].timestamp() - inc["t_resumed"].timestamp() == pytest.approx(50.0)

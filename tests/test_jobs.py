@@ -98,3 +98,30 @@ def test_ranks_logging_the_same_step_are_deduplicated():
     an = analyze_events(events_frame(rec))
     assert an.attempts["n_step_records"][0] == 10
     assert an.tor["steps_preserved"][0] == 10
+
+
+def test_other_users_jobs_in_the_controller_log_stay_out_of_a_named_run():
+    """Nameless ids of a shared slurmctld.log that follow one another in time are not the run's
+    attempts, even when they outnumber the run's own scheduler records."""
+    rec = [dict(ts=0, kind="job_start", job_id="900", message="JobID=900 JobName=gpt", file="run/sacct.txt")]
+    rec += _steps(30, 1, 60, file="run/slurm-900.out")
+    rec += [dict(ts=700, kind="job_end", job_id="900", state="COMPLETED", message="JobName=gpt", file="run/sacct.txt")]
+    for k in range(12):  # another user's short jobs, one after the other
+        rec += [dict(ts=50 + 50 * k, kind="job_start", job_id=str(850 + k), file="run/slurmctld.log"),
+                dict(ts=90 + 50 * k, kind="job_end", job_id=str(850 + k), state="COMPLETED", file="run/slurmctld.log")]
+    an = analyze_events(events_frame(sorted(rec, key=lambda r: r["ts"])))
+    assert an.tor.height == 1
+    assert an.tor["job_ids"][0].to_list() == ["900"]
+    assert an.attempts.height == 1 and an.incidents.height == 0
+    assert any("scheduler records only" in n for n in an.notes)
+
+
+def test_attempt_without_lifecycle_records_ends_at_its_last_record():
+    """Regression: an attempt with only kernel records had no end, and a 2**62 sentinel became
+    its end (an incident detected in the year 148108)."""
+    rec = [dict(ts=10, kind="error", source="kernel", node="n1", failure_class="gpu_hardware", file="k/kern.log"),
+           dict(ts=50, kind="warning", source="kernel", node="n1", file="k/kern.log")]
+    an = analyze_events(events_frame(rec))
+    assert an.tor["t_obs_s"][0] == 40.0
+    assert an.attempts["t_end"][0].year == 2024
+    assert an.incidents["t_detected"][0].year == 2024

@@ -108,3 +108,24 @@ def test_ledger_sums_exactly_to_t_obs_for_any_sequence(rec, ideal):
             "recovery_us"]
         if r["t_obs_us"] > 0:
             assert 0.0 <= r["tor"] <= 1.0
+
+
+def test_expected_useful_per_step_matches_monte_carlo():
+    import numpy as np
+    import polars as pl
+
+    from toranalyze.ledger import expected_useful_per_step
+
+    rng = np.random.default_rng(0)
+    sigma, n, ideal = 0.03, 10, 4.0
+    steps = ideal * rng.lognormal(0, sigma, (20000, n))
+    m = steps.mean(axis=1)
+    u = expected_useful_per_step(pl.Series(m), pl.Series([n] * len(m)), pl.Series([ideal] * len(m)),
+                                 pl.Series([sigma] * len(m)))
+    truth = np.minimum(steps, ideal).sum()
+    assert float((u * n).sum()) == pytest.approx(truth, rel=2e-4)
+    assert float(np.minimum(m, ideal).sum() * n) > truth * 1.005  # min of the mean would miss it
+    # one-step rows: exactly min(d, t*)
+    one = expected_useful_per_step(pl.Series([3.0, 5.0]), pl.Series([1, 1]), pl.Series([4.0, 4.0]),
+                                   pl.Series([0.03, 0.03]))
+    assert one.to_list() == [3.0, 4.0]

@@ -55,3 +55,20 @@ def test_suspect_node_from_warnings_in_period():
 def test_warmup_after_restart_is_not_a_slow_period():
     d = [20.0, 15.0, 12.0] + [10.0] * 100
     assert _run(d).slow_periods.height == 0
+
+
+def test_slow_period_in_rows_of_ten_steps():
+    """Windows count steps: with a line every 10 steps, 12 slow rows (120 steps) are a period."""
+    rng = np.random.default_rng(4)
+    d = 5 * rng.lognormal(0, 0.02, 1000)
+    d[400:520] *= 1.3
+    t = 0.0
+    rec = [dict(ts=0, kind="init", file="r/t")]
+    for i in range(10, 1001, 10):
+        t += float(d[i - 10:i].sum())
+        rec.append(dict(ts=t, kind="step", step=i, step_time_s=float(d[i - 10:i].mean()), file="r/t"))
+    sp = analyze_events(events_frame(rec)).slow_periods
+    assert sp.height == 1
+    row = sp.row(0, named=True)
+    assert 395 <= row["first_step"] <= 420 and 510 <= row["last_step"] <= 530
+    assert row["factor"] == pytest.approx(1.3, rel=0.03)

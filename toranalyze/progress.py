@@ -256,10 +256,13 @@ def step_intervals(steps: pl.DataFrame, att: pl.DataFrame) -> pl.DataFrame:
         pl.coalesce("_ps", pl.min_horizontal("resumed_from", pl.col("step") - 1)).alias("prev_step"),
     )
     s = s.with_columns((pl.col("step") - pl.col("prev_step")).clip(lower_bound=1).alias("n"))
+    # A gap that is not positive (ranks' clocks disagree, a step logged out of order) says
+    # nothing about the duration.
+    gap = pl.col("t_end") - pl.col("_pt")
     s = s.with_columns(
         pl.coalesce(
-            "rep_us",
-            ((pl.col("t_end") - pl.col("_pt")) / pl.col("n")).round().cast(pl.Int64),
+            pl.when(pl.col("rep_us") > 0).then(pl.col("rep_us")),
+            pl.when(gap > 0).then((gap / pl.col("n")).round().cast(pl.Int64)),
         ).alias("d_us")
     )
     return s.rename({"_pt": "prev_end"}).drop("_ps", "t_start", "resumed_from")

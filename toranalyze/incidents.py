@@ -184,9 +184,18 @@ def build_incidents(
     )
     # Evidence candidates in each incident's window.
     st = pl.col("state").fill_null("")
+    # A job step (``.batch``, ``.0``) ends CANCELLED whenever its job is stopped (time limit,
+    # preemption, node failure): only the job's own row says who cancelled.
+    step_row = pl.col("job_id").fill_null("").str.contains(r"\.") | pl.col("message").fill_null("").str.contains(
+        r"\bJobID=\S+\.(?:batch|extern|\d+)\b|\bStepName="
+    )
     state_cls = (
         pl.when(st.str.starts_with("CANCELLED by 0"))
         .then(pl.lit("maintenance"))
+        .when(st.str.starts_with("CANCELLED by"))
+        .then(pl.lit("user_cancel"))
+        .when(st.str.starts_with("CANCELLED") & step_row)
+        .then(pl.lit(None, pl.String))
         .when(st.str.starts_with("CANCELLED"))
         .then(pl.lit("user_cancel"))
         .otherwise(st.replace_strict(STATE_CLASS, default=None, return_dtype=pl.String))
@@ -273,12 +282,19 @@ def build_incidents(
         else:
             fail = strong = strong_err = weak = None
             planned_cls = []
+        outside = [c for c in planned_cls if c in ("walltime", "preemption", "maintenance")]
         if strong_err is not None and strong_err.height:
             root = strong_err.sort("_prio", "t")["cls"][0]
             reason = f"{root} evidence has the highest causal priority"
             if len(classes) > 1:
                 reason += " among " + ", ".join(classes)
             sel = strong_err.filter(pl.col("cls") == root)
+            if root == "numerics" and outside:
+                # NaN losses do not stop a job by themselves (a person does, after a while): a
+                # time limit, preemption or maintenance that came first is the interruption.
+                root = outside[0]
+                reason = f"{root.replace('_', ' ')} stopped the attempt while it was logging NaN losses"
+                sel = g.filter(pl.col("cls") == root)
         elif strong is not None and strong.height:
             root = strong.sort("_prio", "t")["cls"][0]
             reason, conf = f"{root} warnings at the onset, no error record", "medium"

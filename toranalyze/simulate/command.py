@@ -52,6 +52,9 @@ def job_configs(
         else (base.duration_s, base.duration_s)
     )
     flavors = list(fleet.get("flavors", [base.flavor])) if fleet else [base.flavor]
+    # the flavour of each job comes from its own stream, so that mixing flavours leaves every
+    # job's size, length and start (and so its history) as they were with one flavour
+    frng = np.random.default_rng([seed & 0xFFFFFFFF, 8])
     start = base.start
     out: list[RunConfig] = []
     first_id = base.first_job_id
@@ -59,7 +62,7 @@ def job_configs(
     for k in range(n_jobs):
         n = int(sizes[int(rng.integers(0, len(sizes)))])
         d = float(rng.uniform(d_lo, d_hi))
-        fl = flavors[int(rng.integers(0, len(flavors)))]
+        fl = flavors[int(frng.integers(0, len(flavors)))] if len(flavors) > 1 else flavors[0]
         kw: dict[str, Any] = {"name": f"{base.name}-{k:03d}", "nodes": n, "duration_s": d, "flavor": fl,
                               "first_job_id": first_id + k * 5000}
         kw.update(over)
@@ -85,7 +88,7 @@ def run_simulation(
     jobs: int | None = None,
 ) -> tuple[list[Timeline], dict[str, int]]:
     """Draw and write every job; returns the timelines and file sizes (relative path -> bytes)."""
-    from toranalyze.simulate.emit_kubernetes import write_kubernetes
+    from toranalyze.simulate.emit_kubernetes import KubeWriter
     from toranalyze.simulate.writer import RunWriter
 
     cfgs = job_configs(data, seed, duration, nodes, flavor, jobs)
@@ -94,20 +97,19 @@ def run_simulation(
     sizes: dict[str, int] = {}
     truths = []
     for k, cfg in enumerate(cfgs):
-        key = [seed & 0xFFFFFFFF, k]
+        stream = [seed & 0xFFFFFFFF, k]
         # keep running sums only; the writer replays the steps chunk by chunk (bounded memory)
-        tl = simulate_timeline(cfg, rng=np.random.default_rng(key), keep_steps=False,
-                               replay=lambda key=key: np.random.default_rng(key))
+        tl = simulate_timeline(cfg, rng=np.random.default_rng(stream), keep_steps=False,
+                               replay=lambda stream=stream: np.random.default_rng(stream))
         tl.seed = seed
         tls.append(tl)
         d = out / cfg.name if multi else out
-        w = RunWriter(tl, seed, k)
         if cfg.flavor == "kubernetes":
-            s = write_kubernetes(w, d)
+            s = KubeWriter(tl, seed, k).write(d)
         else:
-            s = w.write_slurm(d)
+            s = RunWriter(tl, seed, k).write_slurm(d)
         prefix = f"{cfg.name}/" if multi else ""
-        sizes.update({prefix + key: v for key, v in s.items()})
+        sizes.update({prefix + name: v for name, v in s.items()})
         truths.append(job_truth(tl))
     params = cfgs[0].to_params() if not multi else {"jobs": [c.to_params() for c in cfgs]}
     doc = truth_document(seed, preset, params, truths)

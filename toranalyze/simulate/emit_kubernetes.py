@@ -1,6 +1,613 @@
-"""Kubernetes flavour: not written yet; asking for it is a usage error (see docs/simulate.md)."""
+"""Kubernetes flavour: the run as a Kubeflow PyTorchJob (training-operator) on Kubernetes.
+
+One pod per node: ``<job>-master-0`` on the first node, ``<job>-worker-<i>`` on the others,
+``restartPolicy: OnFailure``. What happens at the end of an attempt (docs/simulate.md has the
+table):
+
+* a training process that fails (GPU, network, OOM, software …) ends its container: the
+  failing pod's container terminates ``Error`` (or ``OOMKilled``), its peers lose their NCCL
+  peers and exit 1, and the kubelet restarts every container in place (``BackOff``, then
+  ``restartCount`` + 1 and ``lastState.terminated``);
+* a pod that cannot stay (its node is lost, cordoned and drained after a hardware fault,
+  preempted, evicted for maintenance, past its ``activeDeadlineSeconds``, deleted by a user)
+  is deleted and the operator creates it again (``SuccessfulCreatePod``); the scheduler places
+  it (``FailedScheduling`` while it waits, ``Scheduled``), possibly on a spare node.
+
+Files: ``events.json`` (``kubectl get events -A -o json``), ``pytorchjob.yaml`` (``kubectl get
+pytorchjob -o yaml``: the last PyTorchJob object), ``pods/<pod>.attempt-<k>.yaml`` (``kubectl
+get pod -o yaml`` captured when attempt k's container ended: after an in-place restart, or just
+before the pod was deleted, or at the end), ``logs/<pod>.log`` (the container's output over
+all attempts) and ``nodes/<host>/kern.log``.
+"""
+
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-def write_kubernetes(w, out):  # noqa: ANN001
-    raise ValueError("the kubernetes flavour is not written yet")
+from toranalyze.simulate import emit_trainer as TR
+from toranalyze.simulate import fmt
+from toranalyze.simulate import k8s_objects as KO
+from toranalyze.simulate.emit_nccl import init_chatter
+from toranalyze.simulate.emit_torch import launcher_start
+from toranalyze.simulate.evidence import Evidence, attempt_evidence
+from toranalyze.simulate.k8s_objects import NS, US, ts
+from toranalyze.simulate.kyaml import to_json, to_yaml
+from toranalyze.simulate.timeline import REPLACES_NODE, Attempt, Incident, Timeline
+from toranalyze.simulate.writer import PY_WARNINGS, Line, RunWriter, merged, write_lines
+
+# how an attempt's end reaches the pods
+CONTAINER_FAILS = frozenset({"collective_timeout", "storage", "oom_gpu", "oom_host", "software", "unknown",
+                             "gpu_hardware", "gpu_memory", "gpu_interconnect", "network"})
+NODE_LOST = frozenset({"node_failure", "host_hardware"})
+SIGTERM_EXIT = 143
+
+
+@dataclass
+class PyJob:
+    """One PyTorchJob object (a user_cancel deletes it; the resubmission is a new object)."""
+
+    uid: str
+    created: int
+    index: int
+
+
+@dataclass
+class Pod:
+    """One pod object (a uid): lives across in-place restarts, replaced when deleted."""
+
+    name: str
+    ni: int
+    rtype: str
+    rindex: int
+    uid: str
+    node: str
+    created: int
+    scheduled: int
+    start_time: int
+    ip: str
+    job: PyJob
+    restarts: int = 0
+    last_term: dict[str, Any] | None = None
+
+
+@dataclass
+class Run:
+    """One container run: one pod in one attempt."""
+
+    pod: Pod
+    started: int
+    cid: str
+    end: str = "final"  # inplace | deleted | lost | final
+    reason: str | None = None  # container termination reason (None: never seen terminated)
+    code: int | None = None
+    finished: int | None = None
+    disruption: tuple[str, str, int] | None = None  # DisruptionTarget (reason, message, time)
+    pod_reason: tuple[str, str] | None = None  # status.reason / status.message
+    deleted: int | None = None  # deletion requested
+    not_ready: int | None = None  # node lost: Ready=False at
+    restart: int | None = None  # in-place: the next container's start
+    restart_cid: str = ""
+    deadline_s: int | None = None
+    restarts: int = 0  # the pod's restartCount while this container ran
+    last_term: dict[str, Any] | None = None  # the pod's lastState.terminated while it ran
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def term(self) -> dict[str, Any] | None:
+        if self.reason is None or self.finished is None:
+            return None
+        return KO.terminated(self.cid, int(self.code or 0), self.reason, self.started, self.finished)
+
+
+class KubeWriter(RunWriter):
+    """Writes one job's Kubernetes flavour (extends the Slurm writer's console and kernel parts)."""
+
+    def __init__(self, tl: Timeline, seed: int, job_index: int = 0):
+        super().__init__(tl, seed, job_index)
+        self.job = tl.config.name
+        self.ids = KO.Ids(self.ctx, tl.t_start)
+        self.events = KO.EventLog(self.ids)
+        self.runs: list[list[Run]] = []
+        self.jobs: list[PyJob] = []
+        self.pulled: set[str] = set()  # nodes that have the image
+        self.rng = self.ctx.rng("k8s")
+        self._planned = False
+
+    # ------------------------------------------------------------------ names and small helpers
+    def pod_name(self, ni: int) -> tuple[str, str, int]:
+        if ni == 0:
+            return f"{self.job}-master-0", "master", 0
+        return f"{self.job}-worker-{ni - 1}", "worker", ni - 1
+
+    def _u(self, lo: float, hi: float) -> int:
+        return int(round(float(self.rng.uniform(lo, hi)) * US))
+
+    def _pref(self, pod: Pod, t: int, container: bool = False) -> dict[str, Any]:
+        return KO.pod_ref(pod.name, pod.uid, self.ids.rv(t), container)
+
+    def _jref(self, job: PyJob, t: int) -> dict[str, Any]:
+        return KO.job_ref(self.job, job.uid, self.ids.rv(t))
+
+    def _op(self, t: int, job: PyJob, reason: str, message: str, etype: str = "Normal") -> None:
+        self.events.core(t, self._jref(job, t), reason, message, etype, component=KO.OPERATOR)
+
+    def _kubelet(self, t: int, pod: Pod, reason: str, message: str, etype: str = "Normal",
+                 container: bool = True, count: int = 1, first: int | None = None) -> None:
+        self.events.core(t, self._pref(pod, t, container), reason, message, etype, host=pod.node,
+                         count=count, first=first)
+
+    def _cluster_nodes(self) -> int:
+        return len(self.tl.hosts) + 3  # GPU nodes and three control-plane nodes
+
+    def _unschedulable(self, busy: int, cordoned: int = 0) -> str:
+        total = self._cluster_nodes()
+        why = [f"3 node(s) had untolerated taint {{node-role.kubernetes.io/control-plane: }}"]
+        if busy:
+            why.append(f"{busy} Insufficient nvidia.com/gpu")
+        if cordoned:
+            why.append(f"{cordoned} node(s) were unschedulable")
+        pre = [f"3 Preemption is not helpful for scheduling"]
+        if busy + cordoned:
+            pre.append(f"{busy + cordoned} No preemption victims found for incoming pod")
+        return (f"0/{total} nodes are available: {', '.join(sorted(why))}. preemption: 0/{total} nodes are "
+                f"available: {', '.join(sorted(pre))}..")
+
+    # ------------------------------------------------------------------ the plan
+    def plan(self) -> None:
+        if self._planned:
+            return
+        self._planned = True
+        tl = self.tl
+        job0 = PyJob(self.ids.uid("pytorchjob", 0), self._submit[0], 0)
+        self._create_job(job0)
+        prev: list[Run] | None = None
+        for k, a in enumerate(tl.attempts):
+            inc = tl.incidents[a.incident] if a.incident is not None else None
+            nxt = tl.attempts[k + 1] if k + 1 < len(tl.attempts) else None
+            job = self.jobs[-1]
+            runs = [self._start(k, a, ni, prev[ni] if prev else None, job) for ni in range(len(a.nodes))]
+            self._end(k, a, inc, nxt, runs)
+            self.runs.append(runs)
+            prev = runs
+
+    def _create_job(self, job: PyJob) -> None:
+        self.jobs.append(job)
+        t = job.created
+        self._op(t + 150_000, job, "PyTorchJobCreated", f"PyTorchJob {self.job} is created.")
+        for ni in range(self.tl.config.nodes):
+            name = self.pod_name(ni)[0]
+            self._op(t + 400_000 + ni * 9_000, job, "SuccessfulCreateService", f"Created service: {name}")
+
+    def _start(self, k: int, a: Attempt, ni: int, prev: Run | None, job: PyJob) -> Run:
+        host = a.nodes[ni]
+        name, rtype, rindex = self.pod_name(ni)
+        t_run = a.start + ni * 20_000
+        if prev is not None and prev.end == "inplace":
+            pod = prev.pod
+            # the kubelet restarts the container after its back-off
+            gap = t_run - (prev.finished or t_run)
+            if gap > 12 * US:
+                first = prev.finished + US
+                n = max(1, int(gap // (25 * US)))
+                self._kubelet(t_run - 2 * US, pod, "BackOff",
+                              f"Back-off restarting failed container {KO.CONTAINER} in pod {pod.name}_{NS}({pod.uid})",
+                              "Warning", count=n, first=first)
+            pod.restarts += 1
+            pod.last_term = prev.term()
+            cid = prev.restart_cid
+        else:
+            # a new pod object: created by the operator, placed by the scheduler, image pulled
+            if prev is None and k == 0:
+                created = job.created + US + ni * 30_000
+            elif prev is not None and prev.pod.job is not job:
+                created = job.created + US + ni * 30_000
+            elif prev is not None and prev.end == "lost":
+                created = (prev.deleted or a.start) + 40 * US + ni * 30_000  # force-deleted once the grace ran out
+            else:
+                gone = max(x for x in (prev.deleted, prev.finished, 0) if x is not None) if prev else a.start
+                created = gone + 600_000 + ni * 30_000
+            created = min(created, t_run - 3 * US)
+            pull = 0 if host in self.pulled else self._u(35.0, 150.0)
+            sched = max(created + 200_000, t_run - pull - 2 * US)
+            pull = max(0, t_run - 2 * US - sched) if host not in self.pulled else 0
+            uid = self.ids.uid("pod", k, ni)
+            pod = Pod(name, ni, rtype, rindex, uid, host, created, sched, sched + 400_000,
+                      f"10.244.{self.tl.hosts.index(host) + 1}.{(k * 7 + ni) % 250 + 2}", job)
+            self._op(created, job, "SuccessfulCreatePod", f"Created pod: {name}")
+            wait = sched - created
+            if wait > 3 * US:
+                # every GPU node is taken while it waits, but a cordoned one
+                cordoned = 1 if (prev is not None and prev.extra.get("cordoned")) else 0
+                self.events.new(created + 100_000, self._pref(pod, created), "FailedScheduling",
+                                self._unschedulable(len(self.tl.hosts) - cordoned, cordoned), "Scheduling", "Warning",
+                                count=max(1, int(wait // (60 * US)) + 1), last=sched - US)
+            self.events.new(sched, self._pref(pod, sched), "Scheduled",
+                            f"Successfully assigned {NS}/{name} to {host}", "Binding")
+            if host in self.pulled:
+                self._kubelet(t_run - 600_000, pod, "Pulled",
+                              f'Container image "{KO.IMAGE}" already present on machine')
+            else:
+                self._kubelet(sched + 500_000, pod, "Pulling", f'Pulling image "{KO.IMAGE}"')
+                took = fmt_go_ms(max(1, (t_run - 700_000 - sched - 500_000) // 1000))
+                self._kubelet(t_run - 700_000, pod, "Pulled",
+                              f'Successfully pulled image "{KO.IMAGE}" in {took} ({took} including waiting)')
+                self.pulled.add(host)
+            cid = self.ids.hex64("cid", pod.uid, 0)
+        self._kubelet(t_run - 200_000, pod, "Created", f"Created container {KO.CONTAINER}")
+        self._kubelet(t_run, pod, "Started", f"Started container {KO.CONTAINER}")
+        run = Run(pod, t_run, cid, restarts=pod.restarts, last_term=pod.last_term)
+        if self.tl.config.walltime_s:
+            # the time limit counts from the container's start: the cluster's time-limit controller sets
+            # the pod's activeDeadlineSeconds (a mutable field) to it at every (re)start
+            run.deadline_s = int(-(-(a.start - pod.start_time + int(self.tl.config.walltime_s * US)) // US))
+        return run
+
+    def _exit(self, run: Run, t: int, reason: str, code: int) -> None:
+        run.reason, run.code, run.finished = reason, code, t
+        self._op(t + 300_000, run.pod.job, "ExitedWithCode",
+                 f"Pod: {NS}.{run.pod.name} exited with code {code}")
+
+    def _delete(self, run: Run, t: int, killing: bool = True) -> None:
+        """Graceful deletion: SIGTERM, the container exits 143, the pod goes."""
+        if killing:
+            self._kubelet(t + 20_000, run.pod, "Killing", f"Stopping container {KO.CONTAINER}")
+        self._exit(run, t + self._u(0.8, 4.0), "Error", SIGTERM_EXIT)
+        run.end, run.deleted = "deleted", t
+
+    def _end(self, k: int, a: Attempt, inc: Incident | None, nxt: Attempt | None, runs: list[Run]) -> None:
+        tl = self.tl
+        job = self.jobs[-1]
+        if inc is None:  # completed
+            for run in runs[1:]:
+                self._exit(run, a.end - self._u(0.2, 0.9), "Completed", 0)
+            self._exit(runs[0], a.end, "Completed", 0)
+            self._op(a.end + 600_000, job, "PyTorchJobSucceeded", f"PyTorchJob {self.job} is successfully completed.")
+            return
+        cls, td, te = inc.root_cause, inc.t_detected, inc.t_fail
+        fail_ni = a.nodes.index(inc.node) if inc.node is not None else None
+        replaced = nxt is not None and fail_ni is not None and nxt.nodes[fail_ni] != a.nodes[fail_ni]
+        if inc.killed_by_walltime or cls == "walltime":
+            for run in runs:
+                self._kubelet(td, run.pod, "DeadlineExceeded",
+                              "Pod was active on the node longer than the specified deadline", container=False)
+                run.pod_reason = ("DeadlineExceeded", "Pod was active on the node longer than the specified deadline.")
+                self._delete(run, td)
+            last = max(r.finished or td for r in runs)
+            for rtype, n in (("Master", 1), ("Worker", len(runs) - 1)):
+                if n and nxt is not None:
+                    self._op(last + US, job, "PyTorchJobRestarting",
+                             f"PyTorchJob {self.job} is restarting because {n} {rtype} replica(s) failed.", "Warning")
+            for run in runs:
+                run.deleted = last + 1_500_000
+                self._op(run.deleted, job, "SuccessfulDeletePod", f"Deleted pod: {run.pod.name}")
+        elif cls == "preemption":
+            other = self.ids.uid("preemptor", k)
+            for run in runs:
+                self.events.new(td, self._pref(run.pod, td), "Preempted",
+                                f"Preempted by pod {other} on node {run.pod.node}", "Preempting",
+                                related={"apiVersion": "v1", "kind": "Pod", "name": f"llm-serving-{k:02d}-0",
+                                         "namespace": "serving", "uid": other})
+                run.disruption = ("PreemptionByScheduler",
+                                  f"{KO.SCHEDULER}: preempting to accommodate a higher priority pod", td)
+                self._delete(run, td)
+        elif cls == "maintenance":
+            head = a.nodes[0]
+            self.events.core(td - 300 * US, KO.node_ref(head), "NodeNotSchedulable",
+                             f"Node {head} status is now: NodeNotSchedulable", host=head)
+            for run in runs:
+                run.disruption = ("EvictionByEvictionAPI", "Eviction API: evicting", td)
+                run.extra["cordoned"] = True
+                self._delete(run, td)
+            if nxt is not None:
+                back = max(td + US, nxt.start - self._u(20.0, 60.0))
+                self.events.core(back, KO.node_ref(head), "NodeSchedulable",
+                                 f"Node {head} status is now: NodeSchedulable", host=head)
+        elif cls in ("hang", "numerics", "user_cancel"):
+            for run in runs:
+                self._delete(run, td)
+            if cls == "user_cancel" and nxt is not None:
+                self._create_job(PyJob(self.ids.uid("pytorchjob", k + 1), self._submit[k + 1], k + 1))
+        elif cls in NODE_LOST:
+            lost = runs[fail_ni]
+            t_nr = te + (td - te) // 2
+            self.events.core(t_nr, KO.node_ref(lost.pod.node), "NodeNotReady",
+                             f"Node {lost.pod.node} status is now: NodeNotReady", component="node-controller")
+            self.events.core(t_nr + 50_000, self._pref(lost.pod, t_nr), "NodeNotReady", "Node is not ready",
+                             "Warning", component="node-controller")
+            self.events.core(td, self._pref(lost.pod, td), "TaintManagerEviction",
+                             f"Marking for deletion Pod {NS}/{lost.pod.name}", component="taint-eviction-controller")
+            lost.not_ready = t_nr
+            lost.disruption = ("DeletionByTaintManager", "Taint manager: deleting due to NoExecute taint", td)
+            lost.end, lost.deleted = "lost", td
+            for run in runs:
+                if run is not lost:
+                    self._exit(run, td + self._u(1.0, 5.0), "Error", 1)
+                    run.end = "inplace"
+        elif cls in CONTAINER_FAILS:
+            for run in runs:
+                if run.pod.ni == fail_ni:
+                    if cls == "oom_host":
+                        # the reason wins: containerd may report an OOM-killed container with exit code 0
+                        self._exit(run, td + 100_000, "OOMKilled", 137 if self.rng.random() < 0.7 else 0)
+                    else:
+                        self._exit(run, td + 100_000, "Error", 1)
+                else:
+                    self._exit(run, td + self._u(0.3, 3.0), "Error", 1)
+                run.end = "inplace"
+            if replaced and cls in REPLACES_NODE:
+                bad = runs[fail_ni]
+                node = bad.pod.node
+                self.events.core(td + 2 * US, KO.node_ref(node), "NodeNotSchedulable",
+                                 f"Node {node} status is now: NodeNotSchedulable", host=node)
+                bad.disruption = ("EvictionByEvictionAPI", "Eviction API: evicting", td + 5 * US)
+                bad.extra["cordoned"] = True
+                bad.end, bad.deleted = "deleted", td + 5 * US
+        else:  # pragma: no cover - every simulated class is handled above
+            raise ValueError(f"no Kubernetes evidence for {cls!r}")
+        if nxt is None:
+            self._op(max(r.finished or td for r in runs) + US, job, "PyTorchJobFailed",
+                     f"PyTorchJob {self.job} has failed because it has reached the specified backoff limit", "Warning")
+            for run in runs:
+                run.end = "final" if run.end == "inplace" else run.end
+            return
+        for run in runs:
+            if run.end == "inplace":
+                run.restart = nxt.start + run.pod.ni * 20_000
+                run.restart_cid = self.ids.hex64("cid", run.pod.uid, run.pod.restarts + 1)
+
+    # ------------------------------------------------------------------ documents
+    def pod_yaml(self, k: int, run: Run) -> dict[str, Any]:
+        pod, cfg = run.pod, self.tl.config
+        meta: dict[str, Any] = {
+            "creationTimestamp": ts(pod.created),
+            "labels": KO.labels(self.job, pod.rtype, pod.rindex),
+            "name": pod.name,
+            "namespace": NS,
+            "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "blockOwnerDeletion": True, "controller": True,
+                                 "kind": "PyTorchJob", "name": self.job, "uid": pod.job.uid}],
+            "uid": pod.uid,
+        }
+        spec: dict[str, Any] = {
+            "containers": [KO.container_spec(self.job, cfg.nodes, cfg.gpus_per_node, pod.ni)],
+            "dnsPolicy": "ClusterFirst",
+            "enableServiceLinks": True,
+            "hostname": pod.name,
+            "nodeName": pod.node,
+            "preemptionPolicy": "PreemptLowerPriority",
+            "priority": 0,
+            "restartPolicy": "OnFailure",
+            "schedulerName": KO.SCHEDULER,
+            "securityContext": {},
+            "serviceAccount": "default",
+            "serviceAccountName": "default",
+            "subdomain": self.job,
+            "terminationGracePeriodSeconds": 30,
+            "tolerations": KO.TOLERATIONS,
+            "volumes": KO.VOLUMES,
+        }
+        if run.deadline_s is not None:
+            spec["activeDeadlineSeconds"] = run.deadline_s
+        cs: dict[str, Any] = {
+            "image": KO.IMAGE,
+            "imageID": f"{KO.IMAGE.split(':')[0]}@{KO.IMAGE_DIGEST}",
+            "name": KO.CONTAINER,
+        }
+        conds = [
+            KO.condition("Initialized", True, pod.start_time),
+            KO.condition("PodScheduled", True, pod.scheduled),
+        ]
+        status: dict[str, Any] = {"hostIP": self.ctx.ip(pod.node), "hostIPs": [{"ip": self.ctx.ip(pod.node)}],
+                                  "podIP": pod.ip, "podIPs": [{"ip": pod.ip}], "qosClass": "Guaranteed",
+                                  "startTime": ts(pod.start_time)}
+        when = run.finished or run.started
+        if run.end == "inplace" and run.restart is not None:
+            t_ready = run.restart + US
+            cs.update(containerID=f"containerd://{run.restart_cid}", lastState={"terminated": run.term()},
+                      ready=True, restartCount=run.restarts + 1, started=True,
+                      state={"running": {"startedAt": ts(run.restart)}})
+            conds += [KO.condition("Ready", True, t_ready), KO.condition("ContainersReady", True, t_ready)]
+            status["phase"] = "Running"
+            when = t_ready
+        elif run.end == "lost":
+            cs.update(containerID=f"containerd://{run.cid}",
+                      lastState={"terminated": run.last_term} if run.last_term else {},
+                      ready=True, restartCount=run.restarts, started=True,
+                      state={"running": {"startedAt": ts(run.started)}})
+            conds += [KO.condition("Ready", False, run.not_ready or run.started),
+                      KO.condition("ContainersReady", True, run.started + US)]
+            status["phase"] = "Running"
+            when = run.deleted or run.started
+        else:
+            term = run.term()
+            cs.update(containerID=f"containerd://{run.cid}",
+                      lastState={"terminated": run.last_term} if run.last_term else {},
+                      ready=False, restartCount=run.restarts, started=False,
+                      state={"terminated": term} if term else {"waiting": {"reason": "ContainerCreating"}})
+            t_end = run.finished or run.started
+            done = run.reason == "Completed"
+            why = "PodCompleted" if done else "PodFailed"
+            conds += [KO.condition("Ready", False, t_end, why), KO.condition("ContainersReady", False, t_end, why)]
+            status["phase"] = "Succeeded" if done else ("Failed" if run.end == "deleted" else "Running")
+        if run.disruption is not None:
+            reason, message, t = run.disruption
+            conds.append(KO.condition("DisruptionTarget", True, t, reason, message))
+        if run.end in ("deleted", "lost") and run.deleted is not None:
+            meta["deletionGracePeriodSeconds"] = 30
+            meta["deletionTimestamp"] = ts(run.deleted + 30 * US)
+        if run.pod_reason is not None:
+            status["reason"], status["message"] = run.pod_reason
+        status["conditions"] = conds
+        status["containerStatuses"] = [cs]
+        meta["resourceVersion"] = self.ids.rv(when)
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
+
+    def job_yaml(self) -> dict[str, Any]:
+        cfg, tl = self.tl.config, self.tl
+        job = self.jobs[-1]
+        last = tl.attempts[-1]
+        ok = last.incident is None
+        end = last.end + 600_000 if ok else last.end + US
+        template_spec: dict[str, Any] = {
+            "containers": [KO.container_spec(self.job, cfg.nodes, cfg.gpus_per_node, None)],
+            "tolerations": [KO.TOLERATIONS[-1]],
+            "volumes": KO.VOLUMES,
+        }
+        replicas: dict[str, Any] = {
+            "Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": {"spec": template_spec}}
+        }
+        if cfg.nodes > 1:
+            replicas["Worker"] = {"replicas": cfg.nodes - 1, "restartPolicy": "OnFailure",
+                                  "template": {"spec": template_spec}}
+        conds = [
+            {"lastTransitionTime": ts(job.created), "lastUpdateTime": ts(job.created),
+             "message": f"PyTorchJob {self.job} is created.", "reason": "PyTorchJobCreated", "status": "True",
+             "type": "Created"},
+            {"lastTransitionTime": ts(last.start + 2 * US), "lastUpdateTime": ts(end),
+             "message": f"PyTorchJob {self.job} is running.", "reason": "PyTorchJobRunning", "status": "False",
+             "type": "Running"},
+        ]
+        if ok:
+            conds.append({"lastTransitionTime": ts(end), "lastUpdateTime": ts(end),
+                          "message": f"PyTorchJob {self.job} is successfully completed.",
+                          "reason": "PyTorchJobSucceeded", "status": "True", "type": "Succeeded"})
+        else:
+            conds.append({"lastTransitionTime": ts(end), "lastUpdateTime": ts(end),
+                          "message": f"PyTorchJob {self.job} has failed because it has reached the specified "
+                                     f"backoff limit", "reason": "PyTorchJobFailed", "status": "True",
+                          "type": "Failed"})
+        sel = f"training.kubeflow.org/job-name={self.job},training.kubeflow.org/operator-name={KO.OPERATOR}"
+        rstat: dict[str, Any] = {"Master": {"selector": f"{sel},training.kubeflow.org/replica-type=master"}}
+        key = "succeeded" if ok else "failed"
+        rstat["Master"][key] = 1
+        if cfg.nodes > 1:
+            rstat["Worker"] = {"selector": f"{sel},training.kubeflow.org/replica-type=worker", key: cfg.nodes - 1}
+        return {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": {"creationTimestamp": ts(job.created), "generation": 1, "name": self.job, "namespace": NS,
+                         "resourceVersion": self.ids.rv(end), "uid": job.uid},
+            "spec": {"pytorchReplicaSpecs": replicas,
+                     "runPolicy": {"backoffLimit": max(0, cfg.max_attempts - 1), "cleanPodPolicy": "None",
+                                   "suspend": False}},
+            "status": {"completionTime": ts(end), "conditions": conds, "lastReconcileTime": ts(end),
+                       "replicaStatuses": rstat, "startTime": ts(job.created + US)},
+        }
+
+    # ------------------------------------------------------------------ logs
+    def evidence(self, a: Attempt) -> Evidence:
+        if a.index not in self._ev:
+            self.plan()
+            inc = self.tl.incidents[a.incident] if a.incident is not None else None
+            cg = None
+            if inc is not None and inc.node is not None:
+                run = self.runs[a.index][a.nodes.index(inc.node)]
+                scope = f"cri-containerd-{run.cid}.scope"
+                memcg = f"/kubepods.slice/kubepods-pod{run.pod.uid.replace('-', '_')}.slice/{scope}"
+                cg = (scope, memcg, memcg)
+            self._ev[a.index] = attempt_evidence(self.ctx, a, inc, False, cg)
+        return self._ev[a.index]
+
+    def pod_log(self, ni: int) -> Iterator[str]:
+        """``kubectl logs`` of one pod name over the run: its node's torchrun, NCCL and Python
+        output; the master's also holds rank 0's trainer lines."""
+        ctx = self.ctx
+        for a in self.tl.attempts:
+            t_l = a.start + min(3 * US, (a.load_begin - a.start) // 10) + ni * 1000
+            warn_t = a.start + (a.load_begin - a.start) // 2 + ni * 1000
+            ev = self.evidence(a)
+            streams: list[Iterable[Line]] = [
+                [(t_l, s) for s in launcher_start(ctx, a, ni, t_l)],
+                init_chatter(ctx, a, only_node=ni),
+                [(warn_t, s) for s in PY_WARNINGS],
+                [(t, s) for t, s, node in ev.out if node == ni],
+            ]
+            if ni == 0:
+                streams[1:1] = [TR.banner(ctx, a)]
+                streams.insert(4, TR.progress(ctx, a, self.steps.attempt(a.index)))
+                if a.incident is None:
+                    streams.append(TR.final(ctx, a))
+            yield from merged(*streams)
+
+    # ------------------------------------------------------------------ other tenants
+    def noise_events(self) -> None:
+        """Other teams' batch Jobs on the CPU nodes: a little of everything a shared cluster logs."""
+        rng = self.ctx.rng("k8s-noise")
+        t = self.tl.t_start - 1800 * US
+        end = self.tl.t_end + 1800 * US
+        n = 0
+        while True:
+            t += int(rng.exponential(3 * 3600.0) * US)
+            if t >= end:
+                return
+            n += 1
+            jname = f"data-prep-{int(rng.integers(1000, 9999))}"
+            suffix = "".join("bcdfghjklmnpqrstvwxz2456789"[int(i)] for i in rng.integers(0, 27, 5))
+            pname = f"{jname}-{suffix}"
+            node = f"cpu-{int(rng.integers(1, 40)):03d}"
+            juid, puid = self.ids.uid("noise-job", n), self.ids.uid("noise-pod", n)
+            jref = {"apiVersion": "batch/v1", "kind": "Job", "name": jname, "namespace": "research",
+                    "resourceVersion": self.ids.rv(t), "uid": juid}
+            pref = {"apiVersion": "v1", "kind": "Pod", "name": pname, "namespace": "research",
+                    "resourceVersion": self.ids.rv(t), "uid": puid}
+            cref = {**pref, "fieldPath": "spec.containers{main}"}
+            self.events.core(t, jref, "SuccessfulCreate", f"Created pod: {pname}", component="job-controller")
+            self.events.new(t + 300_000, pref, "Scheduled", f"Successfully assigned research/{pname} to {node}", "Binding")
+            self.events.core(t + 1_200_000, cref, "Pulled",
+                             'Container image "python:3.11-slim" already present on machine', host=node)
+            self.events.core(t + 1_500_000, cref, "Created", "Created container main", host=node)
+            self.events.core(t + 1_700_000, cref, "Started", "Started container main", host=node)
+            done = t + int(rng.uniform(120, 1800) * US)
+            self.events.core(done + 800_000, jref, "Completed", "Job completed", component="job-controller")
+
+    # ------------------------------------------------------------------ all files
+    def write(self, out: Path) -> dict[str, int]:
+        self.plan()
+        self.noise_events()
+        sizes: dict[str, int] = {}
+        out.mkdir(parents=True, exist_ok=True)
+        sizes["events.json"] = write_text(out / "events.json", to_json(self.events.document()))
+        sizes["pytorchjob.yaml"] = write_text(out / "pytorchjob.yaml", to_yaml(self.job_yaml()))
+        for k, runs in enumerate(self.runs):
+            for run in runs:
+                rel = os.path.join("pods", f"{run.pod.name}.attempt-{k}.yaml")
+                sizes[rel] = write_text(out / rel, to_yaml(self.pod_yaml(k, run)))
+        for ni in range(self.tl.config.nodes):
+            rel = os.path.join("logs", f"{self.pod_name(ni)[0]}.log")
+            sizes[rel] = write_lines(out / rel, self.pod_log(ni))
+        for h in self.used_hosts():
+            rel = os.path.join("nodes", h, "kern.log")
+            sizes[rel] = write_lines(out / rel, self.kern(h))
+        return sizes
+
+
+def write_text(path: Path, text: str) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8", newline="\n") as fh:
+        fh.write(text)
+    return len(text)
+
+
+def fmt_go_ms(ms: int) -> str:
+    """A duration as Go prints ``time.Duration`` truncated to milliseconds: 1m32.405s, 850ms."""
+    if ms < 1000:
+        return f"{ms}ms"
+    h, rem = divmod(ms, 3_600_000)
+    m, rem = divmod(rem, 60_000)
+    s, frac = divmod(rem, 1000)
+    sec = f"{s}.{frac:03d}".rstrip("0").rstrip(".") + "s"
+    if h:
+        return f"{h}h{m}m{sec}"
+    if m:
+        return f"{m}m{sec}"
+    return sec
+
+
+def write_kubernetes(w: RunWriter, out: Path) -> dict[str, int]:
+    """Entry point used by ``run_simulation``."""
+    return KubeWriter(w.tl, w.ctx.seed, w.ctx.job_index).write(out)
+
+
+__all__ = ["KubeWriter", "write_kubernetes", "fmt", "US"]

@@ -17,8 +17,11 @@ def prefix(ctx: RunContext, a: Attempt, rank: int, tid_off: int = 0) -> str:
     return f"{host}:{pid}:{pid + tid_off} [{rank % ctx.G}]"
 
 
-def init_chatter(ctx: RunContext, a: Attempt) -> Iterator[Line]:
-    """Every rank's NCCL init lines, interleaved; ends with Init COMPLETE for every rank."""
+def init_chatter(ctx: RunContext, a: Attempt, only_node: int | None = None) -> Iterator[Line]:
+    """Every rank's NCCL init lines, interleaved; ends with Init COMPLETE for every rank.
+
+    ``only_node`` keeps the lines of that node's ranks (one pod's log); the times and
+    the draws are those of the whole run either way."""
     rng = ctx.rng("nccl-init", a.index)
     world = ctx.world
     G = ctx.G
@@ -33,6 +36,9 @@ def init_chatter(ctx: RunContext, a: Attempt) -> Iterator[Line]:
     t = t0
     for r in order:
         r = int(r)
+        if only_node is not None and r // G != only_node:
+            t += step
+            continue
         p = prefix(ctx, a, r)
         host = ctx.host_of(a, r)
         ip = ctx.ip(host)
@@ -61,6 +67,9 @@ def init_chatter(ctx: RunContext, a: Attempt) -> Iterator[Line]:
     order = rng.permutation(world)
     for r in order:
         r = int(r)
+        if only_node is not None and r // G != only_node:
+            t += step
+            continue
         p = prefix(ctx, a, r)
         yield t, (
             f"{p} NCCL INFO comm 0x{0x55d0c0000000 + r * 0x1f40:x} rank {r} nranks {world} cudaDev {r % G} "

@@ -14,17 +14,23 @@ def _s(us: int | None) -> float | None:
     return None if us is None else round(us / US, 6)
 
 
+def attempt_id(tl: Timeline, a: Any) -> str:
+    """The scheduler id of an attempt: the Slurm job id, or the PyTorchJob's name (every
+    Kubernetes record of the job names it; pods keep their names across restarts)."""
+    return tl.config.name if tl.config.flavor == "kubernetes" else str(a.job_id)
+
+
 def job_truth(tl: Timeline) -> dict[str, Any]:
     cfg = tl.config
     G = cfg.gpus_per_node
     job_ids: list[str] = []
     for a in tl.attempts:
-        if str(a.job_id) not in job_ids:
-            job_ids.append(str(a.job_id))
+        if attempt_id(tl, a) not in job_ids:
+            job_ids.append(attempt_id(tl, a))
     attempts = [
         {
             "attempt": a.index,
-            "job_id": str(a.job_id),
+            "job_id": attempt_id(tl, a),
             "nodes": list(a.nodes),
             "start": iso_z(a.start),
             "end": iso_z(a.end),
@@ -54,7 +60,7 @@ def job_truth(tl: Timeline) -> dict[str, Any]:
         incidents.append(
             {
                 "attempt": inc.attempt,
-                "job_id": str(a.job_id),
+                "job_id": attempt_id(tl, a),
                 "root_cause": inc.root_cause,
                 "planned": inc.planned,
                 "nodes": nodes,

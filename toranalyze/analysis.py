@@ -112,6 +112,7 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     dropped = jobs.filter(~pl.col("_trained") & pl.col("_dir_trained"))
     jobs = jobs.filter(pl.col("_trained") | ~pl.col("_dir_trained")).drop("_trained", "_dir_trained")
     ev = ev.filter(pl.col("job").is_in(jobs["job"].implode()))
+    ev, untimed = relative_times(ev)
     ev = assign_attempts(ev)
     # Progress.
     steps = progress.step_rows(ev)
@@ -305,7 +306,7 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
         (pl.col("eval_us") / US).alias("eval_s"),
         pl.when(pl.col("t_obs_us") > 0).then(pl.col("useful_us") / pl.col("t_obs_us")).alias("tor"),
         (pl.col("ideal_us") / US).alias("ideal_step_time_s"),
-        pl.col("state").is_in(inc_mod.CLEAN).fill_null(False).alias("ended_cleanly"),
+        progress.is_clean(pl.col("state")).fill_null(False).alias("ended_cleanly"),
         pl.col("n_incidents").fill_null(0),
         pl.col("T0").alias("t_start"),
         pl.col("T1").alias("t_end"),
@@ -314,10 +315,85 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     notes = [
         f"job {j!r}: scheduler records only, no training records; not analysed" for j in dropped["job"].to_list()
     ] + notes_guard
+    notes += [
+        f"job {j!r}: no record has a timestamp; times are rebuilt from the reported step times and start "
+        f"at 1970-01-01T00:00:00Z (durations are real, dates are not)"
+        for j in untimed
+    ]
     for j, ident in jobs.select("job", "identity").iter_rows():
         if ident == "directory":
             notes.append(f"job {j!r}: no scheduler id in its records; grouped by its input directory")
     return Analysis(attempts=attempts, incidents=incidents, slow_periods=slow, tor=tor, notes=notes)
+
+
+def relative_times(ev: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """Give a job whose records carry no timestamp at all (a pasted excerpt of a trainer log) a
+    relative clock: in file and line order, each step row ends ``n × step_time`` after the previous
+    one (``n`` the steps since the previous row, the usual logging interval for the first row),
+    and any other record sits at the end of the last step before it, from the epoch on. Returns
+    (events, the jobs so rebuilt); jobs with any timestamp are left alone."""
+    t = pl.col("t")
+    bare = ev.group_by("job").agg(t.is_null().all().alias("_bare"), (pl.col("kind") == "step").any().alias("_steps"))
+    jobs = bare.filter(pl.col("_bare"))["job"].to_list()
+    if not jobs:
+        return ev, []
+    part = ev.filter(pl.col("job").is_in(jobs)).sort("job", "file", "line", "_row")
+    is_step = (pl.col("kind") == "step") & pl.col("step").is_not_null()
+    steps = part.filter(is_step).with_columns(
+        (pl.col("step") - pl.col("step").shift(1).over("job")).alias("_n")
+    )
+    # The logging interval: the most common gap between rows when it occurs twice; a larger gap
+    # is an elision of the excerpt and counts as one interval (the ledger counts the steps).
+    interval = (
+        steps.filter(pl.col("_n") > 0)
+        .group_by("job", "_n")
+        .len()
+        .sort("job", "len", "_n", descending=[False, True, False])
+        .group_by("job", maintain_order=True)
+        .first()
+        .select("job", pl.when(pl.col("len") >= 2).then(pl.col("_n")).alias("_li"))
+    )
+    smallest = steps.filter(pl.col("_n") > 0).group_by("job").agg(
+        pl.col("_n").min().alias("_min"), pl.len().alias("_k")
+    )
+    interval = interval.join(smallest, on="job", how="full", coalesce=True).select(
+        "job", pl.coalesce("_li", pl.when(pl.col("_k") >= 2).then(pl.col("_min")), pl.lit(1)).alias("_li")
+    )
+    steps = steps.join(interval, on="job", how="left").with_columns(pl.col("_li").fill_null(1)).with_columns(
+        (
+            pl.when((pl.col("_n") > 0) & (pl.col("_n") <= 2 * pl.col("_li"))).then(pl.col("_n")).otherwise(pl.col("_li"))
+            * pl.col("step_time_s").fill_null(0.0)
+            * US
+        )
+        .round()
+        .cast(pl.Int64)
+        .alias("_dt")
+    )
+    part = part.join(steps.select("_row", "_dt"), on="_row", how="left").with_columns(
+        pl.col("_dt").fill_null(0).cum_sum().over("job").alias("t")
+    )
+    part = part.with_columns(pl.col("t").cast(UTC_US).alias("ts"), pl.lit(True).alias("ts_inferred")).drop("_dt")
+    # The excerpt starts where its first step started: a start marker there opens the attempt
+    # (when the steps state their times at all).
+    first = (
+        part.filter(is_step & pl.col("step_time_s").is_not_null())
+        .group_by("job")
+        .agg(pl.all().first())
+        .with_columns(
+            pl.lit("init").alias("kind"),
+            pl.lit(0, pl.Int64).alias("t"),
+            pl.lit(0, pl.Int64).cast(UTC_US).alias("ts"),
+            pl.lit(None, pl.Int64).alias("step"),
+            pl.lit(None, pl.Float64).alias("step_time_s"),
+            pl.lit(None, pl.String).alias("failure_class"),
+            pl.lit("(start of the excerpt)").alias("message"),
+            pl.lit(0, pl.Int64).alias("line"),
+        )
+        .with_columns((pl.int_range(pl.len(), dtype=pl.Int64) + int(ev["_row"].max()) + 1).alias("_row"))
+    )
+    part = pl.concat([first.select(part.columns), part], how="vertical")
+    rest = ev.filter(~pl.col("job").is_in(jobs))
+    return pl.concat([rest, part.select(rest.columns)], how="vertical"), jobs
 
 
 def events_frame(records: list[dict], base: str | None = None) -> pl.DataFrame:

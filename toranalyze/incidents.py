@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from toranalyze.progress import CLEAN_STATES, is_clean
 from toranalyze.taxonomy import PLANNED, TAXONOMY, priority
 
 US = 1_000_000
@@ -68,7 +69,7 @@ STATE_CLASS = {
     "Evicted": "preemption",
     "NodeNotReady": "node_failure",
 }
-CLEAN = ("COMPLETED", "Completed", "Succeeded", "SUCCEEDED")
+CLEAN = CLEAN_STATES
 NOT_STOP = ("fail_slow", "scheduling")
 GPU_HW = ("gpu_hardware", "gpu_memory", "gpu_interconnect")
 # Rules that only say the job (or a worker, a pod) ended badly: exit codes, FAILED states.
@@ -83,6 +84,8 @@ WEAK_RULES = (
     "kubernetes-job-failed",
     "kubernetes-crashloop",
 )
+# GPU-class rules that only repeat a generic CUDA failure text (no Xid, no ECC counter).
+GENERIC_GPU_RULES = ("torch-cuda-gpu-lost", "nccl-cuda-unknown")
 # Weak records that say the processes were killed from outside (SIGKILL/SIGTERM, a signal
 # exception): after a silent stall that is how a hang ends.
 SIGNAL_RULES = ("torch-exit-sigkill", "torch-signal-exception")
@@ -90,8 +93,12 @@ OOM = ("oom_gpu", "oom_host")
 _PRIO = {name: priority(name) for name in TAXONOMY}
 
 
-def interrupted_attempts(att: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
-    """Attempts that end by an interruption, with their next attempt's facts joined."""
+def interrupted_attempts(att: pl.DataFrame, ev: pl.DataFrame, stall_us: dict[str, int] | None = None) -> pl.DataFrame:
+    """Attempts that end by an interruption, with their next attempt's facts joined.
+
+    The last attempt of a job counts when it ended badly (a scheduler end that is not clean),
+    or, with no scheduler end, when error records follow its last progress or its records go on
+    for longer than ``stall_us[job]`` without progress (a hang the logs end in)."""
     a = att.sort("job", "attempt_idx").with_columns(
         (pl.col("attempt_idx") == pl.col("attempt_idx").max().over("job")).alias("_last"),
         pl.col("t_start").shift(-1).over("job").alias("t_restart"),
@@ -136,13 +143,21 @@ def interrupted_attempts(att: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
         .agg(pl.col("t").max().alias("_t_last_err"))
     )
     a = a.join(errs_after, on=["job", "attempt_idx"], how="left")
-    bad_end = pl.col("state").is_not_null() & ~pl.col("state").is_in(CLEAN)
+    bad_end = pl.col("state").is_not_null() & ~is_clean(pl.col("state"))
     silent_end_with_errors = (
         pl.col("t_job_end").is_null()
         & pl.col("_t_last_err").is_not_null()
         & (pl.col("_t_last_err") >= pl.col("t_last_step_end").fill_null(pl.col("t_start")))
     )
-    a = a.filter(~pl.col("_last") | bad_end | silent_end_with_errors)
+    stalled = pl.lit(False)
+    if stall_us:
+        lim = pl.col("job").replace_strict(stall_us, default=None, return_dtype=pl.Int64)
+        stalled = (
+            pl.col("t_job_end").is_null()
+            & pl.col("t_last_step_end").is_not_null()
+            & (pl.col("t_end") - pl.col("t_last_step_end") > lim)
+        ).fill_null(False)
+    a = a.filter(~pl.col("_last") | bad_end | silent_end_with_errors | stalled)
     return a.drop("_key", "_la", "_tr2", "_rf2", "_t_last_err").sort("job", "attempt_idx")
 
 
@@ -163,7 +178,8 @@ def build_incidents(
     hang_min_stall_s: float = 120.0,
 ) -> pl.DataFrame:
     """Incidents with Int64 µs phase columns (converted to datetimes by analysis)."""
-    ia = interrupted_attempts(att, ev)
+    stall_lim = {j: int(max(hang_stall_factor * (v or US), hang_min_stall_s * US)) for j, v in ideal_us.items()}
+    ia = interrupted_attempts(att, ev, stall_lim)
     if ia.height == 0:
         return _empty()
     # Detection: the first scheduler end / launcher restart after the last progress, else the
@@ -289,6 +305,13 @@ def build_incidents(
             if len(classes) > 1:
                 reason += " among " + ", ".join(classes)
             sel = strong_err.filter(pl.col("cls") == root)
+            generic = sel.filter(~pl.col("rule").is_in(GENERIC_GPU_RULES)).height == 0
+            if root in GPU_HW and generic and strong_err.filter(pl.col("cls") == "node_failure").height:
+                # "CUDA error: unknown error" is what every process sees when its node dies; with
+                # the scheduler naming a failed node and no GPU record of its own, the node failed.
+                root = "node_failure"
+                reason = "node failure; the CUDA 'unknown error' records are what its processes saw"
+                sel = strong_err.filter(pl.col("cls") == root)
             if root == "numerics" and outside:
                 # NaN losses do not stop a job by themselves (a person does, after a while): a
                 # time limit, preemption or maintenance that came first is the interruption.
@@ -318,7 +341,7 @@ def build_incidents(
                 root, conf = "hang", "medium"
             else:
                 reason = f"{root.replace('_', ' ')}: planned stop"
-        elif r["state"] in CLEAN:
+        elif r["state"] in CLEAN or str(r["state"] or "").endswith("Succeeded"):
             root, reason, conf = "walltime", "attempt exited cleanly and the run was resubmitted", "medium"
         elif fail is not None and fail.height:
             root, reason, conf = "unknown", "only records of unknown cause", "low"
@@ -337,7 +360,10 @@ def build_incidents(
         else:
             root, reason, conf = "unknown", "interruption with no usable evidence", "low"
         if sel is not None and sel.height:
-            nodes = sorted(set(sel["node"].drop_nulls().to_list()))
+            # A record that names the failing node beats the host a scheduler banner was printed
+            # on (the batch host of "JOB ... CANCELLED ... DUE TO NODE FAILURE").
+            named = sel.filter((pl.col("kind") != "job_end") & pl.col("node").is_not_null())
+            nodes = sorted(set((named if named.height else sel)["node"].drop_nulls().to_list()))
             # Ranks: those of the deciding records, else those seen on the deciding nodes.
             rk = sel["rank"].drop_nulls().unique().to_list()
             if not rk and nodes:
@@ -359,6 +385,9 @@ def build_incidents(
                     f"incident on the same node: the faulty GPU surfaced as an OOM"
                 )
                 root, conf = p_root, "medium"
+        if root in OOM and r["first_step"] is None and conf == "high" and not str(reason).startswith(root + " at start"):
+            conf = "medium"
+            reason += "; at start-up, before any step: a faulty GPU can also surface as an out-of-memory error"
         prev_root[job] = (root, set(nodes), a)
         if t_first_error is None and TAXONOMY[root].planned and g is not None and g.height:
             t_first_error = g.filter(pl.col("cls") == root)["t"].min()

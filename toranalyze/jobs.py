@@ -11,7 +11,8 @@ A **job** is one training run however many attempts it took. The identity rule, 
    (a resubmission, a requeue under a new id) chain into one run, while ids whose spans overlap
    are separate runs — so a directory holding several concurrent jobs yields one row per job.
    A nameless id seen only in scheduler files (another user's job in a shared controller log)
-   never continues a run known by its name.
+   never continues a run known by its name, and only numeric (Slurm) ids chain in time: a
+   Kubernetes owner keeps its name across restarts, so another name is another job.
 4. Events without a scheduler id take the run of their file (the id most of the file's events
    carry), else the run whose time span contains them, else the directory's main run (a run
    known by its name first, then the one whose records come from the most files, then the one
@@ -67,8 +68,16 @@ def _fold_dirs(ev: pl.DataFrame) -> dict[str, str]:
     facts = ev.group_by("_dir").agg(
         pl.col("_base").is_not_null().any().alias("ids"),
         pl.col("kind").is_in(("step", "init", "job_start", "job_end")).any().alias("life"),
+        pl.col("_base").drop_nulls().unique().alias("_idset"),
     )
     with_ids = set(facts.filter(pl.col("ids") & pl.col("life"))["_dir"].to_list())
+    idsets = {d: set(x) for d, x in facts.select("_dir", "_idset").iter_rows()}
+    # A sub-directory whose ids all belong to an ancestor's run (per-pod YAML under ``pods/``,
+    # per-attempt scheduler dumps) is part of that run.
+    for d in sorted(with_ids, key=len, reverse=True):
+        anc = [a for a in with_ids if a != d and (a == "" or d.startswith(a + "/")) and idsets[d] <= idsets[a]]
+        if anc:
+            with_ids.discard(d)
     alone = set(facts.filter(~pl.col("ids") & pl.col("life"))["_dir"].to_list())
     out: dict[str, str] = {}
 
@@ -149,7 +158,12 @@ def assign_jobs(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
                 run_of[(dname, base)] = run[0]
                 continue
             best = None
-            for run in open_runs:
+            # Only numeric (Slurm) ids are resubmitted under a new id; a Kubernetes owner keeps
+            # its name across pod restarts, so another name is another job.
+            chainable = base is not None and base.split("_")[0].isdigit()
+            for run in open_runs if chainable else []:
+                if not run[0].rsplit("::", 1)[-1].split("_")[0].isdigit():
+                    continue
                 # A nameless id seen only in scheduler files (another user's job in a shared
                 # controller log) never continues a run known by its name.
                 if not row["train"] and identity_of.get(run[0]) == "job-name":

@@ -35,7 +35,13 @@ from toranalyze.jobs import LIFECYCLE_KINDS
 US = 1_000_000
 BIG = 2**62
 
-CLEAN_STATES = ("COMPLETED", "Completed", "Succeeded", "SUCCEEDED")
+CLEAN_STATES = ("COMPLETED", "Completed", "Succeeded", "SUCCEEDED", "PyTorchJobSucceeded", "JobSucceeded")
+
+
+def is_clean(state: pl.Expr) -> pl.Expr:
+    """A scheduler / pod / operator end state that means success (Slurm COMPLETED, a pod's
+    Completed / Succeeded, a training operator's ``<Kind>Succeeded``)."""
+    return state.is_in(CLEAN_STATES) | state.str.ends_with("Succeeded")
 
 
 def union_intervals(iv: pl.DataFrame, by: str = "job") -> pl.DataFrame:
@@ -174,18 +180,24 @@ def attempt_table(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     marker = pl.col("kind").is_in(("job_start", "init", "restart", "ckpt_load"))
     non_kernel_err = pl.col("kind").is_in(("error", "warning")) & (pl.col("source").fill_null("") != "kernel")
     is_end = pl.col("kind") == "job_end"
-    bad_end = is_end & ~pl.col("state").fill_null("").is_in(CLEAN_STATES)
+    bad_end = is_end & ~is_clean(pl.col("state").fill_null(""))
     att = (
         ev.filter(pl.col("t").is_not_null())
         .group_by("job", "attempt_idx")
         .agg(
-            pl.coalesce(pl.col("t").filter(marker).min(), pl.col("t").filter(life).min(), pl.col("t").min()).alias(
-                "t_start"
-            ),
+            # A start on a node (a pod's container, a Slurm step on its batch host) is when the
+            # processes began; a job-level "started" can precede it by scheduling and image pulls.
+            pl.coalesce(
+                pl.col("t").filter((pl.col("kind") == "job_start") & pl.col("node").is_not_null()).min(),
+                pl.col("t").filter(marker).min(),
+                pl.col("t").filter(life).min(),
+                pl.col("t").min(),
+            ).alias("t_start"),
             pl.col("t").filter(pl.col("kind") == "job_start").min().alias("t_sched_start"),
             pl.col("t").filter(pl.col("kind").is_in(("init", "restart"))).min().alias("t_init"),
             pl.col("t").filter(is_end).max().alias("t_job_end"),
-            pl.col("t").filter(life | non_kernel_err).max().alias("t_last_record"),
+            # A heartbeat (a cluster watchdog's "still running") keeps the attempt alive too.
+            pl.col("t").filter(life | non_kernel_err | (pl.col("kind") == "heartbeat")).max().alias("t_last_record"),
             pl.col("t").filter(pl.col("kind") == "restart").min().alias("t_restart_evt"),
             pl.col("state").filter(bad_end).first().alias("_bad_state"),
             pl.col("code").filter(bad_end).first().alias("_bad_code"),

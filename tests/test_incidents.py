@@ -160,3 +160,17 @@ def test_caught_up_is_measured_to_the_interrupted_attempts_own_last_step():
     inc = analyze_events(events_frame(a + b + c)).incidents.sort("attempt").row(1, named=True)
     # attempt 3 starts its first step at end_b + 35 and reaches step 15 five steps later
     assert inc["t_caught_up"].timestamp() - inc["t_resumed"].timestamp() == pytest.approx(50.0)
+
+
+def test_heartbeats_without_progress_until_the_logs_end_are_a_hang():
+    """A cluster watchdog keeps saying the job runs while no step comes: the log ends in a hang."""
+    rec, t_last, _ = _attempt(0, 1, 20, "1", "COMPLETED")
+    rec = [r for r in rec if r["kind"] != "job_end"]
+    rec += [dict(ts=t_last + 3600 * k, kind="heartbeat", message="PULSE: running", file="r/pulse") for k in (1, 2)]
+    an = analyze_events(events_frame(rec))
+    inc = an.incidents.row(0, named=True)
+    assert inc["root_cause"] == "hang" and inc["t_first_error"] is None
+    assert an.tor["detection_s"][0] == pytest.approx(7200.0)
+    assert not an.tor["ended_cleanly"][0]
+    # A log that just stops after its last step is no incident (a truncated run).
+    assert analyze_events(events_frame(rec[:-2])).incidents.height == 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from toranalyze.analysis import analyze_events, events_frame
 
 
@@ -125,3 +127,33 @@ def test_attempt_without_lifecycle_records_ends_at_its_last_record():
     assert an.tor["t_obs_s"][0] == 40.0
     assert an.attempts["t_end"][0].year == 2024
     assert an.incidents["t_detected"][0].year == 2024
+
+
+def test_kubernetes_pods_directory_joins_the_run_and_other_owners_stay_apart():
+    """Per-attempt pod YAML lives under pods/ with the run's owner id; another namespace's pod in
+    the same event stream is another job, however its times fall."""
+    rec = [dict(ts=-800, kind="job_start", job_id="data-prep", node="cpu-033", file="k/events.json"),
+           dict(ts=-10, kind="job_start", job_id="train", file="k/events.json"),
+           dict(ts=0, kind="job_start", job_id="train", node="gpu-001", file="k/pods/train-master-0.attempt-0.yaml")]
+    rec += _steps(30, 1, 40, file="k/logs/train-master-0.log")
+    rec += [dict(ts=450, kind="job_end", job_id="train", node="gpu-001", state="Error", file="k/pods/train-master-0.attempt-0.yaml"),
+            dict(ts=500, kind="job_start", job_id="train", node="gpu-002", file="k/pods/train-master-0.attempt-1.yaml"),
+            dict(ts=520, kind="ckpt_load", step=30, file="k/logs/train-master-0.log")]
+    rec += _steps(520, 31, 60, file="k/logs/train-master-0.log")
+    rec += [dict(ts=900, kind="job_end", job_id="train", state="PyTorchJobSucceeded", file="k/events.json")]
+    an = analyze_events(events_frame(rec))
+    assert an.tor.height == 1 and an.tor["job"][0] == "k::train"
+    t = an.tor.row(0, named=True)
+    assert t["ended_cleanly"] and t["n_attempts"] == 2 and t["n_incidents"] == 1
+    assert an.attempts["t_start"][0].timestamp() - an.tor["t_start"][0].timestamp() == 0
+    assert an.tor["t_obs_s"][0] == 900.0  # from the container start, not the job-level "started"
+
+
+def test_excerpt_without_timestamps_gets_a_relative_clock():
+    rec = [dict(kind="step", step=s, step_time_s=100.0 + (s == 5) * 20, file="x/loss_spike.log") for s in range(1, 11)]
+    rec += [dict(kind="error", failure_class="gpu_memory", file="x/loss_spike.log")]
+    an = analyze_events(events_frame([{**r, "ts": None} for r in rec]))
+    t = an.tor.row(0, named=True)
+    assert t["t_obs_s"] == pytest.approx(1020.0) and t["useful_s"] == pytest.approx(1000.0)
+    assert an.incidents["root_cause"].to_list() == ["gpu_memory"]
+    assert any("no record has a timestamp" in n for n in an.notes)

@@ -1,24 +1,32 @@
 """Incidents: one per interruption of an attempt, with phases, root cause, symptoms and evidence.
 
 An attempt is **interrupted** when another attempt of the job follows it, or when it is the
-last one and ended badly: a scheduler end that is not COMPLETED, or (no scheduler end at all)
-error records after its last progress.
+last one and ended badly: a scheduler end that is not clean, or (no scheduler end at all) error
+records after its last progress, or records (heartbeats) going on without progress for longer
+than the hang threshold.
 
 Evidence of an incident: classified records (``failure_class`` set) from every source of the
 job in ``[max(attempt start, t_last_progress - pre_s), min(next attempt start, t_detected +
 post_s)]``, plus the attempt's scheduler end state (NODE_FAIL, OUT_OF_MEMORY, TIMEOUT, ...).
-The root cause is the class of lowest causal priority (``taxonomy.priority``), ties broken by
-time; the other classes are symptoms. Special rules, each stated in ``reason``:
+The root cause is chosen on a ladder, each step stated in ``reason``:
 
-* a collective timeout with nothing else is ``collective_timeout`` (confidence medium);
-* no failure evidence, or only a walltime / user-cancel end, after a silent stall of progress
-  longer than ``hang_stall_factor`` ideal steps (and ``hang_min_stall_s``) is a ``hang`` whose
-  detection was the kill;
-* an OOM at start-up (before the attempt's first step) right after a GPU-hardware-class
-  incident on the same node is upgraded to that hardware class;
-* an attempt that exited cleanly but was followed by another one (a time-budget exit and a
-  resubmission) is a planned ``walltime`` interruption;
-* no evidence at all is ``unknown`` (confidence low).
+1. error-level records of specific classes, lowest causal priority (``taxonomy.priority``)
+   first, ties by time; a GPU class whose only records are the generic CUDA "unknown error"
+   next to a node failure is that node failure; NaN losses stopped by a time limit, preemption
+   or maintenance are that planned stop;
+2. warnings of specific classes within ``pre_s`` of the last progress (confidence medium);
+   warnings farther from it are background noise and dropped;
+3. ``hang`` detectors, then collective timeouts with nothing else (``collective_timeout``);
+4. planned stops; a walltime / user cancel after a silent stall longer than
+   ``hang_stall_factor`` ideal steps (and ``hang_min_stall_s``) is a ``hang`` detected by the kill;
+5. a clean exit followed by another attempt: a ``walltime`` (time-budget) interruption;
+6. job-level termination records only (``WEAK_RULES``: exit codes, FAILED states): a kill
+   signal after a long stall is a ``hang``, otherwise ``unknown``; nothing at all after a long
+   stall is a ``hang``, else ``unknown`` (confidence low).
+
+An OOM at start-up (before the attempt's first step) right after a GPU-hardware-class incident
+on the same node is upgraded to that hardware class; alone it is kept with confidence medium.
+The other classes are symptoms.
 """
 
 from __future__ import annotations

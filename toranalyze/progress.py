@@ -5,7 +5,8 @@ All times are Int64 microseconds since the epoch (column ``t`` added by ``jobs.w
 
 Step rows
     One row per (job, attempt, step) whatever the number of ranks that logged it: the end is
-    the earliest report, the reported step time the median over ranks. A row may stand for
+    the earliest report (sharpened by :func:`refine_ends` when the clock is coarse), the reported
+    step time the median over ranks. A row may stand for
     several steps when the trainer logs every N iterations: it covers ``(prev_step, step]``,
     ``n = step - prev_step`` steps of ``d`` µs each, where ``d`` is the reported per-step time
     (``step_time_s``), else the time since the previous row divided by ``n``. The first row of

@@ -19,7 +19,7 @@ from datetime import datetime
 import polars as pl
 
 from toranalyze.clock import offset_iso, ts_month_name
-from toranalyze.schema import NAIVE_US, conform_raw
+from toranalyze.schema import NAIVE_US, conform_raw, conform_to
 
 # ``kubectl`` renders ages with HumanDuration: 6s, 3m1s, 5m, 2h30m, 12h, 2d4h, 30d, 2y10d.
 AGE = r"(?:\d+[ydhms])+|<unknown>|<invalid>"
@@ -213,18 +213,7 @@ def empty_ev() -> pl.LazyFrame:
 
 def conform_ev(frame: pl.LazyFrame) -> pl.LazyFrame:
     """Fill missing EV columns with nulls (defaults: year known, not inferred)."""
-    have = frame.collect_schema()
-    cols = []
-    for name, dtype in EV_SCHEMA.items():
-        if name in have:
-            cols.append(pl.col(name).cast(dtype, strict=False))
-        elif name == "ts_year_known":
-            cols.append(pl.lit(True).alias(name))
-        elif name == "ts_inferred":
-            cols.append(pl.lit(False).alias(name))
-        else:
-            cols.append(pl.lit(None, dtype).alias(name))
-    return frame.select(cols)
+    return conform_to(frame, EV_SCHEMA)
 
 
 def _pod_saw_not_ready(obj_kind: pl.Expr, name: pl.Expr) -> pl.Expr:

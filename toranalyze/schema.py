@@ -115,27 +115,29 @@ MESSAGE_MAX = 4096
 _FLAG_DEFAULTS = {"ts_inferred": False, "ts_year_known": True}
 
 
-def conform_raw(frame: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
-    """Add missing RAW_SCHEMA columns as nulls, cast the rest, order them.
+def conform_to(frame: pl.LazyFrame | pl.DataFrame, schema: pl.Schema | Mapping[str, pl.DataType]) -> pl.LazyFrame:
+    """Select ``schema``'s columns in order: cast the present ones, add the missing ones as nulls.
 
-    A parser builds only the columns it knows and calls this last. Defaults:
-    ``ts_inferred`` False, ``ts_year_known`` True.
+    The time flags get their defaults instead of nulls (``ts_inferred`` False, ``ts_year_known``
+    True), so a parser only states them when they differ.
     """
     lf = frame.lazy()
     have = lf.collect_schema()
     exprs: list[pl.Expr] = []
-    for name, dtype in RAW_SCHEMA.items():
-        if name in have and name in _FLAG_DEFAULTS:
-            exprs.append(pl.col(name).cast(dtype, strict=False).fill_null(_FLAG_DEFAULTS[name]))
-        elif name in have:
-            exprs.append(pl.col(name).cast(dtype, strict=False))
-        elif name == "ts_inferred":
-            exprs.append(pl.lit(False).alias(name))
-        elif name == "ts_year_known":
-            exprs.append(pl.lit(True).alias(name))
+    for name, dtype in schema.items():
+        if name in have:
+            col = pl.col(name).cast(dtype, strict=False)
+            exprs.append(col.fill_null(_FLAG_DEFAULTS[name]) if name in _FLAG_DEFAULTS else col)
+        elif name in _FLAG_DEFAULTS:
+            exprs.append(pl.lit(_FLAG_DEFAULTS[name]).alias(name))
         else:
             exprs.append(pl.lit(None, dtype=dtype).alias(name))
-    return lf.select(exprs).with_columns(pl.col("message").str.slice(0, MESSAGE_MAX))
+    return lf.select(exprs)
+
+
+def conform_raw(frame: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
+    """A parser's rows in RAW_SCHEMA (see conform_to); messages cut to MESSAGE_MAX."""
+    return conform_to(frame, RAW_SCHEMA).with_columns(pl.col("message").str.slice(0, MESSAGE_MAX))
 
 
 def _check(schema: Mapping[str, pl.DataType], want: pl.Schema, who: str, what: str) -> None:

@@ -113,6 +113,7 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     jobs = jobs.filter(pl.col("_trained") | ~pl.col("_dir_trained")).drop("_trained", "_dir_trained")
     ev = ev.filter(pl.col("job").is_in(jobs["job"].implode()))
     ev, untimed = relative_times(ev)
+    ev = place_untimed_errors(ev)
     ev = assign_attempts(ev)
     # Progress.
     steps = progress.step_rows(ev)
@@ -324,6 +325,48 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
         if ident == "directory":
             notes.append(f"job {j!r}: no scheduler id in its records; grouped by its input directory")
     return Analysis(attempts=attempts, incidents=incidents, slow_periods=slow, tor=tor, notes=notes)
+
+
+def place_untimed_errors(ev: pl.DataFrame) -> pl.DataFrame:
+    """Move an error or warning whose time was inferred past a restart it cannot precede.
+
+    A record without a timestamp of its own (a traceback line) is placed at the previous timed
+    line of its file, but it lies anywhere up to the next timed line. When the job (re)started
+    in between — one pod log spanning several container restarts, whose workers print no timed
+    line of their own — the error belongs to the later attempt and is printed as its processes
+    die: it takes the next timed line's time.
+    """
+    if "ts_inferred" not in ev.columns or not ev["ts_inferred"].fill_null(False).any():
+        return ev
+    order = ev.filter(pl.col("t").is_not_null()).select("_row", "job", "file", "line", "t", "ts_inferred", "kind")
+    order = order.sort("file", "line", "_row").with_columns(
+        pl.when(~pl.col("ts_inferred").fill_null(False)).then(pl.col("t")).alias("_hi")
+    ).with_columns(pl.col("_hi").backward_fill().over("file").alias("_hi"))
+    cand = order.filter(
+        pl.col("ts_inferred").fill_null(False) & pl.col("kind").is_in(("error", "warning")) & (pl.col("_hi") > pl.col("t"))
+    )
+    if cand.height == 0:
+        return ev
+    starts = (
+        ev.filter(pl.col("kind").is_in(("job_start", "init", "restart")) & ~pl.col("ts_inferred").fill_null(False))
+        .select("job", pl.col("t").alias("_s"))
+        .drop_nulls()
+        .unique()
+        .sort("_s")
+    )
+    if starts.height == 0:
+        return ev
+    hit = (
+        cand.sort("t")
+        .join_asof(starts, left_on="t", right_on="_s", by="job", strategy="forward", allow_exact_matches=False,
+                   check_sortedness=False)
+        .filter(pl.col("_s").is_not_null() & (pl.col("_s") <= pl.col("_hi")))
+        .select("_row", "_hi")
+    )
+    if hit.height == 0:
+        return ev
+    ev = ev.join(hit, on="_row", how="left").with_columns(pl.coalesce("_hi", "t").alias("t")).drop("_hi")
+    return ev.with_columns(pl.col("t").cast(UTC_US).alias("ts"))
 
 
 def relative_times(ev: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:

@@ -222,6 +222,10 @@ def build_incidents(
         .then(pl.lit(None, pl.String))
         .when(st.str.starts_with("CANCELLED"))
         .then(pl.lit("user_cancel"))
+        # A container stopped by SIGTERM (exit 143) was stopped from outside: with no eviction,
+        # preemption or drain (which outrank it) someone deleted or stopped the job.
+        .when((pl.col("source") == "kubernetes") & (pl.col("code") == "143") & (st == "Error"))
+        .then(pl.lit("user_cancel"))
         .otherwise(st.replace_strict(STATE_CLASS, default=None, return_dtype=pl.String))
     )
     cols = [

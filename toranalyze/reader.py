@@ -196,7 +196,7 @@ class FileResult:
     warnings: list[str]
 
 
-def _noise_mask(parsers: Sequence[Any]) -> pl.Expr | None:
+def noise_mask(parsers: Sequence[Any]) -> pl.Expr | None:
     patterns = [p for parser in parsers for p in getattr(parser, "noise", ())]
     if not patterns:
         return None
@@ -242,7 +242,7 @@ def _with_prefix_context(events: pl.DataFrame, prepared: pl.DataFrame) -> pl.Dat
     ).drop("p_ts", "p_off", "p_node", "p_rank", "p_local")
 
 
-def _covered_lines(events: pl.DataFrame) -> pl.Series:
+def covered_lines(events: pl.DataFrame) -> pl.Series:
     end = pl.coalesce("line_end", "line")
     return events.select(pl.int_ranges("line", end + 1, dtype=pl.Int64).alias("l")).explode("l")["l"]
 
@@ -252,11 +252,11 @@ def read_text_events(path: str, parsers: Sequence[Any], block_bytes: int = BLOCK
     chunks = Chunks(path, block_bytes)
     frames: list[pl.DataFrame] = []
     covered_total = 0
-    noise = _noise_mask(parsers)
+    noise = noise_mask(parsers)
     for chunk in chunks:
         prepared = prepare_lines(chunk)
         events = _with_prefix_context(_extract_all(prepared, parsers, path), prepared)
-        covered = _covered_lines(events)
+        covered = covered_lines(events)
         if noise is not None:
             covered = pl.concat([covered, prepared.filter(noise)["line"]])
         covered_total += covered.unique().len()
@@ -295,7 +295,7 @@ def read_document_events(path: str, parser: Any) -> FileResult:
     lines = _DOCUMENT_LINES.pop(path, None)
     if lines is None:  # the parser read the file its own way
         lines = _count_lines(path)
-    covered = _covered_lines(df).unique().len() if df.height else 0
+    covered = covered_lines(df).unique().len() if df.height else 0
     # A document parser understands the whole file it claimed.
     covered = max(covered, lines) if df.height else covered
     return FileResult(df, lines, covered, [parser.name], [])

@@ -22,6 +22,7 @@ all attempts) and ``nodes/<host>/kern.log``.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ from toranalyze.simulate.emit_nccl import init_chatter
 from toranalyze.simulate.emit_torch import launcher_start
 from toranalyze.simulate.evidence import Evidence, attempt_evidence
 from toranalyze.simulate.k8s_objects import NS, US, ts
-from toranalyze.simulate.kyaml import to_json, to_yaml
+from toranalyze.simulate.kyaml import list_json_chunks, to_yaml
 from toranalyze.simulate.timeline import REPLACES_NODE, Attempt, Incident, Timeline
 from toranalyze.simulate.writer import PY_WARNINGS, Line, RunWriter, merged, write_lines
 
@@ -532,43 +533,52 @@ class KubeWriter(RunWriter):
             yield from merged(*streams)
 
     # ------------------------------------------------------------------ other tenants
-    def noise_events(self) -> None:
-        """Other teams' batch Jobs on the CPU nodes: a little of everything a shared cluster logs."""
+    def noise_events(self) -> Iterator[dict[str, Any]]:
+        """Another team's CronJob on the CPU nodes (namespace ``research``), every two hours.
+
+        CronJob children are named ``<cronjob>-<scheduled unix minute>``, so their events come
+        out already in the List's name order and are streamed, one job at a time.
+        """
         rng = self.ctx.rng("k8s-noise")
-        t = self.tl.t_start - 1800 * US
+        hour = 3600 * US
+        t = (self.tl.t_start - 1800 * US) // (2 * hour) * (2 * hour)
         end = self.tl.t_end + 1800 * US
         n = 0
         while True:
-            t += int(rng.exponential(3 * 3600.0) * US)
+            t += 2 * hour
             if t >= end:
                 return
             n += 1
-            jname = f"data-prep-{int(rng.integers(1000, 9999))}"
+            log = KO.EventLog(self.ids)
+            jname = f"data-prep-{t // (60 * US)}"
             suffix = "".join("bcdfghjklmnpqrstvwxz2456789"[int(i)] for i in rng.integers(0, 27, 5))
             pname = f"{jname}-{suffix}"
             node = f"cpu-{int(rng.integers(1, 40)):03d}"
+            t0 = t + int(rng.uniform(0.2, 2.0) * US)
             juid, puid = self.ids.uid("noise-job", n), self.ids.uid("noise-pod", n)
             jref = {"apiVersion": "batch/v1", "kind": "Job", "name": jname, "namespace": "research",
-                    "resourceVersion": self.ids.rv(t), "uid": juid}
+                    "resourceVersion": self.ids.rv(t0), "uid": juid}
             pref = {"apiVersion": "v1", "kind": "Pod", "name": pname, "namespace": "research",
-                    "resourceVersion": self.ids.rv(t), "uid": puid}
+                    "resourceVersion": self.ids.rv(t0), "uid": puid}
             cref = {**pref, "fieldPath": "spec.containers{main}"}
-            self.events.core(t, jref, "SuccessfulCreate", f"Created pod: {pname}", component="job-controller")
-            self.events.new(t + 300_000, pref, "Scheduled", f"Successfully assigned research/{pname} to {node}", "Binding")
-            self.events.core(t + 1_200_000, cref, "Pulled",
-                             'Container image "python:3.11-slim" already present on machine', host=node)
-            self.events.core(t + 1_500_000, cref, "Created", "Created container main", host=node)
-            self.events.core(t + 1_700_000, cref, "Started", "Started container main", host=node)
-            done = t + int(rng.uniform(120, 1800) * US)
-            self.events.core(done + 800_000, jref, "Completed", "Job completed", component="job-controller")
+            log.core(t0, jref, "SuccessfulCreate", f"Created pod: {pname}", component="job-controller")
+            log.new(t0 + 300_000, pref, "Scheduled", f"Successfully assigned research/{pname} to {node}", "Binding")
+            log.core(t0 + 1_200_000, cref, "Pulled", 'Container image "python:3.11-slim" already present on machine',
+                     host=node)
+            log.core(t0 + 1_500_000, cref, "Created", "Created container main", host=node)
+            log.core(t0 + 1_700_000, cref, "Started", "Started container main", host=node)
+            done = t0 + int(rng.uniform(120, 1800) * US)
+            log.core(done + 800_000, jref, "Completed", "Job completed", component="job-controller")
+            yield from log.sorted_items()
 
     # ------------------------------------------------------------------ all files
     def write(self, out: Path) -> dict[str, int]:
         self.plan()
-        self.noise_events()
         sizes: dict[str, int] = {}
         out.mkdir(parents=True, exist_ok=True)
-        sizes["events.json"] = write_text(out / "events.json", to_json(self.events.document()))
+        # namespaces default and ml-train (the job's, held) sort before research (streamed)
+        items = itertools.chain(self.events.sorted_items(), self.noise_events())
+        sizes["events.json"] = write_text(out / "events.json", list_json_chunks(items))
         sizes["pytorchjob.yaml"] = write_text(out / "pytorchjob.yaml", to_yaml(self.job_yaml()))
         for k, runs in enumerate(self.runs):
             for run in runs:
@@ -583,11 +593,15 @@ class KubeWriter(RunWriter):
         return sizes
 
 
-def write_text(path: Path, text: str) -> int:
+def write_text(path: Path, text: str | Iterable[str]) -> int:
+    """Write a text, or its pieces one after the other; returns its length."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    n = 0
     with open(path, "w", encoding="utf-8", newline="\n") as fh:
-        fh.write(text)
-    return len(text)
+        for piece in [text] if isinstance(text, str) else text:
+            fh.write(piece)
+            n += len(piece)
+    return n
 
 
 def fmt_go_ms(ms: int) -> str:

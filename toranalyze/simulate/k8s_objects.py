@@ -137,19 +137,23 @@ class EventLog:
             ev["related"] = related
         self.items[("new", self._seq)] = ev
 
-    def document(self) -> dict[str, Any]:
-        """The ``kubectl get events -A -o json`` List: items in the API's (namespace, name) order."""
-        out = []
+    def sorted_items(self) -> list[dict[str, Any]]:
+        """The events in the API's list order (namespace, then name), finished; empties the log."""
         by_time = sorted(self.items.values(), key=lambda e: (e["_last"], e["metadata"]["name"]))
         for ev in by_time:
             ev["metadata"]["resourceVersion"] = self.ids.rv(ev["_last"])
-        for ev in sorted(self.items.values(), key=lambda e: (e["metadata"]["namespace"], e["metadata"]["name"])):
+        out = sorted(self.items.values(), key=lambda e: (e["metadata"]["namespace"], e["metadata"]["name"]))
+        self.items = {}
+        for ev in out:
             first, last = ev.pop("_first"), ev.pop("_last")
             if ev["eventTime"] is None:
                 ev["firstTimestamp"] = ts(first)
                 ev["lastTimestamp"] = ts(last)
-            out.append(ev)
-        return {"apiVersion": "v1", "items": out, "kind": "List", "metadata": {"resourceVersion": ""}}
+        return out
+
+    def document(self) -> dict[str, Any]:
+        """The ``kubectl get events -A -o json`` List."""
+        return {"apiVersion": "v1", "items": self.sorted_items(), "kind": "List", "metadata": {"resourceVersion": ""}}
 
 
 def pod_ref(name: str, uid: str, rv: str, container: bool = False) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 WIDTH = 80
@@ -199,7 +200,26 @@ def to_yaml(obj: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def _go_escape(text: str) -> str:
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
 def to_json(obj: Any) -> str:
     """``kubectl get … -o json`` text (four-space indent, sorted keys, HTML-safe escapes)."""
-    text = json.dumps(obj, indent=4, sort_keys=True, ensure_ascii=True)
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026") + "\n"
+    return _go_escape(json.dumps(obj, indent=4, sort_keys=True, ensure_ascii=True)) + "\n"
+
+
+def list_json_chunks(items: Iterable[dict[str, Any]]) -> Iterator[str]:
+    """The text of ``to_json({"apiVersion": "v1", "items": items, "kind": "List", ...})``, item by
+    item, so that a long List is written without holding it."""
+    first = True
+    for item in items:
+        body = _go_escape(json.dumps(item, indent=4, sort_keys=True, ensure_ascii=True))
+        body = "\n".join("        " + ln for ln in body.split("\n"))
+        yield ('{\n    "apiVersion": "v1",\n    "items": [\n' if first else ",\n") + body
+        first = False
+    if first:
+        yield '{\n    "apiVersion": "v1",\n    "items": [],'
+    else:
+        yield "\n    ],"
+    yield '\n    "kind": "List",\n    "metadata": {\n        "resourceVersion": ""\n    }\n}\n'

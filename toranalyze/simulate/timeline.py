@@ -210,7 +210,7 @@ class StepSource:
         if self._gen is None or index <= self._served:
             if tl.replay is None:
                 raise ValueError("the timeline kept no steps and has no replay")
-            self._gen = _generate(tl.config, tl.replay(), _Result())
+            self._gen = _generate(tl.config, tl.replay(), _Result(), record=False)
             self._pending = None
         self._served = index
         while True:
@@ -352,12 +352,15 @@ class _Result:
     pending: list[tuple[int, int]] = field(default_factory=list)
 
 
-def _generate(cfg: RunConfig, rng: np.random.Generator, res: _Result) -> Iterator[tuple[int, Chunk]]:
+def _generate(
+    cfg: RunConfig, rng: np.random.Generator, res: _Result, record: bool = True
+) -> Iterator[tuple[int, Chunk]]:
     """Draw one run, yielding ``(attempt, (steps, ends, durations))`` chunks as they are drawn.
 
     Everything else (attempts, saves, incidents, slow periods, per-attempt summaries)
     lands in ``res``. A chunk never spans two checkpoint blocks. The draws do not depend
-    on who consumes the chunks, so a second generator seeded alike replays the same run.
+    on who consumes the chunks, so a second generator seeded alike replays the same run;
+    a replay passes ``record=False`` and keeps no saves, evaluations or block sums.
     """
     sim = _Sim(cfg, rng)
     G = cfg.gpus_per_node
@@ -423,7 +426,8 @@ def _generate(cfg: RunConfig, rng: np.random.Generator, res: _Result) -> Iterato
             a.n_steps += len(nums)
             a.last_step_no = last_step_done
             a.last_step_end = int(ends[-1])
-            a.blocks.add(first, durs, ideal)
+            if record:
+                a.blocks.add(first, durs, ideal)
             if a.nan_from_step is not None and a.nan_first_end is None and last_step_done >= a.nan_from_step:
                 a.nan_first_end = int(ends[max(0, a.nan_from_step - first)])
             if res.pending:
@@ -534,16 +538,18 @@ def _generate(cfg: RunConfig, rng: np.random.Generator, res: _Result) -> Iterato
                 if te < tc + d:
                     if ph == "save":
                         a.saves.append(Save(boundary, tc, int(te), False, poisoned))
-                    else:
+                    elif record:
                         a.evals.append(Eval(boundary, tc, int(te), False))
                     sim.U += int(te) - tc
                     ended = (kind, idx, int(te))
                     break
                 if ph == "save":
+                    if not record:
+                        a.saves.clear()  # only the last save is looked at while drawing
                     a.saves.append(Save(boundary, tc, tc + d, True, poisoned))
                     if not poisoned:
                         clean_ckpts.append(boundary)
-                else:
+                elif record:
                     a.evals.append(Eval(boundary, tc, tc + d, True))
                 sim.U += d
                 tc += d

@@ -16,6 +16,7 @@ from typing import Any
 import polars as pl
 
 from toranalyze.clock import normalize_time, resolve_open_years
+from toranalyze.derived import loss_spike_events
 from toranalyze.discover import InputFile, discover
 from toranalyze.engine import map_ordered
 from toranalyze.errors import ToranalyzeError
@@ -178,5 +179,6 @@ def ingest(
     else:
         events = pl.DataFrame(schema=EVENT_SCHEMA)
     events = classify(events, rules).select(list(EVENT_SCHEMA)).collect()
+    events = pl.concat([events, loss_spike_events(events)], how="vertical")
     validate_events(events)
     return IngestResult(events, reports, list(input_errors))

@@ -13,14 +13,13 @@ import io
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import IO, Any
 
 import polars as pl
 
 from toranalyze.errors import InputError, ParserError, SchemaError
 from toranalyze.lines import prepare_lines
-from toranalyze.schema import RAW_SCHEMA, conform_raw, validate_kinds, validate_raw
+from toranalyze.schema import RAW_SCHEMA, validate_kinds, validate_raw
 
 BLOCK_BYTES = 32 * 1024 * 1024
 HEAD_BYTES = 16 * 1024

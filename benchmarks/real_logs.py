@@ -19,7 +19,10 @@ from pathlib import Path
 import polars as pl
 
 from toranalyze.analysis import AnalysisOptions, analyze_events
+from toranalyze.coverage import uncovered_lines
 from toranalyze.pipeline import IngestOptions, ingest
+from toranalyze.plugins import default_registry
+from toranalyze.reader import read_head
 
 # Publisher's label (first word of the INDEX "label" column) -> failure classes that count as
 # recognising it. None: the label is not a failure; the check is that no failure is claimed.
@@ -59,6 +62,9 @@ def read_index(root: Path) -> list[tuple[str, str, str]]:
 
 def analyse_file(path: Path) -> dict:
     result = ingest([str(path)], IngestOptions())
+    registry = default_registry()
+    mode, parsers = registry.choose(str(path), read_head(str(path)).decode("utf-8", "replace"))
+    missed = uncovered_lines(str(path), parsers).height if mode == "text" else 0
     report = result.files[0]
     ev = result.events
     classes = sorted(set(ev["failure_class"].drop_nulls().to_list()))
@@ -70,6 +76,7 @@ def analyse_file(path: Path) -> dict:
         slow = analysis.slow_periods.height
     return {
         "lines": report.lines,
+        "missed": missed,
         "covered": report.covered,
         "error": report.error,
         "classes": classes,
@@ -105,22 +112,23 @@ def main() -> int:
     if not rows:
         print("no labelled files found in INDEX.md", file=sys.stderr)
         return 1
-    fam_lines: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    print("| file | family | label | lines | coverage | event classes | incident root causes | verdict |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    fam_lines: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    print("| file | family | label | lines | coverage | unrecognised non-blank | event classes | incident root causes | verdict |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for rel, family, label in rows:
         info = analyse_file(args.root / rel)
         fam = family.split("+")[0].strip()
         fam_lines[fam][0] += info["covered"]
         fam_lines[fam][1] += info["lines"]
+        fam_lines[fam][2] += info["missed"]
         cov = f"{info['covered'] / info['lines']:.1%}" if info["lines"] else "-"
-        print(f"| {rel} | {family} | {label} | {info['lines']} | {cov} | {', '.join(info['classes']) or '-'} | "
+        print(f"| {rel} | {family} | {label} | {info['lines']} | {cov} | {info['missed']} | {', '.join(info['classes']) or '-'} | "
               f"{', '.join(info['roots']) or '-'} | {info['error'] or verdict(label, info)} |")
     print()
-    print("| family | lines | covered | coverage |")
-    print("| --- | --- | --- | --- |")
-    for fam, (cov, n) in sorted(fam_lines.items()):
-        print(f"| {fam} | {n} | {cov} | {cov / n:.1%} |")
+    print("| family | lines | covered | coverage | unrecognised non-blank lines |")
+    print("| --- | --- | --- | --- | --- |")
+    for fam, (cov, n, missed) in sorted(fam_lines.items()):
+        print(f"| {fam} | {n} | {cov} | {cov / n:.1%} | {missed} |")
     return 0
 
 

@@ -274,7 +274,7 @@ class KubeWriter(RunWriter):
             for run in runs:
                 self._kubelet(td, run.pod, "DeadlineExceeded",
                               "Pod was active on the node longer than the specified deadline", container=False)
-                run.pod_reason = ("DeadlineExceeded", "Pod was active on the node longer than the specified deadline.")
+                run.pod_reason = ("DeadlineExceeded", "Pod was active on the node longer than the specified deadline")
                 self._delete(run, td)
             last = max(r.finished or td for r in runs)
             for rtype, n in (("Master", 1), ("Worker", len(runs) - 1)):

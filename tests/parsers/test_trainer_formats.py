@@ -165,10 +165,10 @@ def test_megatron_timer_chatter_is_noise_not_events() -> None:
     ]
     assert extract_lines(parser, lines).height == 0
     from toranalyze.lines import lines_from_strings
-    from toranalyze.reader import _noise_mask
+    from toranalyze.reader import noise_mask
 
     prepared = lines_from_strings(lines)
-    assert prepared.filter(_noise_mask([parser])).height == len(lines)
+    assert prepared.filter(noise_mask([parser])).height == len(lines)
 
 
 # ---------------------------------------------------------------- Megatron evaluation / checkpoints / start / exit

@@ -104,3 +104,40 @@ def lines_from_strings(lines: list[str], first_line: int = 1) -> pl.DataFrame:
         {"line": pl.Series(range(first_line, first_line + len(lines)), dtype=pl.Int64), "raw": lines}
     )
     return prepare_lines(chunk)
+
+
+# Clocks that start a line after its prefixes: glog ('E1206 18:44:12.715298 ...') and syslog
+# ('Dec  6 18:44:12 host ...'), both without a year; ISO stamps were peeled into p_ts already.
+_GLOG_CLOCK = r"^\s*[IWEF](\d{4}) (\d{2}:\d{2}:\d{2}(?:\.\d+)?)\s"
+_SYSLOG_CLOCK = r"^([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}:\d{2}:\d{2}(?:\.\d+)?) "
+
+CLOCK_SCHEMA = pl.Schema(
+    {"line": pl.Int64(), "c_ts": NAIVE_US, "c_off": pl.Int32(), "c_year_known": pl.Boolean()}
+)
+
+
+def line_clocks(prepared: pl.DataFrame) -> pl.DataFrame:
+    """The wall clock each timed line shows, whether or not a parser recorded the line.
+
+    Records without a time of their own (a traceback, a bare error) are placed after the last
+    clock seen before them, not after the last *recorded* event: launcher banners and chatter
+    are timed even when nobody keeps them as events.
+    """
+    from toranalyze.clock import ts_glog, ts_month_name
+
+    glog = pl.col("text").str.extract_groups(_GLOG_CLOCK)
+    syslog = pl.col("text").str.extract_groups(_SYSLOG_CLOCK)
+    glog_ts = ts_glog(glog.struct.field("1"), glog.struct.field("2"))
+    syslog_ts = ts_month_name(syslog.struct.field("1"), syslog.struct.field("2"), syslog.struct.field("3"))
+    return (
+        prepared.lazy()
+        .select(
+            "line",
+            pl.coalesce("p_ts", glog_ts, syslog_ts).alias("c_ts"),
+            pl.col("p_off").alias("c_off"),
+            pl.col("p_ts").is_not_null().alias("c_year_known"),
+        )
+        .filter(pl.col("c_ts").is_not_null())
+        .unique("line", keep="first", maintain_order=True)
+        .collect()
+    )

@@ -9,10 +9,8 @@ written. Zones and years are settled later, once, by ``normalize_time``:
 3. Formats without a year (glog, syslog) get the year of the nearest dated
    record of the same file, else ``--year``, else the file's modification year;
    a date more than a day after that anchor belongs to the year before.
-4. Records with no time at all take the last clock shown on a line before them in the same
-   file, even on a line no parser records (``toranalyze.lines.line_clocks``: peeled ISO
-   prefixes, glog, syslog); failing that the previous dated record's time (the next one for a
-   file's leading lines). They are marked ``ts_inferred``.
+4. Records with no time at all take the previous dated record's time in the same
+   file (the next one for a file's leading lines) and are marked ``ts_inferred``.
 """
 
 from __future__ import annotations

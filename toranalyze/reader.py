@@ -18,7 +18,7 @@ from typing import IO, Any
 import polars as pl
 
 from toranalyze.errors import InputError, ParserError, SchemaError
-from toranalyze.lines import CLOCK_SCHEMA, line_clocks, prepare_lines
+from toranalyze.lines import prepare_lines
 from toranalyze.schema import RAW_SCHEMA, validate_kinds, validate_raw
 
 BLOCK_BYTES = 32 * 1024 * 1024
@@ -241,24 +241,6 @@ def _with_prefix_context(events: pl.DataFrame, prepared: pl.DataFrame) -> pl.Dat
     ).drop("p_ts", "p_off", "p_node", "p_rank", "p_local")
 
 
-def _with_line_clock(events: pl.DataFrame, clocks: pl.DataFrame) -> pl.DataFrame:
-    """Untimed events take the last clock shown at or before their line (marked inferred)."""
-    if clocks.is_empty() or events.is_empty():
-        return events
-    joined = events.with_row_index("_order").sort("line").join_asof(clocks.sort("line"), on="line", strategy="backward")
-    fill = pl.col("ts").is_null() & pl.col("c_ts").is_not_null()
-    return (
-        joined.with_columns(
-            pl.when(fill).then(pl.col("c_ts")).otherwise(pl.col("ts")).alias("ts"),
-            pl.when(fill).then(pl.col("c_off")).otherwise(pl.col("ts_offset_s")).alias("ts_offset_s"),
-            pl.when(fill).then(pl.col("c_year_known")).otherwise(pl.col("ts_year_known")).alias("ts_year_known"),
-            (pl.col("ts_inferred") | fill).alias("ts_inferred"),
-        )
-        .sort("_order")
-        .drop("_order", *CLOCK_SCHEMA.names()[1:])
-    )
-
-
 def covered_lines(events: pl.DataFrame) -> pl.Series:
     end = pl.coalesce("line_end", "line")
     return events.select(pl.int_ranges("line", end + 1, dtype=pl.Int64).alias("l")).explode("l")["l"]
@@ -270,12 +252,9 @@ def read_text_events(path: str, parsers: Sequence[Any], block_bytes: int = BLOCK
     frames: list[pl.DataFrame] = []
     covered_total = 0
     noise = noise_mask(parsers)
-    last_clock = pl.DataFrame(schema=CLOCK_SCHEMA)
     for chunk in chunks:
         prepared = prepare_lines(chunk)
-        clocks = pl.concat([last_clock, line_clocks(prepared)])  # a clock carries over a block boundary
-        last_clock = clocks.tail(1)
-        events = _with_line_clock(_with_prefix_context(_extract_all(prepared, parsers, path), prepared), clocks)
+        events = _with_prefix_context(_extract_all(prepared, parsers, path), prepared)
         covered = covered_lines(events)
         if noise is not None:
             covered = pl.concat([covered, prepared.filter(noise)["line"]])

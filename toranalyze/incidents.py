@@ -63,6 +63,21 @@ INCIDENTS_SCHEMA = pl.Schema(
     }
 )
 
+# The rows assembled per interruption before the derived columns: the table's own columns with
+# times still as integer microseconds, plus the helpers the derived columns are computed from.
+_ROWS_SCHEMA = pl.Schema(
+    {
+        **{
+            name: (pl.Int64 if isinstance(dtype, pl.Datetime) else dtype)
+            for name, dtype in INCIDENTS_SCHEMA.items()
+            if name not in ("incident", "t_caught_up", "lost_steps", "lost_time_s", "downtime_s")
+        },
+        "_last_step": pl.Int64,
+        "_next_rf": pl.Int64,
+        "_job_end": pl.Int64,
+    }
+)
+
 # Scheduler / pod end states that are evidence by themselves when no rule classified them.
 STATE_CLASS = {
     "NODE_FAIL": "node_failure",
@@ -426,29 +441,7 @@ def build_incidents(
                 "_job_end": job_end_us.get(job),
             }
         )
-    inc = pl.DataFrame(
-        rows,
-        schema={
-            "job": pl.String,
-            "attempt": pl.Int32,
-            "root_cause": pl.String,
-            "planned": pl.Boolean,
-            "symptoms": pl.List(pl.String),
-            "nodes": pl.List(pl.String),
-            "ranks": pl.List(pl.Int32),
-            "t_last_progress": pl.Int64,
-            "t_first_error": pl.Int64,
-            "t_detected": pl.Int64,
-            "t_restart": pl.Int64,
-            "t_resumed": pl.Int64,
-            "confidence": pl.String,
-            "reason": pl.String,
-            "evidence": pl.List(pl.String),
-            "_last_step": pl.Int64,
-            "_next_rf": pl.Int64,
-            "_job_end": pl.Int64,
-        },
-    )
+    inc = pl.DataFrame(rows, schema=_ROWS_SCHEMA)
     inc = inc.with_columns(
         pl.when(pl.col("_last_step").is_null() | pl.col("_next_rf").is_null())
         .then(0)

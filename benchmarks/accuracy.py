@@ -3,8 +3,8 @@
 Two modes:
 
 * ``e2e`` (default): the simulator writes a run's logs and ``truth.json`` (the code path of
-  ``toranalyze simulate``); ``toranalyze.pipeline.ingest`` parses them with the real parsers;
-  ``analyze_events`` reconstructs; ``toranalyze.score`` compares. Parsers and reconstruction
+  ``toranalyze simulate``); ``toranalyze.ingest.pipeline.ingest`` parses them with the real parsers;
+  ``analyze_events`` reconstructs; ``toranalyze.simulate.score`` compares. Parsers and reconstruction
   are measured together.
 * ``direct``: the simulator's timeline is turned into the events perfect parsers would emit
   (``score.events_from_timeline``), so the reconstruction alone is measured.
@@ -37,8 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from toranalyze.analysis import AnalysisOptions, analyze_events
-from toranalyze.score import events_from_timeline, format_summary, score_run, summarize
+from toranalyze.reconstruct.analysis import AnalysisOptions, analyze_events
+from toranalyze.simulate.score import events_from_timeline, format_summary, score_run, summarize
 
 # Every class the simulator can script, in the order compact runs cycle through them.
 CLASSES = (
@@ -176,11 +176,11 @@ class Unsupported(Exception):
 
 
 def run_direct(name: str, seed: int) -> list[dict]:
+    import numpy as np
+
     from toranalyze.simulate.command import job_configs
     from toranalyze.simulate.timeline import simulate_timeline
     from toranalyze.simulate.truth import job_truth
-
-    import numpy as np
 
     jobs = []
     for k, cfg in enumerate(job_configs(scenario_data(name, seed), seed)):
@@ -194,7 +194,7 @@ def simulate_and_ingest(name: str, seed: int, out: Path, reuse: bool = False) ->
     """Write the run's logs (unless kept from before), parse them; returns (events, truth)."""
     import polars as pl
 
-    from toranalyze.pipeline import ingest
+    from toranalyze.ingest.pipeline import ingest
     from toranalyze.simulate.command import run_simulation
 
     cache = out / "events.parquet"

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import polars as pl
 
-from toranalyze.analysis import AnalysisOptions, analyze_events
-from toranalyze.coverage import uncovered_lines
-from toranalyze.pipeline import IngestOptions, ingest
+from toranalyze.ingest.coverage import uncovered_lines
+from toranalyze.ingest.pipeline import IngestOptions, ingest
+from toranalyze.ingest.reader import read_head
 from toranalyze.plugins import default_registry
-from toranalyze.reader import read_head
+from toranalyze.reconstruct.analysis import AnalysisOptions, analyze_events
 
 # Publisher's label (first word of the INDEX "label" column) -> failure classes that count as
 # recognising it. None: the label is not a failure; the check is that no failure is claimed.

@@ -10,8 +10,8 @@ from typing import Any
 import polars as pl
 import pytest
 
-from toranalyze.lines import lines_from_strings
-from toranalyze.reader import read_text_events
+from toranalyze.ingest.lines import lines_from_strings
+from toranalyze.ingest.reader import read_text_events
 
 DATA = Path(__file__).parent / "data"
 

@@ -1,4 +1,4 @@
-"""Reconstruction accuracy against simulator truth (docs/ledger.md, toranalyze.score).
+"""Reconstruction accuracy against simulator truth (docs/ledger.md, toranalyze.simulate.score).
 
 * direct: the simulator's timeline → the events perfect parsers would emit → analysis → score.
 * end to end: simulated logs → ``pipeline.ingest`` (the real parsers) → analysis → score, on the
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from toranalyze.analysis import analyze_events
-from toranalyze.score import events_from_timeline, score_run, summarize
+from toranalyze.reconstruct.analysis import analyze_events
+from toranalyze.simulate.score import events_from_timeline, score_run, summarize
 
 HAS_SIM_CLI = importlib.util.find_spec("toranalyze.simulate.command") is not None
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from toranalyze.analysis import analyze_events, events_frame
+from toranalyze.reconstruct.analysis import analyze_events, events_frame
 
 
 def _attempt(t0, s0, s1, job, state, dt=10.0, end_gap=10.0, load=None):

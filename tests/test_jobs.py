@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from toranalyze.analysis import analyze_events, events_frame
+from toranalyze.reconstruct.analysis import analyze_events, events_frame
 
 
 def _steps(t0, s0, s1, dt=10.0, file="run/train.log", **kw):

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from toranalyze.analysis import AnalysisOptions, analyze_events, events_frame
-from toranalyze.ledger import BUCKETS
+from toranalyze.reconstruct.analysis import AnalysisOptions, analyze_events, events_frame
+from toranalyze.reconstruct.ledger import BUCKETS
 
 
 def _sum(row):
@@ -114,7 +114,7 @@ def test_expected_useful_per_step_matches_monte_carlo():
     import numpy as np
     import polars as pl
 
-    from toranalyze.ledger import expected_useful_per_step
+    from toranalyze.reconstruct.ledger import expected_useful_per_step
 
     rng = np.random.default_rng(0)
     sigma, n, ideal = 0.03, 10, 4.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from toranalyze.analysis import AnalysisOptions, analyze_events, events_frame
+from toranalyze.reconstruct.analysis import AnalysisOptions, analyze_events, events_frame
 
 
 def _steps(t0, s0, s1, dt=10.0, rep=True, every=1, f="r/t"):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from toranalyze.model import FailureProcess, RunConfig, SIM_CLASSES, config_from_dict, load_preset, tor_fail_stop_exact
+from toranalyze.model import SIM_CLASSES, FailureProcess, RunConfig, config_from_dict, load_preset, tor_fail_stop_exact
 from toranalyze.simulate.command import run_simulation
 from toranalyze.simulate.timeline import simulate_timeline
 

@@ -10,8 +10,8 @@ import polars as pl
 import pytest
 import yaml
 
+from toranalyze.ingest.pipeline import ingest
 from toranalyze.model import config_from_dict, load_preset
-from toranalyze.pipeline import ingest
 from toranalyze.simulate.command import job_configs, run_simulation
 from toranalyze.simulate.kyaml import scalar, to_json, to_yaml
 from toranalyze.simulate.timeline import simulate_timeline

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from toranalyze.analysis import analyze_events, events_frame
+from toranalyze.reconstruct.analysis import analyze_events, events_frame
 
 
 def _run(durs, extra=()):

@@ -18,9 +18,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from toranalyze import __version__
-from toranalyze.engine import default_jobs
 from toranalyze.errors import NothingReadError, ToranalyzeError
-from toranalyze.pipeline import IngestOptions, IngestResult, ingest
+from toranalyze.ingest.engine import default_jobs
+from toranalyze.ingest.pipeline import IngestOptions, IngestResult, ingest
 from toranalyze.plugins import default_registry
 
 err = Console(stderr=True)
@@ -124,7 +124,7 @@ def analyze_cmd(paths: tuple[str, ...], out_dir: str | None, tz: str, year: int 
     target = Path(out_dir) if out_dir else _default_out(paths)
     result = _run_ingest(paths, tz, year, parser, rules, quiet, jobs)
     _write_ingest(result, target)
-    from toranalyze.report_text import analyze_and_write
+    from toranalyze.report.text import analyze_and_write
 
     analyze_and_write(result, target, ideal_step_time=ideal_step_time, console=out, quiet=quiet)
 
@@ -134,9 +134,9 @@ def analyze_cmd(paths: tuple[str, ...], out_dir: str | None, tz: str, year: int 
 @click.option("--top", type=int, default=20, show_default=True, help="How many line shapes to show.")
 def coverage_cmd(paths: tuple[str, ...], top: int) -> None:
     """Show the lines of text logs that no parser recognised, grouped by shape."""
-    from toranalyze.coverage import line_shapes, uncovered_lines
-    from toranalyze.discover import discover
-    from toranalyze.reader import looks_binary, read_head
+    from toranalyze.ingest.coverage import line_shapes, uncovered_lines
+    from toranalyze.ingest.discover import discover
+    from toranalyze.ingest.reader import looks_binary, read_head
 
     registry = default_registry()
     files, problems = discover(paths)
@@ -189,7 +189,7 @@ def _base_sniff() -> Any:
 @click.option("--rules", "rules", multiple=True, type=click.Path(dir_okay=False), help="Also load this file.")
 def rules_cmd(rules: tuple[str, ...]) -> None:
     """List the classification rules in the order they are tried."""
-    from toranalyze.rules import load_rules
+    from toranalyze.ingest.classify import load_rules
 
     table = Table()
     for col in ("id", "class", "source", "kind", "code/state", "match", "from"):
@@ -215,16 +215,15 @@ def schema_cmd(markdown: bool) -> None:
         out.print(f"[bold]{name}[/] ({dtype}): {COLUMN_DOCS[name]}")
 
 
-def _register_optional_commands() -> None:
-    """Commands that live in their own packages (simulator, planner)."""
-    try:
-        from toranalyze.simulate.command import simulate
-    except ImportError:
-        return
+def _register_commands() -> None:
+    """Commands that live beside their stage. They ship in every install: an import error here is a
+    broken install and must show, never hide the command."""
+    from toranalyze.simulate.command import simulate
+
     cli.add_command(simulate)
 
 
-_register_optional_commands()
+_register_commands()
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ The contract is small. A parser is an object with
   because its head shows a document format only it reads (a ``sacct`` table,
   Kubernetes JSON/YAML). Plain text logs are claimed by nobody;
 * ``extract(lines: LazyFrame) -> LazyFrame | None``: line rules. Given the
-  prepared lines of a text log (see ``toranalyze.lines``), return the events it
+  prepared lines of a text log (see ``toranalyze.ingest.lines``), return the events it
   recognises in ``RAW_SCHEMA`` (via ``schema.conform_raw``), or None when the
   parser has no line rules. Every text log runs through every parser's
   ``extract``: a Slurm job's stdout mixes srun, NCCL and trainer records;
@@ -63,7 +63,7 @@ class Parser:
 
     def parse(self, path: str) -> pl.LazyFrame:
         # Imported here: reader imports this module's siblings.
-        from toranalyze.reader import read_text_events
+        from toranalyze.ingest.reader import read_text_events
 
         return read_text_events(path, [self]).events.lazy()
 

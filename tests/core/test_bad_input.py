@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 import zstandard
 
-from toranalyze.pipeline import IngestOptions, ingest
+from toranalyze.ingest.pipeline import IngestOptions, ingest
 
 GOOD = "slurmstepd: error: *** JOB 42 ON node7 CANCELLED AT 2024-03-01T10:00:00 DUE TO TIME LIMIT ***\n"
 

@@ -8,10 +8,18 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toranalyze.clock import PLACEHOLDER_YEAR, normalize_time, resolve_open_years, offset_iso, ts_glog, ts_iso, ts_month_name
+from toranalyze.ingest.clock import (
+    PLACEHOLDER_YEAR,
+    normalize_time,
+    offset_iso,
+    resolve_open_years,
+    ts_glog,
+    ts_iso,
+    ts_month_name,
+)
 from toranalyze.schema import conform_raw
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def _raw(rows: list[dict]) -> pl.LazyFrame:

@@ -6,7 +6,7 @@ import math
 
 import polars as pl
 
-from toranalyze.derived import loss_spike_events
+from toranalyze.ingest.derived import loss_spike_events
 from toranalyze.schema import EVENT_SCHEMA
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from toranalyze.pipeline import IngestOptions, ingest, node_from_path
+from toranalyze.ingest.pipeline import IngestOptions, ingest, node_from_path
 
 LINES = {
     "slurm-77.out": "slurmstepd: error: *** JOB 77 ON gpu-3 CANCELLED AT 2024-03-01T10:00:00 DUE TO TIME LIMIT ***\n",

@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 from toranalyze.errors import AmbiguousParserError, PluginError
-from toranalyze.lines import lines_from_strings
+from toranalyze.ingest.lines import lines_from_strings
 from toranalyze.plugins import Parser, Registered, Registry, default_registry
 from toranalyze.schema import KINDS, RAW_SCHEMA, SEVERITIES, validate_raw
 

@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from toranalyze.errors import RulesError
-from toranalyze.rules import builtin_rules, classify, load_rules, parse_rules
+from toranalyze.ingest.classify import builtin_rules, classify, load_rules, parse_rules
 from toranalyze.schema import EVENT_SCHEMA
 from toranalyze.taxonomy import TAXONOMY
 

@@ -10,12 +10,12 @@ import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from toranalyze_parsers.kernel import parser
 
 from tests.conftest import DATA, assert_golden, extract_lines, parse_file
-from toranalyze.reader import read_text_events
-from toranalyze.rules import classify, load_rules
+from toranalyze.ingest.classify import classify, load_rules
+from toranalyze.ingest.reader import read_text_events
 from toranalyze.schema import KINDS, RAW_SCHEMA, SEVERITIES
-from toranalyze_parsers.kernel import parser
 
 HERE = DATA / "kernel"
 GOLDEN = HERE / "golden"

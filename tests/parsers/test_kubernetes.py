@@ -16,13 +16,13 @@ import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from toranalyze_parsers.kubernetes import KubernetesParser, parser
 
 from tests.conftest import DATA, assert_golden, extract_lines, parse_file
+from toranalyze.ingest.classify import classify, load_rules
+from toranalyze.ingest.reader import read_document_events, read_head, read_text_events
 from toranalyze.plugins import default_registry
-from toranalyze.reader import read_document_events, read_head, read_text_events
-from toranalyze.rules import classify, load_rules
 from toranalyze.schema import KINDS, RAW_SCHEMA, SEVERITIES
-from toranalyze_parsers.kubernetes import KubernetesParser, parser
 
 K8S = DATA / "kubernetes"
 REAL = K8S / "real"

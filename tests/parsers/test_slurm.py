@@ -10,15 +10,15 @@ import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from toranalyze_parsers.slurm import parser
+from toranalyze_parsers.slurm.common import hostlist_count, normalize_state, single_host
+from toranalyze_parsers.slurm.sacct import parse_document
 
 from tests.conftest import DATA, assert_golden, extract_lines, parse_file
-from toranalyze.lines import lines_from_strings
-from toranalyze.reader import read_document_events, read_head, read_text_events
-from toranalyze.rules import Rule, classify, parse_rules
+from toranalyze.ingest.classify import Rule, classify, parse_rules
+from toranalyze.ingest.lines import lines_from_strings
+from toranalyze.ingest.reader import read_document_events, read_head, read_text_events
 from toranalyze.schema import KINDS, SEVERITIES, validate_raw
-from toranalyze_parsers._slurm_common import hostlist_count, normalize_state, single_host
-from toranalyze_parsers._slurm_sacct import parse_document
-from toranalyze_parsers.slurm import parser
 
 HERE = DATA / "slurm"
 REAL = HERE / "real"

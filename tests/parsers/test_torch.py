@@ -12,12 +12,12 @@ import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from toranalyze_parsers.torch import parser
 
 from tests.conftest import assert_golden, extract_lines, parse_file
-from toranalyze.reader import read_text_events
-from toranalyze.rules import builtin_rules, classify, load_rules
+from toranalyze.ingest.classify import builtin_rules, classify, load_rules
+from toranalyze.ingest.reader import read_text_events
 from toranalyze.schema import KINDS, RAW_SCHEMA, SEVERITIES
-from toranalyze_parsers.torch import parser
 
 DATA = Path(__file__).parent.parent / "data" / "torch"
 REAL = DATA / "real"

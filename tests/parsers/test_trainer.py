@@ -9,12 +9,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from toranalyze_parsers.trainer import parser
 
 from tests.conftest import DATA, assert_golden, parse_file
-from toranalyze.reader import read_text_events
-from toranalyze.rules import Rule, classify, parse_rules
+from toranalyze.ingest.classify import Rule, classify, parse_rules
+from toranalyze.ingest.reader import read_text_events
 from toranalyze.schema import validate_raw
-from toranalyze_parsers.trainer import parser
 
 HERE = DATA / "trainer"
 REAL = HERE / "real"

@@ -8,9 +8,9 @@ from typing import Any
 
 import polars as pl
 import pytest
+from toranalyze_parsers.trainer import parser
 
 from tests.conftest import extract_lines
-from toranalyze_parsers.trainer import parser
 
 
 def _rows(lines: list[str], kind: str | None = None) -> list[dict[str, Any]]:
@@ -164,8 +164,8 @@ def test_megatron_timer_chatter_is_noise_not_events() -> None:
         " > number of parameters on (tensor, pipeline) model parallel rank (1, 2): 805560320",
     ]
     assert extract_lines(parser, lines).height == 0
-    from toranalyze.lines import lines_from_strings
-    from toranalyze.reader import noise_mask
+    from toranalyze.ingest.lines import lines_from_strings
+    from toranalyze.ingest.reader import noise_mask
 
     prepared = lines_from_strings(lines)
     assert prepared.filter(noise_mask([parser])).height == len(lines)

@@ -9,11 +9,11 @@ import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from toranalyze_parsers.trainer import parser
 
 from tests.conftest import extract_lines
-from toranalyze.rules import classify, load_rules, parse_rules
+from toranalyze.ingest.classify import classify, load_rules, parse_rules
 from toranalyze.schema import KINDS, RAW_SCHEMA, SEVERITIES
-from toranalyze_parsers.trainer import parser
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

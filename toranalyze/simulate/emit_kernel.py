@@ -27,9 +27,9 @@ def gpu_fell_off(ctx: RunContext, host: str, t: int, gpu: int, pid: int) -> list
         line(ctx, host, t, f"NVRM: GPU Board Serial Number: 1652{abs(hash_s(host, gpu)) % 10**9:09d}"),
         *xid(ctx, host, t, gpu, 79, pid, "GPU has fallen off the bus."),
         line(ctx, host, t + 2000, "NVRM: GPU 0000:" + bus + ".0: GPU has fallen off the bus."),
-        line(ctx, host, t + 900_000, f"NVRM: A GPU crash dump has been created. If possible, please run"),
-        line(ctx, host, t + 900_000, f"NVRM: nvidia-bug-report.sh as root to collect this data before"),
-        line(ctx, host, t + 900_000, f"NVRM: the NVIDIA kernel module is unloaded."),
+        line(ctx, host, t + 900_000, "NVRM: A GPU crash dump has been created. If possible, please run"),
+        line(ctx, host, t + 900_000, "NVRM: nvidia-bug-report.sh as root to collect this data before"),
+        line(ctx, host, t + 900_000, "NVRM: the NVIDIA kernel module is unloaded."),
     ]
 
 

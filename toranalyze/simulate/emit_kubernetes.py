@@ -145,12 +145,12 @@ class KubeWriter(RunWriter):
 
     def _unschedulable(self, busy: int, cordoned: int = 0) -> str:
         total = self._cluster_nodes()
-        why = [f"3 node(s) had untolerated taint {{node-role.kubernetes.io/control-plane: }}"]
+        why = ["3 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }"]
         if busy:
             why.append(f"{busy} Insufficient nvidia.com/gpu")
         if cordoned:
             why.append(f"{cordoned} node(s) were unschedulable")
-        pre = [f"3 Preemption is not helpful for scheduling"]
+        pre = ["3 Preemption is not helpful for scheduling"]
         if busy + cordoned:
             pre.append(f"{busy + cordoned} No preemption victims found for incoming pod")
         return (f"0/{total} nodes are available: {', '.join(sorted(why))}. preemption: 0/{total} nodes are "

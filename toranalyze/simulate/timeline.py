@@ -122,7 +122,7 @@ class Attempt:
     last_step_no: int | None = None
     last_step_end: int | None = None
     nan_first_end: int | None = None  # end of the first step at or after nan_from_step
-    blocks: "_Blocks | None" = None
+    blocks: _Blocks | None = None
 
     @property
     def first_step(self) -> int | None:
@@ -176,7 +176,7 @@ class Timeline:
     def tor(self) -> float:
         return self.ledger_us["useful"] / self.ledger_us["t_obs"] if self.ledger_us["t_obs"] else 1.0
 
-    def steps(self) -> "StepSource":
+    def steps(self) -> StepSource:
         """The steps of every attempt, attempt by attempt, without holding them all."""
         return StepSource(self)
 
@@ -193,7 +193,7 @@ class StepSource:
     checkpoint interval of steps). Asking for an earlier attempt restarts the replay.
     """
 
-    def __init__(self, tl: "Timeline"):
+    def __init__(self, tl: Timeline):
         self.tl = tl
         self._gen: Iterator[tuple[int, Chunk]] | None = None
         self._pending: tuple[int, Chunk] | None = None

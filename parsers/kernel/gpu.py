@@ -1,0 +1,324 @@
+"""NVIDIA GPU and NVSwitch records: NVRM Xid and friends, SXid, fabric manager, GPU index maps.
+
+``code`` holds the Xid number (``79``); NVSwitch errors use ``SX`` + the SXid number
+(``SX12028``), both from the driver's SXid lines and the fabric manager's
+``detected NVSwitch fatal error N`` lines, so rules can tell the two families apart.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+from toranalyze_parsers.kernel.common import PCI, boot_id, event, first_of_burst, has, norm_pci, runs
+
+_XID = (
+    rf"NVRM: Xid \((?:PCI:)?(?P<pci>{PCI})\): (?P<code>\d+)"
+    r"(?:, pid=(?P<pid>[^,]*))?(?:, name=(?P<name>[^,]*))?(?:,\s*(?P<text>.*))?"
+)
+# Xids that stop the GPU (or the node) and Xids that record a condition without stopping work.
+_XID_CRITICAL = ["48", "62", "64", "74", "79", "95", "119", "120", "140", "154"]
+_XID_WARNING = ["45", "63", "92"]
+
+_FALLEN = r"(?i)f(?:a|e)ll(?:en)? off the bus"
+
+
+def xid_events(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """``NVRM: Xid (PCI:0000:3b:00): 79, pid=…, name=…, GPU has fallen off the bus.``
+
+    Xid 45 only says the driver tore down channels after another error (or after a kill). When
+    the driver does not print ``caused by previous Xid N``, the message gets
+    ``(follows Xid N on this GPU)`` naming the last other Xid of the same device since boot,
+    so rules can classify the symptom by its cause and leave a lone 45 unclassified.
+    """
+    g = pl.col("body").str.extract_groups(_XID)
+    hits = lf.with_columns(boot_id().alias("_boot")).filter(has("NVRM: Xid")).with_columns(g.alias("_x")).filter(
+        pl.col("_x").struct.field("code").is_not_null()
+    )
+    code = pl.col("_x").struct.field("code")
+    device = norm_pci(pl.col("_x").struct.field("pci"))
+    prev = (
+        pl.when(code != "45")
+        .then(code)
+        .shift(1)
+        .forward_fill()
+        .over(["_boot", "_device"], order_by="line")
+    )
+    uncaused_45 = (code == "45") & ~pl.col("body").str.contains("caused by previous Xid", literal=True)
+    note = pl.when(uncaused_45).then(pl.format(" (follows Xid {} on this GPU)", prev))
+    text = pl.col("body").str.to_lowercase()
+    severity = (
+        pl.when(code.is_in(_XID_CRITICAL) | text.str.contains(r"\bfatal\b"))
+        .then(pl.lit("critical"))
+        .when(code.is_in(_XID_WARNING) | text.str.contains(r"non-?fatal"))
+        .then(pl.lit("warning"))
+        .otherwise(pl.lit("error"))
+    )
+    lone_45 = uncaused_45 & prev.is_null()
+    # Xid 154 reports the recovery action; a change back to 'None' means the GPU is fine again.
+    recovered = (code == "154") & pl.col("body").str.contains(r"to 0x0 \(None\)")
+    return hits.with_columns(device.alias("_device")).select(
+        event(
+            pl.when(recovered).then(pl.lit("info")).when(lone_45).then(pl.lit("warning")).otherwise(pl.lit("error")),
+            pl.when(recovered).then(pl.lit("info")).otherwise(severity),
+            message=pl.concat_str([pl.col("msg"), note.fill_null("")]),
+            code=code,
+            device=pl.col("_device"),
+        )
+    )
+
+
+def nvrm_events(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """NVRM lines without an Xid number that still matter."""
+    body = pl.col("body")
+    pci = norm_pci(body.str.extract(rf"({PCI})", 1))
+    no_xid = ~body.str.contains("NVRM: Xid", literal=True)
+
+    # 'NVRM: GPU 0000:05:00.0: GPU has fallen off the bus.' / 'NVRM: GPU at 0000:01:00.0 has fallen ...'
+    fallen = no_xid & body.str.contains(_FALLEN) & body.str.contains(rf"NVRM: GPU (?:at )?(?:PCI:)?{PCI}")
+    # Newer drivers split it: 'NVRM: The NVIDIA GPU 0000:b3:00.0' / '(PCI ID: …) installed in this
+    # system has' / 'fallen off the bus and is not responding to commands.'
+    the_gpu = body.str.contains(rf"NVRM: The NVIDIA GPU {PCI}")
+    nxt1, nxt2 = body.shift(-1), body.shift(-2)
+    line1, line2 = pl.col("line").shift(-1), pl.col("line").shift(-2)
+    end = (
+        pl.when(nxt1.str.contains(_FALLEN) & (line1 - pl.col("line") <= 2))
+        .then(line1)
+        .when(nxt2.str.contains(_FALLEN) & (line2 - pl.col("line") <= 2))
+        .then(line2)
+    )
+    split_fallen = the_gpu & end.is_not_null()
+    joined = pl.concat_str(
+        [pl.col("msg"), nxt1.str.strip_chars(), pl.when(end == line2).then(nxt2.str.strip_chars())],
+        separator=" ",
+        ignore_nulls=True,
+    )
+    reset = body.str.contains(r"\[NV_ERR_(?:RESET_REQUIRED|GPU_IS_LOST)\]")
+    gsp_timeout = no_xid & body.str.contains(
+        r"(?i)timeout waiting for rpc|gsp rpc timeout|rpc response from gpu\d+ gsp"
+    )
+    # '_kgspLogXid119: ****** GSP Timeout ******' heads an Xid 119 record; alone it is the only trace.
+    banner_code = body.str.extract(r"_kgspLogXid(\d+): \*+ ", 1)
+    xid_line = pl.when(body.str.contains(r"NVRM: Xid \(")).then(pl.col("line")).backward_fill()
+    banner = banner_code.is_not_null() & ((xid_line - pl.col("line")).fill_null(99) > 10)
+    probe = body.str.contains("NVRM: The NVIDIA probe routine failed", literal=True)
+    dump = body.str.contains("NVRM: A GPU crash dump has been created", literal=True)
+    loaded = body.str.contains(r"NVRM: loading NVIDIA UNIX .*Kernel Module")
+    at_pci = body.str.extract_groups(rf"NVRM: GPU at (?:PCI:)?(?P<pci>{PCI}): (?P<uuid>GPU-[0-9a-fA-F\-]+)")
+
+    nv = lf.filter(has("NVRM")).with_columns(
+        fallen.alias("_fallen"),
+        split_fallen.alias("_split"),
+        end.alias("_end"),
+        joined.alias("_joined"),
+        pci.alias("_pci"),
+        first_of_burst(reset, 100).alias("_reset"),
+        first_of_burst(gsp_timeout, 100).alias("_gsp"),
+        banner.alias("_banner"),
+        banner_code.alias("_banner_code"),
+        probe.alias("_probe"),
+        dump.alias("_dump"),
+        loaded.alias("_loaded"),
+        at_pci.struct.field("uuid").alias("_uuid"),
+    )
+    frames = [
+        nv.filter("_fallen").select(event("error", "critical", device=pl.col("_pci"))),
+        nv.filter("_split").select(
+            event("error", "critical", message=pl.col("_joined"), device=pl.col("_pci"), line_end=pl.col("_end"))
+        ),
+        nv.filter("_reset").select(event("error", "critical")),
+        nv.filter("_gsp").select(event("error", "critical", device=pl.col("_pci"))),
+        nv.filter("_banner").select(event("error", "critical", code=pl.col("_banner_code"))),
+        nv.filter("_probe").select(event("warning", "warning")),
+        nv.filter("_dump").select(event("warning", "warning")),
+        nv.filter("_loaded").select(event("info", "info")),
+        nv.filter(pl.col("_uuid").is_not_null()).select(
+            event("info", "info", device=pl.col("_pci"), uuid=pl.col("_uuid"))
+        ),
+    ]
+    return pl.concat(frames, how="diagonal_relaxed")
+
+
+_SMI_L = r"^GPU (?P<idx>\d+): .+? \(UUID: (?P<uuid>GPU-[0-9a-fA-F\-]+)\)"
+_SMI_ROW = r"^\|\s+(?P<idx>\d+)\s+.*?\|\s+(?P<pci>[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s+(?:On|Off)\s+\|"
+
+
+def smi_events(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """nvidia-smi lines that state a GPU index: ``GPU 0: … (UUID: GPU-…)`` and table rows
+    ``|   0  NVIDIA H100 …  On  | 00000000:18:00.0 Off | …``. Kept as ``info`` rows; the parser
+    uses them to map PCI addresses to GPU indices (see ``gpu_index_map``)."""
+    body = pl.col("body")
+    listed = body.str.extract_groups(_SMI_L)
+    row = body.str.extract_groups(_SMI_ROW)
+    hits = lf.filter(has("GPU ", "|")).with_columns(listed.alias("_l"), row.alias("_r"))
+    return pl.concat(
+        [
+            hits.filter(pl.col("_l").struct.field("idx").is_not_null()).select(
+                event(
+                    "info",
+                    "info",
+                    gpu=pl.col("_l").struct.field("idx").cast(pl.Int32),
+                    uuid=pl.col("_l").struct.field("uuid"),
+                )
+            ),
+            hits.filter(pl.col("_r").struct.field("idx").is_not_null()).select(
+                event(
+                    "info",
+                    "info",
+                    gpu=pl.col("_r").struct.field("idx").cast(pl.Int32),
+                    device=norm_pci(pl.col("_r").struct.field("pci")),
+                )
+            ),
+        ],
+        how="diagonal_relaxed",
+    )
+
+
+def gpu_index_map(events: pl.LazyFrame) -> pl.LazyFrame:
+    """PCI address -> GPU index, from rows that state both or that share a GPU UUID.
+
+    Addresses mapped to two different indices (a file spanning a re-enumeration) are dropped:
+    a wrong index is worse than none.
+    """
+    direct = events.filter(pl.col("gpu").is_not_null() & pl.col("device").is_not_null()).select("device", "gpu")
+    by_uuid = (
+        events.filter(pl.col("uuid").is_not_null() & pl.col("device").is_not_null())
+        .select("uuid", "device")
+        .join(
+            events.filter(pl.col("uuid").is_not_null() & pl.col("gpu").is_not_null()).select("uuid", "gpu"),
+            on="uuid",
+        )
+        .select("device", "gpu")
+    )
+    both = pl.concat([direct, by_uuid]).unique()
+    return both.filter(pl.len().over("device") == 1).rename({"gpu": "_gpu_map"})
+
+
+_SXID = rf"SXid \((?:PCI:)?(?P<pci>{PCI})\): (?P<code>\d+), (?P<rest>.*)$"
+
+
+def sxid_events(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """NVSwitch driver errors, printed as a three-line record per error::
+
+        nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, Link 44 Minion Link DLREQ interrupt
+        nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Severity 0 Engine instance 44 Sub-engine instance 00
+        nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Data {0x0000002c, …}
+
+    One event per record; a ``Severity``/``Data`` line that does not follow its own record's line
+    (a grep) stands alone.
+    """
+    g = pl.col("body").str.extract_groups(_SXID)
+    s = (
+        lf.filter(has("SXid"))
+        .with_columns(g.alias("_s"))
+        .with_columns(
+            pl.col("_s").struct.field("code").alias("_code"),
+            norm_pci(pl.col("_s").struct.field("pci")).alias("_dev"),
+            pl.col("_s").struct.field("rest").alias("_rest"),
+        )
+        .with_columns(pl.col("_code").is_not_null().alias("_is"))
+    )
+    is_desc = pl.col("_rest").str.contains(r"^(?:Non-fatal|Fatal|Nonfatal)\b")
+    same_as_prev = (
+        pl.col("_is").shift(1).fill_null(False)
+        & (pl.col("line").shift(1) == pl.col("line") - 1)
+        & (pl.col("_code").shift(1) == pl.col("_code"))
+        & (pl.col("_dev").shift(1) == pl.col("_dev"))
+    ).fill_null(False)
+    start = pl.col("_is") & (is_desc | ~same_as_prev)
+    rec = runs(start, pl.col("_is") & ~is_desc)
+    recs = (
+        s.with_columns(rec.alias("_rec"))
+        .filter(pl.col("_rec").is_not_null())
+        .group_by("_rec")
+        .agg(
+            pl.col("line").min(),
+            pl.col("line").max().alias("_last"),
+            pl.col("_code").first(),
+            pl.col("_dev").first(),
+            pl.col("_rest").first(),
+            pl.col("msg").first(),
+            pl.col("_rest").filter(pl.col("_rest").str.starts_with("Severity ")).str.join("; ").alias("_sev"),
+        )
+    )
+    fatal = pl.col("_rest").str.starts_with("Fatal")
+    nonfatal = pl.col("_rest").str.contains(r"^Non-?fatal")
+    return recs.select(
+        event(
+            pl.when(nonfatal).then(pl.lit("warning")).otherwise(pl.lit("error")),
+            pl.when(fatal).then(pl.lit("critical")).when(nonfatal).then(pl.lit("warning")).otherwise(pl.lit("error")),
+            message=pl.when(pl.col("_sev") != "")
+            .then(pl.format("{} [{}]", pl.col("msg"), pl.col("_sev")))
+            .otherwise(pl.col("msg")),
+            code=pl.format("SX{}", pl.col("_code")),
+            device=pl.col("_dev"),
+            line_end=pl.when(pl.col("_last") > pl.col("line")).then(pl.col("_last")),
+        )
+    )
+
+
+_FM_NVSWITCH = r"detected NVSwitch (?P<fatal>fatal|non-fatal) error (?P<code>\d+) "
+_FM_PCI = rf"pci bus id ({PCI})"
+# 'Fabric Manager detected GPU NVL Fatal error on :' is followed by 'key : value' lines.
+_FM_FIELD = r"^\s*[A-Za-z]\w* : \S+\s*$"
+
+
+def fabric_manager_events(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """fabricmanager.log: ``[Jul 23 2024 07:53:55] [ERROR] [tid 841] detected NVSwitch fatal error
+    20034 on fid 0 on NVSwitch pci bus id 00000000:86:00.0 physical id 3 port 33``.
+
+    ERROR and WARNING records become events (the message keeps the ``[ERROR] [tid N]`` tag so
+    rules can recognise the fabric manager); INFO lines are noise.
+    """
+    lvl = pl.col("k_fm_lvl")
+    g = pl.col("body").str.extract_groups(_FM_NVSWITCH)
+    start = pl.col("k_fm") & lvl.is_in(["ERROR", "WARNING", "FATAL"])
+    rec = runs(start, ~pl.col("k_fm") & pl.col("body").str.contains(_FM_FIELD))
+    fm = lf.with_columns(rec.alias("_rec"), g.alias("_g")).filter(pl.col("_rec").is_not_null())
+    recs = fm.group_by("_rec").agg(
+        pl.col("line").min(),
+        pl.col("line").max().alias("_last"),
+        pl.col("k_fm_lvl").first().alias("_lvl"),
+        pl.col("_g").first(),
+        pl.col("body").first().str.extract(_FM_PCI, 1).alias("_pci"),
+        pl.format("[{}] {}", pl.col("k_fm_lvl").first(), pl.col("body").first()).alias("_head"),
+        pl.col("body").slice(1).str.strip_chars().str.join(", ").alias("_fields"),
+    )
+    fatal = pl.col("_g").struct.field("fatal")
+    code = pl.col("_g").struct.field("code")
+    kind = (
+        pl.when((pl.col("_lvl") == "WARNING") | (fatal == "non-fatal"))
+        .then(pl.lit("warning"))
+        .otherwise(pl.lit("error"))
+    )
+    severity = (
+        pl.when(fatal == "fatal")
+        .then(pl.lit("critical"))
+        .when(kind == "warning")
+        .then(pl.lit("warning"))
+        .otherwise(pl.lit("error"))
+    )
+    return recs.select(
+        event(
+            kind,
+            severity,
+            message=pl.when(pl.col("_fields") != "")
+            .then(pl.format("{} {}", pl.col("_head"), pl.col("_fields")))
+            .otherwise(pl.col("_head")),
+            code=pl.when(code.is_not_null()).then(pl.format("SX{}", code)),
+            device=norm_pci(pl.col("_pci")),
+            line_end=pl.when(pl.col("_last") > pl.col("line")).then(pl.col("_last")),
+        )
+    )
+
+
+NOISE = (
+    r"NVRM: (?:nvidia-bug-report\.sh as root|the NVIDIA kernel module is unloaded)",
+    r"NVRM: \(PCI ID: [0-9a-fA-F:]+\) installed in this system",
+    r"NVRM: GPU Board Serial Number",
+    r"NVRM: GPU [0-9a-fA-F:.]+: GPU serial number is",
+    r"NVRM: _kgspLogXid\d+:",
+    r"NVRM: GPU\d+ (?:GSP RPC buffer contains|RPC history|RPC event history|\s+entry|\s+-?\d+\s)",
+    r"NVRM: .*\[NV_ERR_\w+\]",
+    r"NVRM: (?:GPU\d+ )?(?:_issueRpcAndWait|rpcRmApi\w+_GSP|nvAssert\w*|nvCheck\w*|kflcnCoreDump\w*|_kgsp\w+):",
+    r"nvidia-(?:uvm|modeset|nvlink|peermem|nvswitch\d*): ",
+    r"\[[A-Z][a-z]{2} \d{1,2} \d{4} \d{2}:\d{2}:\d{2}\] \[(?:INFO|DEBUG)\] \[tid \d+\]",
+)

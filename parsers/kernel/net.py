@@ -1,0 +1,187 @@
+"""Network devices: mlx5 / InfiniBand port and module events, netdev carrier, bonding, ibstat.
+
+Losing a link is an ``error`` with ``state = "DOWN"``; getting it back is ``info`` with
+``state = "UP"`` (IB ``INIT``/``ARMED`` are kept as such), so the analysis can pair a node's
+downs and ups into flaps. ``device`` is the NIC's PCI address when the line prints it.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+from toranalyze_parsers.kernel.common import PCI, event, first_of_burst, has, norm_pci
+
+_IB_PORT = (
+    rf"(?:(?P<pci>{PCI}) )?(?P<ibdev>[\w\-]+): Port: (?P<port>\d+) "
+    r"Link (?P<st>DOWN|INIT|ARMED|ACTIVE_DEFER|ACTIVE)\b"
+)
+_NETDEV = (
+    rf"^(?:(?P<drv>[\w\-]+) (?P<pci>{PCI}) )?(?P<ifc>[\w.\-@]+): (?:[\w\-]+: [\w.\-@]+ )?"
+    r"(?:NIC )?Link (?:is )?(?P<st>[Dd]own|[Uu]p)\b"
+)
+_BOND = (
+    r"(?P<bond>[\w.\-]+): (?:\(slave (?P<ifc>[^)]+)\): link status definitely (?P<st>down|up)"
+    r"|link status definitely (?P<st2>down|up) for interface (?P<ifc2>[\w.\-]+))"
+)
+_IPOIB = r"^(?P<ifc>ib\w*|ibp\w+|ibs\w+): (?:.*\s)?(?:link|carrier) (?:is )?(?P<st>down|up|lost)\b"
+_MLX5_FATAL = (
+    r"health compromised|Driver is in error state|unrecoverable|[Ff]atal error|internal error"
+    r"|cmd_exec timeout|timeout\. Will cause a leak"
+)
+
+
+def _state(raw: pl.Expr) -> pl.Expr:
+    up = raw.str.to_uppercase()
+    return (
+        pl.when(up.is_in(["DOWN", "LOST"]))
+        .then(pl.lit("DOWN"))
+        .when(up.is_in(["UP", "ACTIVE", "ACTIVE_DEFER"]))
+        .then(pl.lit("UP"))
+        .otherwise(up)
+    )
+
+
+def _link_event(state: pl.Expr, **cols: pl.Expr) -> list[pl.Expr]:
+    down = state == "DOWN"
+    return event(
+        pl.when(down).then(pl.lit("error")).otherwise(pl.lit("info")),
+        pl.when(down).then(pl.lit("error")).otherwise(pl.lit("info")),
+        state=state,
+        **cols,
+    )
+
+
+def link_events(lf: pl.LazyFrame) -> pl.LazyFrame:
+    body = pl.col("body")
+    ib = body.str.extract_groups(_IB_PORT)
+    nd = body.str.extract_groups(_NETDEV)
+    bond = body.str.extract_groups(_BOND)
+    ipoib = body.str.extract_groups(_IPOIB)
+    cand = lf.filter(has("Link", "link", "carrier")).with_columns(
+        ib.alias("_ib"), nd.alias("_nd"), bond.alias("_bond"), ipoib.alias("_ipoib")
+    )
+    f = pl.col("_nd").struct
+    netdev_ok = (
+        f.field("st").is_not_null()
+        & (f.field("pci").is_not_null() | pl.col("k_ctx"))
+        & ~has("Port: ", "pciehp", "ADDRCONF")
+    )
+    ready = has("ADDRCONF(NETDEV_CHANGE)") & body.str.contains(r"link becomes ready")
+    bst = pl.coalesce(pl.col("_bond").struct.field("st"), pl.col("_bond").struct.field("st2"))
+    return pl.concat(
+        [
+            cand.filter(pl.col("_ib").struct.field("st").is_not_null()).select(
+                _link_event(
+                    _state(pl.col("_ib").struct.field("st")),
+                    device=norm_pci(pl.col("_ib").struct.field("pci")),
+                )
+            ),
+            cand.filter(netdev_ok).select(_link_event(_state(f.field("st")), device=norm_pci(f.field("pci")))),
+            cand.filter(bst.is_not_null()).select(_link_event(_state(bst))),
+            cand.filter(pl.col("_ipoib").struct.field("st").is_not_null() & pl.col("k_ctx")).select(
+                _link_event(_state(pl.col("_ipoib").struct.field("st")))
+            ),
+            cand.filter(ready & pl.col("k_ctx")).select(_link_event(pl.lit("UP"))),
+        ],
+        how="diagonal_relaxed",
+    )
+
+
+def mlx5_events(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """mlx5 device events: transceiver module, PCIe slot power, firmware health."""
+    body = pl.col("body")
+    pci = norm_pci(body.str.extract(rf"({PCI})", 1))
+    module = body.str.contains("Port module event", literal=True)
+    module_err = module & body.str.contains("Port module event[error]", literal=True)
+    unplugged = module & body.str.contains("Cable unplugged", literal=True)
+    power = body.str.contains("insufficient power on the PCIe slot", literal=True)
+    fatal = body.str.contains(r"^mlx5_core ") & body.str.contains(_MLX5_FATAL)
+    m = lf.filter(has("mlx5", "Port module event", "PCIe slot")).with_columns(
+        pci.alias("_pci"),
+        module_err.alias("_merr"),
+        unplugged.alias("_unpl"),
+        (module & ~module_err & ~unplugged).alias("_minfo"),
+        power.alias("_power"),
+        first_of_burst(fatal, 50).alias("_fatal"),
+    )
+    dev = pl.col("_pci")
+    return pl.concat(
+        [
+            m.filter("_merr").select(event("error", "error", device=dev)),
+            m.filter("_unpl").select(event("warning", "warning", device=dev)),
+            m.filter("_minfo").select(event("info", "info", device=dev)),
+            m.filter("_power").select(event("warning", "warning", device=dev)),
+            m.filter("_fatal").select(event("error", "critical", device=dev)),
+        ],
+        how="diagonal_relaxed",
+    )
+
+
+def ibstat_events(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """``ibstat`` and ``ibdev2netdev`` snapshots: one row per port with its state.
+
+    ibstat prints ``CA 'mlx5_0'`` then per port ``Port 1:`` / ``State: Down`` /
+    ``Physical state: Polling``; a port in Init or Armed carries no traffic yet (warning).
+    """
+    body = pl.col("body")
+    ca = body.str.extract(r"^CA '([\w\-]+)'\s*$", 1)
+    port = body.str.extract(r"^\s+Port (\d+):\s*$", 1)
+    state = body.str.extract(r"^\s+State: (\w+)\s*$", 1)
+    phys = body.str.extract(r"^\s+Physical state: (\w+)\s*$", 1)
+    s = lf.with_columns(
+        ca.forward_fill().alias("_ca"),
+        # A new CA resets the port ('' until its first 'Port N:').
+        pl.when(ca.is_not_null()).then(pl.lit("")).otherwise(port).forward_fill().replace("", None).alias("_port"),
+        state.alias("_state"),
+        pl.when(pl.col("line").shift(-1) == pl.col("line") + 1).then(phys.shift(-1)).alias("_phys"),
+    ).filter(pl.col("_state").is_not_null() & pl.col("_ca").is_not_null() & pl.col("_port").is_not_null())
+    st = pl.col("_state").str.to_lowercase()
+    norm = (
+        pl.when(st == "down")
+        .then(pl.lit("DOWN"))
+        .when(st == "active")
+        .then(pl.lit("UP"))
+        .when(st.str.starts_with("init"))
+        .then(pl.lit("INIT"))
+        .otherwise(pl.col("_state").str.to_uppercase())
+    )
+    level = (
+        pl.when(norm == "DOWN")
+        .then(pl.lit("error"))
+        .when(norm == "UP")
+        .then(pl.lit("info"))
+        .otherwise(pl.lit("warning"))
+    )
+    msg = pl.format("{} port {}: State: {}", pl.col("_ca"), pl.col("_port"), pl.col("_state"))
+    with_phys = (
+        pl.when(pl.col("_phys").is_not_null())
+        .then(pl.format("{}, Physical state: {}", msg, pl.col("_phys")))
+        .otherwise(msg)
+    )
+    ibstat = s.select(
+        event(
+            level,
+            level,
+            message=with_phys,
+            state=norm,
+            line_end=pl.when(pl.col("_phys").is_not_null()).then(pl.col("line") + 1),
+        )
+    )
+    g = body.str.extract_groups(r"^(?P<dev>[\w\-]+) port (?P<port>\d+) ==> (?P<ifc>[\w.\-]+) \((?P<st>Up|Down)\)\s*$")
+    i2n = (
+        lf.filter(has(" ==> "))
+        .with_columns(g.alias("_g"))
+        .filter(pl.col("_g").struct.field("st").is_not_null())
+        .select(_link_event(_state(pl.col("_g").struct.field("st"))))
+    )
+    return pl.concat([ibstat, i2n], how="diagonal_relaxed")
+
+
+NOISE = (
+    r"PCIe slot (?:advertised sufficient power|power capability was not advertised)",
+    r"^CA '[\w\-]+'\s*$|^\s+Port \d+:\s*$",
+    r"^\s*CA type: |^\s*Number of ports: \d+$|^\s*(?:Firmware|Hardware) version: ",
+    r"^\s*(?:Node|System image|Port) GUID: 0x[0-9a-f]+$",
+    r"^\s*(?:Rate|Base lid|LMC|SM lid): \d+$|^\s*Capability mask: 0x[0-9a-f]+$",
+    r"^\s*Link layer: (?:InfiniBand|Ethernet)$|^\s*Physical state: \w+$",
+    r"mlx5_core [0-9a-f:.]+: mlx5_crdump_collect|mlx5_core [0-9a-f:.]+: print_health_info",
+)

@@ -1,0 +1,140 @@
+"""Kubernetes parser: API documents, kubectl renderings, component and operator logs.
+
+Documents (claimed by ``sniff``, read whole by ``parse``):
+
+* JSON / YAML from the API or ``kubectl get -o json|yaml`` (single objects,
+  ``List``/``EventList``/``PodList``, ``-w`` streams, watch envelopes): Events
+  (core/v1 and events.k8s.io/v1), Pods, Nodes, PyTorchJob-like and batch Jobs;
+* ``kubectl describe pod|node|pytorchjob`` output and ``kubectl get
+  events|pods|nodes`` tables: parsed by the same line rules as when they are
+  embedded in a text log, and claimed so that every line of the capture counts
+  as understood.
+
+Line rules (``extract``, run over every text log): events, pods and nodes
+tables, describe blocks, klog lines of kube-scheduler / kube-controller-manager /
+kubelet, and training-operator lifecycle lines (logrus text/JSON, zap JSON).
+
+Cross-row facts stay within one read block (32 MiB) or one document: a taint
+eviction is marked "(its node was NotReady)" when the same capture shows that
+pod's NodeNotReady, and events borrow job and node from pods listed beside them.
+
+Time: API objects carry RFC 3339 UTC times; klog has no year. kubectl tables
+and describe's Events print ages relative to when kubectl ran, so their rows
+have ts null (the age stays in the message) unless the parser is built with an
+``anchor``: ``KubernetesParser(anchor=datetime(2024, 3, 14, 10, 30))`` (naive UTC
+capture time) places them at anchor - age with ``ts_inferred`` set.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+
+import polars as pl
+from toranalyze_parsers.kubernetes.common import EV_SCHEMA, events_to_raw
+from toranalyze_parsers.kubernetes.describe import extract_describe
+from toranalyze_parsers.kubernetes.docs import iter_objects, load_values, looks_json
+from toranalyze_parsers.kubernetes.klog import extract_klog, extract_operator
+from toranalyze_parsers.kubernetes.objects import event_row, job_rows, node_rows, pod_index, pod_rows
+from toranalyze_parsers.kubernetes.status_tables import HEADERS, extract_status_tables
+from toranalyze_parsers.kubernetes.tables import HEADER, extract_event_tables
+
+from toranalyze.ingest.reader import read_text, read_text_events
+from toranalyze.plugins import Parser
+from toranalyze.schema import RAW_SCHEMA, conform_raw, empty_raw
+
+_API_KINDS = r"(?:Event|Pod|Node|Job|\w+Job|List|EventList|PodList|NodeList|\w+JobList)"
+_JSON_HEAD = re.compile(
+    rf'^\s*[\[{{]\s*(?:"apiVersion"\s*:\s*"[\w./-]+"\s*,\s*)?"(?:kind"\s*:\s*"{_API_KINDS}"|apiVersion"\s*:)'
+    r'|^\s*\{\s*"type"\s*:\s*"(?:ADDED|MODIFIED|DELETED|BOOKMARK)"\s*,\s*"object"\s*:'
+)
+_JSON_KIND = re.compile(rf'"kind"\s*:\s*"{_API_KINDS}"')
+_YAML_HEAD = re.compile(r"^(?:#.*\n|---\s*\n|\s*\n)*(?:apiVersion|kind|items):[ \n]", re.MULTILINE)
+_YAML_KIND = re.compile(rf"^\s*-?\s*kind:\s*{_API_KINDS}\s*$", re.MULTILINE)
+_DESCRIBE_HEAD = re.compile(r"\A\s*Name:\s+\S+\n(?:Namespace|Roles):\s")
+_TABLE_HEAD = re.compile("|".join((HEADER, *HEADERS)))
+
+
+class KubernetesParser(Parser):
+    name = "kubernetes"
+    source = "kubernetes"
+    noise = (
+        # klog lines of Go components, and operator info/debug chatter.
+        r"(?:^|\s)[IW]\d{4} \d{2}:\d{2}:\d{2}\.\d{6}\s+\d+ [\w.-]+\.go:\d+\] ",
+        r'^time="[^"]+" level=(?:debug|info|trace) msg=',
+        r'^\{"level":"(?:debug|info)"',
+        # table / describe headers and rulers
+        r"^\s*Type\s+Reason\s+Age\s+From\s+Message\s*$",
+        r"^\s*-{4}\s+-{6}\s+-{4}\s+-{4}\s+-{7}\s*$",
+        HEADER,
+        *HEADERS,
+    )
+
+    def __init__(self, anchor: datetime | None = None) -> None:
+        self.anchor = anchor
+
+    # ------------------------------------------------------------ documents
+    def sniff(self, head: str) -> bool:
+        if looks_json(head):
+            return bool(_JSON_HEAD.match(head) and _JSON_KIND.search(head)) or bool(
+                re.match(r'^\s*\{\s*"type"\s*:\s*"(?:ADDED|MODIFIED|DELETED)"\s*,\s*"object"\s*:', head)
+            )
+        if _YAML_HEAD.match(head):
+            return bool(_YAML_KIND.search(head))
+        return bool(_DESCRIBE_HEAD.match(head) or _TABLE_HEAD.match(head.lstrip("\n")))
+
+    def parse(self, path: str) -> pl.LazyFrame:
+        text = read_text(path)
+        if looks_json(text) or _YAML_HEAD.match(text[:4096]):
+            return self.parse_objects(text)
+        # describe output / events tables: the line rules, over the whole file
+        events = read_text_events(path, [self]).events
+        return events.drop([c for c in ("parser", "source") if c in events.columns]).lazy()
+
+    def parse_objects(self, text: str) -> pl.LazyFrame:
+        """RAW rows for every API object in a JSON/YAML document or stream."""
+        objects = [obj for value in load_values(text) for obj in iter_objects(value)]
+        # Events name only their pod; pods captured alongside them (get pods,events) give its job and node.
+        pods = pod_index(objects)
+        ev_rows: list[dict[str, Any]] = []
+        raw_rows: list[dict[str, Any]] = []
+        for obj in objects:
+            kind = str(obj.get("kind") or "")
+            if kind == "Event":
+                row = event_row(obj)
+                if row["obj_kind"] == "Pod" and row["obj_name"] in pods:
+                    row["job_hint"], row["node_hint"] = pods[row["obj_name"]]
+                ev_rows.append(row)
+            elif kind == "Pod":
+                raw_rows.extend(pod_rows(obj))
+            elif kind == "Node":
+                raw_rows.extend(node_rows(obj))
+            elif kind.endswith("Job"):
+                raw_rows.extend(job_rows(obj))
+        frames = []
+        if ev_rows:
+            schema = {k: EV_SCHEMA[k] for k in {k for r in ev_rows for k in r}}
+            ev = pl.DataFrame(ev_rows, schema=schema, strict=False)
+            frames.append(events_to_raw(ev.lazy(), self.anchor))
+        if raw_rows:
+            schema = {k: RAW_SCHEMA[k] for k in {k for r in raw_rows for k in r}}
+            frames.append(conform_raw(pl.DataFrame(raw_rows, schema=schema, strict=False)))
+        if not frames:
+            return empty_raw()
+        return pl.concat(frames, how="vertical").sort("line", maintain_order=True)
+
+    # ----------------------------------------------------------- line rules
+    def extract(self, lines: pl.LazyFrame) -> pl.LazyFrame:
+        ev = pl.concat([extract_event_tables(lines), extract_klog(lines), extract_operator(lines)], how="vertical")
+        return pl.concat(
+            [
+                events_to_raw(ev, self.anchor),
+                extract_describe(lines, self.anchor),
+                extract_status_tables(lines, self.anchor),
+            ],
+            how="vertical",
+        ).sort("line", maintain_order=True)
+
+
+parser = KubernetesParser()

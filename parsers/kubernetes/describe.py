@@ -1,0 +1,374 @@
+"""``kubectl describe pod|node|pytorchjob`` output, as line rules over blocks.
+
+A describe document is a run of ``Key:  value`` lines whose indentation nests
+them (container -> ``Last State:`` -> ``Reason:``). Each ``Name:`` line at column
+0 opens a block (``describe pods`` prints many); window expressions carry the
+block's object (pod, node, or the ``Kind:`` a custom resource states), node and
+job to every line, and a state block
+(``State:`` / ``Last State:`` with its deeper-indented fields) is grouped into one
+record whose ``line`` is the header and ``line_end`` the last field.
+
+Records: container terminations (``job_end`` with reason/exit code/Finished and a
+``job_start`` at Started), running containers, waiting reasons (CrashLoopBackOff),
+a pod's own ``Reason:`` (Evicted, ...), node conditions with their
+LastTransitionTime, ``Unschedulable: true``, a job's Status.Conditions (True
+ones) and Start Time, and the ``Events:`` table rows (ages are relative: ts null
+unless an anchor is given).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import polars as pl
+from toranalyze_parsers.kubernetes.common import (
+    BAD_WAIT,
+    INTERVAL,
+    JOB_CONDITIONS,
+    QUIET_WAIT,
+    RFC1123,
+    conform_ev,
+    events_to_raw,
+    job_from_pod,
+    rfc1123_parts,
+)
+
+from toranalyze.ingest.clock import offset_iso, ts_iso
+from toranalyze.schema import conform_raw
+
+_KV = r"^(?P<ind>\s*)(?P<key>[A-Z][\w -]*?):(?:\s+(?P<val>.*?))?\s*$"
+_EVENT_ROW = (
+    r"^\s+(?P<type>Normal|Warning)\s+(?P<reason>[A-Za-z][\w.-]*)\s+"
+    rf"(?P<age>{INTERVAL})\s+(?P<src>[\w.-]+(?:, [\w.-]+)?)\s+(?P<msg>.*?)\s*$"
+)
+# kubectl <= 1.9: FirstSeen LastSeen Count From SubObjectPath Type Reason Message.
+_OLD_EVENT_ROW = (
+    r"^\s+(?P<first>(?:\d+[ydhms])+)\s+(?P<age>(?:\d+[ydhms])+)\s+(?P<count>\d+)\s+(?P<src>\{[^}]*\})\s+"
+    r"(?:(?P<sub>[\w.]*\{[^}]*\})\s+)?(?P<type>Normal|Warning)\s+(?P<reason>[A-Za-z][\w.-]*)\s+(?P<msg>.*?)\s*$"
+)
+_CONDITION_ROW = (
+    rf"^\s+(?P<type>[A-Z]\w*)\s+(?P<status>True|False|Unknown)\s+(?P<hb>{RFC1123})\s+(?P<tt>{RFC1123})\s+"
+    r"(?P<reason>\w+)(?:\s+(?P<msg>.*?))?\s*$"
+)
+_FIELDS = ("Reason", "Message", "Exit Code", "Signal", "Started", "Finished")
+_SECTIONS = ["Name", "Conditions", "Volumes", "QoS Class", "Node-Selectors", "Tolerations", "Events",
+             "Containers", "Init Containers", "Ephemeral Containers", "Readiness Gates"]
+_CONDITION_KEYS = ["Last Transition Time", "Last Update Time", "Message", "Reason", "Status", "Type"]
+_JOB_LABEL = (
+    r"(?:training\.kubeflow\.org/job-name|pytorch-job-name|batch\.kubernetes\.io/job-name|"
+    r"jobset\.sigs\.k8s\.io/jobset-name|volcano\.sh/job-name|(?:^|\s)job-name)=([\w.-]+)"
+)
+
+
+def _blocks(lines: pl.LazyFrame) -> pl.LazyFrame:
+    """Add block context (_blk, _obj_kind, _obj_name, _node, _job) and parsed key/values."""
+    text = pl.col("text")
+    kv = text.str.extract_groups(_KV)
+    blk = text.str.contains(r"^Name:\s+\S").cum_sum().alias("_blk")
+    lf = lines.with_columns(
+        blk,
+        kv.struct.field("ind").str.len_chars().alias("_ind"),
+        kv.struct.field("key").alias("_key"),
+        kv.struct.field("val").alias("_val"),
+    )
+    first = lambda e: e.drop_nulls().first().over("_blk")  # noqa: E731 - a tiny window helper
+    is_node = text.str.contains(r"^(?:Roles|Taints|Unschedulable|CreationTimestamp):").any().over("_blk")
+    name = first(text.str.extract(r"^Name:\s+(\S+)", 1))
+    pod_node = first(text.str.extract(r"^Node:\s+([^/\s<]+)", 1))
+    owner = first(text.str.extract(r"^Controlled By:\s+\w*Job/(\S+)", 1))
+    label = first(text.str.extract(_JOB_LABEL, 1))
+    # Custom resources (describe pytorchjob) state their kind; pods and nodes do not.
+    kind = first(text.str.extract(r"^Kind:\s+(\w+)", 1)).str.to_lowercase()
+    obj_kind = pl.when(is_node).then(pl.lit("node")).otherwise(pl.coalesce(kind, pl.lit("pod")))
+    job = (
+        pl.when(is_node)
+        .then(None)
+        .when(kind.str.ends_with("job"))
+        .then(name)
+        .otherwise(pl.coalesce(label, owner, job_from_pod(name)))
+    )
+    return lf.with_columns(
+        obj_kind.alias("_obj_kind"),
+        name.alias("_obj_name"),
+        pl.when(is_node).then(name).otherwise(pod_node).alias("_node"),
+        job.alias("_job"),
+    ).filter(pl.col("_blk") > 0)
+
+
+def _state_records(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """One row per State/Last State block with its fields and the container's restart count."""
+    ind, key = pl.col("_ind"), pl.col("_key")
+    is_hdr = key.is_in(["State", "Last State"]).fill_null(False)
+    # Container headers: '  pytorch:' directly under Containers:/Init Containers:.
+    container = pl.col("text").str.extract(r"^  ([\w.-]+):$", 1)
+    hdr_ind = pl.when(is_hdr).then(ind).otherwise(None).forward_fill()
+    # A block ends at the next key of its container (or a container / section header). A
+    # termination message can carry the program's last lines ('RuntimeError: ...' at column 0):
+    # those continue the block.
+    nested = key.is_not_null() & (ind >= 2) & (ind <= hdr_ind)
+    section = (ind == 0) & key.is_in(_SECTIONS)
+    brk = (~is_hdr & (nested | container.is_not_null() | section)).fill_null(False)
+    lf = lf.with_columns(
+        container.forward_fill().over("_blk").alias("_ctr"),
+        (is_hdr | brk).cum_sum().alias("_seg"),
+    )
+    lf = lf.with_columns(
+        pl.col("_val").filter(key == "Restart Count").first().over("_blk", "_ctr").alias("_restarts"),
+    ).filter(is_hdr.any().over("_seg"))
+    field = lambda k: pl.col("_val").filter(key == k).first().alias(k)  # noqa: E731
+    extra = ~is_hdr & ~key.is_in(_FIELDS).fill_null(False)
+    return (
+        lf.group_by("_seg", maintain_order=True)
+        .agg(
+            pl.col("line").first().alias("line"),
+            pl.col("line").last().alias("line_end"),
+            pl.col("_key").first().alias("which"),
+            pl.col("_val").first().alias("phase"),
+            pl.col("line").filter(key == "Started").first().alias("started_line"),
+            *[field(k) for k in _FIELDS],
+            pl.col("text").filter(extra).str.strip_chars().str.join(" | ").alias("_more"),
+            *[pl.col(c).first() for c in ("_ctr", "_restarts", "_obj_name", "_node", "_job")],
+        )
+    )
+
+
+def _ts(stamp: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+    ts, off = rfc1123_parts(stamp)
+    # '0001-01-01' is how describe prints a zero time (status unknown).
+    valid = ts.dt.year() > 1970
+    return pl.when(valid).then(ts), pl.when(valid).then(off)
+
+
+def _state_rows(states: pl.LazyFrame) -> pl.LazyFrame:
+    restarts = pl.col("_restarts").cast(pl.Int32, strict=False)
+    # The previous run of a container that has restarted N times was attempt N-1.
+    previous = pl.when(restarts > 0).then(restarts - 1)
+    attempt = pl.when(pl.col("which") == "Last State").then(previous).otherwise(restarts)
+    who = pl.format("container {} of pod/{}", pl.col("_ctr").fill_null("?"), pl.col("_obj_name"))
+    reason = pl.col("Reason")
+    code = pl.col("Exit Code")
+    started_ts, started_off = _ts(pl.col("Started"))
+    finished_ts, finished_off = _ts(pl.col("Finished"))
+    detail = pl.concat_str(
+        [
+            pl.when(code.is_not_null()).then(pl.format(" (exit code {})", code)),
+            pl.when(pl.col("Signal").is_not_null()).then(pl.format(" (signal {})", pl.col("Signal"))),
+            pl.when(pl.col("Message").is_not_null()).then(pl.format(": {}", pl.col("Message"))),
+            pl.when(pl.col("_more").str.len_chars() > 0).then(pl.format(" | {}", pl.col("_more"))),
+        ],
+        ignore_nulls=True,
+    )
+    common = [
+        pl.col("_job").alias("job_id"),
+        pl.col("_node").alias("node"),
+        attempt.cast(pl.Int32).alias("attempt"),
+    ]
+    terminated = states.filter(pl.col("phase") == "Terminated")
+    ok = (reason == "Completed") & (code == "0")
+    ends = terminated.select(
+        finished_ts.alias("ts"),
+        finished_off.alias("ts_offset_s"),
+        pl.lit("job_end").alias("kind"),
+        pl.when(ok).then(pl.lit("info")).otherwise(pl.lit("error")).alias("severity"),
+        code.alias("code"),
+        reason.fill_null("Terminated").alias("state"),
+        pl.concat_str([who, pl.lit(" terminated: "), reason.fill_null("Terminated"), detail]).alias("message"),
+        pl.col("line"),
+        pl.col("line_end"),
+        *common,
+    )
+    starts = states.filter(pl.col("phase").is_in(["Terminated", "Running"]) & started_ts.is_not_null()).select(
+        started_ts.alias("ts"),
+        started_off.alias("ts_offset_s"),
+        pl.lit("job_start").alias("kind"),
+        pl.lit("info").alias("severity"),
+        pl.lit("Running").alias("state"),
+        pl.concat_str([who, pl.lit(" started")]).alias("message"),
+        # A terminated block keeps its header for the job_end row; the start points at Started:.
+        pl.when(pl.col("phase") == "Running").then(pl.col("line")).otherwise(pl.col("started_line")).alias("line"),
+        *common,
+    )
+    quiet, bad = list(QUIET_WAIT), list(BAD_WAIT)
+    waiting = states.filter((pl.col("phase") == "Waiting") & reason.is_not_null()).select(
+        pl.when(reason.is_in(quiet)).then(pl.lit("info")).otherwise(pl.lit("warning")).alias("kind"),
+        pl.when(reason.is_in(quiet))
+        .then(pl.lit("info"))
+        .when(reason.is_in(bad))
+        .then(pl.lit("error"))
+        .otherwise(pl.lit("warning"))
+        .alias("severity"),
+        reason.alias("state"),
+        pl.concat_str([who, pl.lit(" waiting: "), reason, detail]).alias("message"),
+        pl.col("line"),
+        pl.col("line_end"),
+        *common,
+    )
+    return pl.concat([conform_raw(f) for f in (ends, starts, waiting)], how="vertical")
+
+
+def _pod_reason_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """A pod's own 'Reason:' at column 0 (Evicted, NodeLost, Preempting, UnexpectedAdmissionError ...)."""
+    top = pl.col("_ind") == 0
+    message = pl.col("_val").filter(top & (pl.col("_key") == "Message")).first().over("_blk")
+    return conform_raw(
+        lf.with_columns(message.alias("_msg"))
+        .filter(top & (pl.col("_key") == "Reason") & (pl.col("_obj_kind") == "pod"))
+        .select(
+            pl.lit("error").alias("kind"),
+            pl.lit("error").alias("severity"),
+            pl.col("_val").alias("state"),
+            pl.concat_str(
+                [pl.col("_val"), pl.lit(": "), pl.col("_msg").fill_null(""), pl.lit(" [pod/"), pl.col("_obj_name"),
+                 pl.lit("]")]
+            ).alias("message"),
+            pl.col("line"),
+            pl.col("_job").alias("job_id"),
+            pl.col("_node").alias("node"),
+        )
+    )
+
+
+def _node_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """Node conditions (Ready, and any abnormal one) and a cordon."""
+    c = pl.col("text").str.extract_groups(_CONDITION_ROW)
+    ctype, status = c.struct.field("type"), c.struct.field("status")
+    ts, off = rfc1123_parts(c.struct.field("tt"))
+    ready = ctype == "Ready"
+    state = (
+        pl.when(ready & (status == "True")).then(pl.lit("Ready")).when(ready).then(pl.lit("NotReady")).otherwise(ctype)
+    )
+    severity = (
+        pl.when(ready & (status == "True"))
+        .then(pl.lit("info"))
+        .when(ready | ctype.is_in(["NetworkUnavailable"]))
+        .then(pl.lit("error"))
+        .otherwise(pl.lit("warning"))
+    )
+    conditions = lf.filter(pl.col("_obj_kind") == "node").with_columns(c.alias("_c")).filter(
+        ctype.is_not_null() & (ready | (status == "True"))
+    ).select(
+        ts.alias("ts"),
+        off.alias("ts_offset_s"),
+        pl.lit("node_state").alias("kind"),
+        severity.alias("severity"),
+        state.alias("state"),
+        pl.format(
+            "{}={} {}: {}", ctype, status, c.struct.field("reason"), c.struct.field("msg").fill_null("")
+        ).alias("message"),
+        pl.col("line"),
+        pl.col("_node").alias("node"),
+    )
+    cordon = lf.filter(
+        (pl.col("_obj_kind") == "node") & (pl.col("_key") == "Unschedulable") & (pl.col("_val") == "true")
+    ).select(
+        pl.lit("node_state").alias("kind"),
+        pl.lit("warning").alias("severity"),
+        pl.lit("SchedulingDisabled").alias("state"),
+        pl.format("Unschedulable: true (node {} cordoned)", pl.col("_node")).alias("message"),
+        pl.col("line"),
+        pl.col("_node").alias("node"),
+    )
+    return pl.concat([conform_raw(conditions), conform_raw(cordon)], how="vertical")
+
+
+def _job_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """describe of a training-operator / batch Job: Status.Conditions and Status.Start Time.
+
+    The generic describer prints each condition's fields in alphabetical order, so
+    every condition starts at its 'Last Transition Time'.
+    """
+    key = pl.col("_key")
+    job = lf.filter(pl.col("_obj_kind").str.ends_with("job"))
+    cond = job.filter((pl.col("_ind") >= 4) & key.is_in(_CONDITION_KEYS)).with_columns(
+        (key == "Last Transition Time").cum_sum().over("_blk").alias("_c")
+    )
+    field = lambda k: pl.col("_val").filter(key == k).first().alias(k)  # noqa: E731
+    groups = (
+        cond.filter(pl.col("_c") > 0)
+        .group_by("_blk", "_c", maintain_order=True)
+        .agg(
+            pl.col("line").first().alias("line"),
+            pl.col("line").filter(key == "Type").first().alias("line_end"),
+            *[field(k) for k in _CONDITION_KEYS],
+            pl.col("_obj_kind").first(),
+            pl.col("_obj_name").first(),
+            pl.col("_job").first(),
+        )
+        .filter((pl.col("Status") == "True") & pl.col("Type").is_in(list(JOB_CONDITIONS)))
+    )
+    state = pl.coalesce(pl.col("Reason"), pl.col("Type"))
+    stamp = pl.col("Last Transition Time")
+    conditions = groups.select(
+        ts_iso(stamp).alias("ts"),
+        offset_iso(stamp).alias("ts_offset_s"),
+        pl.col("Type").replace_strict({k: v[0] for k, v in JOB_CONDITIONS.items()}).alias("kind"),
+        pl.col("Type").replace_strict({k: v[1] for k, v in JOB_CONDITIONS.items()}).alias("severity"),
+        state.alias("state"),
+        pl.format("{}: {} [{}/{}]", state, pl.col("Message").fill_null(""), pl.col("_obj_kind"), pl.col("_obj_name"))
+        .alias("message"),
+        pl.col("line"),
+        pl.col("line_end"),
+        pl.col("_job").alias("job_id"),
+    )
+    start = pl.col("_val")
+    started = job.filter((key == "Start Time") & (pl.col("_ind") == 2)).select(
+        ts_iso(start).alias("ts"),
+        offset_iso(start).alias("ts_offset_s"),
+        pl.lit("job_start").alias("kind"),
+        pl.lit("info").alias("severity"),
+        pl.lit("Running").alias("state"),
+        pl.format("{} {} started", pl.col("_obj_kind"), pl.col("_obj_name")).alias("message"),
+        pl.col("line"),
+        pl.col("_job").alias("job_id"),
+    )
+    return pl.concat([conform_raw(conditions), conform_raw(started)], how="vertical")
+
+
+def _event_rows(lf: pl.LazyFrame, anchor: datetime | None) -> pl.LazyFrame:
+    cand = lf.filter(pl.col("text").str.contains(r"^\s.*(?:Normal|Warning)"))
+    new = cand.with_columns(pl.col("text").str.extract_groups(_EVENT_ROW).alias("_g"))
+    old = cand.with_columns(pl.col("text").str.extract_groups(_OLD_EVENT_ROW).alias("_g"))
+    g = pl.col("_g")
+    src = g.struct.field("src")
+    host = pl.coalesce(src.str.extract(r"^\{\S+ (\S+)\}$", 1), src.str.extract(r"^[\w.-]+, (\S+)$", 1))
+    fields = [
+        pl.col("line"),
+        g.struct.field("type").alias("ev_type"),
+        g.struct.field("reason").alias("reason"),
+        g.struct.field("msg").alias("note"),
+        g.struct.field("age").alias("age"),
+        pl.col("_obj_kind").alias("obj_kind"),
+        pl.col("_obj_name").alias("obj_name"),
+        host.alias("src_host"),
+        pl.col("_job").alias("job_hint"),
+        pl.col("_node").alias("node_hint"),
+    ]
+    rows = pl.concat(
+        [
+            conform_ev(new.filter(g.struct.field("reason").is_not_null()).select(fields)),
+            conform_ev(
+                old.filter(g.struct.field("reason").is_not_null()).select(
+                    *fields, g.struct.field("count").cast(pl.Int64).alias("count")
+                )
+            ),
+        ],
+        how="vertical",
+    )
+    return events_to_raw(rows, anchor)
+
+
+def extract_describe(lines: pl.LazyFrame, anchor: datetime | None = None) -> pl.LazyFrame:
+    """RAW rows from describe pod/node output found in the lines."""
+    # Cheap gate: nothing below runs on logs that hold no describe block.
+    gated = lines.filter(pl.col("text").str.starts_with("Name:").any())
+    lf = _blocks(gated)
+    return pl.concat(
+        [
+            _state_rows(_state_records(lf)),
+            _pod_reason_rows(lf),
+            _node_rows(lf),
+            _job_rows(lf),
+            _event_rows(lf, anchor),
+        ],
+        how="vertical",
+    )

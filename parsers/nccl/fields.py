@@ -1,0 +1,106 @@
+"""Event columns of the nccl parser, computed on the (few) record heads.
+
+``code`` holds the most specific number the record states: the IB work-completion
+status for ``NET/IB`` completion errors (4, 5, 12 …), the proxy ``retcode``, the
+CUDA error number of ``Cuda failure N 'x'`` when printed, and otherwise the
+``ncclResult_t`` number (2 system, 3 internal, 5 invalid usage, 6 remote …) named
+by a PyTorch NCCL error.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+from toranalyze_parsers.nccl import patterns as P
+from toranalyze_parsers.nccl.tags import TAGS
+
+from toranalyze.ingest.clock import ts_glog
+
+
+def _nccl_result(message: pl.Expr) -> pl.Expr:
+    """ncclResult_t number from an enum name or a ncclGetErrorString text in the message."""
+    out: pl.Expr = message.str.extract(r"NCCL Error (\d+): ", 1)
+    for name, text, number in reversed(P.NCCL_RESULTS):
+        said = message.str.contains(name, literal=True) | message.str.contains(
+            rf"(?:NCCL error in: \S+, |NCCL error: ){text}"
+        )
+        out = pl.when(said).then(pl.lit(str(number))).otherwise(out)
+    return out
+
+
+def _bus_id(raw: pl.Expr) -> pl.Expr:
+    """NCCL busId `1b000` (domain|bus|device|function in hex) -> `0000:1b:00`."""
+    hexid = raw.str.to_lowercase().str.zfill(9)
+    return pl.concat_str([hexid.str.slice(0, 4), hexid.str.slice(4, 2), hexid.str.slice(6, 2)], separator=":")
+
+
+def events(heads: pl.LazyFrame) -> pl.LazyFrame:
+    """Record heads (tag, line, last_line, head, conts, p_ts, p_rank) -> RAW_SCHEMA columns (unconformed)."""
+    head = pl.col("head")
+    tag = pl.col("tag")
+    nccl = head.str.extract_groups(P.NCCL_LINE)
+    glog = head.str.extract_groups(P.GLOG_HEAD)
+    is_nccl = nccl.struct.field("level").is_not_null()
+    # glog header and desync-report bullets ("\t - ") are layout, not text
+    body = head.str.replace(P.GLOG_HEAD, "").str.strip_chars().str.replace(r"^-\s+", "")
+    first = pl.when(is_nccl).then(nccl.struct.field("msg").str.strip_chars()).otherwise(body)
+    conts = pl.when(pl.col("conts") == "").then(None).otherwise(pl.col("conts"))
+    lf = heads.with_columns(
+        pl.when(conts.is_null()).then(first).otherwise(pl.concat_str([first, pl.lit(" | "), conts])).alias("message"),
+        is_nccl.alias("_is_nccl"),
+        nccl.struct.field("host").alias("_host"),
+        nccl.struct.field("dev").cast(pl.Int32).alias("_dev"),
+        glog.struct.field("mmdd").alias("_mmdd"),
+        glog.struct.field("hms").alias("_hms"),
+    )
+    msg = pl.col("message")
+    comm_line = tag.is_in(["init", "comm", "abort"])
+    desync_rank = msg.str.extract_groups(P.DESYNC_RANKS)
+    rank = (
+        pl.when(comm_line)
+        .then(msg.str.extract(r"\brank (\d+)", 1))
+        .when(tag == "desync")
+        .then(pl.coalesce(desync_rank.struct.field("1"), desync_rank.struct.field("2")))
+        .when(pl.col("_is_nccl"))
+        .then(None)
+        .otherwise(pl.coalesce(pl.col("p_rank").cast(pl.String), msg.str.extract(P.PG_RANK, 1)))
+    )
+    code = (
+        pl.when(tag == "ib")
+        .then(msg.str.extract(P.IB_STATUS, 1))
+        .when(tag == "warn_err")
+        .then(msg.str.extract(r"retcode (\d+)", 1))
+        .when(tag == "cuda")
+        .then(msg.str.extract(r"Cuda failure (\d+) '", 1))
+        .when(pl.col("_is_nccl"))
+        .then(None)
+        .otherwise(_nccl_result(msg))
+    )
+    timeout_s = msg.str.extract(r"Timeout\(ms\)=(\d+)", 1).cast(pl.Float64) / 1000.0
+    duration = (
+        pl.when(msg.str.contains("collective operation timeout", literal=True))
+        .then(timeout_s)
+        .when(tag == "wd_stuck")
+        .then(msg.str.extract(r"stuck for (\d+) seconds", 1).cast(pl.Float64))
+    )
+    use_glog = pl.col("p_ts").is_null() & pl.col("_mmdd").is_not_null()
+    kinds = {t: k for t, (k, _) in TAGS.items()}
+    sevs = {t: s for t, (_, s) in TAGS.items()}
+    return lf.select(
+        pl.when(use_glog).then(ts_glog(pl.col("_mmdd").str.zfill(4), pl.col("_hms"))).alias("ts"),
+        (~use_glog).alias("ts_year_known"),
+        tag.replace_strict(kinds, return_dtype=pl.String).alias("kind"),
+        tag.replace_strict(sevs, return_dtype=pl.String).alias("severity"),
+        pl.when(pl.col("_is_nccl")).then(pl.col("_host")).alias("node"),
+        rank.cast(pl.Int32, strict=False).alias("rank"),
+        pl.when(pl.col("_is_nccl"))
+        .then(pl.coalesce(msg.str.extract(r"cudaDev (\d+)", 1).cast(pl.Int32, strict=False), pl.col("_dev")))
+        .alias("gpu"),
+        pl.when(tag == "init").then(_bus_id(msg.str.extract(r"busId ([0-9a-fA-F]+)", 1))).alias("device"),
+        pl.when(comm_line).then(msg.str.extract(r"(?i)\bnranks (\d+)", 1)).cast(pl.Int32, strict=False).alias("n_gpus"),
+        pl.when(tag == "comm").then(msg.str.extract(r"nNodes (\d+)", 1)).cast(pl.Int32, strict=False).alias("n_nodes"),
+        duration.alias("duration_s"),
+        code.alias("code"),
+        msg.alias("message"),
+        pl.col("line"),
+        pl.when(pl.col("last_line") > pl.col("line")).then(pl.col("last_line")).alias("line_end"),
+    )

@@ -1,0 +1,176 @@
+"""Gluing multi-line records of the nccl parser.
+
+Three kinds of continuation are folded into a record, all with shifts and
+window expressions over the (prefiltered) line column, never a Python loop:
+
+* hard wraps: an IB completion WARN cut after ``len`` or a watchdog line cut
+  inside ``NumelIn=18561`` / ``4592`` is joined with up to three following lines
+  that do not start a record of their own;
+* error chains: PyTorch prints ``NCCL error in: …`` then ``ncclSystemError: …``,
+  ``Last error:`` and the NCCL WARN text on separate lines;
+* flight-recorder stacks: ``Stack trace of the failed collective:`` then
+  ``#N func from file:line`` frames.
+
+Chains and stacks follow the previous line of the same writer (``[rankN]:`` /
+``[defaultN]:`` / node prefixes) when the line has one, so interleaved ranks keep
+their own records; each line points at its parent and pointer jumping finds the head.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+from toranalyze_parsers.nccl import patterns as P
+from toranalyze_parsers.nccl.tags import tag
+
+MAX_WRAP = 3  # continuation lines joined onto one hard-wrapped record
+
+_TIMEOUT_TAGS = ["wd_timeout", "wd_terminated", "comm_aborted"]
+STREAM_GAP = 16  # lines other writers may interleave between two lines of one record
+
+
+def _stream() -> pl.Expr:
+    """One key per writer named by a prefix (node, rank, local rank); null when the line names none."""
+    cols = ["p_node", "p_rank", "p_local"]
+    key = pl.concat_str([pl.col(c).cast(pl.String).fill_null("") for c in cols], separator="|")
+    return pl.when(pl.any_horizontal([pl.col(c).is_not_null() for c in cols])).then(key)
+
+
+def prefilter(lines: pl.LazyFrame) -> pl.LazyFrame:
+    """Keep candidate lines, the lines that may continue them, and flight-recorder frames."""
+    text = pl.col("text")
+    cand = text.str.contains_any(P.ANCHORS, ascii_case_insensitive=True)
+    near = cand
+    for k in range(1, MAX_WRAP + 1):
+        near = near | cand.shift(k, fill_value=False)
+    # the text after a bare `Last error:` may come a few lines later when ranks interleave
+    bare = text.str.contains(P.BARE_LAST_ERROR).cast(pl.Int8)
+    after_bare = bare.rolling_max(STREAM_GAP, min_samples=1).shift(1, fill_value=0) > 0
+    frame = text.str.strip_chars_start().str.starts_with("#")
+    return lines.filter(near | after_bare | frame)
+
+
+def _glue(left: pl.Expr, right: pl.Expr) -> pl.Expr:
+    """Join a hard-wrapped line: no space inside a split number, one space otherwise."""
+    split_number = left.str.contains(r"\d$") & right.str.contains(r"^\d")
+    has_space = left.str.contains(r"\s$") | right.str.contains(r"^\s")
+    sep = pl.when(split_number | has_space).then(pl.lit("")).otherwise(pl.lit(" "))
+    return pl.concat_str([left, sep, right])
+
+
+def _complete(text: pl.Expr) -> pl.Expr:
+    ib = text.str.contains(P.IB_DONE)
+    timeout = text.str.contains("before timing out", literal=True) | text.str.contains(r"\)\s*$")
+    return pl.when(pl.col("tag") == "ib").then(ib).otherwise(timeout)
+
+
+def tag_and_group(lines: pl.LazyFrame) -> pl.LazyFrame:
+    """Prefiltered lines -> one row per record head with its joined text and continuation parts."""
+    text = pl.col("text")
+    nccl = text.str.extract_groups(P.NCCL_LINE)
+    glog = text.str.extract_groups(P.GLOG_HEAD)
+    lf = lines.with_columns(
+        nccl.struct.field("level").alias("_level"),
+        nccl.struct.field("msg").alias("_msg"),
+        glog.struct.field("lvl").alias("_glvl"),
+        glog.struct.field("src").alias("_gsrc"),
+    ).with_columns(tag().alias("tag"))
+
+    line = pl.col("line")
+    # `_ps`: row index of the previous line of the same writer (one window, then cheap gathers)
+    lf = lf.with_row_index("_i").with_columns(_stream().alias("_stream"))
+    lf = lf.with_columns(
+        pl.when(pl.col("_stream").is_not_null()).then(pl.col("_i").shift(1).over("_stream")).alias("_ps")
+    )
+
+    def prev_s(expr: pl.Expr) -> pl.Expr:
+        return expr.gather(pl.col("_ps"))
+
+    s_ok = (line - prev_s(line)).is_between(1, STREAM_GAP)
+    # the line above continues only a record of the same writer (or one of them names no writer)
+    stream = pl.col("_stream")
+    same_writer = stream.is_null() | stream.shift(1).is_null() | (stream == stream.shift(1))
+    p_ok = ((line - line.shift(1)) == 1) & same_writer
+    starts = text.str.contains(P.RECORD_START) | pl.col("tag").is_not_null()
+    bare = text.str.contains(P.BARE_LAST_ERROR)
+    after_bare_last = ~starts & ((s_ok & prev_s(bare)) | (p_ok & bare.shift(1)))
+    lf = lf.with_columns(
+        (pl.col("_level").is_null() & (text.str.contains(P.DETAIL_LINE) | after_bare_last))
+        .fill_null(False)
+        .alias("det"),
+        text.str.contains(P.FR_FRAME).alias("frame"),
+        starts.alias("starts"),
+        s_ok.fill_null(False).alias("s_ok"),
+        p_ok.fill_null(False).alias("p_ok"),
+    )
+
+    # Hard wraps: join up to MAX_WRAP following lines while the record is visibly unfinished.
+    wrappable = (pl.col("tag") == "ib") | (
+        pl.col("tag").is_in(_TIMEOUT_TAGS) & text.str.contains("collective operation timeout", literal=True)
+    )
+    lf = lf.with_columns(pl.col("text").alias("joined"), pl.lit(0, pl.Int32).alias("wrap_n"))
+    need = wrappable
+    for k in range(1, MAX_WRAP + 1):
+        nxt_ok = (line.shift(-k) == line + k) & ~pl.col("starts").shift(-k)
+        lf = lf.with_columns((need & ~_complete(pl.col("joined")) & nxt_ok).fill_null(False).alias("_j"))
+        lf = lf.with_columns(
+            pl.when(pl.col("_j"))
+            .then(_glue(pl.col("joined"), text.shift(-k)))
+            .otherwise(pl.col("joined"))
+            .alias("joined"),
+            pl.when(pl.col("_j")).then(pl.lit(k, pl.Int32)).otherwise(pl.col("wrap_n")).alias("wrap_n"),
+        )
+        need = pl.col("_j")
+    consumed = pl.lit(False)
+    for k in range(1, MAX_WRAP + 1):
+        consumed = consumed | (pl.col("wrap_n").shift(k, fill_value=0) >= k)
+    lf = lf.with_columns(consumed.alias("consumed"))
+
+    # Error chains and flight-recorder frames continue the record of the previous line of the same
+    # writer (ranks interleave), else of the line physically above; a detail line with nothing to
+    # continue heads its own record.
+    lf = lf.with_columns(
+        (pl.col("tag").is_not_null() | pl.col("det") | pl.col("consumed")).alias("_ch_det"),
+        ((pl.col("tag") == "fr_stack").fill_null(False) | pl.col("frame")).alias("_ch_fr"),
+    )
+    via_s = pl.col("s_ok") & (
+        (pl.col("det") & prev_s(pl.col("_ch_det"))) | (pl.col("frame") & prev_s(pl.col("_ch_fr")))
+    ).fill_null(False)
+    via_p = pl.col("p_ok") & (
+        (pl.col("det") & pl.col("_ch_det").shift(1)) | (pl.col("frame") & pl.col("_ch_fr").shift(1))
+    ).fill_null(False)
+    lf = lf.with_columns(
+        (~pl.col("consumed") & via_s).alias("via_s"),
+        (~pl.col("consumed") & ~via_s & via_p).alias("via_p"),
+    )
+    orphan = pl.col("det") & ~pl.col("consumed") & ~pl.col("via_s") & ~pl.col("via_p")
+    idx = pl.col("_i")
+    parent = (
+        pl.when(pl.col("consumed") | pl.col("via_p"))
+        .then(idx - 1)
+        .when(pl.col("via_s"))
+        .then(prev_s(idx))
+        .otherwise(idx)
+    )
+    lf = lf.with_columns(
+        pl.when(orphan).then(pl.coalesce(pl.col("tag"), pl.lit("detail"))).otherwise(pl.col("tag")).alias("tag"),
+        parent.cast(pl.UInt32).alias("_root"),
+    )
+    # Pointer jumping: every line ends up pointing at its record's head (chains of up to 2**6 lines).
+    for _ in range(6):
+        lf = lf.with_columns(pl.col("_root").gather(pl.col("_root")))
+    is_part = pl.col("via_s") | pl.col("via_p")
+    part = pl.when(is_part).then(text.str.strip_chars()).otherwise(None)
+    return (
+        lf.with_columns(part.alias("part"))
+        .group_by("_root", maintain_order=True)
+        .agg(
+            pl.col("tag").first(),
+            pl.col("line").first(),
+            pl.col("line").max().alias("last_line"),
+            pl.col("joined").first().alias("head"),
+            pl.col("part").str.join(" | ").alias("conts"),
+            pl.col("p_ts").first(),
+            pl.col("p_rank").first(),
+        )
+        .filter(pl.col("tag").is_not_null())
+    )

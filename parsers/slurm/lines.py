@@ -1,0 +1,395 @@
+"""Line rules for Slurm records found in text logs.
+
+Three places write them: the job's own stdout/stderr (slurmstepd banners, srun
+errors, cgroup OOM notices), the daemons' logs (slurmctld/slurmd, with an
+``[ISO.ms]`` or journald stamp that ``toranalyze.ingest.lines`` peels, or behind a
+syslog prefix handled here), and cluster watchdog scripts that poll squeue and
+print ``PULSE:`` / ``ALERT:`` lines into the run log.
+
+Each rule is one literal prefilter plus one regex with named groups, evaluated
+over the whole column of candidate lines; a rule returns only the columns it knows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import polars as pl
+from toranalyze_parsers.slurm.common import (
+    JOB_ID,
+    REASON_STATE,
+    SIGNALS,
+    base_job_id,
+    elapsed_seconds,
+    hostlist_count,
+    single_host,
+)
+
+from toranalyze.ingest.clock import ts_iso, ts_month_name
+from toranalyze.schema import NAIVE_US
+
+# Cheap first cut: only lines holding one of these reach the rules.
+KEYWORDS = [
+    "***", "srun:", "salloc:", "sbatch:", "Submitted batch job", "slurm", "oom-kill", "oom_kill",
+    "OOM", "memory limit", "JobId=", "job_id ", "StepId=", "Nodes ", "Node ", "node ", "PULSE:",
+    "ALERT:", "is scheduled to start", "is running for", "waiting to be scheduled", "preempted ",
+    "Main process received SIGTERM", "ime limit",
+]
+
+# A daemon line behind a syslog prefix ('Mar  1 12:00:00 host slurmctld[12]: '). A journald
+# short-iso stamp is peeled by toranalyze.ingest.lines already, leaving 'host slurmctld[12]: '.
+_SYSLOG = (
+    r"^(?P<mon>[A-Z][a-z]{2})\s+(?P<day>\d{1,2}) (?P<hms>\d\d:\d\d:\d\d(?:\.\d+)?) \S+ "
+    r"(?:slurm\w*|srun)(?:\[\d+\])?: "
+)
+# Dropped from messages: the syslog stamp, host and daemon tag say nothing about the event.
+_DAEMON_PREFIX = (
+    r"^(?:[A-Z][a-z]{2}\s+\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)? )?(?:\S+ )?"
+    r"(?:slurmctld|slurmd|slurmdbd)(?:\[\d+\])?: "
+)
+# slurmd tags records of a step with '[123.batch] '.
+_STEP_TAG = rf"^(?:\S+ )*?\[(?P<tag>{JOB_ID})(?:\.\w+)?\] "
+
+
+def _jid(name: str = "job") -> str:
+    return rf"(?P<{name}>{JOB_ID})"
+
+
+def _ctld_job(name: str = "job") -> str:
+    """How slurmctld names a job: 'JobId=123_4(130)', 'job_id 123', 'StepId=123.0'."""
+    return rf"(?:JobId=|job_id |job |StepId=){_jid(name)}(?:\.\w+)?(?:\(\d+\))?"
+
+
+_ID = _jid()
+_CTLD_JOB = _ctld_job()
+
+
+def _g(name: str) -> pl.Expr:
+    return pl.col("_g").struct.field(name)
+
+
+def _with_line_clock(lines: pl.LazyFrame) -> pl.LazyFrame:
+    """Add _lts/_loff/_lyk (the line's own daemon clock, else the peeled prefix) and _tag (slurmd step tag)."""
+    sys = pl.col("text").str.extract_groups(_SYSLOG)
+    sys_ts = ts_month_name(sys.struct.field("mon"), sys.struct.field("day"), sys.struct.field("hms"))
+    return lines.with_columns(
+        pl.coalesce(sys_ts, pl.col("p_ts")).alias("_lts"),
+        pl.when(sys_ts.is_not_null()).then(pl.lit(None, pl.Int32)).otherwise(pl.col("p_off")).alias("_loff"),
+        sys_ts.is_null().alias("_lyk"),
+        pl.col("text").str.extract(_STEP_TAG, 1).alias("_tag"),
+    )
+
+
+def _rule(
+    base: pl.DataFrame,
+    literal: str,
+    regex: str,
+    kind: str | pl.Expr,
+    severity: str | pl.Expr,
+    **cols: pl.Expr,
+) -> pl.DataFrame | None:
+    """Rows of lines containing ``literal`` and matching ``regex``; ``_g`` holds the named groups.
+
+    Runs eagerly on the (small) keyword-filtered frame: a rule whose literal is absent costs
+    one substring scan and compiles no regex.
+    """
+    hits = base.filter(pl.col("text").str.contains(literal, literal=True))
+    if hits.is_empty():
+        return None
+    hits = hits.filter(pl.col("text").str.contains(regex))
+    if hits.is_empty():
+        return None
+    hits = hits.with_columns(pl.col("text").str.extract_groups(regex).alias("_g"))
+    exprs: dict[str, pl.Expr] = {
+        "kind": pl.lit(kind) if isinstance(kind, str) else kind,
+        "severity": pl.lit(severity) if isinstance(severity, str) else severity,
+        "message": pl.col("text").str.replace(_DAEMON_PREFIX, "").str.strip_chars(),
+        **cols,
+    }
+    if "job_id" in exprs:
+        exprs["job_id"] = pl.coalesce(exprs["job_id"], base_job_id(pl.col("_tag")))
+    return hits.select("line", "_lts", "_loff", "_lyk", *[e.alias(k) for k, e in exprs.items()])
+
+
+def _banners(base: pl.DataFrame) -> list[pl.DataFrame | None]:
+    """slurmstepd / srun '*** JOB|STEP N [ON NODE] CANCELLED AT T [DUE TO R] ***' in all its shapes."""
+    regex = (
+        r"\*\*\* (?P<what>JOB|STEP) (?P<id>[\w.+\[\]%\-]+)(?: ON (?P<on>[^\s*]+))? "
+        r"(?:CANCELLED AT (?P<at>\S+)|(?P<failed>FAILED)|(?P<ume>UNCORRECTABLE MEMORY ERROR) AT (?P<uat>\S+)"
+        r"|(?P<stepd>STEPD TERMINATED) ON (?P<son>\S+) AT (?P<sat>\S+))"
+        r"(?P<rest>[^*]*)\*\*\*(?:\s+on (?P<after>\S+))?"
+    )
+    rest = _g("rest")
+    reason = rest.str.extract(r"DUE TO ([A-Z][A-Z ]*[A-Z])", 1)
+    reason = pl.when(_g("ume").is_not_null()).then(pl.lit("UNCORRECTABLE MEMORY ERROR")).otherwise(reason)
+    state = (
+        pl.when(_g("failed").is_not_null())
+        .then(pl.lit("FAILED"))
+        .when(reason.is_not_null())
+        .then(reason.replace_strict(REASON_STATE, default="CANCELLED", return_dtype=pl.String))
+        .otherwise(pl.lit("CANCELLED"))
+    )
+    severity = (
+        pl.when(reason == "UNCORRECTABLE MEMORY ERROR")
+        .then(pl.lit("critical"))
+        .when(state.is_in(["NODE_FAIL", "FAILED"]) | _g("stepd").is_not_null())
+        .then(pl.lit("error"))
+        .otherwise(pl.lit("warning"))
+    )
+    at = pl.coalesce(_g("at"), _g("uat"), _g("sat"))
+    node = pl.coalesce(_g("on"), _g("son"), rest.str.extract(r" on (\S+)", 1), _g("after"))
+    frame = _rule(
+        base, "***", regex,
+        kind=pl.when(_g("stepd").is_not_null()).then(pl.lit("error")).otherwise(pl.lit("job_end")),
+        severity=severity,
+        job_id=base_job_id(_g("id")),
+        node=node,
+        state=pl.when(_g("stepd").is_not_null()).then(pl.lit(None, pl.String)).otherwise(state),
+        ts=ts_iso(at),
+    )
+    reason_line = _rule(base, "*** REASON:", r"\*\*\* REASON: (?P<why>.*?) \*\*\*", "info", "info")
+    return [frame, reason_line]
+
+
+def _oom(base: pl.DataFrame) -> list[pl.DataFrame | None]:
+    """cgroup OOM notices (three wordings) and the older jobacct memory-limit kills."""
+    detected = rf"Detected (?P<n>\d+) oom[-_]kill events?(?:\(s\))?(?: in (?:step |StepId=)?{_ID}(?:\.(?P<step>\w+))?)?"
+    limit = (
+        rf"(?:(?:Job|Step) {_ID}(?:\.(?P<step>\w+))? exceeded memory limit|Exceeded (?:job|step) memory limit)"
+        r"(?P<rest>.*)"
+    )
+    # 'Exceeded step memory limit at some point.' is printed even when nothing was killed.
+    level = pl.when(_g("rest").str.contains("at some point")).then(pl.lit("warning")).otherwise(pl.lit("error"))
+    return [
+        _rule(base, "Detected", detected, "error", "error", job_id=_g("job"), state=pl.lit("OUT_OF_MEMORY")),
+        _rule(base, "emory limit", limit, level, level, job_id=_g("job"), state=pl.lit("OUT_OF_MEMORY")),
+    ]
+
+
+def _srun(base: pl.DataFrame) -> list[pl.DataFrame | None]:
+    tasks = r"srun: error: (?P<node>[^\s:]+): tasks? (?P<tasks>[\d,\-\[\]]+): (?P<what>.+?)\s*$"
+    what = _g("what")
+    signame = what.str.replace(r"\s*\(core dumped\)$", "")
+    code = pl.coalesce(
+        what.str.extract(r"Exited with exit code (-?\d+)", 1),
+        signame.replace_strict(SIGNALS, default=None, return_dtype=pl.Int32).cast(pl.String),
+    )
+    step_ref = rf"(?:job step |StepId=|job ){_ID}(?:\.(?P<step>\w+))?"
+    return [
+        _rule(
+            base, "srun: error:", tasks, "error", "error",
+            node=_g("node"),
+            rank=_g("tasks").str.extract(r"(\d+)", 1).cast(pl.Int32),
+            code=code,
+            state=pl.when(what.str.contains("(?i)out of memory")).then(pl.lit("OUT_OF_MEMORY")),
+        ),
+        _rule(base, "Node failure on", r"Node failure on (?P<node>[^\s,]+)", "error", "error",
+              node=_g("node"), state=pl.lit("NODE_FAIL")),
+        _rule(base, "srun: Job step aborted", r"srun: Job step aborted", "warning", "warning"),
+        _rule(base, "srun: Job step ", r"srun: Job step (?P<job>\d+)\.\w+ aborted before step completely launched",
+              "warning", "warning", job_id=_g("job")),
+        _rule(base, "srun: forcing job termination", r"srun: forcing job termination", "warning", "warning"),
+        _rule(base, "Timed out waiting for job step", r"srun: error: Timed out waiting for job step",
+              "warning", "warning"),
+        _rule(base, "srun: ", rf"srun: (?:Force Terminated|Terminating|sending Ctrl-C to) {step_ref}",
+              "warning", "warning", job_id=_g("job")),
+        _rule(base, "Unable to allocate resources", r"(?:srun|salloc|sbatch): error: Unable to allocate resources",
+              "error", "error"),
+        _rule(base, "Unable to create step", rf"srun: error: Unable to create step for job {_ID}", "error", "error",
+              job_id=_g("job")),
+        # Allocation life cycle as the client tools print it.
+        _rule(base, "queued and waiting for resources", rf"(?:srun|salloc): job {_ID} queued and waiting",
+              "job_submit", "info", job_id=_g("job"), state=pl.lit("PENDING")),
+        _rule(base, "Pending job allocation", rf"salloc: Pending job allocation {_ID}", "job_submit", "info",
+              job_id=_g("job"), state=pl.lit("PENDING")),
+        _rule(base, "Submitted batch job", rf"^Submitted batch job {_ID}", "job_submit", "info",
+              job_id=_g("job"), state=pl.lit("PENDING")),
+        _rule(base, "allocat",
+              rf"(?:srun|salloc): job {_ID} has been allocated resources|salloc: Granted job allocation {_jid('job2')}",
+              "job_start", "info", job_id=pl.coalesce(_g("job"), _g("job2")), state=pl.lit("RUNNING")),
+        _rule(base, "has been revoked", rf"salloc: Job allocation {_ID} has been revoked", "job_end", "warning",
+              job_id=_g("job"), state=pl.lit("REVOKED")),
+    ]
+
+
+def _ctld(base: pl.DataFrame) -> list[pl.DataFrame | None]:
+    """slurmctld / slurmd records: job life cycle, node failures and node states."""
+    complete = rf"_job_complete: {_CTLD_JOB} (?P<how>WEXITSTATUS|WTERMSIG) (?P<code>-?\d+)"
+    how_state = (
+        pl.when(_g("how") == "WTERMSIG")
+        .then(pl.lit(None, pl.String))  # a signal may be a scancel or a crash: the state is not on the line
+        .when(_g("code") == "0")
+        .then(pl.lit("COMPLETED"))
+        .otherwise(pl.lit("FAILED"))
+    )
+    verdict = (
+        rf"_job_complete: (?:requeue )?{_CTLD_JOB} "
+        r"(?P<what>OOM failure|cancelled by node failure|cancelled by interactive user|per user/system request)"
+    )
+    verdict_state = _g("what").replace_strict(
+        {"OOM failure": "OUT_OF_MEMORY", "cancelled by node failure": "NODE_FAIL",
+         "cancelled by interactive user": "CANCELLED", "per user/system request": "REQUEUED"},
+        default=None, return_dtype=pl.String,
+    )
+    failed_node = rf"Killing {_CTLD_JOB} (?:on|due to) failed node (?P<node>[^\s,]+)"
+    requeue = rf"requeue (?:job )?{_CTLD_JOB}.*? due to failure of node (?P<node>[^\s,]+)"
+    removing = rf"Removing failed node (?P<node>[^\s,]+) from {_CTLD_JOB}"
+    not_resp = r"Nodes? (?P<nodes>\S+?),? not responding(?P<down>, setting DOWN)?"
+    set_state = r"(?:\w+: )?node (?P<node>\S+) state set to (?P<st>[A-Z_]+)"
+    reason = r"(?:\w+: )?node (?P<node>\S+) reason set to: (?P<why>.*)$"
+    allocate = rf"sched: Allocate {_CTLD_JOB} NodeList=(?P<nodes>\S+)"
+    started = rf"(?:sched/backfill: _start_job: |backfill: )Started {_CTLD_JOB} in (?P<part>\S+) on (?P<nodes>\S+)"
+    alloc_rpc = rf"_slurm_rpc_allocate_resources: {_CTLD_JOB} NodeList=(?P<nodes>\S+)"
+    submit = rf"_slurm_rpc_submit_batch_job:? {_CTLD_JOB}"
+    # 'Time limit exhausted for JobId=N' and the job named first ('job_time_limit: ... JobId=N ... exhausted').
+    exhausted = r"(?i:time limit (?:exhausted|reached))"
+    timelimit = rf"{exhausted}.*?{_CTLD_JOB}|{_ctld_job('job2')}.*?{exhausted}"
+    preempt = rf"preempted {_CTLD_JOB} (?:has been |suspended )(?P<how>requeued|killed|by gang)"
+    kill_rpc = rf"REQUEST_KILL_JOB {_CTLD_JOB} uid (?P<uid>\d+)"
+    run_err = rf"slurmd error running {_CTLD_JOB} on node\(s\)=(?P<node>[^\s:]+): (?P<why>.*)$"
+    nodes = _g("nodes").str.strip_chars_end(",")
+    st = _g("st").replace({"DRAINED": "DRAIN", "DRAINING": "DRAIN"})
+    return [
+        _rule(base, "_job_complete", complete, "job_end",
+              pl.when(how_state == "COMPLETED").then(pl.lit("info")).otherwise(pl.lit("error")),
+              job_id=_g("job"), code=_g("code"), state=how_state),
+        _rule(base, "_job_complete", verdict, "job_end",
+              pl.when(verdict_state == "CANCELLED").then(pl.lit("warning")).otherwise(pl.lit("error")),
+              job_id=_g("job"), state=verdict_state),
+        _rule(base, "failed node", failed_node, "job_end", "error",
+              job_id=_g("job"), node=_g("node"), state=pl.lit("NODE_FAIL")),
+        _rule(base, "due to failure of node", requeue, "job_end", "error",
+              job_id=_g("job"), node=_g("node"), state=pl.lit("NODE_FAIL")),
+        _rule(base, "Removing failed node", removing, "error", "error", job_id=_g("job"), node=_g("node")),
+        _rule(base, "not responding", not_resp,
+              pl.when(_g("down").is_not_null()).then(pl.lit("node_state")).otherwise(pl.lit("error")), "error",
+              node=single_host(nodes), n_nodes=hostlist_count(nodes),
+              state=pl.when(_g("down").is_not_null()).then(pl.lit("DOWN"))),
+        _rule(base, "now responding", r"Node (?P<node>\S+) now responding", "node_state", "info",
+              node=_g("node"), state=pl.lit("RESPONDING")),
+        _rule(base, "state set to", set_state, "node_state",
+              pl.when(st.is_in(["DOWN", "FAIL", "FAILING"])).then(pl.lit("error"))
+              .when(st == "DRAIN").then(pl.lit("warning")).otherwise(pl.lit("info")),
+              node=_g("node"), state=st),
+        _rule(base, "reason set to", reason, "info", "info", node=_g("node")),
+        _rule(base, "returned to service", r"node (?P<node>\S+) returned to service", "node_state", "info",
+              node=_g("node"), state=pl.lit("RESUME")),
+        _rule(base, "unexpectedly rebooted", r"Node (?P<node>\S+) unexpectedly rebooted", "node_state", "warning",
+              node=_g("node"), state=pl.lit("REBOOTED")),
+        _rule(base, "sched: Allocate", allocate, "job_start", "info",
+              job_id=_g("job"), node=single_host(_g("nodes")), n_nodes=hostlist_count(_g("nodes")),
+              state=pl.lit("RUNNING")),
+        _rule(base, "Started ", started, "job_start", "info",
+              job_id=_g("job"), node=single_host(_g("nodes")), n_nodes=hostlist_count(_g("nodes")),
+              state=pl.lit("RUNNING")),
+        _rule(base, "_slurm_rpc_allocate_resources", alloc_rpc,
+              pl.when(_g("nodes") == "(null)").then(pl.lit("job_submit")).otherwise(pl.lit("job_start")), "info",
+              job_id=_g("job"), node=single_host(_g("nodes")), n_nodes=hostlist_count(_g("nodes")),
+              state=pl.when(_g("nodes") == "(null)").then(pl.lit("PENDING")).otherwise(pl.lit("RUNNING"))),
+        _rule(base, "_slurm_rpc_submit_batch_job", submit, "job_submit", "info",
+              job_id=_g("job"), state=pl.lit("PENDING")),
+        _rule(base, "ime limit", timelimit, "job_end", "warning",
+              job_id=pl.coalesce(_g("job"), _g("job2")), state=pl.lit("TIMEOUT")),
+        _rule(base, "preempted ", preempt,
+              pl.when(_g("how") == "by gang").then(pl.lit("warning")).otherwise(pl.lit("job_end")), "warning",
+              job_id=_g("job"),
+              state=pl.when(_g("how") == "by gang").then(pl.lit("SUSPENDED")).otherwise(pl.lit("PREEMPTED"))),
+        _rule(base, "REQUEST_KILL_JOB", kill_rpc, "job_end", "warning",
+              job_id=_g("job"), state=pl.lit("CANCELLED")),
+        _rule(base, "slurmd error running", run_err, "error", "error", job_id=_g("job"), node=_g("node")),
+    ]
+
+
+def _watchdog(base: pl.DataFrame) -> list[pl.DataFrame | None]:
+    """squeue-polling watchdogs that report the job's state into the run log."""
+    running = (
+        rf"is running for (?P<el>\S+) since (?P<since>\S+) \({_ID} on '[^']*' partition"
+        r"(?: \((?P<nodes>[^()\s]+)\)?)?"
+    )
+    waiting = rf"is waiting to be scheduled \({_ID}"
+    scheduled = rf"is scheduled to start in (?P<in>.*?) \(at (?P<at>\S+)\) \({_ID}"
+    alert = r"ALERT: (?P<name>\S+) is not RUNNING or SCHEDULED"
+    return [
+        _rule(base, "is running for", running, "heartbeat", "info",
+              job_id=base_job_id(_g("job")), duration_s=elapsed_seconds(_g("el")),
+              node=single_host(_g("nodes")), n_nodes=hostlist_count(_g("nodes")), state=pl.lit("RUNNING")),
+        _rule(base, "waiting to be scheduled", waiting, "info", "info",
+              job_id=base_job_id(_g("job")), state=pl.lit("PENDING")),
+        _rule(base, "is scheduled to start", scheduled, "info", "info",
+              job_id=base_job_id(_g("job")), state=pl.lit("PENDING")),
+        _rule(base, "ALERT:", alert, "warning", "warning"),
+    ]
+
+
+def _sigterm_bursts(base: pl.DataFrame) -> list[pl.DataFrame | None]:
+    """One warning per burst of launcher 'Main process received SIGTERM' lines (the rest is noise)."""
+    hits = base.filter(pl.col("text").str.starts_with("Main process received SIGTERM"))
+    first = hits.filter(pl.col("line").diff().fill_null(10**9) > _BURST_GAP)
+    return [
+        first.select(
+            "line", "_lts", "_loff", "_lyk",
+            pl.lit("warning").alias("kind"), pl.lit("warning").alias("severity"),
+            pl.col("text").str.strip_chars().alias("message"), pl.lit("15").alias("code"),
+        )
+    ]
+
+
+_BURST_GAP = 200  # lines; a later SIGTERM wave is a new burst
+
+_GENERIC = r"^(?:\S+ )*?(?:srun|salloc|sbatch|slurmstepd|slurmd|slurmctld)(?:\[\d+\])?: error: "
+
+_FAMILIES: tuple[Callable[[pl.DataFrame], list[pl.DataFrame | None]], ...] = (
+    _banners, _oom, _srun, _ctld, _watchdog, _sigterm_bursts,
+)
+
+_OUT_SCHEMA = {"line": pl.Int64, "kind": pl.String, "severity": pl.String, "message": pl.String}
+
+
+def extract_slurm_lines(lines: pl.LazyFrame) -> pl.LazyFrame:
+    """All Slurm line records of a prepared-lines frame (columns as in RAW_SCHEMA, not yet conformed).
+
+    The keyword filter and the line clock run over the whole column; the rules then run eagerly
+    on the few lines left (most rules find their literal absent and cost nothing more).
+    """
+    base = _with_line_clock(lines.filter(pl.col("text").str.contains_any(KEYWORDS))).collect()
+    frames = [f for family in _FAMILIES for f in family(base) if f is not None and f.height]
+    specific = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame(schema=_OUT_SCHEMA)
+    # Any other 'srun: error:' / 'slurmstepd: error:' line is kept as a warning: it is Slurm's, but no rule knows it.
+    generic = (
+        base.filter(pl.col("text").str.contains(_GENERIC))
+        .join(specific.select("line").unique(), on="line", how="anti")
+        .select("line", "_lts", "_loff", "_lyk", pl.lit("warning").alias("kind"), pl.lit("warning").alias("severity"),
+                pl.col("text").str.strip_chars().alias("message"))
+    )
+    out = pl.concat([specific, generic], how="diagonal_relaxed")
+    for name, dtype in (("ts", NAIVE_US), ("_lts", NAIVE_US), ("_loff", pl.Int32), ("_lyk", pl.Boolean)):
+        if name not in out.columns:
+            out = out.with_columns(pl.lit(None, dtype).alias(name))
+    own = pl.col("ts").is_not_null()
+    return (
+        out.lazy()
+        .with_columns(
+            pl.when(own).then(pl.lit(None, pl.Int32)).otherwise(pl.col("_loff")).alias("ts_offset_s"),
+            pl.when(own).then(pl.lit(True)).otherwise(pl.col("_lyk")).alias("ts_year_known"),
+            pl.coalesce("ts", "_lts").alias("ts"),
+        )
+        .drop("_lts", "_loff", "_lyk")
+        .sort("line", maintain_order=True)
+    )
+
+
+NOISE: tuple[str, ...] = (
+    # torch.distributed.launch shutting down after slurmstepd's SIGTERM: one warning per burst is kept.
+    r"^Killing subprocess \d+\s*$",
+    r"^Main process received SIGTERM, exiting\s*$",
+    # slurmctld / slurmd bookkeeping around a job's life cycle.
+    r"_job_complete: (?:JobId=|job_id )\S+ done",
+    r"_slurm_rpc_(?:complete_batch_script|complete_job_allocation|step_complete|job_step_create)",
+    r"Resending TERMINATE_JOB request",
+    r"_sync_nodes_to_comp_job|cleanup_completing|job_step_signal|_job_signal",
+    r"launch task StepId=|Launching batch job \d+ for UID|_run_prolog: |task/affinity: |done with job\s*$",
+    # srun chatter that carries no state change.
+    r"srun: (?:got SIGCONT|interrupt \(one more within 1 sec to abort\)|Job \d+ step creation temporarily disabled"
+    r"|Step created for|job \d+ step creation still disabled|Warning: can't honor)",
+    r"salloc: (?:Waiting for resource configuration|Nodes \S+ are ready for job|Relinquishing job allocation)",
+)

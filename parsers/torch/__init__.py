@@ -1,0 +1,41 @@
+"""torch parser: runtime failures of PyTorch training processes and their launchers.
+
+Recognises
+* multi-line crash records (``_torch_records``): Python tracebacks with chained
+  exceptions, C++ aborts (``terminate called after throwing ...`` / ``what():`` /
+  ``frame #N``), faulthandler dumps, the torchrun ``ChildFailedError`` block;
+* torchrun / torch.distributed.elastic launcher lines (``_torch_elastic``):
+  ``failed (exitcode: N)`` errors, worker-group ``restart`` rows, the launch config
+  (``init``: a new attempt of the training processes), rendezvous results (``info``
+  with the restart count), signals;
+* one-line failures outside those records (``_torch_lines``): shell signal
+  deaths, DataLoader worker bus errors, CUDA error lines, NaN-loss aborts.
+
+NCCL_DEBUG lines, ``NCCL error in:`` lines and ProcessGroupNCCL watchdog lines
+belong to the nccl parser; a traceback that ends in an NCCL exception is still a
+record here. Classification lives in ``toranalyze/rules/torch.toml``.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+from toranalyze_parsers.torch.elastic import ELASTIC_NOISE, elastic_events
+from toranalyze_parsers.torch.lines import LINE_NOISE, line_events
+from toranalyze_parsers.torch.records import records, typed_lines
+
+from toranalyze.plugins import Parser
+
+
+class TorchParser(Parser):
+    name = "torch"
+    source = "trainer"
+    noise = ELASTIC_NOISE + LINE_NOISE
+
+    def extract(self, lines: pl.LazyFrame) -> pl.LazyFrame:
+        # Three extractors read the typed lines; materialising them once is ~3x faster
+        # than letting each lazy branch derive the windows again.
+        typed = typed_lines(lines).collect().lazy()
+        return pl.concat([records(typed), elastic_events(typed), line_events(typed)], how="vertical")
+
+
+parser = TorchParser()

@@ -1,0 +1,67 @@
+"""One-line runtime failures that are not part of a crash record.
+
+Rows inside a kept record (``_rec``) are skipped: the record already carries
+their text, and one failure should be one event.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+from toranalyze_parsers.torch.common import signal_of_words
+from toranalyze_parsers.torch.records import NCCL_OWNED, SIGLINE
+
+from toranalyze.schema import conform_raw
+
+# torch's DataLoader worker signal handler, printed by each dying worker.
+_WORKER_SIGNAL = r"^ERROR: Unexpected (bus error|segmentation fault|floating-point exception) encountered in worker"
+_WORKER_CODES = {"bus error": "-7", "segmentation fault": "-11", "floating-point exception": "-8"}
+_CUDA = (
+    r"CUDA error: |CUDA driver error|CUDA out of memory|cudaError[A-Z]\w+|CUBLAS_STATUS_[A-Z_]+|CUDNN_STATUS_[A-Z_]+"
+    r"|device-side assert triggered|uncorrectable ECC error|GPU is lost"
+)
+# Not ours: NCCL's own lines name CUDA failures too ('NCCL WARN Cuda failure ...').
+_NOT_CUDA = NCCL_OWNED + r"|NCCL (?:WARN|INFO)|Cuda failure"
+_NAN = (
+    r"(?i)\bloss(?:es)? (?:is|are|was|became|has become) (?:nan|inf)\b"
+    r"|(?i)\b(?:nan|inf)(?:/(?:nan|inf))? (?:in )?loss(?:es)?(?: value)? (?:detected|encountered)"
+    r"|(?i)\bloss (?:contains|contained) (?:nan|inf)"
+)
+
+LINE_NOISE: tuple[str, ...] = (
+    # one line per GPU thread after a device-side assert; the RuntimeError that follows is the record
+    r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion .* failed\.",
+)
+
+
+def _events(lf: pl.LazyFrame, cond: pl.Expr, code: pl.Expr, kind: pl.Expr | None = None) -> pl.LazyFrame:
+    """Rows matching cond as one-line events; severity follows the kind (error / warning)."""
+    kind = pl.lit("error") if kind is None else kind
+    return conform_raw(
+        lf.filter(cond).select(
+            "line",
+            kind.alias("kind"),
+            kind.alias("severity"),
+            code.alias("code"),
+            pl.col("_x").str.strip_chars().alias("message"),
+        )
+    )
+
+
+def line_events(typed: pl.LazyFrame) -> pl.LazyFrame:
+    lf = typed.filter(~pl.col("_rec"))
+    text = pl.col("_x")
+    worker = text.str.extract(_WORKER_SIGNAL, 1)
+    signal_line = pl.col("_t") == SIGLINE
+    cuda = text.str.contains(_CUDA) & ~text.str.contains(_NOT_CUDA) & ~signal_line & worker.is_null()
+    nan = text.str.contains(r"(?i)nan|inf") & text.str.contains(_NAN) & ~cuda
+    no_code, error, warning = pl.lit(None, pl.String), pl.lit("error"), pl.lit("warning")
+    return pl.concat(
+        [
+            _events(lf, worker.is_not_null(), worker.replace_strict(_WORKER_CODES, default=None)),
+            _events(lf, signal_line, signal_of_words(text)),
+            _events(lf, cuda, no_code),
+            # 'loss is nan, skipping batch' is a trainer coping, not a crash
+            _events(lf, nan, no_code, pl.when(text.str.contains(r"(?i)\bskip")).then(warning).otherwise(error)),
+        ],
+        how="vertical",
+    )

@@ -1,0 +1,359 @@
+"""Multi-line crash records: Python tracebacks, C++ aborts, faulthandler dumps, ChildFailedError.
+
+Every prepared line gets a lexical type. A line *links* to the previous line of
+its output stream (rank/node prefixes keep interleaved writers apart) when the
+pair can occur inside one record: a frame after a traceback header, an exception
+line after a frame, a ``what():`` after ``terminate called``. Runs of linked
+lines are candidate records (cumulative sum of the breaks), and a run is kept
+when it holds an anchor: a traceback header, an exception line, a C++ abort, a
+fatal error or an elastic root-cause block. All of it is window expressions.
+
+Links are deliberately tolerant of what two writers sharing one stream do
+(a header inside a traceback, a bare exception name after an exception line) so
+that garbled output still yields one record with the right exception.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+from toranalyze_parsers.torch.common import SIGNAL_WORDS, basename, signal_name, signal_of_words, stream_key
+
+from toranalyze.schema import NAIVE_US, conform_raw
+
+# Lexical line types:
+#   TB 'Traceback (most recent call last):'   CHAIN 'During handling of ...' / 'The above exception ...'
+#   FRAME '  File "x.py", line 3, in f'         INDENT code line or ^^^^ carets under a frame
+#   EXC 'ValueError: msg' (exception-like name) EXCB bare 'RuntimeError'    EXCL any 'name: msg' line
+#   CONT lines torch appends to a message (CUDA hints, 'Last error:', ChildFailedError block)
+#   ROOT 'Root Cause (first observed failure):' HEAD unindented code line right before an exception
+#   TERM 'terminate called after throwing ...'  TERMTAIL the rest of a split TERM line
+#   WHAT '  what():  ...'                        RAISED 'Exception raised from ...'  CPPFRAME 'frame #3: ...'
+#   FATAL 'Fatal Python error: ...'              THREAD faulthandler 'Current thread 0x... (most recent call first):'
+#   SIGLINE 'Segmentation fault (core dumped)', bash '... line 4: 123 Killed ...'
+OTHER, TB, CHAIN, FRAME, INDENT, EXC, EXCL, CONT, RAISED, CPPFRAME = range(10)
+WHAT, TERM, TERMTAIL, FATAL, THREAD, SIGLINE, HEAD, ROOT, EXCB = range(10, 19)
+
+_CFE_FIELD = r"^\s+(?:time|host|rank|exitcode|error_file|traceback)\s*:"
+_CONT = "|".join(
+    [
+        _CFE_FIELD,
+        r"^\s*={8,}\s*$",
+        r"^\s*-{8,}\s*$",
+        r"^\s*\S+ FAILED\s*$",  # '<script> FAILED' title of a ChildFailedError
+        r"^Failures:\s*$",
+        r"^\s*<NO_OTHER_FAILURES>",
+        r"^\[\d+\]:\s*$",
+        # Lines torch appends to CUDA / NCCL exception messages.
+        r"^CUDA kernel errors might be asynchronously reported",
+        r"^For debugging consider passing CUDA_LAUNCH_BLOCKING",
+        r"^Compile with .TORCH_USE_CUDA_DSA",
+        r"^Search for .cuda\w+. in ",
+        r"^Device-side assert(?:ions? were|ion tracking)",
+        r"^nccl[A-Z]\w*:",
+        r"^Last error:",
+        r"^\. This may indicate a possible application crash",
+        r"^(?:Including non-PyTorch memory|Of the allocated memory)\b",  # wrapped OOM message
+        # faulthandler trailers
+        r"^Python runtime state:",
+        r"^Extension modules:",
+        r"^\s*<no Python frame>",
+    ]
+)
+_SIG_WORDS = "|".join(SIGNAL_WORDS)
+_SIGLINE = (
+    rf"^\s*(?:{_SIG_WORDS})(?: \(core dumped\))?\s*$"
+    rf"|^(?:.*: )?line \d+:\s+\d+\s+(?:{_SIG_WORDS})\b"  # bash: 'script: line 4: 123 Killed   python x.py'
+)
+# Python exception names by their suffix; plain 'Exception' too (DeepSpeed raises it), but not a bare 'Error:'.
+_EXC_NAME = r"(?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)|Exception)"
+_EXC_STRICT = rf"^\s?{_EXC_NAME}(?::.*)?$"
+_EXC_BARE = rf"^\s?{_EXC_NAME}\s*$"
+_EXC_LOOSE = r"^\s?[A-Za-z_][\w.]*(?::(?:\s.*)?)?$"
+_LOG_LEVEL = r"^\s?(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL|NOTE|TIP|HINT)\b"
+_INDENT = r"^(?: {4,}|\t)\S|^\s+[\^~]+\s*$"
+# The code line of a frame whose header the publisher cut: 'work = default_pg.barrier(opts=opts)'.
+_CALL = r"^\s*(?:[\w.\[\]]+\s*=\s*)?(?:return |raise |await )?[\w.\[\]]+\(.*[,()]\s*$"
+CUT_OFF = "Python traceback without its exception line (output cut off)"
+# Orphan exception lines the nccl parser records on its own.
+NCCL_OWNED = r"NCCL error|nccl[A-Z]\w*Error|ProcessGroupNCCL|Watchdog caught collective"
+
+# Anything that is not OTHER. CONT-like lines may follow any of them.
+_STRUCT = [TB, CHAIN, FRAME, INDENT, EXC, EXCL, CONT, RAISED, CPPFRAME, WHAT, TERM, TERMTAIL, FATAL, THREAD]
+_STRUCT += [SIGLINE, HEAD, ROOT, EXCB]
+_LINKS_AFTER: dict[int, list[int]] = {
+    TB: [CHAIN, FRAME, INDENT, TB],  # header after a frame: two writers interleaved
+    CHAIN: _STRUCT,
+    FRAME: [TB, FRAME, INDENT, THREAD, CONT, ROOT, FATAL],
+    INDENT: [FRAME, INDENT, EXC, EXCL, CONT, ROOT],  # code lines, carets, multi-line messages
+    EXC: [FRAME, INDENT, HEAD],
+    EXCB: [FRAME, INDENT, HEAD, EXC, EXCL],  # a bare exception name right after another: interleaved writers
+    EXCL: [FRAME, INDENT, HEAD],
+    CONT: _STRUCT,
+    ROOT: _STRUCT,
+    RAISED: _STRUCT,
+    CPPFRAME: [RAISED, CPPFRAME],
+    WHAT: [TERM, TERMTAIL],
+    TERM: [TERM],  # two processes' 'terminate called' lines in a row
+    TERMTAIL: [TERM],
+    THREAD: [FATAL, FRAME, THREAD, CONT],
+    SIGLINE: [FRAME, CPPFRAME, THREAD, CONT],
+}
+_ANCHORS = [TB, CHAIN, EXC, EXCB, TERM, WHAT, FATAL, ROOT]
+# A record starts at the first of these (leading indented debris is not part of it).
+_STARTS = [TB, CHAIN, FRAME, EXC, EXCB, TERM, WHAT, FATAL, THREAD, RAISED, HEAD, ROOT, SIGLINE]
+
+
+def _has(pattern: str) -> pl.Expr:
+    return pl.col("_x").str.contains(pattern)
+
+
+def _lit(fragment: str) -> pl.Expr:
+    return pl.col("_x").str.contains(fragment, literal=True)
+
+
+def _unprefixed() -> pl.Expr:
+    """text without the one space a '[rank3]: ' tag puts before the record, so '^Exc' and indents hold.
+
+    ('[default3]:' of torchrun --tee adds none.)"""
+    prefix = pl.col("raw").str.slice(0, pl.col("raw").str.len_chars() - pl.col("text").str.len_chars())
+    spaced = prefix.str.contains(r"\[[Rr]ank\s?\d+\]:$") & pl.col("text").str.starts_with(" ")
+    return pl.when(spaced).then(pl.col("text").str.slice(1)).otherwise(pl.col("text"))
+
+
+def _line_type() -> pl.Expr:
+    after_last_error = pl.col("_prev_text").str.contains(r"^Last error:\s*$").fill_null(False)
+    chain = _lit("During handling of the above exception") | _lit("The above exception was the direct cause")
+    term = _lit("terminate called after throwing an instance of") | _has(r"^terminate called (?:without|recursively)")
+    # Order matters: the most specific shapes first, the loose exception shape last.
+    cases: list[tuple[pl.Expr, int]] = [
+        (_has(r"^Root Cause \(first observed failure\):"), ROOT),
+        (_has(_CONT) | after_last_error, CONT),
+        (_lit("Traceback (most recent call last):"), TB),
+        (chain, CHAIN),
+        (_has(r"^Exception raised from \S"), RAISED),
+        (_has(r"^frame #\d+: "), CPPFRAME),
+        (_has(r"^\s*what\(\):"), WHAT),
+        (term, TERM),
+        (_has(r"^[\w:<>]+'\s*$"), TERMTAIL),
+        (_has(r"^Fatal Python error: "), FATAL),
+        (_has(r"^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):"), THREAD),
+        (_has(r"File \"[^\"]+\", line \d+"), FRAME),
+        (_has(_SIGLINE), SIGLINE),
+        (_has(_LOG_LEVEL), OTHER),
+        (_has(_EXC_BARE), EXCB),
+        (_has(_EXC_STRICT), EXC),
+        (_has(_INDENT), INDENT),
+        (_has(_EXC_LOOSE), EXCL),
+    ]
+    cond, value = cases[0]
+    expr = pl.when(cond).then(pl.lit(value, pl.Int8))
+    for cond, value in cases[1:]:
+        expr = expr.when(cond).then(pl.lit(value, pl.Int8))
+    return expr.otherwise(pl.lit(OTHER, pl.Int8))
+
+
+def _link(prev: pl.Expr) -> pl.Expr:
+    items = list(_LINKS_AFTER.items())
+    t = pl.col("_t")
+    expr = pl.when(t == items[0][0]).then(prev.is_in(items[0][1]))
+    for kind, after in items[1:]:
+        expr = expr.when(t == kind).then(prev.is_in(after))
+    return expr.otherwise(False).fill_null(False)
+
+
+def typed_lines(lines: pl.LazyFrame) -> pl.LazyFrame:
+    """Prepared lines plus ``_i`` (row order), ``_s`` (stream), ``_t`` (type), ``_link``, ``_run`` and
+    ``_rec`` (the row belongs to a kept record; one-line rules skip those rows)."""
+    lf = lines.with_columns(
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("_i"), stream_key().alias("_s"), _unprefixed().alias("_x")
+    )
+    lf = lf.with_columns(pl.col("_x").shift(1).over("_s").alias("_prev_text"))
+    lf = lf.with_columns(_line_type().alias("_t"))
+    head = (pl.col("_t") == OTHER) & pl.col("_t").shift(-1).over("_s").is_in([EXC, EXCB]) & _has(_CALL)
+    lf = lf.with_columns(pl.when(head.fill_null(False)).then(pl.lit(HEAD, pl.Int8)).otherwise("_t").alias("_t"))
+    lf = lf.with_columns(_link(pl.col("_t").shift(1).over("_s")).alias("_link"))
+    lf = lf.with_columns((~pl.col("_link")).cum_sum().over("_s").alias("_run"))
+    grp = ["_s", "_run"]
+    t = pl.col("_t")
+    # A frame followed by an exception of any name is a traceback tail whose header was cut.
+    tail = ((t == EXCL) & pl.col("_link")).any().over(grp) & t.is_in([FRAME, HEAD]).any().over(grp)
+    anchored = t.is_in(_ANCHORS).any().over(grp) | tail
+    first = pl.col("_i").filter(pl.col("_t").is_in(_STARTS)).min().over(grp)
+    return lf.with_columns((anchored & (pl.col("_i") >= first)).fill_null(False).alias("_rec"))
+
+
+def _fields_of(groups: pl.Expr, *numbers: int) -> list[pl.Expr]:
+    return [groups.struct.field(str(n)) for n in numbers]
+
+
+def _fields(typed: pl.LazyFrame) -> pl.LazyFrame:
+    """Per-row pieces the record summary is built from."""
+    t, text = pl.col("_t"), pl.col("_x")
+    is_exc = t.is_in([EXC, EXCB]) | ((t == EXCL) & pl.col("_link"))
+    has_msg = text.str.contains(r"^\s?[\w.]+:\s*\S") | text.str.contains("ChildFailedError", literal=True)
+    frame = text.str.extract_groups(r"File \"([^\"]+)\", line (\d+),? in (\S+)")
+    cfe = text.str.extract_groups(
+        r"^\s+(?:time\s*:\s*(\S+)|host\s*:\s*(\S+)|rank\s*:\s*(\d+)(?: \(local_rank: (\d+)\))?"
+        r"|exitcode\s*:\s*(-?\d+)(?: \(pid: (\d+)\))?|traceback\s*:\s*(.+))"
+    )
+    raised = text.str.extract_groups(r"^Exception raised from (\S+) at (\S+) \(most recent call first\)")
+    term_type = text.str.extract(r"instance of '([\w:<>]+)'", 1)
+    info = (t == CONT) & (
+        text.str.contains(r"^nccl[A-Z]\w*:|^Search for .cuda\w+.")
+        | pl.col("_prev_text").str.contains(r"^Last error:\s*$").fill_null(False)
+    )
+    return typed.with_columns(
+        is_exc.alias("_exc"),
+        has_msg.alias("_msg"),
+        pl.when(t == FRAME).then(pl.format("{}:{} in {}", basename(frame.struct.field("1")), *_fields_of(frame, 2, 3)))
+        .alias("_frame"),
+        pl.when(t == CONT).then(cfe).alias("_cfe"),
+        pl.when(t == RAISED).then(pl.format("{} at {}", raised.struct.field("1"), basename(raised.struct.field("2"))))
+        .alias("_raised"),
+        pl.when(t == TERM).then(term_type).alias("_tt"),
+        pl.when(t == TERM).then(term_type).forward_fill().over("_s").alias("_fftt"),
+        info.alias("_info"),
+        text.str.contains(r"^\s*\S+ FAILED\s*$").alias("_title"),
+        # faulthandler lists the most recent call first, under 'Current thread'
+        pl.when(t == THREAD).then(text.str.starts_with("Current thread")).forward_fill().over(["_s", "_run"])
+        .fill_null(False)
+        .alias("_current"),
+    )
+
+
+def _summaries(rows: pl.LazyFrame) -> pl.LazyFrame:
+    grp = ["_s", "_run"]
+    t, i = pl.col("_t"), pl.col("_i")
+    # The record's exception: the last exception line that has a message (a bare name may be
+    # another writer's debris), else the last exception line.
+    with_msg = i.filter(pl.col("_exc") & pl.col("_msg")).max().over(grp)
+    rows = rows.with_columns(pl.coalesce(with_msg, i.filter(pl.col("_exc")).max().over(grp)).alias("_main"))
+    main_i = pl.col("_main")
+
+    def cfe(n: str) -> pl.Expr:
+        return pl.col("_cfe").struct.field(n).drop_nulls().last()
+
+    return rows.group_by(grp, maintain_order=True).agg(
+        pl.col("line").first(),
+        pl.col("line").last().alias("line_end"),
+        pl.col("_x").filter(i == main_i).first().str.strip_chars().alias("_main_text"),
+        pl.col("_x").filter(pl.col("_exc") & pl.col("_msg") & (i != main_i)).str.strip_chars().alias("_others"),
+        pl.col("_frame").filter((t == FRAME) & (main_i.is_null() | (i < main_i))).drop_nulls().last(),
+        pl.col("_frame").filter((t == FRAME) & pl.col("_current")).drop_nulls().first().alias("_fault_frame"),
+        pl.col("_x").filter(t == WHAT).first()
+        .str.replace(r"^\s*what\(\):\s*", "").str.strip_chars().alias("_what"),
+        pl.col("_tt").drop_nulls().last(),
+        t.is_in([TERM, WHAT]).any().alias("_cpp"),
+        pl.col("_x").filter(t == TERM).first().str.strip_chars().alias("_term_text"),
+        pl.col("_fftt").first(),
+        pl.col("_raised").drop_nulls().first(),
+        pl.col("_x").filter(t == FATAL).first().str.strip_chars().alias("_fatal"),
+        pl.col("_x").filter(t == SIGLINE).first().str.strip_chars().alias("_sig"),
+        pl.col("_x").filter(pl.col("_info")).str.strip_chars().unique(maintain_order=True).str.join(" | ")
+        .alias("_info"),
+        pl.col("_x").filter(pl.col("_title")).first().str.strip_chars().alias("_title"),
+        t.is_in([TB, FRAME, HEAD]).any().alias("_tb"),
+        (t == ROOT).any().alias("_root"),
+        cfe("1").alias("_cf_time"),
+        cfe("2").alias("_cf_host"),
+        cfe("3").alias("_cf_rank"),
+        cfe("4").alias("_cf_local"),
+        cfe("5").alias("_cf_exit"),
+        cfe("6").alias("_cf_pid"),
+        cfe("7").alias("_cf_tb"),
+    )
+
+
+def _opt(prefix: str, value: pl.Expr, suffix: str = "") -> pl.Expr:
+    """' [at x]'-style optional message part: null (dropped) when value is null or empty."""
+    return pl.when(value.is_not_null() & (value != "")).then(pl.concat_str([pl.lit(prefix), value, pl.lit(suffix)]))
+
+
+def _child_failed_message(main: pl.Expr) -> pl.Expr:
+    """'ChildFailedError: train.py FAILED; root cause: rank 3 (local_rank 3) on node-1 exitcode -6 (SIGABRT) ...'"""
+    return pl.concat_str(
+        [
+            pl.coalesce(main.str.extract(r"(\w*ChildFailedError:?)", 1), pl.lit("ChildFailedError:")),
+            _opt(" ", pl.col("_title")),
+            pl.lit("; root cause"),
+            _opt(": rank ", pl.col("_cf_rank")),
+            _opt(" (local_rank ", pl.col("_cf_local"), ")"),
+            _opt(" on ", pl.col("_cf_host")),
+            _opt(" exitcode ", pl.col("_cf_exit")),
+            _opt(" (", signal_name(pl.col("_cf_exit")), ")"),
+            _opt(" pid ", pl.col("_cf_pid")),
+            _opt("; ", pl.col("_cf_tb").str.strip_chars()),
+        ],
+        ignore_nulls=True,
+    )
+
+
+def _cpp_type() -> pl.Expr:
+    # A what() block whose 'terminate called' line went to an earlier record (two processes
+    # printed theirs back to back) takes the type of that line.
+    return pl.when(pl.col("_term_text").is_not_null()).then(pl.col("_tt")).otherwise(pl.col("_fftt"))
+
+
+def _cpp_message(info: pl.Expr) -> pl.Expr:
+    """'c10::CUDAError: CUDA error: unknown error [raised from query at CUDAEvent.h:95]'"""
+    parts = [
+        pl.coalesce(_cpp_type(), pl.lit("C++ exception")),
+        pl.lit(": "),
+        pl.col("_what"),
+        info,
+        _opt(" [raised from ", pl.col("_raised"), "]"),
+    ]
+    return pl.when(pl.col("_what").is_not_null()).then(pl.concat_str(parts, ignore_nulls=True)).otherwise("_term_text")
+
+
+def _compose(recs: pl.LazyFrame) -> pl.LazyFrame:
+    main, fatal = pl.col("_main_text"), pl.col("_fatal")
+    cfe = main.str.contains("ChildFailedError", literal=True).fill_null(False) | pl.col("_root")
+    cpp = pl.col("_cpp")
+    at = _opt(" [at ", pl.col("_frame"), "]")
+    info = _opt(" | ", pl.col("_info"))
+    others = _opt("; earlier: ", pl.col("_others").list.join(" <- "))
+    fault_at = _opt(" [at ", pl.col("_fault_frame"), "]")
+    message = (
+        pl.when(cfe)
+        .then(_child_failed_message(main))
+        .when(cpp)
+        .then(_cpp_message(info))
+        .when(fatal.is_not_null())
+        .then(pl.concat_str([fatal, _opt("; ", pl.col("_sig")), fault_at], ignore_nulls=True))
+        .when(main.is_not_null())
+        .then(pl.concat_str([main, info, at, others], ignore_nulls=True))
+        .otherwise(pl.concat_str([pl.lit(CUT_OFF), at], ignore_nulls=True))
+    )
+    exc_name = main.str.extract(r"^([\w.]+)", 1).str.extract(r"([A-Za-z_]\w*)$", 1)
+    code = (
+        pl.when(cfe)
+        .then(pl.col("_cf_exit"))
+        .when(cpp)
+        .then(_cpp_type())
+        .when(fatal.is_not_null())
+        .then(signal_of_words(fatal))
+        .otherwise(exc_name)
+    )
+    gpu = message.str.extract(r"(?:\(GPU |\bGPU )(\d+)(?:;| has a total capac)", 1)
+    # Orphan NCCL exception lines (no frames around them) are the nccl parser's records.
+    nccl_orphan = ~pl.col("_tb") & ~cfe & ~cpp & fatal.is_null() & main.str.contains(NCCL_OWNED).fill_null(False)
+    return recs.filter(~nccl_orphan).select(
+        pl.col("line"),
+        pl.when(pl.col("line_end") > pl.col("line")).then(pl.col("line_end")).alias("line_end"),
+        pl.lit("error").alias("kind"),
+        pl.lit("error").alias("severity"),
+        # ChildFailedError's 'time :' is the host's local clock, without a zone
+        pl.col("_cf_time").str.strptime(NAIVE_US, "%Y-%m-%d_%H:%M:%S", strict=False).alias("ts"),
+        pl.col("_cf_host").alias("node"),
+        pl.col("_cf_rank").cast(pl.Int32, strict=False).alias("rank"),
+        gpu.cast(pl.Int32, strict=False).alias("gpu"),
+        code.alias("code"),
+        message.alias("message"),
+    )
+
+
+def records(typed: pl.LazyFrame) -> pl.LazyFrame:
+    """One error event per kept record (see the module docstring)."""
+    rows = _fields(typed).filter(pl.col("_rec"))
+    return conform_raw(_compose(_summaries(rows)))

@@ -1,0 +1,212 @@
+"""Trainer parser: training progress from every common trainer's own output.
+
+Frameworks live in private modules (``megatron``, ``deepspeed``, ``hf``,
+``lightning``, ``titan``, ``mlperf``, ``m4``); each documents
+its formats and field rules. Cluster watchdog lines interleaved with trainer output (BigScience's
+``PULSE:`` / ``ALERT:``) are the slurm parser's. This module merges the framework rows and applies
+the rules that span frameworks:
+
+* **One step source.** Steps come from the trainer's own records when a file has any; DeepSpeed's
+  engine ``step=`` lines then become ``info`` rows and bare tqdm bars are dropped (see
+  ``common``). Within one attempt (rows between two start/resume records) a step is
+  reported once: ranks and tqdm repaints repeat it.
+* **Consecutive duplicates collapse.** Start-up banners (several per start, or one per rank),
+  checkpoint records printed by both Megatron and DeepSpeed or once per rank, repeated
+  evaluation and exit records become one row: the first line, the earliest clock for things
+  that begin (init, save begin, eval begin, exit) and the latest for things that end (init_done,
+  save end, load, eval end), the first non-null value of every other column.
+* **Exit markers.** A trainer ending training by its own decision (Megatron's time-budget, exit
+  interval and end-of-training banners, HF ``train_runtime``, MLPerf ``run_stop`` success,
+  Lightning ``Trainer.fit stopped``, torchtitan ``Training completed``) is a ``job_end`` row with
+  state COMPLETED and code 0 — the process ended cleanly whatever the scheduler reports. Other
+  exits (on SIGTERM, a kill switch, an MLPerf run that did not succeed) are ``info`` rows with
+  state ``EXIT``. Checkpoint, evaluation and exit rows that name no step take the latest step
+  logged before them.
+* **Start-up clocks.** ``init`` / ``init_done`` rows without a clock take the next clock stated
+  by a line before the first iteration that follows (``ts_inferred``).
+
+A ``step`` row is one *logged* record: with a log interval of N iterations it stands for N of
+them, its ``step_time_s`` being the per-iteration time the trainer reports (consumers weigh a
+row by the step difference to the previous one). ``loss`` is NaN only when the trainer printed
+NaN/Inf or dropped the loss for NaN; it is null when the record carries no loss.
+
+Files are read in blocks (see ``toranalyze.ingest.reader``); the rules above work within one block, so
+a record whose context lies in the previous block (a very long file) loses that context.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+from toranalyze_parsers.trainer import deepspeed, hf, lightning, m4, megatron, mlperf, titan, tqdm
+from toranalyze_parsers.trainer.common import LEVEL_TQDM, enrich
+
+from toranalyze.plugins import Parser
+from toranalyze.schema import conform_raw
+
+_MODULES = (
+    megatron,
+    deepspeed,
+    hf,
+    lightning,
+    titan,
+    mlperf,
+    m4,
+)
+
+_BEGINS = ("init", "ckpt_save_begin", "eval_begin")
+_ENDS = ("init_done", "ckpt_save_end", "ckpt_load", "eval_end")
+_STEP_FILLED = ("ckpt_save_begin", "ckpt_save_end", "eval_begin", "eval_end")
+_PROGRESS = ("step", "ckpt_save_begin", "ckpt_save_end", "ckpt_load", "eval_begin", "eval_end")
+_TS = ("ts", "ts_offset_s", "ts_year_known", "ts_inferred")
+
+
+def _is_exit() -> pl.Expr:
+    kind = pl.col("kind")
+    return ((kind == "job_end") | ((kind == "info") & (pl.col("state") == "EXIT"))).fill_null(False)
+
+
+def _own_clocks(ev: pl.LazyFrame, lines: pl.LazyFrame) -> pl.LazyFrame:
+    """Rows left without time take the clock their own line states (needed before collapsing)."""
+    ctx = (
+        lines.filter(pl.col("clock").is_not_null())
+        .unique("line", keep="first", maintain_order=True)
+        .select("line", pl.col("clock").alias("_clock"), pl.col("clock_off").alias("_clock_off"))
+    )
+    use = pl.col("ts").is_null() & pl.col("_clock").is_not_null()
+    return (
+        ev.join(ctx, on="line", how="left", maintain_order="left")
+        .with_columns(
+            pl.when(use).then(pl.col("_clock")).otherwise(pl.col("ts")).alias("ts"),
+            pl.when(use).then(pl.col("_clock_off")).otherwise(pl.col("ts_offset_s")).alias("ts_offset_s"),
+        )
+        .drop("_clock", "_clock_off")
+    )
+
+
+def _one_step_source(ev: pl.LazyFrame) -> pl.LazyFrame:
+    """Keep steps of the best level present; DeepSpeed's become info, bare bars are dropped."""
+    is_step = pl.col("kind") == "step"
+    best = pl.col("_level").filter(is_step).min()
+    worse = (is_step & (pl.col("_level") > best)).fill_null(False)
+    return ev.filter(~(worse & (pl.col("_level") == LEVEL_TQDM))).with_columns(
+        pl.when(worse).then(pl.lit("info")).otherwise(pl.col("kind")).alias("kind")
+    )
+
+
+def _fill_steps(ev: pl.LazyFrame) -> pl.LazyFrame:
+    """Checkpoint, evaluation and exit rows naming no step take the latest progress step."""
+    kind = pl.col("kind")
+    known = pl.when(kind.is_in(_PROGRESS)).then(pl.col("step")).forward_fill()
+    wants = kind.is_in(_STEP_FILLED) | _is_exit()
+    filled = pl.when(wants & pl.col("step").is_null()).then(known).otherwise(pl.col("step"))
+    return ev.with_columns(filled.alias("step"))
+
+
+def _collapse(ev: pl.LazyFrame) -> pl.LazyFrame:
+    """Consecutive rows of one begin/end/exit record (same kind, step, state) become one row."""
+    kind = pl.col("kind")
+    collapsible = kind.is_in(_BEGINS + _ENDS) | _is_exit()
+    key = pl.struct(kind, pl.col("step").fill_null(-1), pl.col("state").fill_null(""))
+    new_run = ~collapsible | ~collapsible.shift(1, fill_value=False) | (key != key.shift(1)).fill_null(True)
+    # A stated zone makes a clock comparable with the others; without one, clocks of different
+    # writers (a local log clock, an epoch) may not be, so stated ones are preferred.
+    stamped = pl.struct(*_TS).filter(pl.col("ts").is_not_null())
+    zoned = pl.struct(*_TS).filter(pl.col("ts").is_not_null() & pl.col("ts_offset_s").is_not_null())
+    skip = (*_TS, "line", "line_end", "message", "kind", "_run", "_collapsible")
+    others = [c for c in ev.collect_schema().names() if c not in skip]
+    ev = ev.with_columns(new_run.cum_sum().alias("_run"), collapsible.alias("_collapsible"))
+    # Only collapsible rows are grouped (steps are most rows and never collapse).
+    kept = ev.filter(~pl.col("_collapsible")).drop("_run", "_collapsible")
+    grouped = (
+        ev.filter(pl.col("_collapsible"))
+        .drop("_collapsible")
+        .group_by("_run", maintain_order=True)
+        .agg(
+            pl.col("line").first(),
+            pl.col("line_end").first(),
+            pl.col("message").first(),
+            pl.col("kind").first(),
+            pl.coalesce(zoned.first(), stamped.first()).alias("_first_ts"),
+            pl.coalesce(zoned.last(), stamped.last()).alias("_last_ts"),
+            *[pl.col(c).drop_nulls().first() for c in others],
+        )
+    )
+    chosen = pl.when(pl.col("kind").is_in(_ENDS)).then(pl.col("_last_ts")).otherwise(pl.col("_first_ts"))
+    merged = (
+        grouped.with_columns(chosen.alias("_ts"))
+        .with_columns(
+            pl.col("_ts").struct.field("ts").alias("ts"),
+            pl.col("_ts").struct.field("ts_offset_s").alias("ts_offset_s"),
+            pl.col("_ts").struct.field("ts_year_known").fill_null(True).alias("ts_year_known"),
+            pl.col("_ts").struct.field("ts_inferred").fill_null(False).alias("ts_inferred"),
+        )
+        .drop("_run", "_first_ts", "_last_ts", "_ts")
+    )
+    return pl.concat([kept, merged], how="diagonal").sort("line", maintain_order=True)
+
+
+def _dedupe_steps(ev: pl.LazyFrame) -> pl.LazyFrame:
+    """A step repeated within one attempt (ranks, repaints, duplicated output) is kept once.
+
+    An attempt starts at a start or resume record, or where the trainer's own records go back to
+    an earlier step (a restart whose banners the log does not show). Progress bars going back do
+    not count: ranks repaint the same bar one after the other."""
+    records = (pl.col("kind") == "step") & ~pl.col("_bar")
+    previous = pl.when(records).then(pl.col("step")).shift(1).forward_fill()
+    back = (records & (pl.col("step") < previous)).fill_null(False)
+    restart = (pl.col("kind").is_in(["init", "init_done", "ckpt_load"]) | back).cast(pl.Int32).cum_sum()
+    first = pl.int_range(pl.len()).over([restart, pl.col("kind"), pl.col("step")]) == 0
+    return ev.filter((pl.col("kind") != "step") | first)
+
+
+def _startup_clocks(ev: pl.LazyFrame, lines: pl.LazyFrame) -> pl.LazyFrame:
+    """init/init_done rows without time take the next clock stated before the next step."""
+    step_lines = ev.filter(pl.col("kind") == "step").select("line").unique().with_columns(pl.lit(True).alias("_st"))
+    ctx = (
+        lines.select("line", "_i", "clock", "clock_off")
+        .join(step_lines, on="line", how="left")
+        .sort("_i")
+        .with_columns(pl.col("_st").fill_null(False).cum_sum().alias("_block"))
+        .with_columns(
+            pl.when(pl.col("clock").is_not_null())
+            .then(pl.struct("clock", "clock_off"))
+            .backward_fill()
+            .over("_block")
+            .alias("_next")
+        )
+        .unique("line", keep="first", maintain_order=True)
+        .select(
+            "line",
+            pl.col("_next").struct.field("clock").alias("_next_clock"),
+            pl.col("_next").struct.field("clock_off").alias("_next_off"),
+        )
+    )
+    wants = pl.col("kind").is_in(["init", "init_done"]) & pl.col("ts").is_null() & pl.col("_next_clock").is_not_null()
+    return (
+        ev.join(ctx, on="line", how="left", maintain_order="left")
+        .with_columns(
+            pl.when(wants).then(pl.col("_next_clock")).otherwise(pl.col("ts")).alias("ts"),
+            pl.when(wants).then(pl.col("_next_off")).otherwise(pl.col("ts_offset_s")).alias("ts_offset_s"),
+            (pl.col("ts_inferred") | wants).alias("ts_inferred"),
+        )
+        .drop("_next_clock", "_next_off")
+    )
+
+
+class TrainerParser(Parser):
+    name = "trainer"
+    source = "trainer"
+    noise: tuple[str, ...] = tuple(p for m in _MODULES for p in m.NOISE) + tqdm.NOISE
+
+    def extract(self, lines: pl.LazyFrame) -> pl.LazyFrame:
+        # Frames read by several later steps are materialized once: the query optimizer does not
+        # always share such sub-plans, and re-running every module per use costs more than memory.
+        enriched = enrich(lines).collect().lazy()
+        parts = [p for m in _MODULES for p in m.extract(enriched)]
+        ev = pl.concat(parts, how="vertical").sort("line", maintain_order=True)
+        ev = _dedupe_steps(_fill_steps(_one_step_source(_own_clocks(ev, enriched)))).collect().lazy()
+        ev = _collapse(ev).collect().lazy()
+        return conform_raw(_startup_clocks(ev, enriched))
+
+
+parser = TrainerParser()

@@ -1,0 +1,103 @@
+"""Shared pieces of the trainer parser: cleaned text, wall clocks found on lines, number fields.
+
+Every framework module receives the prepared lines *enriched* by ``enrich``:
+
+* ``text`` with ANSI colour codes removed (torchtitan and Lightning colour their output);
+* ``_i``: the segment's position in the file (``\\r`` segments share a line number);
+* ``clock`` / ``clock_off``: a wall-clock time the line states (a peeled prefix, a Megatron
+  ``datetime:`` banner, an HF ``[INFO|file:N] ts >>`` record, a ``[NeMo I ts …]`` record, a
+  Python-logging ``ts - name - LEVEL -`` record). Used as anchors to place records that print
+  no clock of their own (Megatron iterations, tqdm bars).
+
+Framework modules return ``part`` frames: RAW_SCHEMA columns plus ``_level``, which ranks the
+sources of ``step`` rows (0 = the trainer's own records, 1 = DeepSpeed's engine ``step=`` lines,
+2 = bare tqdm bars; the parser keeps steps from the best level present), and ``_bar``, set on
+progress-bar repaints (which several ranks print one after the other).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from toranalyze.ingest.clock import ts_iso
+from toranalyze.schema import NAIVE_US, conform_raw
+
+ANSI = r"\x1b\[[0-9;?]*[A-Za-z]"
+
+# A float as trainers print it, including nan/inf spellings.
+NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
+NUM_OR_NAN = rf"(?:{NUM}|[-+]?(?i:nan|inf(?:inity)?))"
+
+_ISO_MS = r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?"
+# In-text clocks, first match wins. Group 1 is the timestamp.
+_CLOCKS = (
+    rf"\bdatetime: ({_ISO_MS})",  # Megatron print_datetime banners
+    rf"^\[[A-Z]+\|[\w.\-]+:\d+\] ({_ISO_MS}) >>",  # HF transformers logging
+    rf"^\[NeMo [IWEDC] ({_ISO_MS}) ",  # NeMo logging
+    rf"^(?:\[titan\] )?({_ISO_MS}) - [\w.\-]+ - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - ",  # python logging
+)
+
+LEVEL_TRAINER = 0
+LEVEL_DEEPSPEED = 1
+LEVEL_TQDM = 2
+
+
+# HF example scripts log with datefmt "%m/%d/%Y %H:%M:%S": '05/25/2021 06:35:01 - WARNING - __main__ - …'.
+_US_CLOCK = r"^(\d{2}/\d{2}/\d{4} \d{2}:\d{2}:\d{2}) - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - "
+
+
+def enrich(lines: pl.LazyFrame) -> pl.LazyFrame:
+    """Prepared lines + ANSI-free text + the clock each line states (see module doc)."""
+    text = pl.col("text").str.replace_all(ANSI, "")
+    in_text = pl.coalesce([text.str.extract(p, 1) for p in _CLOCKS])
+    us_clock = text.str.extract(_US_CLOCK, 1).str.strptime(NAIVE_US, "%m/%d/%Y %H:%M:%S", strict=False)
+    return (
+        lines.with_columns(text.alias("text"))
+        .with_columns(in_text.alias("_clock_text"), us_clock.alias("_us_clock"))
+        .with_columns(
+            pl.coalesce(pl.col("p_ts"), ts_iso(pl.col("_clock_text")), pl.col("_us_clock")).alias("clock"),
+            pl.when(pl.col("p_ts").is_not_null()).then(pl.col("p_off")).otherwise(None).alias("clock_off"),
+        )
+        .drop("_clock_text", "_us_clock")
+        .sort("line", maintain_order=True)
+        .with_row_index("_i")
+    )
+
+
+def field(pattern: str, col: str = "text") -> pl.Expr:
+    """Float captured by group 1 of ``pattern`` (nan/inf included); null when absent."""
+    return to_float(pl.col(col).str.extract(pattern, 1))
+
+
+def to_float(s: pl.Expr) -> pl.Expr:
+    """Text number -> Float64. Quotes, blanks and thousands commas are dropped; the cast itself reads
+    every nan/inf spelling trainers print (nan, NaN, -nan, inf, Infinity, …)."""
+    return s.str.strip_chars(" '\"").str.replace_all(",", "", literal=True).cast(pl.Float64, strict=False)
+
+
+def to_int(s: pl.Expr) -> pl.Expr:
+    return s.str.replace_all(",", "", literal=True).cast(pl.Int64, strict=False)
+
+
+def hms_seconds(s: pl.Expr) -> pl.Expr:
+    """'07:41:19', '41:19', '1 day, 3:04:05', '2d 3:04:05' -> seconds (Float64)."""
+    g = s.str.extract_groups(r"(?:(\d+)\s*d(?:ays?)?,?\s*)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)$")
+    days = g.struct.field("1").cast(pl.Float64).fill_null(0)
+    hours = g.struct.field("2").cast(pl.Float64).fill_null(0)
+    mins = g.struct.field("3").cast(pl.Float64)
+    secs = g.struct.field("4").cast(pl.Float64)
+    return days * 86400 + hours * 3600 + mins * 60 + secs
+
+
+def add_seconds(ts: pl.Expr, seconds: pl.Expr) -> pl.Expr:
+    return ts + pl.duration(microseconds=(seconds * 1e6).round(0).cast(pl.Int64))
+
+
+def part(frame: pl.LazyFrame, level: int = LEVEL_TRAINER, bar: bool = False) -> pl.LazyFrame:
+    """A module's output: RAW_SCHEMA columns plus the step-source level and whether the rows are
+    progress-bar repaints (several ranks repaint the same bar one after the other)."""
+    return conform_raw(frame).with_columns(pl.lit(level, pl.Int8).alias("_level"), pl.lit(bar).alias("_bar"))
+
+
+def message() -> pl.Expr:
+    return pl.col("text").str.strip_chars()

@@ -1,0 +1,104 @@
+"""MLPerf training logs: ``:::MLLOG {"time_ms": …, "key": …, "value": …, "metadata": {…}}``.
+
+``time_ms`` is epoch milliseconds (UTC). Every rank prints its own copy of many records, so rows
+are de-duplicated by (key, time_ms, first field of the value) and ordered by time. Records kept:
+
+* the earliest ``init_start`` of a run -> init; ``init_stop`` -> init_done;
+* ``init_checkpoint_step`` -> ckpt_load at that step (the benchmark resumes from a checkpoint);
+* each ``tracked_stats`` with ``train_step_timing`` is one optimizer step: ``step`` = the
+  checkpoint step + the running count of such records (``metadata.step`` counts tokens or
+  samples, not steps), ``step_time_s`` = train_step_timing, ``loss`` = reduced_train_loss;
+* ``eval_start`` / ``eval_stop`` -> eval_begin / eval_end (``duration_s`` = stop − start);
+* ``run_start``, ``block_start`` / ``block_stop`` (a training block between evaluations) -> info;
+  ``run_stop`` with status ``success`` -> job_end, state COMPLETED, code 0; with another status
+  -> info, state EXIT, severity warning; ``duration_s`` = stop − start.
+
+Everything else (configuration keys, ``cache_clear``, epoch markers, validation timings) is
+understood chatter.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+from toranalyze_parsers.trainer.common import NUM, field, part, to_float
+
+from toranalyze.ingest.clock import ts_epoch_ms
+
+NOISE: tuple[str, ...] = (r"^:::MLLOG \{",)
+
+_KEYS = ["init_start", "init_stop", "init_checkpoint_step", "tracked_stats", "eval_start", "eval_stop", "run_start",
+         "run_stop", "block_start", "block_stop"]
+
+
+def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
+    t = pl.col("text")
+    js = pl.col("_json")
+    rows = (
+        lines.filter(t.str.contains(":::MLLOG", literal=True))
+        .with_columns(t.str.extract(r":::MLLOG (\{.*)$", 1).alias("_json"))
+        .with_columns(
+            js.str.extract(r'"key":\s*"([^"]+)"', 1).alias("_key"),
+            js.str.extract(r'"time_ms":\s*(' + NUM + ")", 1).cast(pl.Float64, strict=False).alias("_ms"),
+            js.str.extract(r'"value":\s*\{\s*"([^"]+)"', 1).alias("_stat"),
+        )
+        .filter(pl.col("_key").is_in(_KEYS) & pl.col("_ms").is_not_null())
+        .filter((pl.col("_key") != "tracked_stats") | (pl.col("_stat") == "train_step_timing"))
+        .unique(["_key", "_ms", "_stat"], keep="first", maintain_order=True)
+        .sort("_ms", "line")
+    )
+    key = pl.col("_key")
+    is_step = key == "tracked_stats"
+    base = field(r'"key":\s*"init_checkpoint_step",\s*"value":\s*(\d+)', "_json").cast(pl.Int64)
+    base_all = base.max().fill_null(0)
+    count = is_step.cast(pl.Int64).cum_sum()
+    # Runs are separated by init_stop; the first init_start of each run is the attempt's start.
+    run = (key == "init_stop").cast(pl.Int32).cum_sum().shift(1, fill_value=0)
+    first_init = (key == "init_start") & ((key == "init_start").cast(pl.Int32).cum_sum().over(run) == 1)
+    started = pl.when(key == "eval_start").then(pl.col("_ms")).forward_fill()
+    run_started = pl.when(key == "run_start").then(pl.col("_ms")).forward_fill()
+    status = js.str.extract(r'"status":\s*"([^"]+)"', 1)
+    success = key.eq("run_stop") & status.eq("success").fill_null(False)
+    kind = (
+        pl.when(first_init).then(pl.lit("init"))
+        .when(key == "init_stop").then(pl.lit("init_done"))
+        .when(key == "init_checkpoint_step").then(pl.lit("ckpt_load"))
+        .when(is_step).then(pl.lit("step"))
+        .when(key == "eval_start").then(pl.lit("eval_begin"))
+        .when(key == "eval_stop").then(pl.lit("eval_end"))
+        .when(success).then(pl.lit("job_end"))
+        .when(key.is_in(["run_start", "run_stop", "block_start", "block_stop"])).then(pl.lit("info"))
+    )
+    step = (
+        pl.when(key == "init_checkpoint_step").then(base)
+        .when(is_step | key.is_in(["eval_start", "eval_stop", "block_start", "block_stop"])).then(base_all + count)
+    )
+    out = rows.with_columns(kind.alias("kind"), step.alias("step"), started.alias("_eval_ms"),
+                            run_started.alias("_run_ms"), status.alias("_status")).filter(pl.col("kind").is_not_null())
+    loss = to_float(js.str.extract(r'"reduced_train_loss":\s*"?([-+]?(?:NaN|Infinity|\d[\d.eE+-]*))', 1))
+    duration = (
+        pl.when(key == "eval_stop").then(((pl.col("_ms") - pl.col("_eval_ms")) / 1000.0).round(6))
+        .when(key == "run_stop").then(((pl.col("_ms") - pl.col("_run_ms")) / 1000.0).round(6))
+    )
+    severity = pl.when((key == "run_stop") & (pl.col("_status").fill_null("") != "success")).then(
+        pl.lit("warning")
+    ).otherwise(pl.lit("info"))
+    result = out.select(
+        "line",
+        "kind",
+        severity.alias("severity"),
+        ts_epoch_ms(pl.col("_ms")).alias("ts"),
+        pl.lit(0, pl.Int32).alias("ts_offset_s"),
+        "step",
+        pl.when(is_step).then(field(r'"train_step_timing":\s*(' + NUM + ")", "_json")).alias("step_time_s"),
+        pl.when(is_step).then(loss).alias("loss"),
+        duration.alias("duration_s"),
+        pl.when(pl.col("kind") == "job_end").then(pl.lit("COMPLETED"))
+        .when(key == "run_stop").then(pl.lit("EXIT"))
+        .alias("state"),
+        pl.when(pl.col("kind") == "job_end").then(pl.lit("0")).alias("code"),
+        pl.when(key == "run_stop")
+        .then(pl.format("run_stop status={}", pl.col("_status").fill_null("?")))
+        .otherwise(pl.col("_key") + pl.lit(" ") + js)
+        .alias("message"),
+    )
+    return [part(result)]

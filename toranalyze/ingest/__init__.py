@@ -1,0 +1,1 @@
+"""Ingest: files -> one typed, classified event table."""

@@ -1,0 +1,106 @@
+"""Prepared lines: what every line parser's ``extract`` receives.
+
+A chunk of raw lines becomes a frame with these columns:
+
+=============  ==============  ====================================================
+``line``       Int64           1-based line number in the (decompressed) file
+``raw``        String          the segment as read (after ``\\r`` splitting)
+``text``       String          the segment with launcher/collector prefixes peeled
+``p_ts``       Datetime(us)    a leading timestamp peeled off the line (naive)
+``p_off``      Int32           its UTC offset in seconds when it states one
+``p_node``     String          host/pod named by a prefix (Ray ``ip=``, ``[pod/…]``)
+``p_rank``     Int32           rank named by a prefix (``[rank5]:``, ``srun -l`` ``5: ``)
+``p_local``    Int32           local rank from ``[default3]:`` (torch.distributed.run --tee)
+=============  ==============  ====================================================
+
+Carriage returns split a line into segments that keep the same line number
+(tqdm repaints glue records together); empty segments are dropped.
+Prefixes stack, so peeling runs a few passes of one anchored regex.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from toranalyze.ingest.clock import ISO_PATTERN, offset_iso, ts_iso
+from toranalyze.schema import NAIVE_US
+
+LINE_SCHEMA = pl.Schema(
+    {
+        "line": pl.Int64(),
+        "raw": pl.String(),
+        "text": pl.String(),
+        "p_ts": NAIVE_US,
+        "p_off": pl.Int32(),
+        "p_node": pl.String(),
+        "p_rank": pl.Int32(),
+        "p_local": pl.Int32(),
+    }
+)
+
+# One layer of prefix, anchored at the start. Alternatives (named by group number):
+#  ts   : '2025-02-18 12:54:01 ', '| 2023-10-05T04:00:22.604-07:00 |', '[2022-05-01 03:56:11] ',
+#         '[2021-05-25 06:38:26,123] ' (a bracketed or piped ISO stamp)
+#  tee  : '[default3]:'
+#  rank : '[rank5]:' / '[Rank 5]:'
+#  srun : '5: ' (srun -l task id)
+#  ray  : '(train_rft pid=2657296)' / '(pid=123, ip=10.0.0.1)'
+#  pod  : '[pod/trainer-worker-3/pytorch] '
+_PREFIX = (
+    r"^(?:"
+    rf"\|?\s*\[?({ISO_PATTERN})\]?\s*\|?\s+"
+    r"|\[default(\d+)\]:"
+    r"|\[[Rr]ank\s?(\d+)\]:"
+    r"|\s{0,3}(\d{1,6}): "
+    r"|\((?:[\w.\-]+ )?pid=\d+(?:, ip=([\d.]+))?\)\s*"
+    r"|\[pod/([\w.\-]+)(?:/[\w.\-]+)?\]\s*"
+    r")"
+)
+_PASSES = 4
+
+
+def prepare_lines(chunk: pl.DataFrame) -> pl.DataFrame:
+    """chunk(line, raw) -> LINE_SCHEMA frame with prefixes peeled."""
+    lf = (
+        chunk.lazy()
+        .with_columns(pl.col("raw").str.split("\r"))
+        .explode("raw")
+        .filter(pl.col("raw").str.strip_chars().str.len_bytes() > 0)
+        .with_columns(
+            pl.col("raw").alias("text"),
+            pl.lit(None, NAIVE_US).alias("p_ts"),
+            pl.lit(None, pl.Int32).alias("p_off"),
+            pl.lit(None, pl.String).alias("p_node"),
+            pl.lit(None, pl.Int32).alias("p_rank"),
+            pl.lit(None, pl.Int32).alias("p_local"),
+        )
+    )
+    for _ in range(_PASSES):
+        g = pl.col("text").str.extract_groups(_PREFIX)
+        whole = pl.col("text").str.extract(_PREFIX.replace("^(?:", "^((?:") + ")", 1)
+        lf = lf.with_columns(g.alias("_g"), whole.alias("_w")).with_columns(
+            pl.coalesce(ts_iso(pl.col("_g").struct.field("1")), pl.col("p_ts")).alias("p_ts"),
+            pl.coalesce(offset_iso(pl.col("_g").struct.field("1")), pl.col("p_off")).alias("p_off"),
+            pl.coalesce(pl.col("_g").struct.field("2").cast(pl.Int32), pl.col("p_local")).alias("p_local"),
+            pl.coalesce(
+                pl.col("_g").struct.field("3").cast(pl.Int32),
+                pl.col("_g").struct.field("4").cast(pl.Int32),
+                pl.col("p_rank"),
+            ).alias("p_rank"),
+            pl.coalesce(
+                pl.col("_g").struct.field("5"), pl.col("_g").struct.field("6"), pl.col("p_node")
+            ).alias("p_node"),
+            pl.when(pl.col("_w").is_not_null())
+            .then(pl.col("text").str.slice(pl.col("_w").str.len_chars()))
+            .otherwise(pl.col("text"))
+            .alias("text"),
+        )
+    return lf.select(LINE_SCHEMA.names()).collect()
+
+
+def lines_from_strings(lines: list[str], first_line: int = 1) -> pl.DataFrame:
+    """Prepared lines from Python strings (tests, small inputs)."""
+    chunk = pl.DataFrame(
+        {"line": pl.Series(range(first_line, first_line + len(lines)), dtype=pl.Int64), "raw": lines}
+    )
+    return prepare_lines(chunk)

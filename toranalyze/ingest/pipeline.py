@@ -1,0 +1,184 @@
+"""Ingest: input paths -> one classified event table and a per-file report.
+
+A bad file never stops the run: it gets a warning or an error in its report and
+everything else is ingested. Only the caller (the CLI) decides what to print
+and what exit code follows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import PurePath
+from typing import Any
+
+import polars as pl
+
+from toranalyze.errors import ToranalyzeError
+from toranalyze.ingest.classify import Rule, classify, load_rules
+from toranalyze.ingest.clock import normalize_time, resolve_open_years
+from toranalyze.ingest.derived import loss_spike_events
+from toranalyze.ingest.discover import InputFile, discover
+from toranalyze.ingest.engine import map_ordered
+from toranalyze.ingest.reader import FileResult, looks_binary, read_document_events, read_head, read_text_events
+from toranalyze.plugins import Registry, default_registry
+from toranalyze.schema import EVENT_SCHEMA, validate_events
+
+NODE_DIRS = frozenset({"nodes", "hosts", "node", "host"})
+
+
+@dataclass(frozen=True)
+class IngestOptions:
+    tz: str = "UTC"  # zone of timestamps that state none
+    year: int | None = None  # year for yearless formats; default: inferred
+    parser: str | None = None  # force one parser for every file
+    rules: tuple[str, ...] = ()  # user rules files, tried before the built-ins
+
+
+@dataclass
+class FileReport:
+    path: str
+    parser: str = ""
+    lines: int = 0
+    events: int = 0
+    covered: int = 0
+    warnings: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def coverage(self) -> float | None:
+        return None if self.lines == 0 else self.covered / self.lines
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["coverage"] = None if self.coverage is None else round(self.coverage, 4)
+        return d
+
+
+@dataclass
+class IngestResult:
+    events: pl.DataFrame
+    files: list[FileReport]
+    input_errors: list[ToranalyzeError]
+
+    @property
+    def files_read(self) -> int:
+        return sum(1 for f in self.files if f.error is None)
+
+    def summary(self) -> dict[str, Any]:
+        lines = sum(f.lines for f in self.files)
+        covered = sum(f.covered for f in self.files)
+        return {
+            "files": len(self.files),
+            "files_read": self.files_read,
+            "files_failed": len(self.files) - self.files_read,
+            "events": self.events.height,
+            "lines": lines,
+            "coverage": round(covered / lines, 4) if lines else None,
+            "input_errors": [f"{e.where()}: {e.message}" for e in self.input_errors],
+            "per_file": [f.as_dict() for f in self.files],
+        }
+
+
+def node_from_path(path: str) -> str | None:
+    """'run/nodes/gpu-007/kern.log' -> 'gpu-007' (a folder under nodes/ or hosts/ names the node)."""
+    parts = PurePath(path).parts
+    for parent, child in zip(parts, parts[1:-1], strict=False):
+        if parent.lower() in NODE_DIRS:
+            return child
+    return None
+
+
+def finalize_file(parsed: pl.DataFrame, file: InputFile, options: IngestOptions) -> pl.DataFrame:
+    """RAW rows of one file -> EVENT_SCHEMA rows (unclassified): UTC time, file, node and job fills."""
+    mtime_year = dt.datetime.fromtimestamp(file.mtime, dt.UTC).year
+    lf = normalize_time(parsed.lazy(), tz=options.tz, year=options.year)
+    path_node = node_from_path(file.path)
+    job_ids = parsed["job_id"].drop_nulls().unique()
+    fills = [pl.lit(file.path).alias("file")]
+    if path_node is not None:
+        fills.append(pl.col("node").fill_null(path_node))
+    if job_ids.len() == 1:
+        # A file that names exactly one job belongs to it (a Slurm .out, a pod log).
+        fills.append(pl.col("job_id").fill_null(job_ids[0]))
+    lf = lf.with_columns(fills).with_columns(
+        pl.lit(None, pl.String).alias("failure_class"), pl.lit(None, pl.String).alias("rule")
+    )
+    return lf.select(
+        *[pl.col(c).cast(t) for c, t in EVENT_SCHEMA.items()], "_year_open", pl.lit(mtime_year).alias("_mtime_year")
+    ).collect()
+
+
+def read_file(file: InputFile, registry: Registry, options: IngestOptions) -> tuple[pl.DataFrame | None, FileReport]:
+    report = FileReport(file.path)
+    try:
+        head = read_head(file.path)
+        if not head:
+            report.warnings.append("empty file")
+            return None, report
+        if looks_binary(head) and options.parser is None:
+            report.error = "binary data, not a text log: skipped"
+            return None, report
+        mode, parsers = registry.choose(file.path, head.decode("utf-8", errors="replace"), options.parser)
+        result: FileResult
+        if mode == "document" or (mode == "forced" and parsers[0].sniff(head.decode("utf-8", "replace"))):
+            result = read_document_events(file.path, parsers[0])
+            report.parser = parsers[0].name
+        else:
+            result = read_text_events(file.path, parsers)
+            report.parser = "text:" + ",".join(result.parsers) if result.parsers else "text:(nothing recognised)"
+        report.lines, report.covered = result.lines, result.covered
+        report.warnings.extend(result.warnings)
+        events = finalize_file(result.events, file, options)
+        report.events = events.height
+        return events, report
+    except ToranalyzeError as exc:
+        report.error = exc.message + (f" — {exc.hint}" if exc.hint else "")
+        return None, report
+    except Exception as exc:  # a parser bug must not stop the other files
+        report.error = f"internal error while reading: {type(exc).__name__}: {exc}"
+        return None, report
+
+
+def _read_with_installed_parsers(job: tuple[InputFile, IngestOptions]) -> tuple[pl.DataFrame | None, FileReport]:
+    """Worker entry point (module level, so a spawned process can import it)."""
+    file, options = job
+    return read_file(file, default_registry(), options)
+
+
+def ingest(
+    paths: Sequence[str],
+    options: IngestOptions = IngestOptions(),
+    registry: Registry | None = None,
+    rules: list[Rule] | None = None,
+    on_file: Callable[[int, int, str], None] | None = None,
+    jobs: int = 1,
+) -> IngestResult:
+    """Discover, parse, normalize and classify every input. Never raises for a bad file.
+
+    ``jobs`` > 1 reads files in that many worker processes (installed parsers only).
+    """
+    rules = rules if rules is not None else load_rules(options.rules)
+    files, input_errors = discover(paths)
+    if registry is None and jobs > 1:
+        results = map_ordered(_read_with_installed_parsers, [(f, options) for f in files], jobs)
+    else:
+        reg = registry or default_registry()
+        results = (read_file(f, reg, options) for f in files)
+    frames: list[pl.DataFrame] = []
+    reports: list[FileReport] = []
+    for i, (events, report) in enumerate(results):
+        if on_file:
+            on_file(i + 1, len(files), report.path)
+        reports.append(report)
+        if events is not None and events.height:
+            frames.append(events)
+    if frames:
+        events = resolve_open_years(pl.concat(frames, how="vertical"), pl.col("_mtime_year")).drop("_mtime_year")
+    else:
+        events = pl.DataFrame(schema=EVENT_SCHEMA)
+    events = classify(events, rules).select(list(EVENT_SCHEMA)).collect()
+    events = pl.concat([events, loss_spike_events(events)], how="vertical")
+    validate_events(events)
+    return IngestResult(events, reports, list(input_errors))

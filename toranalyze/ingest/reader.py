@@ -1,0 +1,325 @@
+"""Reading one input file: decompression, encodings, chunking, and running parsers.
+
+A file is read once, as a stream of byte blocks; each block is cut at its last
+newline and turned into a frame of lines, so memory stays bounded by the block
+size whatever the file size. Invalid UTF-8 is replaced (U+FFFD), never fatal.
+Truncated or corrupt compressed streams keep what was read and add a warning.
+"""
+
+from __future__ import annotations
+
+import bz2
+import io
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import polars as pl
+
+from toranalyze.errors import InputError, ParserError, SchemaError
+from toranalyze.ingest.lines import prepare_lines
+from toranalyze.schema import RAW_SCHEMA, validate_kinds, validate_raw
+
+BLOCK_BYTES = 32 * 1024 * 1024
+HEAD_BYTES = 16 * 1024
+LONG_LINE = 1024 * 1024  # lines longer than this are cut for matching (a warning says so)
+
+
+class _GzipReader(io.RawIOBase):
+    """Incremental gzip reader that hands out every byte decoded before a truncation or corruption.
+
+    ``gzip.GzipFile`` raises on a truncated member without returning what it had already decoded.
+    Concatenated members (``cat a.gz b.gz``) are followed.
+    """
+
+    def __init__(self, raw: IO[bytes]):
+        self._raw = raw
+        self._z = zlib.decompressobj(wbits=31)
+        self._buf = b""
+        self._done = False
+        self._pending: Exception | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        want = size if size >= 0 else 1 << 62
+        while len(self._buf) < want and not self._done:
+            data = self._raw.read(1 << 16)
+            if not data:
+                self._done = True
+                if not self._z.eof:
+                    self._buf += self._z.flush()
+                    if self._buf:
+                        out, self._buf = self._buf[:want], self._buf[want:]
+                        self._pending = EOFError("compressed stream ended before its end marker")
+                        return out
+                    raise EOFError("compressed stream ended before its end marker")
+                break
+            self._buf += self._z.decompress(data)
+            while self._z.eof and self._z.unused_data:
+                rest = self._z.unused_data
+                self._z = zlib.decompressobj(wbits=31)
+                self._buf += self._z.decompress(rest)
+        if not self._buf and self._pending is not None:
+            exc, self._pending = self._pending, None
+            raise exc
+        out, self._buf = self._buf[:want], self._buf[want:]
+        return out
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+def _open_stream(path: str) -> IO[bytes]:
+    name = path.lower()
+    raw = open(path, "rb")  # noqa: SIM115 - closed by the caller through the wrapper
+    if name.endswith(".gz"):
+        return _GzipReader(raw)  # type: ignore[return-value]
+    if name.endswith(".bz2"):
+        return bz2.BZ2File(raw)  # type: ignore[return-value]
+    if name.endswith(".zst") or name.endswith(".zstd"):
+        import zstandard
+
+        return zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)  # type: ignore[return-value]
+    return raw
+
+
+_STREAM_ERRORS = (EOFError, OSError, zlib.error, ValueError)
+
+
+def read_head(path: str, size: int = HEAD_BYTES) -> bytes:
+    """The first ``size`` decompressed bytes of a file (for sniffing)."""
+    try:
+        with _open_stream(path) as fh:
+            return fh.read(size)
+    except FileNotFoundError as exc:
+        raise InputError("no such file", path=path, hint="check the path") from exc
+    except PermissionError as exc:
+        raise InputError("permission denied", path=path, hint="check the file's permissions") from exc
+    except _STREAM_ERRORS as exc:
+        raise InputError(f"cannot read: {exc}", path=path, hint="check that the file is not corrupt") from exc
+
+
+def looks_binary(head: bytes) -> bool:
+    if not head:
+        return False
+    if b"\x00" in head[:4096]:
+        return True
+    sample = head[:4096]
+    printable = sum(b >= 32 or b in (9, 10, 13) for b in sample)
+    return printable / len(sample) < 0.85
+
+
+def _frame_from_block(block: bytes, first_line: int) -> pl.DataFrame:
+    try:
+        lines = pl.read_lines(block, name="raw")
+    except pl.exceptions.ComputeError:
+        lines = pl.read_lines(block.decode("utf-8", errors="replace").encode("utf-8"), name="raw")
+    n = lines.height
+    return lines.with_columns(
+        pl.int_range(first_line, first_line + n, dtype=pl.Int64).alias("line"),
+        pl.col("raw").str.strip_suffix("\n"),
+    ).select("line", pl.col("raw").str.slice(0, LONG_LINE))
+
+
+def _read_block(fh: IO[bytes], size: int, piece: int = 1 << 16) -> tuple[bytes, Exception | None]:
+    """Read up to ``size`` bytes in pieces, so a corrupt stream keeps what came before the damage."""
+    parts: list[bytes] = []
+    got = 0
+    while got < size:
+        try:
+            data = fh.read(min(piece, size - got))
+        except _STREAM_ERRORS as exc:
+            return b"".join(parts), exc
+        if not data:
+            break
+        parts.append(data)
+        got += len(data)
+    return b"".join(parts), None
+
+
+@dataclass
+class Chunks:
+    """Iterates line frames; after iteration, ``lines``/``warnings`` are filled."""
+
+    path: str
+    block_bytes: int = BLOCK_BYTES
+    lines: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+    def __iter__(self) -> Iterator[pl.DataFrame]:
+        next_line = 1
+        carry = b""
+        try:
+            fh = _open_stream(self.path)
+        except OSError as exc:
+            raise InputError(f"cannot open: {exc}", path=self.path) from exc
+        with fh:
+            while True:
+                block, failure = _read_block(fh, self.block_bytes)
+                eof = failure is not None or not block
+                if failure is not None:
+                    kept = next_line - 1 + (carry + block).count(b"\n")
+                    self.warnings.append(f"stream ended early ({failure}); kept the {kept} lines read before it")
+                data = carry + block
+                if not eof:
+                    cut = data.rfind(b"\n")
+                    if cut < 0:
+                        carry = data
+                        if len(carry) > 16 * self.block_bytes:
+                            self.warnings.append(f"line {next_line} longer than {len(carry)} bytes was cut")
+                            data, carry = carry, b""
+                        else:
+                            continue
+                    else:
+                        data, carry = data[: cut + 1], data[cut + 1 :]
+                if data:
+                    frame = _frame_from_block(data, next_line)
+                    if frame.height:
+                        next_line += frame.height
+                        yield frame
+                if eof:
+                    break
+        self.lines = next_line - 1
+
+
+@dataclass
+class FileResult:
+    events: pl.DataFrame
+    lines: int
+    covered: int
+    parsers: list[str]
+    warnings: list[str]
+
+
+def noise_mask(parsers: Sequence[Any]) -> pl.Expr | None:
+    patterns = [p for parser in parsers for p in getattr(parser, "noise", ())]
+    if not patterns:
+        return None
+    return pl.col("text").str.contains("|".join(f"(?:{p})" for p in patterns))
+
+
+def _extract_all(prepared: pl.DataFrame, parsers: Sequence[Any], path: str) -> pl.DataFrame:
+    frames = []
+    for parser in parsers:
+        try:
+            out = parser.extract(prepared.lazy())
+        except Exception as exc:
+            raise ParserError(f"parser {parser.name!r} failed: {exc}", path=path) from exc
+        if out is None:
+            continue
+        validate_raw(out, parser.name)
+        try:
+            df = out.collect()
+        except Exception as exc:
+            raise ParserError(f"parser {parser.name!r} failed: {exc}", path=path) from exc
+        validate_kinds(df, parser.name)
+        frames.append(df.with_columns(pl.lit(parser.name).alias("parser"), pl.lit(parser.source).alias("source")))
+    if not frames:
+        return _empty_parsed()
+    return pl.concat(frames, how="vertical")
+
+
+def _empty_parsed() -> pl.DataFrame:
+    return pl.DataFrame(schema={**RAW_SCHEMA, "parser": pl.String(), "source": pl.String()})
+
+
+def _with_prefix_context(events: pl.DataFrame, prepared: pl.DataFrame) -> pl.DataFrame:
+    """Fill time/node/rank from the line's peeled prefixes where the parser left them null."""
+    ctx = prepared.select("line", "p_ts", "p_off", "p_node", "p_rank", "p_local").unique("line", keep="first")
+    joined = events.join(ctx, on="line", how="left")
+    use_prefix_ts = pl.col("ts").is_null() & pl.col("p_ts").is_not_null()
+    return joined.with_columns(
+        pl.when(use_prefix_ts).then(pl.col("p_ts")).otherwise(pl.col("ts")).alias("ts"),
+        pl.when(use_prefix_ts).then(pl.col("p_off")).otherwise(pl.col("ts_offset_s")).alias("ts_offset_s"),
+        pl.when(use_prefix_ts).then(pl.lit(True)).otherwise(pl.col("ts_year_known")).alias("ts_year_known"),
+        pl.coalesce("node", "p_node").alias("node"),
+        pl.coalesce("rank", "p_rank", "p_local").alias("rank"),
+    ).drop("p_ts", "p_off", "p_node", "p_rank", "p_local")
+
+
+def covered_lines(events: pl.DataFrame) -> pl.Series:
+    end = pl.coalesce("line_end", "line")
+    return events.select(pl.int_ranges("line", end + 1, dtype=pl.Int64).alias("l")).explode("l")["l"]
+
+
+def read_text_events(path: str, parsers: Sequence[Any], block_bytes: int = BLOCK_BYTES) -> FileResult:
+    """Run line parsers over a text file, chunk by chunk."""
+    chunks = Chunks(path, block_bytes)
+    frames: list[pl.DataFrame] = []
+    covered_total = 0
+    noise = noise_mask(parsers)
+    for chunk in chunks:
+        prepared = prepare_lines(chunk)
+        events = _with_prefix_context(_extract_all(prepared, parsers, path), prepared)
+        covered = covered_lines(events)
+        if noise is not None:
+            covered = pl.concat([covered, prepared.filter(noise)["line"]])
+        covered_total += covered.unique().len()
+        frames.append(events)
+    events = pl.concat(frames, how="vertical") if frames else _empty_parsed()
+    priority = {p.name: i for i, p in enumerate(parsers)}
+    events = (
+        events.with_columns(pl.col("parser").replace_strict(priority, default=len(priority)).alias("_prio"))
+        .sort("line", "_prio", maintain_order=True)
+        .unique(["line", "kind", "step"], keep="first", maintain_order=True)
+        .drop("_prio")
+    )
+    used = sorted(events["parser"].unique().to_list())
+    return FileResult(events, chunks.lines, covered_total, used, chunks.warnings)
+
+
+def read_document_events(path: str, parser: Any) -> FileResult:
+    """Run a parser that claims the whole file."""
+    try:
+        out = parser.parse(path)
+    except (InputError, SchemaError):
+        raise
+    except Exception as exc:
+        raise ParserError(f"parser {parser.name!r} failed: {exc}", path=path) from exc
+    if not isinstance(out, pl.LazyFrame | pl.DataFrame):
+        raise SchemaError(f"parser {parser.name!r} returned {type(out).__name__}, expected a LazyFrame")
+    frame = out.lazy()
+    schema = frame.collect_schema()
+    extra = {"parser", "source"} & set(schema.names())
+    validate_raw(frame.drop(list(extra)), parser.name)
+    df = frame.collect()
+    validate_kinds(df, parser.name)
+    df = df.with_columns(pl.lit(parser.name).alias("parser"), pl.lit(parser.source).alias("source")).select(
+        _empty_parsed().columns
+    )
+    lines = _DOCUMENT_LINES.pop(path, None)
+    if lines is None:  # the parser read the file its own way
+        lines = _count_lines(path)
+    covered = covered_lines(df).unique().len() if df.height else 0
+    # A document parser understands the whole file it claimed.
+    covered = max(covered, lines) if df.height else covered
+    return FileResult(df, lines, covered, [parser.name], [])
+
+
+def _count_lines(path: str) -> int:
+    try:
+        with _open_stream(path) as fh:
+            n = 0
+            last = b""
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                n += block.count(b"\n")
+                last = block
+            return n + (1 if last and not last.endswith(b"\n") else 0)
+    except _STREAM_ERRORS:
+        return 0
+
+
+# Line counts of files a document parser read through read_text, so the file is not read twice.
+_DOCUMENT_LINES: dict[str, int] = {}
+
+
+def read_text(path: str) -> str:
+    """Whole decompressed file as text, for document parsers (JSON/YAML/sacct tables are small)."""
+    with _open_stream(path) as fh:
+        data = fh.read()
+    _DOCUMENT_LINES[path] = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+    return data.decode("utf-8", errors="replace")

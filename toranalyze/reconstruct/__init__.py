@@ -1,0 +1,1 @@
+"""Reconstruction: events -> jobs, attempts, progress, incidents, slow periods and the TOR ledger."""

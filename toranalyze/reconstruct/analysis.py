@@ -1,0 +1,466 @@
+"""The pure analysis entry point: events → attempts, incidents, slow periods and the TOR ledger.
+
+``analyze_events(events, options)`` takes the classified event table (``EVENT_SCHEMA``) and
+returns an :class:`Analysis` holding four frames whose schemas are the constants
+``ATTEMPTS_SCHEMA``, ``INCIDENTS_SCHEMA``, ``SLOW_PERIODS_SCHEMA`` and ``TOR_SCHEMA``
+(documented in docs/tables.md). No I/O, no printing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC
+
+import polars as pl
+
+from toranalyze.reconstruct import incidents as inc_mod
+from toranalyze.reconstruct import ledger, progress, slowness
+from toranalyze.reconstruct.incidents import INCIDENTS_SCHEMA
+from toranalyze.reconstruct.jobs import assign_attempts, assign_jobs, with_time
+from toranalyze.reconstruct.ledger import TOR_SCHEMA
+from toranalyze.reconstruct.slowness import SLOW_PERIODS_SCHEMA
+
+US = 1_000_000
+UTC_US = pl.Datetime("us", "UTC")
+
+ATTEMPTS_SCHEMA = pl.Schema(
+    {
+        "job": pl.String,
+        "attempt": pl.Int32,
+        "job_id": pl.String,
+        "t_start": UTC_US,
+        "t_end": UTC_US,
+        "state": pl.String,
+        "exit_code": pl.String,
+        "first_step": pl.Int64,
+        "last_step": pl.Int64,
+        "resumed_from": pl.Int64,
+        "ckpt_loaded": pl.Int64,
+        "t_first_step_start": UTC_US,
+        "t_last_step_end": UTC_US,
+        "n_step_records": pl.Int64,
+        "steps_lost": pl.Int64,
+    }
+)
+
+__all__ = [
+    "ATTEMPTS_SCHEMA",
+    "INCIDENTS_SCHEMA",
+    "SLOW_PERIODS_SCHEMA",
+    "TOR_SCHEMA",
+    "Analysis",
+    "AnalysisOptions",
+    "analyze_events",
+]
+
+
+@dataclass(frozen=True)
+class AnalysisOptions:
+    """Knobs of the reconstruction. ``ideal_step_time_s`` (or tokens/s with tokens per step)
+    overrides the estimated ideal step time for every job."""
+
+    ideal_step_time_s: float | None = None
+    tokens_per_second: float | None = None
+    tokens_per_step: float | None = None
+    slow_threshold: float = 0.03
+    slow_min_steps: int = 5
+    warmup_steps: int = 2
+    incident_pre_s: float = 60.0
+    incident_post_s: float = 120.0
+    hang_stall_factor: float = 10.0
+    hang_min_stall_s: float = 120.0
+
+    def user_ideal_s(self) -> float | None:
+        if self.ideal_step_time_s is not None:
+            return float(self.ideal_step_time_s)
+        if self.tokens_per_second and self.tokens_per_step:
+            return float(self.tokens_per_step) / float(self.tokens_per_second)
+        return None
+
+
+@dataclass
+class Analysis:
+    attempts: pl.DataFrame
+    incidents: pl.DataFrame
+    slow_periods: pl.DataFrame
+    tor: pl.DataFrame
+    notes: list[str] = field(default_factory=list)
+
+
+def _to_dt(df: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
+    return df.with_columns([pl.col(c).cast(pl.Int64).cast(UTC_US) for c in cols if c in df.columns])
+
+
+def _conform(df: pl.DataFrame, schema: pl.Schema) -> pl.DataFrame:
+    exprs = []
+    for name, dtype in schema.items():
+        if name in df.columns:
+            exprs.append(pl.col(name).cast(dtype))
+        else:
+            exprs.append(pl.lit(None, dtype).alias(name))
+    return df.select(exprs)
+
+
+def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None) -> Analysis:
+    opts = options or AnalysisOptions()
+    ev = with_time(events)
+    ev, jobs = assign_jobs(ev)
+    # Jobs with no training record, in a directory where another job trained, are other users'
+    # jobs of a shared scheduler log: listed in notes, not analysed.
+    trained = ev.filter(pl.col("kind").is_in(("step", "init", "ckpt_load"))).select("job").unique()
+    jobs = jobs.with_columns(pl.col("job").is_in(trained["job"].implode()).alias("_trained"))
+    jobs = jobs.with_columns(pl.col("_trained").any().over("path").alias("_dir_trained"))
+    dropped = jobs.filter(~pl.col("_trained") & pl.col("_dir_trained"))
+    jobs = jobs.filter(pl.col("_trained") | ~pl.col("_dir_trained")).drop("_trained", "_dir_trained")
+    ev = ev.filter(pl.col("job").is_in(jobs["job"].implode()))
+    ev, untimed = relative_times(ev)
+    ev = place_untimed_errors(ev)
+    ev = assign_attempts(ev)
+    # Progress.
+    steps = progress.step_rows(ev)
+    att = progress.attempt_table(ev, steps)
+    rows = progress.step_intervals(steps, att)
+    prelim = rows.filter(pl.col("d_us").is_not_null()).group_by("job").agg(
+        pl.col("d_us").median().round().cast(pl.Int64).alias("ideal_us")
+    )
+    rows0 = progress.place_steps(rows, att, prelim)
+    ckpt = progress.checkpoint_intervals(ev, rows0, prelim)
+    evals = progress.eval_intervals(ev, rows0, ckpt)
+    blocked = pl.concat([ckpt.select("job", "start", "end"), evals.select("job", "start", "end")])
+    blocked = progress.union_intervals(blocked) if blocked.height else blocked
+    # Warm-up: the row's first step is among the first ``warmup_steps`` after the resume point.
+    rows0 = rows0.join(att.select("job", "attempt_idx", pl.col("resumed_from").alias("_rf")), on=["job", "attempt_idx"],
+                       how="left")
+    first_rows = pl.col("prev_step") - pl.col("_rf").fill_null(pl.col("prev_step")) < opts.warmup_steps
+    rank_in_att = pl.col("step").rank("ordinal").over("job", "attempt_idx")
+    rows0 = rows0.with_columns(
+        progress.overlaps(rows0, blocked).alias("_blocked"),
+    ).with_columns(
+        (
+            pl.col("d_us").is_not_null()
+            & pl.col("rep_us").is_not_null().or_(pl.col("prev_end").is_not_null())
+            & ~pl.col("_blocked")
+            & ~first_rows
+            & (rank_in_att > 1)
+        ).alias("healthy")
+    ).drop("_rf")
+    # Baseline, slow periods, then the ideal step time from healthy steps outside them.
+    base = rows0.filter(pl.col("healthy")).group_by("job").agg(pl.col("d_us").median().alias("base_us"))
+    periods = slowness.detect(rows0, base, opts.slow_threshold, opts.slow_min_steps)
+    rows0 = rows0.with_columns(slowness.in_periods(rows0, periods).alias("_slow"))
+    # Second pass: the baseline without the slow periods found, then detect again.
+    base = (
+        rows0.filter(pl.col("healthy") & ~pl.col("_slow")).group_by("job").agg(pl.col("d_us").median().alias("base_us"))
+    )
+    periods = slowness.detect(rows0, base, opts.slow_threshold, opts.slow_min_steps)
+    rows0 = rows0.with_columns(slowness.in_periods(rows0, periods).alias("_slow"))
+    healthy = rows0.filter(pl.col("healthy") & ~pl.col("_slow"))
+    # Per-step jitter of the job (relative sd): rows that average n steps vary sqrt(n) times less.
+    jitter = ledger.step_jitter(healthy)
+    # The median of averages over n steps is the steps' mean, exp(sigma^2 (1 - 1/n) / 2) above
+    # their median: undo that so t* is the median step time whatever the logging interval.
+    ideal = (
+        healthy.join(jitter, on="job", how="left")
+        .with_columns(
+            (
+                pl.col("d_us")
+                * (-(pl.col("sigma").fill_null(0.0) ** 2) * (1.0 - 1.0 / pl.col("n")) / 2.0).exp()
+            ).alias("_d")
+        )
+        .group_by("job")
+        .agg(pl.col("_d").median().round().cast(pl.Int64).alias("ideal_us"), pl.len().alias("_n"))
+    )
+    user = opts.user_ideal_s()
+    all_jobs = jobs.select("job")
+    ideal = all_jobs.join(ideal, on="job", how="left").join(prelim.rename({"ideal_us": "_p"}), on="job", how="left")
+    if user is not None:
+        ideal = ideal.with_columns(
+            pl.lit(round(user * US), pl.Int64).alias("ideal_us"), pl.lit("user").alias("ideal_step_source")
+        )
+    else:
+        ideal = ideal.with_columns(
+            pl.when(pl.col("ideal_us").is_not_null())
+            .then(pl.format("median of {} healthy steps", pl.col("_n")))
+            .when(pl.col("_p").is_not_null())
+            .then(pl.lit("median of all steps (no healthy steps)"))
+            .otherwise(pl.lit("none (no steps)"))
+            .alias("ideal_step_source"),
+            pl.coalesce("ideal_us", "_p").alias("ideal_us"),
+        )
+    ideal_us = ideal.select("job", "ideal_us")
+    # Final placement with the ideal filling unknown durations.
+    rows = progress.place_steps(rows, att, ideal_us)
+    rows = progress.mark_lost(rows, att)
+    first_start = rows.group_by("job", "attempt_idx").agg(pl.col("start").min().alias("t_first_step_start"))
+    att = att.join(first_start, on=["job", "attempt_idx"], how="left")
+    # An attempt that never logged a step started training (if at all) when its set-up finished.
+    att = att.with_columns(
+        pl.coalesce(
+            "t_first_step_start",
+            pl.when(pl.col("t_init_done") <= pl.col("t_end")).then(pl.max_horizontal("t_init_done", "t_start")),
+        ).alias("t_first_step_start")
+    )
+    # Incidents.
+    window = att.group_by("job").agg(pl.col("t_start").min().alias("T0"), pl.col("t_end").max().alias("T1"))
+    window = window.with_columns(pl.max_horizontal("T1", "T0").alias("T1"))
+    # Guard: no time of the analysis may lie outside the job's own records (a sentinel leaking
+    # into an end once put an incident in the year 148108).
+    span = ev.filter(pl.col("t").is_not_null()).group_by("job").agg(
+        pl.col("t").min().alias("_e0"), pl.col("t").max().alias("_e1")
+    )
+    window = window.join(span, on="job", how="left")
+    bad = window.filter((pl.col("T0") < pl.col("_e0")) | (pl.col("T1") > pl.col("_e1")))
+    notes_guard = [f"job {j!r}: window clipped to the span of its records" for j in bad["job"].to_list()]
+    window = window.with_columns(
+        pl.col("T0").clip(pl.col("_e0"), pl.col("_e1")).alias("T0"), pl.col("T1").clip(pl.col("_e0"), pl.col("_e1")).alias("T1")
+    ).drop("_e0", "_e1")
+    ideal_map = {k: v for k, v in ideal_us.iter_rows() if v is not None}
+    end_map = dict(window.select("job", "T1").iter_rows())
+    inc = inc_mod.build_incidents(
+        att,
+        ev,
+        steps,
+        ideal_map,
+        end_map,
+        pre_s=opts.incident_pre_s,
+        post_s=opts.incident_post_s,
+        hang_stall_factor=opts.hang_stall_factor,
+        hang_min_stall_s=opts.hang_min_stall_s,
+    )
+    # Recovery split needs the next attempt's checkpoint load.
+    load = att.select(
+        "job",
+        (pl.col("attempt_idx") - 1).cast(pl.Int32).alias("attempt"),
+        (pl.col("t_ckpt_load") - pl.col("ckpt_load_us")).alias("t_load_start"),
+        pl.when(pl.col("ckpt_load_us").is_not_null()).then(pl.col("t_ckpt_load")).alias("t_load_end"),
+    )
+    inc = inc.join(load, on=["job", "attempt"], how="left")
+    buckets, rows = ledger.compute(window, rows, ideal_us, ckpt, evals, inc, jitter)
+    # Lost time per incident: rework of the rows its rollback discarded.
+    if inc.height:
+        lost = (
+            rows.filter(pl.col("n_lost") > 0)
+            .group_by("job", pl.col("attempt_idx").cast(pl.Int32).alias("attempt"))
+            .agg((pl.col("rework_us").sum() / US).alias("_lt"))
+        )
+        inc = (
+            inc.join(lost, on=["job", "attempt"], how="left")
+            .with_columns(
+                pl.when(pl.col("lost_steps") > 0).then(pl.col("_lt").fill_null(0.0)).otherwise(0.0).alias(
+                    "lost_time_s"
+                )
+            )
+            .drop("_lt")
+        )
+    # Tables.
+    lost_per_att = rows.group_by("job", "attempt_idx").agg(pl.col("n_lost").sum().alias("steps_lost"))
+    attempts = (
+        att.join(lost_per_att, on=["job", "attempt_idx"], how="left")
+        .with_columns(pl.col("steps_lost").fill_null(0), pl.col("attempt_idx").alias("attempt"))
+        .rename({"n_step_rows": "n_step_records"})
+    )
+    attempts = _conform(
+        _to_dt(attempts, ["t_start", "t_end", "t_first_step_start", "t_last_step_end"]), ATTEMPTS_SCHEMA
+    ).sort("job", "attempt")
+    phases = ["t_last_progress", "t_first_error", "t_detected", "t_restart", "t_resumed", "t_caught_up"]
+    if inc.height:
+        inc = inc.join(window, on="job", how="left")
+        out_of = inc.filter(pl.any_horizontal([(pl.col(c) < pl.col("T0")) | (pl.col(c) > pl.col("T1")) for c in phases]))
+        notes_guard += [
+            f"job {j!r}: incident {i} had a phase outside the job's window; clipped" for j, i in
+            out_of.select("job", "incident").iter_rows()
+        ]
+        inc = inc.with_columns([pl.col(c).clip(pl.col("T0"), pl.col("T1")) for c in phases]).drop("T0", "T1")
+    incidents = _conform(_to_dt(inc, phases), INCIDENTS_SCHEMA)
+    # Slow periods with the final ideal.
+    sp = slowness.suspects(periods, ev) if periods.height else periods
+    if sp.height:
+        sp = (
+            sp.join(ideal_us, on="job", how="left")
+            .with_columns(
+                (pl.col("med_us") / pl.col("ideal_us")).alias("factor"),
+                (pl.col("med_us") / US).alias("median_step_time_s"),
+                pl.col("attempt_idx").alias("attempt"),
+            )
+            .sort("job", "start")
+            .with_columns(pl.int_range(pl.len()).over("job").alias("period"))
+        )
+        slow_cost = (
+            sp.select("job", "period", "attempt_idx", "first_prev_step", "last_step")
+            .join(rows.select("job", "attempt_idx", "step", "slowdown_us"), on=["job", "attempt_idx"])
+            .filter((pl.col("step") > pl.col("first_prev_step")) & (pl.col("step") <= pl.col("last_step")))
+            .group_by("job", "period")
+            .agg((pl.col("slowdown_us").sum() / US).alias("slowdown_s"))
+        )
+        sp = sp.join(slow_cost, on=["job", "period"], how="left")
+        sp = _to_dt(sp, ["start", "end"])
+    slow = _conform(sp, SLOW_PERIODS_SCHEMA) if sp.height else pl.DataFrame(schema=SLOW_PERIODS_SCHEMA)
+    # TOR rows.
+    last = att.sort("job", "attempt_idx").group_by("job").agg(pl.col("state").last(), pl.len().alias("n_attempts"))
+    n_inc = inc.group_by("job").agg(pl.len().alias("n_incidents")) if inc.height else None
+    tor = buckets.join(jobs, on="job", how="left").join(ideal, on="job", how="left").join(last, on="job", how="left")
+    tor = tor.join(n_inc, on="job", how="left") if n_inc is not None else tor.with_columns(
+        pl.lit(0).alias("n_incidents")
+    )
+    for b in ("t_obs", *ledger.BUCKETS, *ledger.RECOVERY_PARTS):
+        tor = tor.with_columns((pl.col(f"{b}_us") / US).alias(f"{b}_s"))
+    tor = tor.with_columns(
+        (pl.col("eval_us") / US).alias("eval_s"),
+        pl.when(pl.col("t_obs_us") > 0).then(pl.col("useful_us") / pl.col("t_obs_us")).alias("tor"),
+        (pl.col("ideal_us") / US).alias("ideal_step_time_s"),
+        progress.is_clean(pl.col("state")).fill_null(False).alias("ended_cleanly"),
+        pl.col("n_incidents").fill_null(0),
+        pl.col("T0").alias("t_start"),
+        pl.col("T1").alias("t_end"),
+    )
+    tor = _conform(_to_dt(tor, ["t_start", "t_end"]), TOR_SCHEMA).sort("job")
+    notes = [
+        f"job {j!r}: scheduler records only, no training records; not analysed" for j in dropped["job"].to_list()
+    ] + notes_guard
+    notes += [
+        f"job {j!r}: no record has a timestamp; times are rebuilt from the reported step times and start "
+        f"at 1970-01-01T00:00:00Z (durations are real, dates are not)"
+        for j in untimed
+    ]
+    for j, ident in jobs.select("job", "identity").iter_rows():
+        if ident == "directory":
+            notes.append(f"job {j!r}: no scheduler id in its records; grouped by its input directory")
+    return Analysis(attempts=attempts, incidents=incidents, slow_periods=slow, tor=tor, notes=notes)
+
+
+def place_untimed_errors(ev: pl.DataFrame) -> pl.DataFrame:
+    """Move an error or warning whose time was inferred past a restart it cannot precede.
+
+    A record without a timestamp of its own (a traceback line) is placed at the previous timed
+    line of its file, but it lies anywhere up to the next timed line. When the job (re)started
+    in between — one pod log spanning several container restarts, whose workers print no timed
+    line of their own — the error belongs to the later attempt and is printed as its processes
+    die: it takes the next timed line's time.
+    """
+    if "ts_inferred" not in ev.columns or not ev["ts_inferred"].fill_null(False).any():
+        return ev
+    order = ev.filter(pl.col("t").is_not_null()).select("_row", "job", "file", "line", "t", "ts_inferred", "kind")
+    order = order.sort("file", "line", "_row").with_columns(
+        pl.when(~pl.col("ts_inferred").fill_null(False)).then(pl.col("t")).alias("_hi")
+    ).with_columns(pl.col("_hi").backward_fill().over("file").alias("_hi"))
+    cand = order.filter(
+        pl.col("ts_inferred").fill_null(False) & pl.col("kind").is_in(("error", "warning")) & (pl.col("_hi") > pl.col("t"))
+    )
+    if cand.height == 0:
+        return ev
+    starts = (
+        ev.filter(pl.col("kind").is_in(("job_start", "init", "restart")) & ~pl.col("ts_inferred").fill_null(False))
+        .select("job", pl.col("t").alias("_s"))
+        .drop_nulls()
+        .unique()
+        .sort("_s")
+    )
+    if starts.height == 0:
+        return ev
+    hit = (
+        cand.sort("t")
+        .join_asof(starts, left_on="t", right_on="_s", by="job", strategy="forward", allow_exact_matches=False,
+                   check_sortedness=False)
+        .filter(pl.col("_s").is_not_null() & (pl.col("_s") <= pl.col("_hi")))
+        .select("_row", "_hi")
+    )
+    if hit.height == 0:
+        return ev
+    ev = ev.join(hit, on="_row", how="left").with_columns(pl.coalesce("_hi", "t").alias("t")).drop("_hi")
+    return ev.with_columns(pl.col("t").cast(UTC_US).alias("ts"))
+
+
+def relative_times(ev: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """Give a job whose records carry no timestamp at all (a pasted excerpt of a trainer log) a
+    relative clock: in file and line order, each step row ends ``n × step_time`` after the previous
+    one (``n`` the steps since the previous row, the usual logging interval for the first row),
+    and any other record sits at the end of the last step before it, from the epoch on. Returns
+    (events, the jobs so rebuilt); jobs with any timestamp are left alone."""
+    t = pl.col("t")
+    bare = ev.group_by("job").agg(t.is_null().all().alias("_bare"), (pl.col("kind") == "step").any().alias("_steps"))
+    jobs = bare.filter(pl.col("_bare"))["job"].to_list()
+    if not jobs:
+        return ev, []
+    part = ev.filter(pl.col("job").is_in(jobs)).sort("job", "file", "line", "_row")
+    is_step = (pl.col("kind") == "step") & pl.col("step").is_not_null()
+    steps = part.filter(is_step).with_columns(
+        (pl.col("step") - pl.col("step").shift(1).over("job")).alias("_n")
+    )
+    # The logging interval: the most common gap between rows when it occurs twice; a larger gap
+    # is an elision of the excerpt and counts as one interval (the ledger counts the steps).
+    interval = (
+        steps.filter(pl.col("_n") > 0)
+        .group_by("job", "_n")
+        .len()
+        .sort("job", "len", "_n", descending=[False, True, False])
+        .group_by("job", maintain_order=True)
+        .first()
+        .select("job", pl.when(pl.col("len") >= 2).then(pl.col("_n")).alias("_li"))
+    )
+    smallest = steps.filter(pl.col("_n") > 0).group_by("job").agg(
+        pl.col("_n").min().alias("_min"), pl.len().alias("_k")
+    )
+    interval = interval.join(smallest, on="job", how="full", coalesce=True).select(
+        "job", pl.coalesce("_li", pl.when(pl.col("_k") >= 2).then(pl.col("_min")), pl.lit(1)).alias("_li")
+    )
+    steps = steps.join(interval, on="job", how="left").with_columns(pl.col("_li").fill_null(1)).with_columns(
+        (
+            pl.when((pl.col("_n") > 0) & (pl.col("_n") <= 2 * pl.col("_li"))).then(pl.col("_n")).otherwise(pl.col("_li"))
+            * pl.col("step_time_s").fill_null(0.0)
+            * US
+        )
+        .round()
+        .cast(pl.Int64)
+        .alias("_dt")
+    )
+    part = part.join(steps.select("_row", "_dt"), on="_row", how="left").with_columns(
+        pl.col("_dt").fill_null(0).cum_sum().over("job").alias("t")
+    )
+    part = part.with_columns(pl.col("t").cast(UTC_US).alias("ts"), pl.lit(True).alias("ts_inferred")).drop("_dt")
+    # The excerpt starts where its first step started: a start marker there opens the attempt
+    # (when the steps state their times at all).
+    first = (
+        part.filter(is_step & pl.col("step_time_s").is_not_null())
+        .group_by("job")
+        .agg(pl.all().first())
+        .with_columns(
+            pl.lit("init").alias("kind"),
+            pl.lit(0, pl.Int64).alias("t"),
+            pl.lit(0, pl.Int64).cast(UTC_US).alias("ts"),
+            pl.lit(None, pl.Int64).alias("step"),
+            pl.lit(None, pl.Float64).alias("step_time_s"),
+            pl.lit(None, pl.String).alias("failure_class"),
+            pl.lit("(start of the excerpt)").alias("message"),
+            pl.lit(0, pl.Int64).alias("line"),
+        )
+        .with_columns((pl.int_range(pl.len(), dtype=pl.Int64) + int(ev["_row"].max()) + 1).alias("_row"))
+    )
+    part = pl.concat([first.select(part.columns), part], how="vertical")
+    rest = ev.filter(~pl.col("job").is_in(jobs))
+    return pl.concat([rest, part.select(rest.columns)], how="vertical"), jobs
+
+
+def events_frame(records: list[dict], base: str | None = None) -> pl.DataFrame:
+    """Build an EVENT_SCHEMA frame from a few dicts (tests, examples, plugins' fixtures).
+
+    ``ts`` may be a datetime or seconds (int/float) after ``base`` (ISO text, default
+    2024-01-01T00:00:00Z). Missing columns are null; ``ts_inferred`` defaults to False;
+    ``line`` defaults to the record's position (1-based).
+    """
+    from datetime import datetime, timedelta
+
+    from toranalyze.schema import EVENT_SCHEMA
+
+    t0 = datetime.fromisoformat(base or "2024-01-01T00:00:00+00:00")
+    if t0.tzinfo is None:
+        t0 = t0.replace(tzinfo=UTC)
+    out = []
+    for i, r in enumerate(records, 1):
+        row = {k: None for k in EVENT_SCHEMA}
+        row.update({"ts_inferred": False, "line": i, "severity": "info", "message": ""})
+        row.update(r)
+        ts = row["ts"]
+        if isinstance(ts, int | float):
+            row["ts"] = t0 + timedelta(seconds=ts)
+        out.append(row)
+    return pl.DataFrame(out, schema=EVENT_SCHEMA)

@@ -1,0 +1,331 @@
+"""Job and attempt identity: which events belong to which training run and which (re)start.
+
+A **job** is one training run however many attempts it took. The identity rule, in order:
+
+1. Events are first grouped by the *input directory* of their file (``events.file``'s folder):
+   one run's logs live together. Events without a file share the group ``""``.
+2. Inside a directory, scheduler ids are normalized to a base id (``1234.0`` / ``1234.batch`` →
+   ``1234``; array tasks ``1234_7`` and Kubernetes owners are kept as they are).
+3. Base ids are chained into runs: ids that carry the same job name (``JobName=`` / ``job-name``
+   in the record) are one run; without a name, ids whose time spans follow each other
+   (a resubmission, a requeue under a new id) chain into one run, while ids whose spans overlap
+   are separate runs — so a directory holding several concurrent jobs yields one row per job.
+   A nameless id seen only in scheduler files (another user's job in a shared controller log)
+   never continues a run known by its name, and only numeric (Slurm) ids chain in time: a
+   Kubernetes owner keeps its name across restarts, so another name is another job.
+4. Events without a scheduler id take the run of their file (the id most of the file's events
+   carry), else the run whose time span contains them, else the directory's main run (a run
+   known by its name first, then the one whose records come from the most files, then the one
+   with the most records).
+   When no event of a directory names a scheduler id, the whole directory is one job
+   (``identity = "directory"``).
+
+An **attempt** is one (re)start of the training process inside a job. Attempt boundaries are
+start markers — scheduler ``job_start`` (job, step, pod), trainer ``init``, launcher
+``restart`` and ``ckpt_load`` — and a step number going backwards. A marker opens a new attempt
+only when progress or an end (a ``step`` or ``job_end``) happened since the previous marker, so
+a cluster of markers (job start, one ``init`` per rank, checkpoint load) is one attempt.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+MARKER_KINDS = ("job_start", "init", "restart", "ckpt_load")
+PROGRESS_KINDS = ("step", "job_end")
+# Kinds whose records delimit an attempt's life (kernel chatter does not).
+LIFECYCLE_KINDS = (
+    "job_start",
+    "job_end",
+    "init",
+    "init_done",
+    "step",
+    "ckpt_save_begin",
+    "ckpt_save_end",
+    "ckpt_load",
+    "eval_begin",
+    "eval_end",
+    "restart",
+)
+_NAME_RE = r"(?i)\b(?:job_?name|job-name)\s*[=:]\s*['\"]?([A-Za-z0-9_.\-]+)"
+_BASE_RE = r"^([^.]+?)(?:\.(?:\d+|batch|extern|interactive))?$"
+
+
+def _dir_expr() -> pl.Expr:
+    f = pl.col("file").fill_null("")
+    return pl.when(f.str.contains("/")).then(f.str.replace(r"/[^/]*$", "")).otherwise(pl.lit(""))
+
+
+def _fold_dirs(ev: pl.DataFrame) -> dict[str, str]:
+    """Map each input directory to the directory that holds its run.
+
+    A directory whose records name a scheduler id and include lifecycle records (steps, starts,
+    ends) holds a run. A directory without ids (per
+    node kernel logs under ``nodes/gpu-001/``, per-rank trainer logs under ``rank0/``) belongs
+    to its nearest ancestor that holds a run; with no such ancestor it stands alone when it
+    has training records, else it joins the only run there is.
+    """
+    facts = ev.group_by("_dir").agg(
+        pl.col("_base").is_not_null().any().alias("ids"),
+        pl.col("kind").is_in(("step", "init", "job_start", "job_end")).any().alias("life"),
+        pl.col("_base").drop_nulls().unique().alias("_idset"),
+    )
+    with_ids = set(facts.filter(pl.col("ids") & pl.col("life"))["_dir"].to_list())
+    idsets = {d: set(x) for d, x in facts.select("_dir", "_idset").iter_rows()}
+    # A sub-directory whose ids all belong to an ancestor's run (per-pod YAML under ``pods/``,
+    # per-attempt scheduler dumps) is part of that run.
+    for d in sorted(with_ids, key=len, reverse=True):
+        anc = [a for a in with_ids if a != d and (a == "" or d.startswith(a + "/")) and idsets[d] <= idsets[a]]
+        if anc:
+            with_ids.discard(d)
+    alone = set(facts.filter(~pl.col("ids") & pl.col("life"))["_dir"].to_list())
+    out: dict[str, str] = {}
+
+    def ancestor(d: str, pool: set[str]) -> str | None:
+        best = None
+        for a in pool:
+            if a != d and (a == "" or d.startswith(a + "/")) and (best is None or len(a) > len(best)):
+                best = a
+        return best
+
+    for d in facts["_dir"].to_list():
+        if d in with_ids:
+            continue
+        a = ancestor(d, with_ids)
+        if a is not None:
+            out[d] = a
+        elif d not in alone:
+            a = ancestor(d, alone)
+            if a is not None:
+                out[d] = a
+            elif len(with_ids | alone) == 1:
+                out[d] = next(iter(with_ids | alone))
+    return out
+
+
+def with_time(events: pl.DataFrame) -> pl.DataFrame:
+    """Add ``t`` (Int64 µs since the epoch) and a stable row id ``_row``."""
+    return events.with_columns(
+        pl.col("ts").dt.epoch("us").alias("t"),
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("_row"),
+    )
+
+
+def assign_jobs(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Add ``job`` (a stable key) to every event; return (events, jobs).
+
+    ``jobs`` has one row per job: ``job``, ``path`` (directory), ``job_ids`` (scheduler ids of
+    its attempts, in order), ``identity`` ("scheduler" | "job-name" | "directory").
+    """
+    ev = events.with_columns(
+        _dir_expr().alias("_dir"),
+        pl.col("job_id").str.strip_chars().str.extract(_BASE_RE, 1).alias("_base"),
+        pl.col("message").str.extract(_NAME_RE, 1).alias("_name"),
+    )
+    ev = ev.with_columns(pl.col("_dir").replace_strict(_fold_dirs(ev), default=pl.col("_dir")).alias("_dir"))
+    step_files = ev.filter(pl.col("kind") == "step").select("file").unique()
+    ev = ev.with_columns(pl.col("file").is_in(step_files["file"].implode()).alias("_trainfile"))
+    ids = (
+        ev.filter(pl.col("_base").is_not_null())
+        .group_by("_dir", "_base")
+        .agg(
+            pl.col("_trainfile").any().alias("train"),
+            pl.col("t").min().alias("t0"),
+            pl.col("t").filter(pl.col("kind").is_in(LIFECYCLE_KINDS)).max().alias("t1"),
+            pl.col("_name").drop_nulls().first().alias("name"),
+        )
+        .with_columns(pl.col("t1").fill_null(pl.col("t0")))
+        .sort("_dir", "t0", "_base", nulls_last=True)
+    )
+    # Chain ids into runs: a small loop over scheduler ids (not over lines).
+    run_of: dict[tuple[str, str], str] = {}
+    identity_of: dict[str, str] = {}
+    for d, grp in ids.group_by("_dir", maintain_order=True):
+        dname = d[0]
+        open_runs: list[list] = []  # [key, end]
+        by_name: dict[str, list] = {}
+        for row in grp.iter_rows(named=True):
+            base, name, t0, t1 = row["_base"], row["name"], row["t0"], row["t1"]
+            if name is not None:
+                run = by_name.get(name)
+                if run is None:
+                    run = [f"{dname}::{name}", t1]
+                    by_name[name] = run
+                    open_runs.append(run)
+                    identity_of[run[0]] = "job-name"
+                else:
+                    run[1] = max(x for x in (run[1], t1, t0) if x is not None) if (run[1] or t1) else None
+                run_of[(dname, base)] = run[0]
+                continue
+            best = None
+            # Only numeric (Slurm) ids are resubmitted under a new id; a Kubernetes owner keeps
+            # its name across pod restarts, so another name is another job.
+            chainable = base is not None and base.split("_")[0].isdigit()
+            for run in open_runs if chainable else []:
+                if not run[0].rsplit("::", 1)[-1].split("_")[0].isdigit():
+                    continue
+                # A nameless id seen only in scheduler files (another user's job in a shared
+                # controller log) never continues a run known by its name.
+                if not row["train"] and identity_of.get(run[0]) == "job-name":
+                    continue
+                if t0 is None or run[1] is None or run[1] <= t0 + 1_000_000:
+                    if best is None or (run[1] or 0) > (best[1] or 0):
+                        best = run
+            if best is None:
+                best = [f"{dname}::{base}", t1]
+                open_runs.append(best)
+                identity_of[best[0]] = "scheduler"
+            else:
+                best[1] = max(x for x in (best[1], t1) if x is not None) if (best[1] or t1) else None
+            run_of[(dname, base)] = best[0]
+    if run_of:
+        mapping = pl.DataFrame(
+            {
+                "_dir": [k[0] for k in run_of],
+                "_base": [k[1] for k in run_of],
+                "job": list(run_of.values()),
+            },
+            schema={"_dir": pl.String, "_base": pl.String, "job": pl.String},
+        )
+        ev = ev.join(mapping, on=["_dir", "_base"], how="left")
+    else:
+        ev = ev.with_columns(pl.lit(None, pl.String).alias("job"))
+    # Events without an id: the file's majority run, else the run spanning their time, else
+    # the directory's first run, else the directory itself.
+    file_run = (
+        ev.filter(pl.col("job").is_not_null())
+        .group_by("file", "job")
+        .len()
+        .sort("len", "job", descending=[True, False])
+        .group_by("file", maintain_order=True)
+        .first()
+        .select("file", pl.col("job").alias("_file_job"))
+    )
+    ev = ev.join(file_run, on="file", how="left", nulls_equal=True)
+    spans = (
+        ev.filter(pl.col("job").is_not_null())
+        .group_by("_dir", "job")
+        .agg(pl.col("t").min().alias("_s0"), pl.col("t").max().alias("_s1"))
+        .sort("_s0", "job")
+    )
+    # The directory's fallback run: a run known by its job name first, then the one whose
+    # records come from the most files, then the one with the most records. Other users' jobs
+    # in a shared controller log are nameless, live in that one file and, chained one after the
+    # other, can still outnumber the run's own scheduler records.
+    named = [k for k, v in identity_of.items() if v == "job-name"]
+    first_run = (
+        ev.filter(pl.col("job").is_not_null())
+        .group_by("_dir", "job")
+        .agg(pl.len().alias("len"), pl.col("file").n_unique().alias("_nf"))
+        .with_columns(pl.col("job").is_in(named).alias("_named"))
+        .sort("_named", "_nf", "len", "job", descending=[True, True, True, False])
+        .group_by("_dir", maintain_order=True)
+        .agg(pl.col("job").first().alias("_dir_job"))
+    )
+    spans = spans.join(first_run, left_on=["_dir", "job"], right_on=["_dir", "_dir_job"], how="semi")
+    ev = ev.join(first_run, on="_dir", how="left")
+    need = ev.filter(pl.col("job").is_null() & pl.col("_file_job").is_null() & pl.col("t").is_not_null())
+    if need.height and spans.height:
+        hit = (
+            need.select("_row", "_dir", "t")
+            .sort("t")
+            .join_asof(spans.rename({"job": "_span_job"}).sort("_s0"), left_on="t", right_on="_s0", by="_dir", check_sortedness=False)
+            .filter(pl.col("t") <= pl.col("_s1"))
+            .select("_row", "_span_job")
+        )
+        ev = ev.join(hit, on="_row", how="left")
+    else:
+        ev = ev.with_columns(pl.lit(None, pl.String).alias("_span_job"))
+    ev = ev.with_columns(
+        pl.coalesce("job", "_file_job", "_span_job", "_dir_job", pl.lit("") + pl.col("_dir") + pl.lit("::")).alias(
+            "job"
+        )
+    )
+    for key in ev.filter(pl.col("job").str.ends_with("::"))["job"].unique().to_list():
+        identity_of[key] = "directory"
+    jobs = (
+        ev.group_by("job")
+        .agg(
+            pl.col("_dir").first().alias("path"),
+            pl.col("_base").filter(pl.col("t").is_not_null()).sort_by(pl.col("t").filter(pl.col("t").is_not_null()))
+            .unique(maintain_order=True)
+            .drop_nulls()
+            .alias("job_ids"),
+        )
+        .with_columns(
+            pl.col("job").replace_strict(identity_of, default="directory", return_dtype=pl.String).alias("identity")
+        )
+        .sort("job")
+    )
+    ev = ev.drop("_file_job", "_span_job", "_dir_job", "_name", "_trainfile")
+    return ev, jobs
+
+
+def assign_attempts(events: pl.DataFrame) -> pl.DataFrame:
+    """Add ``attempt_idx`` (0-based, per job, in time order) to every timed event.
+
+    Events without a time get the attempt of the previous timed event of their file (they
+    cannot open an attempt).
+    """
+    # At equal times, ends and steps come before starts.
+    timed = (
+        events.filter(pl.col("t").is_not_null())
+        .with_columns(pl.col("kind").is_in(PROGRESS_KINDS).not_().alias("_kord"))
+        .sort("job", "t", "_kord", "_row")
+        .drop("_kord")
+    )
+    is_marker = pl.col("kind").is_in(MARKER_KINDS)
+    is_prog = pl.col("kind").is_in(PROGRESS_KINDS)
+    # A step more than 2 below the previous step record of the job also opens an attempt.
+    timed = timed.with_columns(
+        is_prog.cast(pl.Int64).cum_sum().over("job").alias("_prog"),
+    )
+    steps = (
+        timed.filter((pl.col("kind") == "step") & pl.col("step").is_not_null())
+        .select("_row", "job", "step")
+        .with_columns(pl.col("step").shift(1).over("job").alias("_pmax"))
+        .with_columns(((pl.col("step") < pl.col("_pmax") - 2)).alias("_back"))
+    )
+    timed = timed.join(steps.select("_row", "_back"), on="_row", how="left").with_columns(
+        pl.col("_back").fill_null(False)
+    )
+    markers = timed.filter(is_marker | pl.col("_back")).select(
+        "_row", "job", "_prog", pl.col("_back"), pl.col("kind")
+    )
+    # For a backwards step, "progress since the last marker" counts the step itself.
+    markers = markers.with_columns(
+        pl.when(pl.col("_back")).then(pl.col("_prog") - 1).otherwise(pl.col("_prog")).alias("_p")
+    ).with_columns(
+        (
+            pl.col("_p").shift(1).over("job").is_null()
+            | (pl.col("_p") > pl.col("_p").shift(1).over("job"))
+        ).alias("_new")
+    )
+    # A backward step with no marker since the last progress opens an attempt too.
+    timed = timed.join(markers.select("_row", "_new"), on="_row", how="left").with_columns(
+        pl.col("_new").fill_null(False)
+    )
+    # The first marker of the job is attempt 0 and so are events before it.
+    timed = timed.with_columns(
+        (pl.col("_new").cast(pl.Int32).cum_sum().over("job") - 1).clip(0).alias("attempt_idx")
+    )
+    # If the first marker of a job comes after progress, that progress was an attempt of its own.
+    first_marker_prog = markers.group_by("job").agg(pl.col("_p").first().alias("_fm"))
+    timed = timed.join(first_marker_prog, on="job", how="left").with_columns(
+        pl.when(pl.col("_fm") > 0)
+        .then(pl.col("attempt_idx") + pl.when(pl.col("_new").cast(pl.Int32).cum_sum().over("job") > 0).then(1).otherwise(0))
+        .otherwise(pl.col("attempt_idx"))
+        .cast(pl.Int32)
+        .alias("attempt_idx")
+    )
+    timed = timed.drop("_prog", "_back", "_new", "_fm")
+    untimed = events.filter(pl.col("t").is_null())
+    if untimed.height:
+        ref = timed.select("file", "line", "attempt_idx").sort("line")
+        untimed = (
+            untimed.sort("line")
+            .join_asof(ref, on="line", by="file", strategy="backward", check_sortedness=False)
+            .with_columns(pl.col("attempt_idx").fill_null(0).cast(pl.Int32))
+        )
+        return pl.concat([timed, untimed.select(timed.columns)], how="vertical")
+    return timed

@@ -1,0 +1,269 @@
+"""The TOR ledger per job (docs/ledger.md), in integer microseconds.
+
+Every microsecond of the job's window ``[T0, T1]`` goes to exactly one bucket. Labelled
+intervals are laid on the timeline with a precedence (a checkpoint save beats an evaluation,
+which beats a step's interval, which beats detection, which beats recovery); whatever no
+interval covers is ``other``. A sweep over the elementary segments between all interval
+boundaries gives each interval the microseconds it *owns*; step rows then split what they own
+into ``useful`` (``min(d, t*)`` per preserved step), ``slowdown`` (the rest of preserved steps)
+and ``rework`` (the rolled-back share). So the buckets sum to T_obs by construction, and the
+ledger asserts it.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from toranalyze.reconstruct.progress import make_disjoint
+
+US = 1_000_000
+BUCKETS = ("useful", "slowdown", "rework", "checkpoint", "detection", "recovery", "other")
+RECOVERY_PARTS = ("recovery_queue", "recovery_startup", "recovery_ckpt_load")
+
+# Family name → precedence (lower wins).
+FAMILIES = ("checkpoint", "eval", "step", "detection", "recovery")
+
+TOR_SCHEMA = pl.Schema(
+    {
+        "job": pl.String,
+        "path": pl.String,
+        "job_ids": pl.List(pl.String),
+        "identity": pl.String,
+        "t_start": pl.Datetime("us", "UTC"),
+        "t_end": pl.Datetime("us", "UTC"),
+        **{f"{b}_us": pl.Int64 for b in ("t_obs", *BUCKETS, *RECOVERY_PARTS)},
+        **{f"{b}_s": pl.Float64 for b in ("t_obs", *BUCKETS, *RECOVERY_PARTS)},
+        "eval_s": pl.Float64,
+        "tor": pl.Float64,
+        "ideal_step_time_s": pl.Float64,
+        "ideal_step_source": pl.String,
+        "n_attempts": pl.Int32,
+        "n_incidents": pl.Int32,
+        "steps_preserved": pl.Int64,
+        "steps_lost": pl.Int64,
+        "ended_cleanly": pl.Boolean,
+    }
+)
+
+
+def _empty_iv() -> pl.DataFrame:
+    return pl.DataFrame(schema={"job": pl.String, "start": pl.Int64, "end": pl.Int64, "id": pl.Int64, "part": pl.String})
+
+
+def own(window: pl.DataFrame, families: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    """Microseconds owned by each interval: rows (family, id, part, owned_us), plus ``other``.
+
+    ``window``: job, T0, T1. Each family frame: job, start, end, id, part.
+    """
+    fams = {}
+    for name in FAMILIES:
+        iv = families.get(name)
+        if iv is None or iv.height == 0:
+            iv = _empty_iv()
+        iv = (
+            iv.select("job", "start", "end", "id", "part")
+            .join(window, on="job", how="inner")
+            .with_columns(
+                pl.max_horizontal("start", "T0").alias("start"),
+                pl.min_horizontal("end", "T1").alias("end"),
+            )
+            .filter(pl.col("end") > pl.col("start"))
+            .drop("T0", "T1")
+        )
+        fams[name] = make_disjoint(iv) if iv.height else iv
+    bounds = pl.concat(
+        [window.select("job", pl.col("T0").alias("b")), window.select("job", pl.col("T1").alias("b"))]
+        + [f.select("job", pl.col("start").alias("b")) for f in fams.values()]
+        + [f.select("job", pl.col("end").alias("b")) for f in fams.values()]
+    ).unique().sort("job", "b")
+    seg = (
+        bounds.with_columns(pl.col("b").shift(-1).over("job").alias("e"))
+        .filter(pl.col("e").is_not_null())
+        .join(window, on="job")
+        .filter((pl.col("b") >= pl.col("T0")) & (pl.col("e") <= pl.col("T1")))
+        .with_columns((pl.col("e") - pl.col("b")).alias("len"))
+        .drop("T0", "T1")
+        .sort("b")
+    )
+    owner_exprs = []
+    for name in FAMILIES:
+        f = fams[name]
+        right = f.select(
+            "job",
+            pl.col("start").alias(f"_s_{name}"),
+            pl.col("end").alias(f"_e_{name}"),
+            pl.col("id").alias(f"_id_{name}"),
+            pl.col("part").alias(f"_p_{name}"),
+        ).sort(f"_s_{name}")
+        seg = seg.join_asof(right, left_on="b", right_on=f"_s_{name}", by="job", strategy="backward", check_sortedness=False)
+        owner_exprs.append((name, (pl.col("b") < pl.col(f"_e_{name}")).fill_null(False)))
+    fam_expr = pl.lit("other")
+    id_expr = pl.lit(None, pl.Int64)
+    part_expr = pl.lit(None, pl.String)
+    for name, cov in reversed(owner_exprs):
+        fam_expr = pl.when(cov).then(pl.lit(name)).otherwise(fam_expr)
+        id_expr = pl.when(cov).then(pl.col(f"_id_{name}")).otherwise(id_expr)
+        part_expr = pl.when(cov).then(pl.col(f"_p_{name}")).otherwise(part_expr)
+    seg = seg.with_columns(fam_expr.alias("family"), id_expr.alias("id"), part_expr.alias("part"))
+    return seg.group_by("job", "family", "id", "part").agg(pl.col("len").sum().alias("owned_us"))
+
+
+def step_jitter(rows: pl.DataFrame) -> pl.DataFrame:
+    """Per job: ``sigma``, the relative standard deviation of single step times (robust).
+
+    Estimated from rows with reported step times: ``log(d / median) * sqrt(n)`` has the spread
+    of one step's log time whether a row is one step or the average of ``n``.
+    """
+    r = rows.filter(pl.col("rep_us").is_not_null() & (pl.col("d_us") > 0) & (pl.col("n") > 0))
+    if r.height == 0:
+        return pl.DataFrame(schema={"job": pl.String, "sigma": pl.Float64})
+    return (
+        r.with_columns(pl.col("d_us").cast(pl.Float64).log().alias("_l"))
+        .with_columns(((pl.col("_l") - pl.col("_l").median().over("job")) * pl.col("n").cast(pl.Float64).sqrt()).alias("_x"))
+        .group_by("job")
+        .agg((pl.col("_x").abs().median() * 1.4826).alias("sigma"), pl.len().alias("_k"))
+        .filter(pl.col("_k") >= 5)
+        .select("job", "sigma")
+    )
+
+
+def expected_useful_per_step(m: pl.Series, n: pl.Series, ideal: pl.Series, sigma: pl.Series) -> pl.Series:
+    """E[min(d, t*)] per step for a row of ``n`` steps whose mean step time is ``m``.
+
+    The ledger's useful time is per step (``min(d, t*)``); a row that logs only the average of
+    ``n`` steps hides their spread, and ``min`` of the average would count the jitter of steps
+    above ``t*`` as useful. With single-step times i.i.d. of relative sd ``sigma``, a step given
+    the row's mean is approximately normal around ``m`` with sd ``sigma * m * sqrt(1 - 1/n)``;
+    then E[max(d - t*, 0)] = s φ(z) + (m - t*) (1 - Φ(z)), z = (t* - m) / s. One-step rows (or
+    ``sigma`` 0) give ``min(m, t*)`` exactly.
+    """
+    import numpy as np
+    from scipy.special import ndtr
+
+    mm = m.cast(pl.Float64).to_numpy()
+    nn = np.maximum(n.cast(pl.Float64).fill_null(1.0).to_numpy(), 1.0)
+    tt = ideal.cast(pl.Float64).to_numpy()
+    sg = sigma.cast(pl.Float64).fill_null(0.0).to_numpy()
+    s = sg * mm * np.sqrt(1.0 - 1.0 / nn)
+    out = np.minimum(mm, tt)
+    ok = np.isfinite(s) & (s > 0) & np.isfinite(mm) & np.isfinite(tt)
+    if ok.any():
+        z = (tt[ok] - mm[ok]) / s[ok]
+        excess = s[ok] * np.exp(-0.5 * z * z) / np.sqrt(2.0 * np.pi) + (mm[ok] - tt[ok]) * ndtr(-z)
+        out[ok] = mm[ok] - np.maximum(excess, np.maximum(mm[ok] - tt[ok], 0.0))
+    return pl.Series(out)
+
+
+def compute(
+    window: pl.DataFrame,
+    rows: pl.DataFrame,
+    ideal_us: pl.DataFrame,
+    ckpt: pl.DataFrame,
+    evals: pl.DataFrame,
+    incidents: pl.DataFrame,
+    jitter: pl.DataFrame | None = None,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Bucket totals per job (µs) and per step row rework µs.
+
+    ``rows``: job, attempt_idx, step, start, end, n, n_lost, d_us. ``incidents``: job, incident,
+    t_last_progress, t_detected, t_restart, t_resumed, t_load_start, t_load_end, job end T1.
+    ``jitter``: job, sigma (:func:`step_jitter`) for rows that average several steps.
+    Returns (buckets: job + *_us, rows with owned_us / rework_us / useful_us / slowdown_us).
+    """
+    rows = rows.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("id"))
+    fam: dict[str, pl.DataFrame] = {
+        "step": rows.select("job", "start", "end", "id", pl.lit("step").alias("part")),
+        "checkpoint": ckpt.select(
+            "job", "start", "end", pl.int_range(pl.len(), dtype=pl.Int64).alias("id"), pl.lit("ckpt").alias("part")
+        ),
+        "eval": evals.select(
+            "job", "start", "end", pl.int_range(pl.len(), dtype=pl.Int64).alias("id"), pl.lit("eval").alias("part")
+        ),
+    }
+    if incidents.height:
+        inc = incidents.join(window, on="job").with_columns(
+            pl.int_range(pl.len(), dtype=pl.Int64).alias("id"),
+            pl.coalesce("t_resumed", "T1").alias("_res"),
+            pl.coalesce("t_restart", "t_resumed", "T1").alias("_rst"),
+        )
+        fam["detection"] = inc.select(
+            "job", pl.col("t_last_progress").alias("start"), pl.col("t_detected").alias("end"), "id",
+            pl.lit("detection").alias("part"),
+        )
+        ls = pl.min_horizontal(pl.max_horizontal(pl.coalesce("t_load_start", "_rst"), "_rst"), "_res")
+        le = pl.min_horizontal(pl.max_horizontal(pl.coalesce("t_load_end", "_rst"), ls), "_res")
+        fam["recovery"] = pl.concat(
+            [
+                inc.select("job", pl.col("t_detected").alias("start"), pl.col("_rst").alias("end"), "id",
+                           pl.lit("recovery_queue").alias("part")),
+                inc.select("job", pl.col("_rst").alias("start"), ls.alias("end"), "id",
+                           pl.lit("recovery_startup").alias("part")),
+                inc.select("job", ls.alias("start"), le.alias("end"), "id", pl.lit("recovery_ckpt_load").alias("part")),
+                inc.select("job", le.alias("start"), pl.col("_res").alias("end"), "id",
+                           pl.lit("recovery_startup").alias("part")),
+            ]
+        )
+    owned = own(window, fam)
+    step_owned = owned.filter(pl.col("family") == "step").select("id", "owned_us")
+    rows = (
+        rows.join(step_owned, on="id", how="left")
+        .join(ideal_us, on="job", how="left")
+        .with_columns(pl.col("owned_us").fill_null(0))
+        .with_columns((pl.col("owned_us") * pl.col("n_lost") // pl.col("n")).alias("rework_us"))
+    )
+    if jitter is not None and jitter.height and "d_us" in rows.columns:
+        rows = rows.join(jitter, on="job", how="left")
+        u = expected_useful_per_step(
+            rows.select(pl.coalesce("d_us", "ideal_us"))[:, 0], rows["n"], rows["ideal_us"], rows["sigma"]
+        )
+        rows = rows.with_columns(
+            pl.when(pl.col("ideal_us").is_null()).then(None).otherwise(pl.Series("_u", u)).alias("_u")
+        ).drop("sigma")
+    else:
+        rows = rows.with_columns(pl.col("ideal_us").cast(pl.Float64).alias("_u"))
+    rows = (
+        rows.with_columns(pl.min_horizontal(pl.col("_u"), pl.col("ideal_us")).alias("_u"))
+        .with_columns(
+            pl.min_horizontal(
+                pl.col("owned_us") - pl.col("rework_us"),
+                ((pl.col("n") - pl.col("n_lost")) * pl.col("_u")).round().cast(pl.Int64),
+            ).alias("useful_us")
+        )
+        .drop("_u")
+        .with_columns((pl.col("owned_us") - pl.col("rework_us") - pl.col("useful_us")).alias("slowdown_us"))
+    )
+    per_step = rows.group_by("job").agg(
+        pl.col("useful_us").sum(),
+        pl.col("slowdown_us").sum(),
+        pl.col("rework_us").sum(),
+        (pl.col("n") - pl.col("n_lost")).sum().alias("steps_preserved"),
+        pl.col("n_lost").sum().alias("steps_lost"),
+    )
+    fam_tot = (
+        owned.with_columns(
+            pl.when(pl.col("family") == "recovery").then(pl.col("part")).otherwise(pl.col("family")).alias("k")
+        )
+        .group_by("job")
+        .agg(
+            *[
+                pl.col("owned_us").filter(pl.col("k") == k).sum().alias(f"{k}_us")
+                for k in ("checkpoint", "eval", "detection", "other", *RECOVERY_PARTS)
+            ]
+        )
+    )
+    out = (
+        window.join(fam_tot, on="job", how="left")
+        .join(per_step, on="job", how="left")
+        .with_columns(pl.col(pl.Int64, pl.UInt32, pl.UInt64).fill_null(0))
+        .with_columns(
+            (pl.col("T1") - pl.col("T0")).alias("t_obs_us"),
+            (pl.col("other_us") + pl.col("eval_us")).alias("other_us"),
+            sum(pl.col(f"{p}_us") for p in RECOVERY_PARTS).alias("recovery_us"),
+        )
+    )
+    total = sum(pl.col(f"{b}_us") for b in BUCKETS)
+    bad = out.filter(total != pl.col("t_obs_us"))
+    assert bad.height == 0, f"ledger does not sum to T_obs for jobs {bad['job'].to_list()}"
+    neg = out.filter(pl.min_horizontal(*[pl.col(f"{b}_us") for b in BUCKETS]) < 0)
+    assert neg.height == 0, f"negative ledger bucket for jobs {neg['job'].to_list()}"
+    return out, rows

@@ -1,0 +1,533 @@
+"""The progress curve of a job: de-duplicated steps, their durations, checkpoints, evaluations,
+attempts, rollbacks and which steps were lost.
+
+All times are Int64 microseconds since the epoch (column ``t`` added by ``jobs.with_time``).
+
+Step rows
+    One row per (job, attempt, step) whatever the number of ranks that logged it: the end is
+    the earliest report (sharpened by :func:`refine_ends` when the clock is coarse), the reported
+    step time the median over ranks. A row may stand for
+    several steps when the trainer logs every N iterations: it covers ``(prev_step, step]``,
+    ``n = step - prev_step`` steps of ``d`` µs each, where ``d`` is the reported per-step time
+    (``step_time_s``), else the time since the previous row divided by ``n``. The first row of
+    an attempt covers the steps after the step the attempt resumed from (``ckpt_load`` step, else
+    its first step minus the job's usual logging interval); when it has no reported time its
+    duration is filled with the ideal step time by the ledger. A row's interval is
+    ``[end - n*d, end]`` clipped to the previous row's end and to the attempt's start.
+
+Rollbacks
+    A step computed by attempt *a* is **lost** when a later attempt resumed from a lower step
+    (its work was rolled back, whether or not it was recomputed); otherwise it is preserved.
+
+Checkpoints and evaluations
+    Save begin/end lines (per checkpoint step, merged over ranks) give the blocking save
+    interval; a single line with ``duration_s`` is extended by it; a single line without one is
+    inferred from the step timeline: a lone end spans from the end of the last step before it, a
+    lone begin lasts until the next step's compute starts (its end minus its reported or the
+    typical step time). Evaluations pair ``eval_begin`` with the next ``eval_end``.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from toranalyze.reconstruct.jobs import LIFECYCLE_KINDS
+
+US = 1_000_000
+BIG = 2**62
+
+CLEAN_STATES = ("COMPLETED", "Completed", "Succeeded", "SUCCEEDED", "PyTorchJobSucceeded", "JobSucceeded")
+
+
+def is_clean(state: pl.Expr) -> pl.Expr:
+    """A scheduler / pod / operator end state that means success (Slurm COMPLETED, a pod's
+    Completed / Succeeded, a training operator's ``<Kind>Succeeded``)."""
+    return state.is_in(CLEAN_STATES) | state.str.ends_with("Succeeded")
+
+
+def union_intervals(iv: pl.DataFrame, by: str = "job") -> pl.DataFrame:
+    """Merge overlapping [start, end) intervals per ``by``; keeps the first row's other columns."""
+    if iv.height == 0:
+        return iv
+    iv = iv.filter(pl.col("end") > pl.col("start")).sort(by, "start", "end")
+    iv = iv.with_columns(
+        (pl.col("start") > pl.col("end").cum_max().shift(1).over(by)).fill_null(True).cast(pl.Int64).alias("_g")
+    ).with_columns(pl.col("_g").cum_sum().over(by))
+    other = [c for c in iv.columns if c not in (by, "start", "end", "_g")]
+    return (
+        iv.group_by(by, "_g", maintain_order=True)
+        .agg(pl.col("start").min(), pl.col("end").max(), *[pl.col(c).first() for c in other])
+        .drop("_g")
+    )
+
+
+def make_disjoint(iv: pl.DataFrame, by: str = "job") -> pl.DataFrame:
+    """Clip each interval's start to the end of the intervals before it (sorted by start)."""
+    if iv.height == 0:
+        return iv
+    iv = iv.sort(by, "start", "end")
+    return (
+        iv.with_columns(
+            pl.max_horizontal("start", pl.col("end").cum_max().shift(1).over(by).fill_null(-BIG)).alias("start")
+        )
+        .filter(pl.col("end") > pl.col("start"))
+    )
+
+
+def overlaps(rows: pl.DataFrame, iv: pl.DataFrame, by: str = "job") -> pl.Series:
+    """For each row (start, end) — does it overlap any of the disjoint sorted intervals ``iv``?"""
+    if rows.height == 0:
+        return pl.Series("overlap", [], pl.Boolean)
+    if iv.height == 0:
+        return pl.Series("overlap", [False] * rows.height, pl.Boolean)
+    left = rows.select(by, "start", "end").with_columns(pl.int_range(pl.len()).alias("_i")).sort("start")
+    right = iv.select(by, pl.col("start").alias("_is"), pl.col("end").alias("_ie")).sort("_ie")
+    hit = left.join_asof(right, left_on="start", right_on="_ie", by=by, strategy="forward", check_sortedness=False)
+    # forward on end >= start finds the first interval ending after the row starts.
+    hit = hit.with_columns(
+        ((pl.col("_is") < pl.col("end")) & (pl.col("_ie") > pl.col("start"))).fill_null(False).alias("overlap")
+    ).sort("_i")
+    return hit["overlap"]
+
+
+def step_rows(ev: pl.DataFrame) -> pl.DataFrame:
+    """De-duplicated step records: job, attempt_idx, step, t_end, t_log, rep_us (reported µs), n_ranks.
+
+    ``t_log`` is the logged time (earliest report over ranks); ``t_end`` is the same time sharpened
+    by :func:`refine_ends` when the log's clock is coarse.
+    """
+    s = ev.filter((pl.col("kind") == "step") & pl.col("step").is_not_null() & pl.col("t").is_not_null())
+    rows = (
+        s.group_by("job", "attempt_idx", "step")
+        .agg(
+            pl.col("t").min().alias("t_log"),
+            (pl.col("step_time_s").median() * US).round().cast(pl.Int64).alias("rep_us"),
+            pl.col("loss").first().alias("loss"),
+            pl.len().alias("n_ranks"),
+            (pl.col("file") + pl.lit(":") + pl.col("line").cast(pl.String)).first().alias("evidence"),
+        )
+        .sort("job", "attempt_idx", "step")
+    )
+    return refine_ends(rows)
+
+
+def resolution_us(t: pl.Expr) -> pl.Expr:
+    """Clock resolution of a set of logged times: 1 s, 1 ms or 0 (finer) when every value is a multiple."""
+    return (
+        pl.when((t % US == 0).all())
+        .then(pl.lit(US, pl.Int64))
+        .when((t % 1000 == 0).all())
+        .then(pl.lit(1000, pl.Int64))
+        .otherwise(pl.lit(0, pl.Int64))
+    )
+
+
+def refine_ends(rows: pl.DataFrame) -> pl.DataFrame:
+    """Add ``t_end``: the logged step end sharpened by the reported step times.
+
+    Trainers often stamp their lines to the second while they report each step's time to the
+    millisecond. A logged time τ of a clock with resolution ``r`` says the true end T lies in
+    ``[τ, τ + r)``. Consecutive rows of an attempt whose logged gap agrees with their reported
+    time (``n × step_time`` within the resolution) form a *chain* in which the true ends are
+    ``T_i = A + C_i`` (``C_i`` the cumulative reported time since the chain's first row). ``A`` is
+    the smallest value every row of the chain allows (``max(τ_i − C_i)``), so an end never moves
+    before its logged time, and a row is appended to a chain only while some ``A`` satisfies every
+    row (a checkpoint save or an evaluation between two rows breaks the chain). With many rows the
+    bound is tight, so the steps of a chain are contiguous and exactly as long as reported, instead
+    of absorbing the rounding of their timestamps. With a fine clock (or no reported times)
+    ``t_end`` is the logged time.
+    """
+    if rows.height == 0:
+        return rows.with_columns(pl.col("t_log").alias("t_end"))
+    grp = ("job", "attempt_idx")
+    r = rows.sort(*grp, "step").with_columns(
+        resolution_us(pl.col("t_log")).over(grp).alias("_res"),
+        (pl.col("step") - pl.col("step").shift(1).over(grp)).alias("_n"),
+        pl.struct(*grp).rle_id().alias("_g"),
+    )
+    if r.filter(pl.col("_res") > 0).height == 0:
+        return r.drop("_res", "_n", "_g").with_columns(pl.col("t_log").alias("t_end"))
+    t = r["t_log"].to_list()
+    res = r["_res"].to_list()
+    rep = r["rep_us"].to_list()
+    n = r["_n"].to_list()
+    g = r["_g"].to_list()
+    out = list(t)
+    cum = [0] * len(t)
+
+    def close(i0: int, i1: int, a: int) -> None:
+        for j in range(i0, i1):
+            out[j] = a + cum[j]
+
+    i0, lo, hi, c, tol = 0, t[0], t[0] + res[0], 0, 0
+    for i in range(1, len(t)):
+        if g[i] == g[i - 1] and res[i] > 0 and rep[i] is not None and rep[i] > 0 and n[i] is not None and n[i] > 0:
+            ci = c + n[i] * rep[i]
+            ti = tol + n[i] * 60 + 100  # reported times are rounded (0.1 ms per step and a bit)
+            lo2, hi2 = max(lo, t[i] - ci), min(hi, t[i] + res[i] - ci)
+            if lo2 <= hi2 + ti:
+                lo, hi, c, tol = lo2, max(hi2, lo2), ci, ti
+                cum[i] = ci
+                continue
+        close(i0, i, lo)
+        i0, lo, hi, c, tol = i, t[i], t[i] + res[i], 0, 0
+    close(i0, len(t), lo)
+    return r.with_columns(pl.Series("t_end", out, pl.Int64)).drop("_res", "_n", "_g")
+
+
+def attempt_table(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """One row per (job, attempt_idx) with start/end, state, step range and resume point (µs)."""
+    life = pl.col("kind").is_in(LIFECYCLE_KINDS)
+    marker = pl.col("kind").is_in(("job_start", "init", "restart", "ckpt_load"))
+    non_kernel_err = pl.col("kind").is_in(("error", "warning")) & (pl.col("source").fill_null("") != "kernel")
+    is_end = pl.col("kind") == "job_end"
+    bad_end = is_end & ~is_clean(pl.col("state").fill_null(""))
+    att = (
+        ev.filter(pl.col("t").is_not_null())
+        .group_by("job", "attempt_idx")
+        .agg(
+            # A start on a node (a pod's container, a Slurm step on its batch host) is when the
+            # processes began; a job-level "started" can precede it by scheduling and image pulls.
+            pl.coalesce(
+                pl.col("t").filter((pl.col("kind") == "job_start") & pl.col("node").is_not_null()).min(),
+                pl.col("t").filter(marker).min(),
+                pl.col("t").filter(life).min(),
+                pl.col("t").min(),
+            ).alias("t_start"),
+            pl.col("t").filter(pl.col("kind") == "job_start").min().alias("t_sched_start"),
+            pl.col("t").filter(pl.col("kind").is_in(("init", "restart"))).min().alias("t_init"),
+            pl.col("t").filter(is_end).max().alias("t_job_end"),
+            # A heartbeat (a cluster watchdog's "still running") keeps the attempt alive too.
+            pl.col("t").filter(life | non_kernel_err | (pl.col("kind") == "heartbeat")).max().alias("t_last_record"),
+            pl.col("t").filter(pl.col("kind") == "restart").min().alias("t_restart_evt"),
+            pl.col("state").filter(bad_end).first().alias("_bad_state"),
+            pl.col("code").filter(bad_end).first().alias("_bad_code"),
+            pl.col("state").filter(is_end).last().alias("_last_state"),
+            pl.col("code").filter(is_end).last().alias("_last_code"),
+            pl.col("_base").drop_nulls().first().alias("job_id"),
+            pl.col("step").filter(pl.col("kind") == "ckpt_load").min().alias("ckpt_loaded"),
+            pl.col("t").filter(pl.col("kind") == "ckpt_load").min().alias("t_ckpt_load"),
+            (pl.col("duration_s").filter(pl.col("kind") == "ckpt_load").max() * US)
+            .round()
+            .cast(pl.Int64)
+            .alias("ckpt_load_us"),
+            pl.col("t").filter(pl.col("kind") == "init_done").min().alias("t_init_done"),
+            pl.col("t").max().alias("_t_any"),
+        )
+        .with_columns(
+            pl.coalesce("_bad_state", "_last_state").alias("state"),
+            pl.when(pl.col("_bad_state").is_not_null())
+            .then(pl.col("_bad_code"))
+            .otherwise(pl.col("_last_code"))
+            .alias("exit_code"),
+            # An attempt with no lifecycle record (only kernel lines, say) ends at its last record.
+            pl.coalesce("t_job_end", "t_last_record", "_t_any", "t_start").alias("t_end"),
+        )
+        .drop("_bad_state", "_bad_code", "_last_state", "_last_code", "_t_any")
+    )
+    per = steps.group_by("job", "attempt_idx").agg(
+        pl.col("step").min().alias("first_step"),
+        pl.col("step").max().alias("last_step"),
+        pl.len().alias("n_step_rows"),
+        pl.col("t_end").min().alias("t_first_step_end"),
+        pl.col("t_end").max().alias("t_last_step_end"),
+    )
+    att = att.join(per, on=["job", "attempt_idx"], how="left")
+    # The usual logging interval of the job (1 when every step is logged).
+    interval = (
+        steps.with_columns((pl.col("step") - pl.col("step").shift(1).over("job", "attempt_idx")).alias("_d"))
+        .filter(pl.col("_d") > 0)
+        .group_by("job")
+        .agg(pl.col("_d").mode().min().alias("log_interval"))
+    )
+    att = att.join(interval, on="job", how="left").with_columns(pl.col("log_interval").fill_null(1))
+    att = att.with_columns(
+        pl.when(pl.col("ckpt_loaded").is_not_null() & (pl.col("ckpt_loaded") < pl.col("first_step").fill_null(BIG)))
+        .then(pl.col("ckpt_loaded"))
+        .otherwise((pl.col("first_step") - pl.col("log_interval")).clip(lower_bound=0))
+        .alias("resumed_from"),
+        pl.col("t_end").max().over("job").alias("_tmax"),
+    )
+    # An attempt ends no later than the next one starts.
+    # (``min_horizontal`` skips nulls: the last attempt keeps its own end, never a sentinel.)
+    att = att.sort("job", "attempt_idx").with_columns(
+        pl.min_horizontal("t_end", pl.col("t_start").shift(-1).over("job")).alias("t_end")
+    )
+    att = att.with_columns(pl.max_horizontal("t_end", "t_start").alias("t_end")).drop("_tmax")
+    return att.sort("job", "attempt_idx")
+
+
+def step_intervals(steps: pl.DataFrame, att: pl.DataFrame) -> pl.DataFrame:
+    """Add n (steps per row), d_us (per-step µs, null when unknown), prev_step, start, end."""
+    a = att.select("job", "attempt_idx", "resumed_from", "t_start")
+    s = steps.join(a, on=["job", "attempt_idx"], how="left").sort("job", "attempt_idx", "step")
+    grp = ("job", "attempt_idx")
+    s = s.with_columns(
+        pl.col("step").shift(1).over(grp).alias("_ps"),
+        pl.col("t_end").shift(1).over(grp).alias("_pt"),
+    ).with_columns(
+        pl.coalesce("_ps", pl.min_horizontal("resumed_from", pl.col("step") - 1)).alias("prev_step"),
+    )
+    s = s.with_columns((pl.col("step") - pl.col("prev_step")).clip(lower_bound=1).alias("n"))
+    # A gap that is not positive (ranks' clocks disagree, a step logged out of order) says
+    # nothing about the duration.
+    gap = pl.col("t_end") - pl.col("_pt")
+    s = s.with_columns(
+        pl.coalesce(
+            pl.when(pl.col("rep_us") > 0).then(pl.col("rep_us")),
+            pl.when(gap > 0).then((gap / pl.col("n")).round().cast(pl.Int64)),
+        ).alias("d_us")
+    )
+    return s.rename({"_pt": "prev_end"}).drop("_ps", "t_start", "resumed_from")
+
+
+def place_steps(s: pl.DataFrame, att: pl.DataFrame, ideal_us: pl.DataFrame) -> pl.DataFrame:
+    """Fill unknown durations with the job's ideal step time and compute [start, end] per row."""
+    s = s.join(ideal_us, on="job", how="left").join(
+        att.select("job", "attempt_idx", pl.col("t_start").alias("_as")), on=["job", "attempt_idx"], how="left"
+    )
+    s = s.with_columns(pl.coalesce("d_us", "ideal_us").alias("d_us"))
+    s = s.with_columns(
+        pl.max_horizontal(
+            pl.col("t_end") - pl.col("n") * pl.col("d_us"),
+            pl.col("prev_end").fill_null(-BIG),
+            pl.col("_as"),
+        )
+        .clip(upper_bound=pl.col("t_end"))
+        .alias("start"),
+        pl.col("t_end").alias("end"),
+    )
+    return s.drop("_as", "ideal_us")
+
+
+def mark_lost(s: pl.DataFrame, att: pl.DataFrame) -> pl.DataFrame:
+    """Add n_lost: how many of the row's steps a later attempt rolled back."""
+    later = (
+        att.sort("job", "attempt_idx")
+        .with_columns(pl.col("resumed_from").fill_null(BIG).alias("_r"))
+        .with_columns(pl.col("_r").reverse().cum_min().reverse().over("job").shift(-1).over("job").alias("later_min"))
+        .select("job", "attempt_idx", pl.col("later_min").fill_null(BIG))
+    )
+    s = s.join(later, on=["job", "attempt_idx"], how="left").with_columns(pl.col("later_min").fill_null(BIG))
+    return s.with_columns(
+        (pl.col("step") - pl.max_horizontal("prev_step", "later_min")).clip(0).clip(upper_bound=pl.col("n")).alias(
+            "n_lost"
+        )
+    ).drop("later_min")
+
+
+def _pair(ev: pl.DataFrame, begin: str, end: str, steps: pl.DataFrame) -> pl.DataFrame:
+    """Begin/end records → per (job, attempt, key step) begin time, end time and stated duration."""
+    rows = ev.filter(pl.col("kind").is_in((begin, end)) & pl.col("t").is_not_null()).select(
+        "job",
+        "attempt_idx",
+        "kind",
+        "t",
+        "step",
+        "duration_s",
+        (pl.col("file") + pl.lit(":") + pl.col("line").cast(pl.String)).alias("ev"),
+    )
+    if rows.height == 0:
+        return pl.DataFrame(
+            schema={
+                "job": pl.String,
+                "attempt_idx": pl.Int32,
+                "key": pl.Int64,
+                "b": pl.Int64,
+                "e": pl.Int64,
+                "dur": pl.Int64,
+                "evidence": pl.String,
+            }
+        )
+    # Key: the record's step, else the last step completed before it.
+    last = steps.select("job", "attempt_idx", pl.col("t_log").alias("t"), pl.col("step").alias("_ls")).sort("t")
+    rows = (
+        rows.sort("t")
+        .join_asof(last, on="t", by=["job", "attempt_idx"], strategy="backward", check_sortedness=False)
+        .with_columns(pl.coalesce("step", "_ls", pl.lit(-1, pl.Int64)).alias("key"))
+    )
+    return (
+        rows.group_by("job", "attempt_idx", "key")
+        .agg(
+            pl.col("t").filter(pl.col("kind") == begin).min().alias("b"),
+            pl.col("t").filter(pl.col("kind") == end).max().alias("e"),
+            (pl.col("duration_s").max() * US).round().cast(pl.Int64).alias("dur"),
+            pl.col("ev").first().alias("evidence"),
+        )
+        .sort("job", "b")
+    )
+
+
+def _value_res(t: pl.Expr) -> pl.Expr:
+    """Resolution of one logged time: 1 s or 1 ms when it is a whole multiple, else 0."""
+    return pl.when(t % US == 0).then(pl.lit(US)).when(t % 1000 == 0).then(pl.lit(1000)).otherwise(pl.lit(0))
+
+
+def _with_neighbours(p: pl.DataFrame, s: pl.DataFrame) -> pl.DataFrame:
+    """Join to intervals keyed by (job, attempt_idx, key step): ``_prev_end``, the end of the last
+    step row at or before the key step, and ``_next_start``, the compute start (end − n·d) of the
+    first row after it."""
+    grp = ["job", "attempt_idx"]
+    rows = s.filter(pl.col("d_us").is_not_null()).select(
+        *grp, "step", "end", (pl.col("end") - pl.col("n") * pl.col("d_us")).alias("_cs")
+    )
+    prev = rows.select(*grp, pl.col("step").alias("_ps"), pl.col("end").alias("_prev_end")).sort("_ps")
+    nxt = rows.select(*grp, pl.col("step").alias("_ns"), pl.col("_cs").alias("_next_start")).sort("_ns")
+    p = p.sort("key").join_asof(prev, left_on="key", right_on="_ps", by=grp, strategy="backward", check_sortedness=False)
+    p = p.sort("key").join_asof(
+        nxt, left_on="key", right_on="_ns", by=grp, strategy="forward", allow_exact_matches=False, check_sortedness=False
+    )
+    return p.drop("_ps", "_ns")
+
+
+def _snap(start: str, end: str, b: str, e: str) -> list[pl.Expr]:
+    """Coarse begin/end stamps snap to the adjacent step boundaries they round: a save logged at
+    second τ that follows a step ending within [τ, τ + 1 s) begins at that step's end, and one whose
+    end stamp precedes the next step's compute start by less than the resolution ends there."""
+    tol = 1000
+    rb, re_ = _value_res(pl.col(b)), _value_res(pl.col(e))
+    return [
+        pl.when(
+            pl.col(b).is_not_null()
+            & (rb > 0)
+            & (pl.col("_prev_end") >= pl.col(b))
+            & (pl.col("_prev_end") <= pl.col(b) + rb + tol)
+        )
+        .then(pl.col("_prev_end"))
+        .otherwise(pl.col(start))
+        .alias(start),
+        pl.when(
+            pl.col(e).is_not_null()
+            & (re_ > 0)
+            & (pl.col("_next_start") >= pl.col(e))
+            & (pl.col("_next_start") <= pl.col(e) + re_ + tol)
+        )
+        .then(pl.col("_next_start"))
+        .otherwise(pl.col(end))
+        .alias(end),
+    ]
+
+
+def checkpoint_intervals(ev: pl.DataFrame, s: pl.DataFrame, typical_us: pl.DataFrame) -> pl.DataFrame:
+    """Blocking save intervals per job: job, start, end, step, inferred, evidence (disjoint).
+
+    ``s``: placed step rows (start, end, n, d_us). A begin/end pair spans begin → end; a lone line
+    with a stated duration is extended by it; a lone end without one spans from the end of the
+    step before it, a lone begin lasts until the next step's compute starts. Coarse stamps snap to
+    the step boundaries they round (:func:`_snap`).
+    """
+    p = _pair(ev, "ckpt_save_begin", "ckpt_save_end", s)
+    if p.height == 0:
+        return pl.DataFrame(
+            schema={
+                "job": pl.String,
+                "start": pl.Int64,
+                "end": pl.Int64,
+                "step": pl.Int64,
+                "inferred": pl.Boolean,
+                "evidence": pl.String,
+            }
+        )
+    p = _with_neighbours(p, s)
+    p = p.with_columns(
+        pl.when(pl.col("b").is_not_null())
+        .then(pl.col("b"))
+        .when(pl.col("dur").is_not_null())
+        .then(pl.col("e") - pl.col("dur"))
+        .otherwise(pl.col("_prev_end"))
+        .alias("start"),
+        pl.when(pl.col("e").is_not_null())
+        .then(pl.col("e"))
+        .when(pl.col("dur").is_not_null())
+        .then(pl.col("b") + pl.col("dur"))
+        .otherwise(pl.col("_next_start"))
+        .alias("end"),
+        (pl.col("b").is_null() | pl.col("e").is_null()).alias("inferred"),
+    ).with_columns(_snap("start", "end", "b", "e"))
+    out = p.filter(pl.col("start").is_not_null() & pl.col("end").is_not_null()).select(
+        "job", "start", "end", pl.col("key").alias("step"), "inferred", "evidence"
+    )
+    return union_intervals(out)
+
+
+def eval_intervals(ev: pl.DataFrame, s: pl.DataFrame | None = None, ckpt: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Evaluation intervals per job (disjoint): job, start, end.
+
+    A begin pairs with the first end of the same attempt after it and before the next begin;
+    an evaluation cut short by a failure (no end) is no interval. A lone end with a stated
+    duration is extended by it; a lone end without one (Megatron prints only the validation
+    result) spans from the end of the last step or save before it, when the placed step rows
+    ``s`` (and the save intervals ``ckpt``) are given; when its time was inferred (the block has
+    no timestamp) it lasts until the next step's compute starts.
+    """
+    grp = ["job", "attempt_idx"]
+    b = (
+        ev.filter((pl.col("kind") == "eval_begin") & pl.col("t").is_not_null())
+        .select(*grp, pl.col("t").alias("start"))
+        .unique()
+        .sort(*grp, "start")
+        .with_columns(pl.col("start").shift(-1).over(grp).alias("_nb"))
+    )
+    e = (
+        ev.filter((pl.col("kind") == "eval_end") & pl.col("t").is_not_null())
+        .select(*grp, pl.col("t").alias("end"), pl.col("duration_s"), "step", pl.col("ts_inferred").fill_null(False))
+        .unique(subset=[*grp, "end"], keep="first")
+    )
+    parts = []
+    paired = pl.DataFrame(schema={"job": pl.String, "attempt_idx": pl.Int32, "end": pl.Int64})
+    if b.height and e.height:
+        pb = (
+            b.sort("start")
+            .join_asof(
+                e.select(*grp, "end").sort("end"),
+                left_on="start",
+                right_on="end",
+                by=grp,
+                strategy="forward",
+                check_sortedness=False,
+            )
+            .filter(pl.col("end").is_not_null() & (pl.col("end") <= pl.col("_nb").fill_null(2**62)))
+        )
+        parts.append(pb.select("job", "start", "end"))
+        paired = pb.select(*grp, "end").unique()
+    lone = e.join(paired, on=[*grp, "end"], how="anti")
+    with_dur = lone.filter(pl.col("duration_s").is_not_null()).select(
+        "job", (pl.col("end") - (pl.col("duration_s") * US).round().cast(pl.Int64)).alias("start"), "end"
+    )
+    if with_dur.height:
+        parts.append(with_dur)
+    bare = lone.filter(pl.col("duration_s").is_null())
+    if bare.height and s is not None and s.height:
+        rows = s.select(*grp, pl.col("t_log").alias("_k"), "step", "end").sort("_k")
+        bare = (
+            bare.sort("end")
+            .join_asof(rows, left_on="end", right_on="_k", by=grp, strategy="backward", check_sortedness=False)
+            .with_columns(pl.coalesce("step_right", "step", pl.lit(-1, pl.Int64)).alias("key"))
+            .drop("_k", "step_right")
+            .rename({"end_right": "_step_end"})
+        )
+        bare = _with_neighbours(bare.drop("step"), s).with_columns(pl.col("_step_end").alias("_prev_end"))
+        if ckpt is not None and ckpt.height:
+            ck = ckpt.select("job", pl.col("end").alias("_ck_end"), pl.col("end").alias("_kk")).sort("_kk")
+            bare = bare.sort("end").join_asof(
+                ck, left_on="end", right_on="_kk", by="job", strategy="backward", check_sortedness=False
+            )
+            bare = bare.with_columns(
+                pl.max_horizontal("_prev_end", pl.when(pl.col("_ck_end") <= pl.col("end")).then(pl.col("_ck_end")))
+                .alias("_prev_end")
+            )
+        # A validation block without a time of its own (placed at the previous line's time) lasts
+        # until the next step's compute starts.
+        bare = bare.with_columns(
+            pl.col("_prev_end").alias("start"),
+            pl.lit(None, pl.Int64).alias("_b"),
+            pl.col("end").alias("_e"),
+            pl.when(pl.col("ts_inferred") & pl.col("_next_start").is_not_null())
+            .then(pl.max_horizontal("end", "_next_start"))
+            .otherwise(pl.col("end"))
+            .alias("end"),
+        ).with_columns(_snap("start", "end", "_b", "_e"))
+        parts.append(bare.filter(pl.col("start").is_not_null()).select("job", "start", "end"))
+    if not parts:
+        return pl.DataFrame(schema={"job": pl.String, "start": pl.Int64, "end": pl.Int64})
+    return union_intervals(pl.concat([x.select("job", "start", "end") for x in parts]))

@@ -1,0 +1,1 @@
+"""Rendering: analysis tables -> what people read (terminal summary, HTML reports)."""

@@ -1,0 +1,92 @@
+"""The terminal summary of ``analyze`` and the writing of its tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+from rich.console import Console
+from rich.table import Table
+
+from toranalyze.ingest.pipeline import IngestResult
+
+BUCKETS = ("useful", "slowdown", "rework", "checkpoint", "detection", "recovery", "other")
+
+
+def _fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(round(seconds))
+    d, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    if d:
+        return f"{d}d{h:02d}h{m:02d}m"
+    if h:
+        return f"{h}h{m:02d}m{s:02d}s"
+    return f"{m}m{s:02d}s"
+
+
+def _short_evidence(ref: str) -> str:
+    """'dir/run/slurm-1.out:728' -> 'slurm-1.out:728' (the tables keep the full path)."""
+    return Path(ref).name
+
+
+def analyze_and_write(result: IngestResult, out_dir: Path, *, ideal_step_time: float | None, console: Console,
+                      quiet: bool = False) -> None:
+    from toranalyze.reconstruct.analysis import AnalysisOptions, analyze_events
+
+    analysis = analyze_events(result.events, AnalysisOptions(ideal_step_time_s=ideal_step_time))
+    for name in ("attempts", "incidents", "slow_periods", "tor"):
+        getattr(analysis, name).write_parquet(out_dir / f"{name}.parquet")
+    print_summary(analysis, console)
+    console.print(f"tables written to {out_dir}/")
+
+
+def print_summary(analysis: object, console: Console) -> None:
+    tor: pl.DataFrame = analysis.tor  # type: ignore[attr-defined]
+    incidents: pl.DataFrame = analysis.incidents  # type: ignore[attr-defined]
+    if tor.height == 0:
+        console.print("[yellow]no training progress was found in the inputs: no TOR to compute[/]")
+        return
+    for job in tor.iter_rows(named=True):
+        t_obs = job.get("t_obs_s") or 0.0
+        console.rule(f"job {job['job']}")
+        ideal = job.get("ideal_step_time_s")
+        console.print(
+            f"TOR [bold]{job['tor']:.4f}[/]  over {_fmt_duration(t_obs)} observed; "
+            f"ideal step {ideal:.3f}s ({job.get('ideal_step_source', '')})" if ideal else f"TOR {job['tor']:.4f}"
+        )
+        if not job.get("ended_cleanly", True):
+            console.print("[yellow]the job did not end with a clean exit (the logs stop without one)[/]")
+        table = Table(title="where the time went")
+        table.add_column("bucket")
+        table.add_column("time", justify="right")
+        table.add_column("share", justify="right")
+        for b in BUCKETS:
+            secs = job.get(f"{b}_s")
+            if secs is None:
+                continue
+            table.add_row(b, _fmt_duration(secs), f"{secs / t_obs:.1%}" if t_obs else "-")
+        console.print(table)
+        mine = incidents.filter(pl.col("job") == job["job"]) if "job" in incidents.columns else incidents
+        if mine.height:
+            it = Table(title="incidents")
+            for col in ("#", "when (UTC)", "root cause", "planned", "nodes", "downtime", "lost steps", "evidence"):
+                it.add_column(col, overflow="fold")
+            for i, inc in enumerate(mine.iter_rows(named=True), 1):
+                when = inc.get("t_last_progress") or inc.get("t_detected")
+                evidence = [_short_evidence(e) for e in (inc.get("evidence") or [])]
+                it.add_row(
+                    str(i),
+                    when.strftime("%Y-%m-%d %H:%M:%S") if when else "-",
+                    str(inc.get("root_cause")),
+                    "yes" if inc.get("planned") else "",
+                    ",".join(inc.get("nodes") or []) or "-",
+                    _fmt_duration(inc.get("downtime_s")),
+                    "-" if inc.get("lost_steps") is None else str(inc.get("lost_steps")),
+                    evidence[0] if evidence else "-",
+                )
+            console.print(it)
+        else:
+            console.print("no incidents")

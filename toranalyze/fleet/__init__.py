@@ -1,0 +1,1 @@
+"""Fleet: many runs -> fleet tables, censored failure-rate fits, lemon nodes and rates.json."""

@@ -6,69 +6,19 @@ Library errors (``ToranalyzeError``) become one user message here, naming
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
 import polars as pl
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from toranalyze import __version__
-from toranalyze.errors import NothingReadError, ToranalyzeError
-from toranalyze.ingest.engine import default_jobs
-from toranalyze.ingest.pipeline import IngestOptions, IngestResult, ingest
+from toranalyze.cli.common import err, ingest_options, out, run_ingest, write_ingest
+from toranalyze.errors import ToranalyzeError
+from toranalyze.ingest.pipeline import IngestResult
 from toranalyze.plugins import default_registry
-
-err = Console(stderr=True)
-# Wide enough for the incident table when writing to a file or a pipe (rich assumes 80 there).
-out = Console() if Console().is_terminal else Console(width=140)
-
-
-def _ingest_options(f: Any) -> Any:
-    f = click.option("--rules", "rules", multiple=True, type=click.Path(dir_okay=False),
-                     help="Extra classification rules (TOML); tried before the built-ins. Repeatable.")(f)
-    f = click.option("--parser", "parser", default=None, help="Use this parser for every file instead of sniffing.")(f)
-    f = click.option("--year", type=int, default=None, help="Year for timestamps that have none (glog, syslog).")(f)
-    f = click.option("-j", "--jobs", type=int, default=None,
-                     help="Worker processes reading files in parallel [default: the CPUs available].")(f)
-    f = click.option("--tz", default="UTC", show_default=True,
-                     help="Zone of timestamps that state none (IANA name, e.g. Europe/Paris).")(f)
-    return f
-
-
-def _run_ingest(paths: tuple[str, ...], tz: str, year: int | None, parser: str | None,
-                rules: tuple[str, ...], quiet: bool = False, jobs: int | None = None) -> IngestResult:
-    options = IngestOptions(tz=tz, year=year, parser=parser, rules=tuple(rules))
-    if parser:
-        default_registry().get(parser)  # fail early on an unknown name
-    with Progress(TextColumn("[bold]reading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.description}"), console=err, transient=True, disable=quiet) as progress:
-        task = progress.add_task("", total=None)
-
-        def on_file(i: int, n: int, path: str) -> None:
-            progress.update(task, total=n, completed=i, description=Path(path).name)
-
-        result = ingest(paths, options, on_file=on_file, jobs=jobs or default_jobs())
-    for problem in result.input_errors:
-        err.print(f"[yellow]warning[/]: {problem.where()}: {problem.message}")
-    for f in result.files:
-        if f.error:
-            err.print(f"[yellow]warning[/]: {f.path}: {f.error}")
-        for w in f.warnings:
-            err.print(f"[yellow]warning[/]: {f.path}: {w}")
-    if result.files_read == 0:
-        raise NothingReadError("no input could be read", hint="check the paths; the warnings above say why each failed")
-    return result
-
-
-def _write_ingest(result: IngestResult, out_dir: Path) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    result.events.write_parquet(out_dir / "events.parquet")
-    (out_dir / "summary.json").write_text(json.dumps(result.summary(), indent=1) + "\n")
 
 
 def _print_files(result: IngestResult) -> None:
@@ -90,13 +40,13 @@ def cli() -> None:
 @cli.command("ingest")
 @click.argument("paths", nargs=-1, required=True)
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output directory.")
-@_ingest_options
+@ingest_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or tables.")
 def ingest_cmd(paths: tuple[str, ...], out_dir: str, tz: str, year: int | None, parser: str | None,
                rules: tuple[str, ...], jobs: int | None, quiet: bool) -> None:
     """Parse logs into DIR/events.parquet and DIR/summary.json (per-file coverage)."""
-    result = _run_ingest(paths, tz, year, parser, rules, quiet, jobs)
-    _write_ingest(result, Path(out_dir))
+    result = run_ingest(paths, tz, year, parser, rules, quiet, jobs)
+    write_ingest(result, Path(out_dir))
     if not quiet:
         _print_files(result)
     s = result.summary()
@@ -114,7 +64,7 @@ def _default_out(paths: tuple[str, ...]) -> Path:
 @click.argument("paths", nargs=-1, required=True)
 @click.option("-o", "--out", "out_dir", default=None, type=click.Path(file_okay=False),
               help="Output directory [default: reports/<run name>/].")
-@_ingest_options
+@ingest_options
 @click.option("--ideal-step-time", type=float, default=None,
               help="Ideal seconds per step; default: the median of the job's healthy steps.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or tables.")
@@ -122,8 +72,8 @@ def analyze_cmd(paths: tuple[str, ...], out_dir: str | None, tz: str, year: int 
                 rules: tuple[str, ...], jobs: int | None, ideal_step_time: float | None, quiet: bool) -> None:
     """Ingest logs, reconstruct incidents and compute each job's TOR ledger."""
     target = Path(out_dir) if out_dir else _default_out(paths)
-    result = _run_ingest(paths, tz, year, parser, rules, quiet, jobs)
-    _write_ingest(result, target)
+    result = run_ingest(paths, tz, year, parser, rules, quiet, jobs)
+    write_ingest(result, target)
     from toranalyze.report.text import analyze_and_write
 
     analyze_and_write(result, target, ideal_step_time=ideal_step_time, console=out, quiet=quiet)

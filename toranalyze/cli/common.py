@@ -1,0 +1,65 @@
+"""What every command shares: the consoles, the ingest options and running ingest with progress."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from toranalyze.errors import NothingReadError
+from toranalyze.ingest.engine import default_jobs
+from toranalyze.ingest.pipeline import IngestOptions, IngestResult, ingest
+from toranalyze.plugins import default_registry
+
+err = Console(stderr=True)
+# Wide enough for the incident table when writing to a file or a pipe (rich assumes 80 there).
+out = Console() if Console().is_terminal else Console(width=140)
+
+
+def ingest_options(f: Any) -> Any:
+    f = click.option("--rules", "rules", multiple=True, type=click.Path(dir_okay=False),
+                     help="Extra classification rules (TOML); tried before the built-ins. Repeatable.")(f)
+    f = click.option("--parser", "parser", default=None, help="Use this parser for every file instead of sniffing.")(f)
+    f = click.option("--year", type=int, default=None, help="Year for timestamps that have none (glog, syslog).")(f)
+    f = click.option("-j", "--jobs", type=int, default=None,
+                     help="Worker processes reading files in parallel [default: the CPUs available].")(f)
+    f = click.option("--tz", default="UTC", show_default=True,
+                     help="Zone of timestamps that state none (IANA name, e.g. Europe/Paris).")(f)
+    return f
+
+
+def run_ingest(paths: tuple[str, ...], tz: str, year: int | None, parser: str | None,
+                rules: tuple[str, ...], quiet: bool = False, jobs: int | None = None) -> IngestResult:
+    options = IngestOptions(tz=tz, year=year, parser=parser, rules=tuple(rules))
+    if parser:
+        default_registry().get(parser)  # fail early on an unknown name
+    with Progress(TextColumn("[bold]reading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.description}"), console=err, transient=True, disable=quiet) as progress:
+        task = progress.add_task("", total=None)
+
+        def on_file(i: int, n: int, path: str) -> None:
+            progress.update(task, total=n, completed=i, description=Path(path).name)
+
+        result = ingest(paths, options, on_file=on_file, jobs=jobs or default_jobs())
+    for problem in result.input_errors:
+        err.print(f"[yellow]warning[/]: {problem.where()}: {problem.message}")
+    for f in result.files:
+        if f.error:
+            err.print(f"[yellow]warning[/]: {f.path}: {f.error}")
+        for w in f.warnings:
+            err.print(f"[yellow]warning[/]: {f.path}: {w}")
+    if result.files_read == 0:
+        raise NothingReadError("no input could be read", hint="check the paths; the warnings above say why each failed")
+    return result
+
+
+def write_ingest(result: IngestResult, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result.events.write_parquet(out_dir / "events.parquet")
+    (out_dir / "summary.json").write_text(json.dumps(result.summary(), indent=1) + "\n")
+
+

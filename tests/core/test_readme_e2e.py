@@ -39,3 +39,12 @@ def test_readme_main_command_end_to_end(tmp_path: Path) -> None:
     assert sum(row[f"{b}_us"] for b in buckets) == row["t_obs_us"]
     summary = (out / "summary.json").read_text()
     assert '"files_failed": 0' in summary
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    """CI must run exactly what the README tells a new user to run for the tests."""
+    readme = (ROOT / "README.md").read_text()
+    test_block = re.findall(r"```bash\n(.*?)```", readme, re.S)[1].strip()
+    assert "pytest" in test_block
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert test_block in ci.splitlines(), f"{test_block!r} is not a line of .ci/run"

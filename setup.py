@@ -9,6 +9,8 @@ is in the wheel without anyone listing it.
 from setuptools import find_packages, setup
 
 core = find_packages(include=["toranalyze", "toranalyze.*"])
-builtin_parsers = [f"toranalyze_parsers{name[len('parsers'):]}" for name in find_packages(include=["parsers", "parsers.*"])]
+builtin_parsers = [
+    f"toranalyze_parsers{name[len('parsers') :]}" for name in find_packages(include=["parsers", "parsers.*"])
+]
 
 setup(packages=core + builtin_parsers, package_dir={"toranalyze_parsers": "parsers"})

@@ -113,7 +113,10 @@ def main() -> int:
         print("no labelled files found in INDEX.md", file=sys.stderr)
         return 1
     fam_lines: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-    print("| file | family | label | lines | coverage | unrecognised non-blank | event classes | incident root causes | verdict |")
+    print(
+        "| file | family | label | lines | coverage | unrecognised non-blank | event classes "
+        "| incident root causes | verdict |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for rel, family, label in rows:
         info = analyse_file(args.root / rel)
@@ -122,8 +125,11 @@ def main() -> int:
         fam_lines[fam][1] += info["lines"]
         fam_lines[fam][2] += info["missed"]
         cov = f"{info['covered'] / info['lines']:.1%}" if info["lines"] else "-"
-        print(f"| {rel} | {family} | {label} | {info['lines']} | {cov} | {info['missed']} | {', '.join(info['classes']) or '-'} | "
-              f"{', '.join(info['roots']) or '-'} | {info['error'] or verdict(label, info)} |")
+        print(
+            f"| {rel} | {family} | {label} | {info['lines']} | {cov} | {info['missed']} "
+            f"| {', '.join(info['classes']) or '-'} | "
+            f"{', '.join(info['roots']) or '-'} | {info['error'] or verdict(label, info)} |"
+        )
     print()
     print("| family | lines | covered | coverage | unrecognised non-blank lines |")
     print("| --- | --- | --- | --- | --- |")

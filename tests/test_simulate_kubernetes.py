@@ -158,7 +158,7 @@ def test_fleet_mixes_flavours_without_changing_slurm_jobs(tmp_path: Path) -> Non
     mixed = job_configs({**data, "fleet": small}, 4)
     plain = job_configs({**data, "fleet": {**small, "flavors": ["slurm"]}}, 4)
     assert {c.flavor for c in mixed} == {"slurm", "kubernetes"}
-    for m, p in zip(mixed, plain):
+    for m, p in zip(mixed, plain, strict=True):
         assert (m.nodes, m.duration_s, m.start) == (p.nodes, p.duration_s, p.start)
     run_simulation(tmp_path / "mixed", 4, {**data, "fleet": small}, "fleet")
     run_simulation(tmp_path / "plain", 4, {**data, "fleet": {**small, "flavors": ["slurm"]}}, "fleet")

@@ -290,13 +290,13 @@ def config_from_dict(data: dict[str, Any], base: RunConfig | None = None) -> Run
         for cls in sorted(data["failures"]):
             spec = data["failures"][cls]
             procs.append(
-                FailureProcess(cls, float(spec.get("rate", 0.0)), spec.get("per", "gpu_hour"), float(spec.get("shape", 1.0)))
+                FailureProcess(
+                    cls, float(spec.get("rate", 0.0)), spec.get("per", "gpu_hour"), float(spec.get("shape", 1.0))
+                )
             )
         kw["failures"] = tuple(procs)
     if "script" in data:
-        kw["script"] = tuple(
-            sorted((parse_duration(e["at"]), str(e["class"])) for e in data["script"])
-        )
+        kw["script"] = tuple(sorted((parse_duration(e["at"]), str(e["class"])) for e in data["script"]))
     if "detection" in data:
         det = dict(base.detection)
         for cls, v in data["detection"].items():
@@ -313,7 +313,9 @@ def load_config(path: str | Path) -> RunConfig:
 
 
 def preset_names() -> list[str]:
-    return sorted(p.name[:-5] for p in (resources.files("toranalyze") / "presets").iterdir() if p.name.endswith(".toml"))
+    return sorted(
+        p.name[:-5] for p in (resources.files("toranalyze") / "presets").iterdir() if p.name.endswith(".toml")
+    )
 
 
 def load_preset(name: str) -> dict[str, Any]:

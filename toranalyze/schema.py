@@ -57,7 +57,11 @@ _EVENT_COLUMNS: dict[str, tuple[pl.DataType, str]] = {
     "job_id": (pl.String(), "Scheduler job id (Slurm job / array task, Kubernetes job or pod owner) when known."),
     "attempt": (pl.Int32(), "Restart count of the job when the record says it (requeue, torchrun restart); else null."),
     "source": (pl.String(), "Log family: slurm | nccl | kubernetes | trainer | kernel | a plugin's own."),
-    "parser": (pl.String(), "Parser plugin that produced the row; `derived` for rows computed from several records (loss spikes, toranalyze/derived.py)."),
+    "parser": (
+        pl.String(),
+        "Parser plugin that produced the row; `derived` for rows computed from several records "
+        "(loss spikes, toranalyze/ingest/derived.py).",
+    ),
     "kind": (pl.String(), "What happened, one of KINDS."),
     "severity": (pl.String(), "debug | info | warning | error | critical."),
     "node": (pl.String(), "Host name the record implicates or came from."),

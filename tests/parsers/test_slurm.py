@@ -707,7 +707,7 @@ def test_fixed_width_tables_round_trip(rows: list[tuple[int, str, str]], widths:
     lines = [" ".join(_cell(n, w, left) for n, w in names) + " ", " ".join("-" * w for _, w in names) + " "]
     for j, suffix, state in rows:
         cells = [f"{j}{suffix}", state, "0:0", "2024-01-01T00:00:00"]
-        lines.append(" ".join(_cell(c, w, left or k == 0) for k, (c, (_, w)) in enumerate(zip(cells, names))) + " ")
+        lines.append(" ".join(_cell(c, w, left or k == 0) for k, (c, (_, w)) in enumerate(zip(cells, names, strict=True))) + " ")
     f = tmp_path_factory.mktemp("sacct") / "t.txt"
     f.write_text("\n".join(lines) + "\n")
     ev = _doc(f)

@@ -22,7 +22,9 @@ from toranalyze.schema import NAIVE_US, UTC_US
 # Leap year, so Feb 29 survives until the real year is known.
 PLACEHOLDER_YEAR = 2000
 
-_MONTHS = {m: i + 1 for i, m in enumerate(["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"])}
+_MONTHS = {
+    m: i + 1 for i, m in enumerate(["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"])
+}
 
 ISO_PATTERN = r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?"
 
@@ -65,16 +67,16 @@ def ts_epoch_ms(ms: pl.Expr) -> pl.Expr:
     return pl.from_epoch(ms.cast(pl.Float64).mul(1000).cast(pl.Int64), time_unit="us").cast(NAIVE_US)
 
 
-def normalize_time(raw: pl.LazyFrame, *, tz: str = "UTC", year: int | None = None, mtime_year: int | None = None) -> pl.LazyFrame:
+def normalize_time(
+    raw: pl.LazyFrame, *, tz: str = "UTC", year: int | None = None, mtime_year: int | None = None
+) -> pl.LazyFrame:
     """Turn RAW_SCHEMA time columns (one file's rows) into UTC ``ts`` and ``ts_inferred``.
 
     Expects the frame of a single input file, ordered by ``line``.
     """
     lf = raw.sort("line", maintain_order=True)
     known = pl.col("ts").is_not_null() & pl.col("ts_year_known")
-    anchor_year = (
-        pl.when(known).then(pl.col("ts").dt.year()).otherwise(None).forward_fill().backward_fill()
-    )
+    anchor_year = pl.when(known).then(pl.col("ts").dt.year()).otherwise(None).forward_fill().backward_fill()
     fallback_year = year if year is not None else mtime_year
     chosen = anchor_year if fallback_year is None else anchor_year.fill_null(fallback_year)
     if year is not None:
@@ -96,7 +98,9 @@ def normalize_time(raw: pl.LazyFrame, *, tz: str = "UTC", year: int | None = Non
     )
     stated = pl.col("ts") - pl.duration(seconds=pl.col("ts_offset_s"))
     utc_stated = stated.dt.replace_time_zone("UTC")
-    utc_local = pl.col("ts").dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null").dt.convert_time_zone("UTC")
+    utc_local = (
+        pl.col("ts").dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null").dt.convert_time_zone("UTC")
+    )
     lf = lf.with_columns(
         pl.when(pl.col("ts_offset_s").is_not_null()).then(utc_stated).otherwise(utc_local).cast(UTC_US).alias("ts")
     )
@@ -121,8 +125,10 @@ def resolve_open_years(events: pl.DataFrame, fallback_year: pl.Expr) -> pl.DataF
         candidates = [pl.col("ts").dt.offset_by(f"{ref.year + k - PLACEHOLDER_YEAR}y") for k in (-1, 0, 1)]
         dists = [(c - pl.lit(ref)).abs() for c in candidates]
         best = (
-            pl.when((dists[0] <= dists[1]) & (dists[0] <= dists[2])).then(candidates[0])
-            .when(dists[1] <= dists[2]).then(candidates[1])
+            pl.when((dists[0] <= dists[1]) & (dists[0] <= dists[2]))
+            .then(candidates[0])
+            .when(dists[1] <= dists[2])
+            .then(candidates[1])
             .otherwise(candidates[2])
         )
     else:

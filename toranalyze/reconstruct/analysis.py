@@ -212,7 +212,8 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     bad = window.filter((pl.col("T0") < pl.col("_e0")) | (pl.col("T1") > pl.col("_e1")))
     notes_guard = [f"job {j!r}: window clipped to the span of its records" for j in bad["job"].to_list()]
     window = window.with_columns(
-        pl.col("T0").clip(pl.col("_e0"), pl.col("_e1")).alias("T0"), pl.col("T1").clip(pl.col("_e0"), pl.col("_e1")).alias("T1")
+        pl.col("T0").clip(pl.col("_e0"), pl.col("_e1")).alias("T0"),
+        pl.col("T1").clip(pl.col("_e0"), pl.col("_e1")).alias("T1"),
     ).drop("_e0", "_e1")
     ideal_map = {k: v for k, v in ideal_us.iter_rows() if v is not None}
     end_map = dict(window.select("job", "T1").iter_rows())
@@ -246,9 +247,7 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
         inc = (
             inc.join(lost, on=["job", "attempt"], how="left")
             .with_columns(
-                pl.when(pl.col("lost_steps") > 0).then(pl.col("_lt").fill_null(0.0)).otherwise(0.0).alias(
-                    "lost_time_s"
-                )
+                pl.when(pl.col("lost_steps") > 0).then(pl.col("_lt").fill_null(0.0)).otherwise(0.0).alias("lost_time_s")
             )
             .drop("_lt")
         )
@@ -265,10 +264,12 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     phases = ["t_last_progress", "t_first_error", "t_detected", "t_restart", "t_resumed", "t_caught_up"]
     if inc.height:
         inc = inc.join(window, on="job", how="left")
-        out_of = inc.filter(pl.any_horizontal([(pl.col(c) < pl.col("T0")) | (pl.col(c) > pl.col("T1")) for c in phases]))
+        out_of = inc.filter(
+            pl.any_horizontal([(pl.col(c) < pl.col("T0")) | (pl.col(c) > pl.col("T1")) for c in phases])
+        )
         notes_guard += [
-            f"job {j!r}: incident {i} had a phase outside the job's window; clipped" for j, i in
-            out_of.select("job", "incident").iter_rows()
+            f"job {j!r}: incident {i} had a phase outside the job's window; clipped"
+            for j, i in out_of.select("job", "incident").iter_rows()
         ]
         inc = inc.with_columns([pl.col(c).clip(pl.col("T0"), pl.col("T1")) for c in phases]).drop("T0", "T1")
     incidents = _conform(_to_dt(inc, phases), INCIDENTS_SCHEMA)
@@ -299,8 +300,8 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     last = att.sort("job", "attempt_idx").group_by("job").agg(pl.col("state").last(), pl.len().alias("n_attempts"))
     n_inc = inc.group_by("job").agg(pl.len().alias("n_incidents")) if inc.height else None
     tor = buckets.join(jobs, on="job", how="left").join(ideal, on="job", how="left").join(last, on="job", how="left")
-    tor = tor.join(n_inc, on="job", how="left") if n_inc is not None else tor.with_columns(
-        pl.lit(0).alias("n_incidents")
+    tor = (
+        tor.join(n_inc, on="job", how="left") if n_inc is not None else tor.with_columns(pl.lit(0).alias("n_incidents"))
     )
     for b in ("t_obs", *ledger.BUCKETS, *ledger.RECOVERY_PARTS):
         tor = tor.with_columns((pl.col(f"{b}_us") / US).alias(f"{b}_s"))
@@ -340,11 +341,15 @@ def place_untimed_errors(ev: pl.DataFrame) -> pl.DataFrame:
     if "ts_inferred" not in ev.columns or not ev["ts_inferred"].fill_null(False).any():
         return ev
     order = ev.filter(pl.col("t").is_not_null()).select("_row", "job", "file", "line", "t", "ts_inferred", "kind")
-    order = order.sort("file", "line", "_row").with_columns(
-        pl.when(~pl.col("ts_inferred").fill_null(False)).then(pl.col("t")).alias("_hi")
-    ).with_columns(pl.col("_hi").backward_fill().over("file").alias("_hi"))
+    order = (
+        order.sort("file", "line", "_row")
+        .with_columns(pl.when(~pl.col("ts_inferred").fill_null(False)).then(pl.col("t")).alias("_hi"))
+        .with_columns(pl.col("_hi").backward_fill().over("file").alias("_hi"))
+    )
     cand = order.filter(
-        pl.col("ts_inferred").fill_null(False) & pl.col("kind").is_in(("error", "warning")) & (pl.col("_hi") > pl.col("t"))
+        pl.col("ts_inferred").fill_null(False)
+        & pl.col("kind").is_in(("error", "warning"))
+        & (pl.col("_hi") > pl.col("t"))
     )
     if cand.height == 0:
         return ev
@@ -359,8 +364,15 @@ def place_untimed_errors(ev: pl.DataFrame) -> pl.DataFrame:
         return ev
     hit = (
         cand.sort("t")
-        .join_asof(starts, left_on="t", right_on="_s", by="job", strategy="forward", allow_exact_matches=False,
-                   check_sortedness=False)
+        .join_asof(
+            starts,
+            left_on="t",
+            right_on="_s",
+            by="job",
+            strategy="forward",
+            allow_exact_matches=False,
+            check_sortedness=False,
+        )
         .filter(pl.col("_s").is_not_null() & (pl.col("_s") <= pl.col("_hi")))
         .select("_row", "_hi")
     )
@@ -383,9 +395,7 @@ def relative_times(ev: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
         return ev, []
     part = ev.filter(pl.col("job").is_in(jobs)).sort("job", "file", "line", "_row")
     is_step = (pl.col("kind") == "step") & pl.col("step").is_not_null()
-    steps = part.filter(is_step).with_columns(
-        (pl.col("step") - pl.col("step").shift(1).over("job")).alias("_n")
-    )
+    steps = part.filter(is_step).with_columns((pl.col("step") - pl.col("step").shift(1).over("job")).alias("_n"))
     # The logging interval: the most common gap between rows when it occurs twice; a larger gap
     # is an elision of the excerpt and counts as one interval (the ledger counts the steps).
     interval = (
@@ -397,21 +407,27 @@ def relative_times(ev: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
         .first()
         .select("job", pl.when(pl.col("len") >= 2).then(pl.col("_n")).alias("_li"))
     )
-    smallest = steps.filter(pl.col("_n") > 0).group_by("job").agg(
-        pl.col("_n").min().alias("_min"), pl.len().alias("_k")
+    smallest = (
+        steps.filter(pl.col("_n") > 0).group_by("job").agg(pl.col("_n").min().alias("_min"), pl.len().alias("_k"))
     )
     interval = interval.join(smallest, on="job", how="full", coalesce=True).select(
         "job", pl.coalesce("_li", pl.when(pl.col("_k") >= 2).then(pl.col("_min")), pl.lit(1)).alias("_li")
     )
-    steps = steps.join(interval, on="job", how="left").with_columns(pl.col("_li").fill_null(1)).with_columns(
-        (
-            pl.when((pl.col("_n") > 0) & (pl.col("_n") <= 2 * pl.col("_li"))).then(pl.col("_n")).otherwise(pl.col("_li"))
-            * pl.col("step_time_s").fill_null(0.0)
-            * US
+    steps = (
+        steps.join(interval, on="job", how="left")
+        .with_columns(pl.col("_li").fill_null(1))
+        .with_columns(
+            (
+                pl.when((pl.col("_n") > 0) & (pl.col("_n") <= 2 * pl.col("_li")))
+                .then(pl.col("_n"))
+                .otherwise(pl.col("_li"))
+                * pl.col("step_time_s").fill_null(0.0)
+                * US
+            )
+            .round()
+            .cast(pl.Int64)
+            .alias("_dt")
         )
-        .round()
-        .cast(pl.Int64)
-        .alias("_dt")
     )
     part = part.join(steps.select("_row", "_dt"), on="_row", how="left").with_columns(
         pl.col("_dt").fill_null(0).cum_sum().over("job").alias("t")

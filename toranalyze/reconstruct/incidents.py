@@ -412,7 +412,8 @@ def build_incidents(
                     f"incident on the same node: the faulty GPU surfaced as an OOM"
                 )
                 root, conf = p_root, "medium"
-        if root in OOM and r["first_step"] is None and conf == "high" and not str(reason).startswith(root + " at start"):
+        at_start = str(reason).startswith(root + " at start")
+        if root in OOM and r["first_step"] is None and conf == "high" and not at_start:
             conf = "medium"
             reason += "; at start-up, before any step: a faulty GPU can also surface as an out-of-memory error"
         prev_root[job] = (root, set(nodes), a)

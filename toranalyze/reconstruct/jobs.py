@@ -229,7 +229,13 @@ def assign_jobs(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         hit = (
             need.select("_row", "_dir", "t")
             .sort("t")
-            .join_asof(spans.rename({"job": "_span_job"}).sort("_s0"), left_on="t", right_on="_s0", by="_dir", check_sortedness=False)
+            .join_asof(
+                spans.rename({"job": "_span_job"}).sort("_s0"),
+                left_on="t",
+                right_on="_s0",
+                by="_dir",
+                check_sortedness=False,
+            )
             .filter(pl.col("t") <= pl.col("_s1"))
             .select("_row", "_span_job")
         )
@@ -247,7 +253,9 @@ def assign_jobs(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         ev.group_by("job")
         .agg(
             pl.col("_dir").first().alias("path"),
-            pl.col("_base").filter(pl.col("t").is_not_null()).sort_by(pl.col("t").filter(pl.col("t").is_not_null()))
+            pl.col("_base")
+            .filter(pl.col("t").is_not_null())
+            .sort_by(pl.col("t").filter(pl.col("t").is_not_null()))
             .unique(maintain_order=True)
             .drop_nulls()
             .alias("job_ids"),
@@ -284,36 +292,32 @@ def assign_attempts(events: pl.DataFrame) -> pl.DataFrame:
         timed.filter((pl.col("kind") == "step") & pl.col("step").is_not_null())
         .select("_row", "job", "step")
         .with_columns(pl.col("step").shift(1).over("job").alias("_pmax"))
-        .with_columns(((pl.col("step") < pl.col("_pmax") - 2)).alias("_back"))
+        .with_columns((pl.col("step") < pl.col("_pmax") - 2).alias("_back"))
     )
     timed = timed.join(steps.select("_row", "_back"), on="_row", how="left").with_columns(
         pl.col("_back").fill_null(False)
     )
-    markers = timed.filter(is_marker | pl.col("_back")).select(
-        "_row", "job", "_prog", pl.col("_back"), pl.col("kind")
-    )
+    markers = timed.filter(is_marker | pl.col("_back")).select("_row", "job", "_prog", pl.col("_back"), pl.col("kind"))
     # For a backwards step, "progress since the last marker" counts the step itself.
     markers = markers.with_columns(
         pl.when(pl.col("_back")).then(pl.col("_prog") - 1).otherwise(pl.col("_prog")).alias("_p")
     ).with_columns(
-        (
-            pl.col("_p").shift(1).over("job").is_null()
-            | (pl.col("_p") > pl.col("_p").shift(1).over("job"))
-        ).alias("_new")
+        (pl.col("_p").shift(1).over("job").is_null() | (pl.col("_p") > pl.col("_p").shift(1).over("job"))).alias("_new")
     )
     # A backward step with no marker since the last progress opens an attempt too.
     timed = timed.join(markers.select("_row", "_new"), on="_row", how="left").with_columns(
         pl.col("_new").fill_null(False)
     )
     # The first marker of the job is attempt 0 and so are events before it.
-    timed = timed.with_columns(
-        (pl.col("_new").cast(pl.Int32).cum_sum().over("job") - 1).clip(0).alias("attempt_idx")
-    )
+    timed = timed.with_columns((pl.col("_new").cast(pl.Int32).cum_sum().over("job") - 1).clip(0).alias("attempt_idx"))
     # If the first marker of a job comes after progress, that progress was an attempt of its own.
     first_marker_prog = markers.group_by("job").agg(pl.col("_p").first().alias("_fm"))
     timed = timed.join(first_marker_prog, on="job", how="left").with_columns(
         pl.when(pl.col("_fm") > 0)
-        .then(pl.col("attempt_idx") + pl.when(pl.col("_new").cast(pl.Int32).cum_sum().over("job") > 0).then(1).otherwise(0))
+        .then(
+            pl.col("attempt_idx")
+            + pl.when(pl.col("_new").cast(pl.Int32).cum_sum().over("job") > 0).then(1).otherwise(0)
+        )
         .otherwise(pl.col("attempt_idx"))
         .cast(pl.Int32)
         .alias("attempt_idx")

@@ -47,7 +47,9 @@ TOR_SCHEMA = pl.Schema(
 
 
 def _empty_iv() -> pl.DataFrame:
-    return pl.DataFrame(schema={"job": pl.String, "start": pl.Int64, "end": pl.Int64, "id": pl.Int64, "part": pl.String})
+    return pl.DataFrame(
+        schema={"job": pl.String, "start": pl.Int64, "end": pl.Int64, "id": pl.Int64, "part": pl.String}
+    )
 
 
 def own(window: pl.DataFrame, families: dict[str, pl.DataFrame]) -> pl.DataFrame:
@@ -71,11 +73,15 @@ def own(window: pl.DataFrame, families: dict[str, pl.DataFrame]) -> pl.DataFrame
             .drop("T0", "T1")
         )
         fams[name] = make_disjoint(iv) if iv.height else iv
-    bounds = pl.concat(
-        [window.select("job", pl.col("T0").alias("b")), window.select("job", pl.col("T1").alias("b"))]
-        + [f.select("job", pl.col("start").alias("b")) for f in fams.values()]
-        + [f.select("job", pl.col("end").alias("b")) for f in fams.values()]
-    ).unique().sort("job", "b")
+    bounds = (
+        pl.concat(
+            [window.select("job", pl.col("T0").alias("b")), window.select("job", pl.col("T1").alias("b"))]
+            + [f.select("job", pl.col("start").alias("b")) for f in fams.values()]
+            + [f.select("job", pl.col("end").alias("b")) for f in fams.values()]
+        )
+        .unique()
+        .sort("job", "b")
+    )
     seg = (
         bounds.with_columns(pl.col("b").shift(-1).over("job").alias("e"))
         .filter(pl.col("e").is_not_null())
@@ -95,7 +101,9 @@ def own(window: pl.DataFrame, families: dict[str, pl.DataFrame]) -> pl.DataFrame
             pl.col("id").alias(f"_id_{name}"),
             pl.col("part").alias(f"_p_{name}"),
         ).sort(f"_s_{name}")
-        seg = seg.join_asof(right, left_on="b", right_on=f"_s_{name}", by="job", strategy="backward", check_sortedness=False)
+        seg = seg.join_asof(
+            right, left_on="b", right_on=f"_s_{name}", by="job", strategy="backward", check_sortedness=False
+        )
         owner_exprs.append((name, (pl.col("b") < pl.col(f"_e_{name}")).fill_null(False)))
     fam_expr = pl.lit("other")
     id_expr = pl.lit(None, pl.Int64)
@@ -119,7 +127,9 @@ def step_jitter(rows: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame(schema={"job": pl.String, "sigma": pl.Float64})
     return (
         r.with_columns(pl.col("d_us").cast(pl.Float64).log().alias("_l"))
-        .with_columns(((pl.col("_l") - pl.col("_l").median().over("job")) * pl.col("n").cast(pl.Float64).sqrt()).alias("_x"))
+        .with_columns(
+            ((pl.col("_l") - pl.col("_l").median().over("job")) * pl.col("n").cast(pl.Float64).sqrt()).alias("_x")
+        )
         .group_by("job")
         .agg((pl.col("_x").abs().median() * 1.4826).alias("sigma"), pl.len().alias("_k"))
         .filter(pl.col("_k") >= 5)
@@ -187,20 +197,38 @@ def compute(
             pl.coalesce("t_restart", "t_resumed", "T1").alias("_rst"),
         )
         fam["detection"] = inc.select(
-            "job", pl.col("t_last_progress").alias("start"), pl.col("t_detected").alias("end"), "id",
+            "job",
+            pl.col("t_last_progress").alias("start"),
+            pl.col("t_detected").alias("end"),
+            "id",
             pl.lit("detection").alias("part"),
         )
         ls = pl.min_horizontal(pl.max_horizontal(pl.coalesce("t_load_start", "_rst"), "_rst"), "_res")
         le = pl.min_horizontal(pl.max_horizontal(pl.coalesce("t_load_end", "_rst"), ls), "_res")
         fam["recovery"] = pl.concat(
             [
-                inc.select("job", pl.col("t_detected").alias("start"), pl.col("_rst").alias("end"), "id",
-                           pl.lit("recovery_queue").alias("part")),
-                inc.select("job", pl.col("_rst").alias("start"), ls.alias("end"), "id",
-                           pl.lit("recovery_startup").alias("part")),
+                inc.select(
+                    "job",
+                    pl.col("t_detected").alias("start"),
+                    pl.col("_rst").alias("end"),
+                    "id",
+                    pl.lit("recovery_queue").alias("part"),
+                ),
+                inc.select(
+                    "job",
+                    pl.col("_rst").alias("start"),
+                    ls.alias("end"),
+                    "id",
+                    pl.lit("recovery_startup").alias("part"),
+                ),
                 inc.select("job", ls.alias("start"), le.alias("end"), "id", pl.lit("recovery_ckpt_load").alias("part")),
-                inc.select("job", le.alias("start"), pl.col("_res").alias("end"), "id",
-                           pl.lit("recovery_startup").alias("part")),
+                inc.select(
+                    "job",
+                    le.alias("start"),
+                    pl.col("_res").alias("end"),
+                    "id",
+                    pl.lit("recovery_startup").alias("part"),
+                ),
             ]
         )
     owned = own(window, fam)

@@ -373,9 +373,17 @@ def _with_neighbours(p: pl.DataFrame, s: pl.DataFrame) -> pl.DataFrame:
     )
     prev = rows.select(*grp, pl.col("step").alias("_ps"), pl.col("end").alias("_prev_end")).sort("_ps")
     nxt = rows.select(*grp, pl.col("step").alias("_ns"), pl.col("_cs").alias("_next_start")).sort("_ns")
-    p = p.sort("key").join_asof(prev, left_on="key", right_on="_ps", by=grp, strategy="backward", check_sortedness=False)
     p = p.sort("key").join_asof(
-        nxt, left_on="key", right_on="_ns", by=grp, strategy="forward", allow_exact_matches=False, check_sortedness=False
+        prev, left_on="key", right_on="_ps", by=grp, strategy="backward", check_sortedness=False
+    )
+    p = p.sort("key").join_asof(
+        nxt,
+        left_on="key",
+        right_on="_ns",
+        by=grp,
+        strategy="forward",
+        allow_exact_matches=False,
+        check_sortedness=False,
     )
     return p.drop("_ps", "_ns")
 
@@ -513,8 +521,9 @@ def eval_intervals(ev: pl.DataFrame, s: pl.DataFrame | None = None, ckpt: pl.Dat
                 ck, left_on="end", right_on="_kk", by="job", strategy="backward", check_sortedness=False
             )
             bare = bare.with_columns(
-                pl.max_horizontal("_prev_end", pl.when(pl.col("_ck_end") <= pl.col("end")).then(pl.col("_ck_end")))
-                .alias("_prev_end")
+                pl.max_horizontal(
+                    "_prev_end", pl.when(pl.col("_ck_end") <= pl.col("end")).then(pl.col("_ck_end"))
+                ).alias("_prev_end")
             )
         # A validation block without a time of its own (placed at the previous line's time) lasts
         # until the next step's compute starts.

@@ -143,7 +143,14 @@ def in_periods(rows: pl.DataFrame, periods: pl.DataFrame) -> pl.Series:
     left = rows.select("job", "attempt_idx", "step").with_columns(pl.int_range(pl.len()).alias("_i")).sort("step")
     right = periods.select("job", "attempt_idx", pl.col("first_step").alias("_f"), pl.col("last_step").alias("_l"))
     hit = (
-        left.join_asof(right.sort("_f"), left_on="step", right_on="_f", by=["job", "attempt_idx"], strategy="backward", check_sortedness=False)
+        left.join_asof(
+            right.sort("_f"),
+            left_on="step",
+            right_on="_f",
+            by=["job", "attempt_idx"],
+            strategy="backward",
+            check_sortedness=False,
+        )
         .with_columns((pl.col("step") <= pl.col("_l")).fill_null(False).alias("in_slow"))
         .sort("_i")
     )
@@ -161,7 +168,9 @@ def suspects(periods: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
     p = periods.with_columns(pl.int_range(pl.len()).alias("_p"))
     # Records that implicate a node or rank inside [start, end].
     recs = ev.filter(
-        pl.col("kind").is_in(("warning", "error")) & pl.col("t").is_not_null() & (pl.col("node").is_not_null() | pl.col("rank").is_not_null())
+        pl.col("kind").is_in(("warning", "error"))
+        & pl.col("t").is_not_null()
+        & (pl.col("node").is_not_null() | pl.col("rank").is_not_null())
     ).select(
         "job",
         "t",
@@ -179,8 +188,12 @@ def suspects(periods: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
         hits.filter(pl.col("node").is_not_null())
         .with_columns((pl.col("failure_class") == "fail_slow").fill_null(False).alias("_fs"))
         .group_by("_p", "node")
-        .agg(pl.len().alias("_c"), pl.col("_fs").sum().alias("_f"), pl.col("ev").head(5).alias("evidence"),
-             pl.col("rank").drop_nulls().first().alias("_rank"))
+        .agg(
+            pl.len().alias("_c"),
+            pl.col("_fs").sum().alias("_f"),
+            pl.col("ev").head(5).alias("evidence"),
+            pl.col("rank").drop_nulls().first().alias("_rank"),
+        )
         .sort("_p", "_f", "_c", "node", descending=[False, True, True, False])
         .group_by("_p", maintain_order=True)
         .first()
@@ -207,10 +220,14 @@ def suspects(periods: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
         rank_pick = r
     out = p.join(node_pick, on="_p", how="left")
     if rank_pick is not None and rank_pick.height:
-        out = out.join(rank_pick, on="_p", how="left").with_columns(
-            pl.coalesce("_rrank", "rank_from_node").alias("rank"),
-            pl.coalesce("node", "_rnode").alias("node"),
-        ).drop("_rrank", "_rnode", "rank_from_node")
+        out = (
+            out.join(rank_pick, on="_p", how="left")
+            .with_columns(
+                pl.coalesce("_rrank", "rank_from_node").alias("rank"),
+                pl.coalesce("node", "_rnode").alias("node"),
+            )
+            .drop("_rrank", "_rnode", "rank_from_node")
+        )
     else:
         out = out.rename({"rank_from_node": "rank"})
     return out.with_columns(pl.col("evidence").fill_null([])).drop("_p")

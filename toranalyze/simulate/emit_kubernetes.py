@@ -259,7 +259,6 @@ class KubeWriter(RunWriter):
         run.end, run.deleted = "deleted", t
 
     def _end(self, k: int, a: Attempt, inc: Incident | None, nxt: Attempt | None, runs: list[Run]) -> None:
-        tl = self.tl
         job = self.jobs[-1]
         if inc is None:  # completed
             for run in runs[1:]:

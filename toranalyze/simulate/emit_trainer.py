@@ -105,7 +105,7 @@ def progress(ctx: RunContext, a: Attempt, chunks: Iterable[Chunk] | None = None)
     nan_count = 0
     for steps, ends, durs in chunks:
         # steps of one attempt strictly increase, so every save/eval found here follows its step
-        for s, t, dur in zip(steps.tolist(), ends.tolist(), durs.tolist()):
+        for s, t, dur in zip(steps.tolist(), ends.tolist(), durs.tolist(), strict=True):
             nz = next(noise)
             gn = next(gnorm)
             acc_ms += dur / 1000.0

@@ -125,13 +125,16 @@ def attempt_evidence(ctx: RunContext, a: Attempt, inc: Incident | None, requeue:
         for lr in range(G):
             r = node_i * G + lr
             if r != rank:
-                ev.out.extend(_at(te + 1_200_000 + lr * 10_000, TT.terminate_abort(r, "CUDA error: unknown error"), node_i))
+                abort = TT.terminate_abort(r, "CUDA error: unknown error")
+                ev.out.extend(_at(te + 1_200_000 + lr * 10_000, abort, node_i))
         watchdogs(node_i)
         if not killed:
             ev.out += _torchrun_all(ctx, a, td, rank, 1, te + 800_000, node_i, 1, -6)
             ev.out += _srun_exit(a, td, list(range(len(a.nodes))), 1)
-        ev.ctld += [S.ctld(td + 2 * US, f"update_node: node {host} reason set to: Xid 79 GPU fell off the bus"),
-                    S.ctld(td + 2 * US, f"update_node: node {host} state set to DRAINED")]
+        ev.ctld += [
+            S.ctld(td + 2 * US, f"update_node: node {host} reason set to: Xid 79 GPU fell off the bus"),
+            S.ctld(td + 2 * US, f"update_node: node {host} state set to DRAINED"),
+        ]
         ev.k8s_reason, ev.k8s_exit = "Error", 1
     elif cls == "gpu_memory":
         ev.add_kern(host, K.xid(ctx, host, te, gpu, 94, pid, "Contained: SM (0x1). RST: No, D-RST: No"))
@@ -139,19 +142,33 @@ def attempt_evidence(ctx: RunContext, a: Attempt, inc: Incident | None, requeue:
         if not killed:
             ev.out += _torchrun_all(ctx, a, td, rank, 1, te + 500_000, node_i, 1, None)  # type: ignore[arg-type]
             ev.out += _srun_exit(a, td, [node_i], 1)
-        ev.ctld += [S.ctld(td + 2 * US, f"update_node: node {host} reason set to: Xid 94 uncorrectable ECC"),
-                    S.ctld(td + 2 * US, f"update_node: node {host} state set to DRAINED")]
+        ev.ctld += [
+            S.ctld(td + 2 * US, f"update_node: node {host} reason set to: Xid 94 uncorrectable ECC"),
+            S.ctld(td + 2 * US, f"update_node: node {host} state set to DRAINED"),
+        ]
         ev.k8s_reason, ev.k8s_exit = "Error", 1
     elif cls == "gpu_interconnect":
         link = int(rng.integers(0, 18))
-        ev.add_kern(host, K.xid(ctx, host, te, gpu, 74, pid,
-                                f"NVLink: fatal error detected on link {link}(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)"))
+        ev.add_kern(
+            host,
+            K.xid(
+                ctx,
+                host,
+                te,
+                gpu,
+                74,
+                pid,
+                f"NVLink: fatal error detected on link {link}(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)",
+            ),
+        )
         watchdogs(None)
         if not killed:
             ev.out += _torchrun_all(ctx, a, td, rank, -6, watchdog_t, node_i, -6, -6)
             ev.out += _srun_exit(a, td, list(range(len(a.nodes))), 1)
-        ev.ctld += [S.ctld(td + 2 * US, f"update_node: node {host} reason set to: Xid 74 NVLink error"),
-                    S.ctld(td + 2 * US, f"update_node: node {host} state set to DRAINED")]
+        ev.ctld += [
+            S.ctld(td + 2 * US, f"update_node: node {host} reason set to: Xid 74 NVLink error"),
+            S.ctld(td + 2 * US, f"update_node: node {host} state set to DRAINED"),
+        ]
         ev.k8s_reason, ev.k8s_exit = "Error", 1
     elif cls == "network":
         up = te + int(rng.integers(60, 180)) * US
@@ -169,8 +186,10 @@ def attempt_evidence(ctx: RunContext, a: Attempt, inc: Incident | None, requeue:
         if not killed:
             ev.out += _torchrun_all(ctx, a, td, rank, -6, td - 2 * US, node_i, -6, None)  # type: ignore[arg-type]
             ev.out += _srun_exit(a, td, [node_i], 1)
-        ev.ctld += [S.ctld(td + 2 * US, f"update_node: node {host} reason set to: IB link flapping"),
-                    S.ctld(td + 2 * US, f"update_node: node {host} state set to DRAINED")]
+        ev.ctld += [
+            S.ctld(td + 2 * US, f"update_node: node {host} reason set to: IB link flapping"),
+            S.ctld(td + 2 * US, f"update_node: node {host} state set to DRAINED"),
+        ]
         ev.k8s_reason, ev.k8s_exit = "Error", 1
     elif cls == "collective_timeout":
         watchdogs(None)
@@ -188,7 +207,9 @@ def attempt_evidence(ctx: RunContext, a: Attempt, inc: Incident | None, requeue:
         if requeue:
             ev.ctld.append(S.ctld(td + 1000, f"requeue job JobId={j} due to failure of node {host}"))
         ev.out.append((td, f"srun: error: Node failure on {host}", LAUNCHER))
-        ev.out.append((td + 100_000, "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.", LAUNCHER))
+        ev.out.append(
+            (td + 100_000, "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.", LAUNCHER)
+        )
         end_reason = "NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS"
         wexit = None
         ev.k8s_reason, ev.k8s_exit = "NodeLost", 137
@@ -210,10 +231,18 @@ def attempt_evidence(ctx: RunContext, a: Attempt, inc: Incident | None, requeue:
         ev.add_kern(host, K.oom_kill(ctx, host, te, pid, j, ctx.uid, oom_cgroup))
         if not killed:
             ev.out += _torchrun_all(ctx, a, td, rank, -9, te, node_i, -9, None)  # type: ignore[arg-type]
-            ev.out.append((td + 400_000, f"slurmstepd: error: Detected 1 oom_kill event in StepId={j}.0. "
-                                         f"Some of the step tasks have been OOM Killed.", LAUNCHER))
+            ev.out.append(
+                (
+                    td + 400_000,
+                    f"slurmstepd: error: Detected 1 oom_kill event in StepId={j}.0. "
+                    f"Some of the step tasks have been OOM Killed.",
+                    LAUNCHER,
+                )
+            )
             ev.out.append((td + 500_000, f"srun: error: {host}: task {node_i}: Out Of Memory", LAUNCHER))
-            ev.out.append((td + 600_000, "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.", LAUNCHER))
+            ev.out.append(
+                (td + 600_000, "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.", LAUNCHER)
+            )
         wexit = None
         ev.k8s_reason, ev.k8s_exit = "OOMKilled", 137
     elif cls == "software" or cls == "unknown":
@@ -230,7 +259,9 @@ def attempt_evidence(ctx: RunContext, a: Attempt, inc: Incident | None, requeue:
         wexit = None
         ev.k8s_reason, ev.k8s_exit = "Error", 143
     elif cls == "maintenance":
-        ev.ctld.append(S.ctld(td - 300 * US, f"update_node: node {head} reason set to: scheduled maintenance: firmware upgrade"))
+        ev.ctld.append(
+            S.ctld(td - 300 * US, f"update_node: node {head} reason set to: scheduled maintenance: firmware upgrade")
+        )
         ev.ctld.append(S.ctld(td - 300 * US, f"update_node: node {head} state set to DRAINING"))
         ev.ctld.append(S.ctld(td - 500_000, f"_slurm_rpc_kill_job: REQUEST_KILL_JOB JobId={j} uid 0"))
         ev.out += _sigterm(ctx, a, td)

@@ -227,9 +227,15 @@ TOLERATIONS = [
 ]
 
 
-def condition(ctype: str, status: bool, t: int, reason: str | None = None, message: str | None = None) -> dict[str, Any]:
-    c: dict[str, Any] = {"lastProbeTime": None, "lastTransitionTime": ts(t), "status": "True" if status else "False",
-                         "type": ctype}
+def condition(
+    ctype: str, status: bool, t: int, reason: str | None = None, message: str | None = None
+) -> dict[str, Any]:
+    c: dict[str, Any] = {
+        "lastProbeTime": None,
+        "lastTransitionTime": ts(t),
+        "status": "True" if status else "False",
+        "type": ctype,
+    }
     if reason:
         c["reason"] = reason
     if message:
@@ -238,5 +244,10 @@ def condition(ctype: str, status: bool, t: int, reason: str | None = None, messa
 
 
 def terminated(cid: str, code: int, reason: str, started: int, finished: int) -> dict[str, Any]:
-    return {"containerID": f"containerd://{cid}", "exitCode": code, "finishedAt": ts(finished), "reason": reason,
-            "startedAt": ts(started)}
+    return {
+        "containerID": f"containerd://{cid}",
+        "exitCode": code,
+        "finishedAt": ts(finished),
+        "reason": reason,
+        "startedAt": ts(started),
+    }

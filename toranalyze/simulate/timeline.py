@@ -414,7 +414,8 @@ def _generate(
         ended: tuple[str, int, int] | None = None  # (kind, failure index, wall time)
         last_step_done = resume
 
-        def commit(nums: np.ndarray, ends: np.ndarray, durs: np.ndarray) -> bool:
+        # `a` is bound at definition: the closure only ever serves this attempt.
+        def commit(nums: np.ndarray, ends: np.ndarray, durs: np.ndarray, a: Attempt = a) -> bool:
             nonlocal last_step_done
             if not len(nums):
                 return False

@@ -101,6 +101,13 @@ def parse_duration(value: str | float | int) -> float:
     return float(m.group(1)) * _UNIT[m.group(2)]
 
 
+def _duration_range(value: Any, where: str) -> tuple[float, float]:
+    """A ``[low, high]`` pair of durations (``["5s", "40s"]``)."""
+    if not isinstance(value, list | tuple) or len(value) != 2:
+        raise ValueError(f"{where}: expected [low, high] durations, got {value!r}")
+    return parse_duration(value[0]), parse_duration(value[1])
+
+
 # --------------------------------------------------------------------------- configuration
 
 # Seconds from failure onset to the attempt being declared failed, per class, as
@@ -300,7 +307,7 @@ def config_from_dict(data: dict[str, Any], base: RunConfig | None = None) -> Run
     if "detection" in data:
         det = dict(base.detection)
         for cls, v in data["detection"].items():
-            det[cls] = None if v == "watchdog" else tuple(parse_duration(x) for x in v)
+            det[cls] = None if v == "watchdog" else _duration_range(v, f"detection.{cls}")
         kw["detection"] = det
     cfg = replace(base, **kw)
     cfg.validate()

@@ -16,11 +16,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import polars as pl
+from polars.datatypes import DataType, DataTypeClass
 
 from toranalyze.errors import SchemaError
 
 UTC_US = pl.Datetime("us", "UTC")
 NAIVE_US = pl.Datetime("us")
+
+
+def frame_schema(columns: Mapping[str, DataType | DataTypeClass]) -> pl.Schema:
+    """A table contract from a column → dtype mapping.
+
+    Typed so that a mapping mixing dtype classes (``pl.String``) and instances
+    (``pl.Datetime("us", "UTC")``) type-checks, which ``pl.Schema``'s own signature does not allow.
+    """
+    return pl.Schema(columns)
 
 # Stable vocabulary for ``kind``. Parsers may only emit these.
 KINDS: tuple[str, ...] = (

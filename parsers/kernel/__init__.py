@@ -110,7 +110,9 @@ class KernelParser(Parser):
 
 def _with_gpu_index(events: pl.DataFrame) -> pl.DataFrame:
     """Fill ``gpu`` from the PCI-address -> index map the file itself states."""
-    wanted = {"gpu": pl.Int32, "device": pl.String, "uuid": pl.String, "node": pl.String, "ts": pl.Datetime("us")}
+    wanted: dict[str, pl.DataType] = {
+        "gpu": pl.Int32(), "device": pl.String(), "uuid": pl.String(), "node": pl.String(), "ts": pl.Datetime("us")
+    }
     events = events.with_columns(pl.lit(None, dtype).alias(c) for c, dtype in wanted.items() if c not in events.columns)
     index = gpu.gpu_index_map(events.lazy()).collect()
     return (

@@ -16,6 +16,7 @@ that garbled output still yields one record with the right exception.
 from __future__ import annotations
 
 import polars as pl
+from polars.expr.whenthen import ChainedThen, Then
 from toranalyze_parsers.torch.common import SIGNAL_WORDS, basename, signal_name, signal_of_words, stream_key
 
 from toranalyze.schema import NAIVE_US, conform_raw
@@ -146,7 +147,7 @@ def _line_type() -> pl.Expr:
         (_has(_EXC_LOOSE), EXCL),
     ]
     cond, value = cases[0]
-    expr = pl.when(cond).then(pl.lit(value, pl.Int8))
+    expr: Then | ChainedThen = pl.when(cond).then(pl.lit(value, pl.Int8))
     for cond, value in cases[1:]:
         expr = expr.when(cond).then(pl.lit(value, pl.Int8))
     return expr.otherwise(pl.lit(OTHER, pl.Int8))
@@ -155,7 +156,7 @@ def _line_type() -> pl.Expr:
 def _link(prev: pl.Expr) -> pl.Expr:
     items = list(_LINKS_AFTER.items())
     t = pl.col("_t")
-    expr = pl.when(t == items[0][0]).then(prev.is_in(items[0][1]))
+    expr: Then | ChainedThen = pl.when(t == items[0][0]).then(prev.is_in(items[0][1]))
     for kind, after in items[1:]:
         expr = expr.when(t == kind).then(prev.is_in(after))
     return expr.otherwise(False).fill_null(False)

@@ -127,11 +127,19 @@ def _records(lines: pl.LazyFrame) -> pl.LazyFrame:
         "line", to_int(g.struct.field("1")).alias("step"), start.alias("_start"), dur.alias("duration_s"),
         message().alias("message"),
     )
-    common = [pl.lit("info").alias("severity"), pl.lit(0, pl.Int32).alias("ts_offset_s"), "step", "message", "line"]
+    common: list[pl.Expr | str] = [
+        pl.lit("info").alias("severity"),
+        pl.lit(0, pl.Int32).alias("ts_offset_s"),
+        "step",
+        "message",
+        "line",
+    ]
     begin = saves.select(pl.lit("ckpt_save_begin").alias("kind"), pl.col("_start").alias("ts"), *common)
     end = saves.select(
-        pl.lit("ckpt_save_end").alias("kind"), add_seconds(pl.col("_start"), pl.col("duration_s")).alias("ts"),
-        "duration_s", *common,
+        pl.lit("ckpt_save_end").alias("kind"),
+        add_seconds(pl.col("_start"), pl.col("duration_s")).alias("ts"),
+        "duration_s",
+        *common,
     )
     return pl.concat([simple, begin, end], how="diagonal_relaxed")
 
@@ -139,4 +147,3 @@ def _records(lines: pl.LazyFrame) -> pl.LazyFrame:
 def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
     b = bars(lines)
     return [part(_epoch_steps(b), bar=True), part(_eval_bars(b), bar=True), part(_records(lines))]
-

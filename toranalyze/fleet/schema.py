@@ -13,11 +13,12 @@ import polars as pl
 from toranalyze.reconstruct.analysis import ATTEMPTS_SCHEMA
 from toranalyze.reconstruct.incidents import INCIDENTS_SCHEMA
 from toranalyze.reconstruct.ledger import BUCKETS
+from toranalyze.schema import frame_schema
 
 UTC_US = pl.Datetime("us", "UTC")
 
 # One row per job of every run.
-JOBS_SCHEMA = pl.Schema(
+JOBS_SCHEMA = frame_schema(
     {
         "run": pl.String,
         "job": pl.String,
@@ -38,16 +39,16 @@ JOBS_SCHEMA = pl.Schema(
 )
 
 # One row per attempt of every job: the analysis' attempts plus where and on how much it ran.
-FLEET_ATTEMPTS_SCHEMA = pl.Schema(
+FLEET_ATTEMPTS_SCHEMA = frame_schema(
     {"run": pl.String, **ATTEMPTS_SCHEMA, "gpus": pl.Int32, "node_list": pl.List(pl.String)}
 )
 
 # One row per incident of every job (the analysis' incidents with their run).
-FLEET_INCIDENTS_SCHEMA = pl.Schema({"run": pl.String, **INCIDENTS_SCHEMA})
+FLEET_INCIDENTS_SCHEMA = frame_schema({"run": pl.String, **INCIDENTS_SCHEMA})
 
 # Running time per (run, job, attempt, node). A node-less attempt (no source names its nodes)
 # has one row with node null and its whole size in gpus/nodes.
-EXPOSURE_SCHEMA = pl.Schema(
+EXPOSURE_SCHEMA = frame_schema(
     {
         "run": pl.String,
         "job": pl.String,

@@ -79,11 +79,11 @@ def _open_stream(path: str) -> IO[bytes]:
     if name.endswith(".gz"):
         return _GzipReader(raw)  # type: ignore[return-value]
     if name.endswith(".bz2"):
-        return bz2.BZ2File(raw)  # type: ignore[return-value]
+        return bz2.BZ2File(raw)
     if name.endswith(".zst") or name.endswith(".zstd"):
         import zstandard
 
-        return zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)  # type: ignore[return-value]
+        return zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)
     return raw
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC
+from typing import Any
 
 import polars as pl
 
@@ -19,11 +20,12 @@ from toranalyze.reconstruct.incidents import INCIDENTS_SCHEMA
 from toranalyze.reconstruct.jobs import assign_attempts, assign_jobs, with_time
 from toranalyze.reconstruct.ledger import TOR_SCHEMA
 from toranalyze.reconstruct.slowness import SLOW_PERIODS_SCHEMA
+from toranalyze.schema import frame_schema
 
 US = 1_000_000
 UTC_US = pl.Datetime("us", "UTC")
 
-ATTEMPTS_SCHEMA = pl.Schema(
+ATTEMPTS_SCHEMA = frame_schema(
     {
         "job": pl.String,
         "attempt": pl.Int32,
@@ -449,7 +451,7 @@ def relative_times(ev: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
             pl.lit("(start of the excerpt)").alias("message"),
             pl.lit(0, pl.Int64).alias("line"),
         )
-        .with_columns((pl.int_range(pl.len(), dtype=pl.Int64) + int(ev["_row"].max()) + 1).alias("_row"))
+        .with_columns((pl.int_range(pl.len(), dtype=pl.Int64) + ev["_row"].cast(pl.Int64).max() + 1).alias("_row"))
     )
     part = pl.concat([first.select(part.columns), part], how="vertical")
     rest = ev.filter(~pl.col("job").is_in(jobs))
@@ -472,7 +474,7 @@ def events_frame(records: list[dict], base: str | None = None) -> pl.DataFrame:
         t0 = t0.replace(tzinfo=UTC)
     out = []
     for i, r in enumerate(records, 1):
-        row = {k: None for k in EVENT_SCHEMA}
+        row: dict[str, Any] = dict.fromkeys(EVENT_SCHEMA)
         row.update({"ts_inferred": False, "line": i, "severity": "info", "message": ""})
         row.update(r)
         ts = row["ts"]

@@ -34,11 +34,12 @@ from __future__ import annotations
 import polars as pl
 
 from toranalyze.reconstruct.progress import CLEAN_STATES, is_clean
+from toranalyze.schema import frame_schema
 from toranalyze.taxonomy import PLANNED, TAXONOMY, priority
 
 US = 1_000_000
 
-INCIDENTS_SCHEMA = pl.Schema(
+INCIDENTS_SCHEMA = frame_schema(
     {
         "job": pl.String,
         "incident": pl.Int32,
@@ -304,7 +305,12 @@ def build_incidents(
         nodes: list[str] = []
         ranks: list[int] = []
         conf = "high"
-        sel = None
+        sel: pl.DataFrame | None = None
+        fail: pl.DataFrame | None = None
+        strong: pl.DataFrame | None = None
+        strong_err: pl.DataFrame | None = None
+        weak: pl.DataFrame | None = None
+        planned_cls: list[str] = []
         if g is not None and g.height:
             lp = r["t_last_progress"]
             near = (pl.col("t") >= lp - int(pre_s * US)) & (pl.col("t") <= lp + int(pre_s * US))
@@ -322,9 +328,6 @@ def build_incidents(
             planned_cls = g.filter(pl.col("cls").is_in(PLANNED)).sort("_prio", "t")["cls"].unique(
                 maintain_order=True).to_list()
             weak = g.filter(pl.col("_weak") & ~pl.col("cls").is_in(PLANNED))
-        else:
-            fail = strong = strong_err = weak = None
-            planned_cls = []
         outside = [c for c in planned_cls if c in ("walltime", "preemption", "maintenance")]
         if strong_err is not None and strong_err.height:
             root = strong_err.sort("_prio", "t")["cls"][0]
@@ -344,6 +347,7 @@ def build_incidents(
                 # time limit, preemption or maintenance that came first is the interruption.
                 root = outside[0]
                 reason = f"{root.replace('_', ' ')} stopped the attempt while it was logging NaN losses"
+                assert g is not None  # planned classes come from g
                 sel = g.filter(pl.col("cls") == root)
         elif strong is not None and strong.height:
             root = strong.sort("_prio", "t")["cls"][0]
@@ -358,6 +362,7 @@ def build_incidents(
             conf = "medium"
             sel = fail.filter(pl.col("cls") == root)
         elif planned_cls:
+            assert g is not None  # planned classes come from g
             root = planned_cls[0]
             sel = g.filter(pl.col("cls") == root)
             if root in ("walltime", "user_cancel") and long_stall:
@@ -393,7 +398,7 @@ def build_incidents(
             nodes = sorted(set((named if named.height else sel)["node"].drop_nulls().to_list()))
             # Ranks: those of the deciding records, else those seen on the deciding nodes.
             rk = sel["rank"].drop_nulls().unique().to_list()
-            if not rk and nodes:
+            if not rk and nodes and g is not None:
                 rk = g.filter(pl.col("node").is_in(nodes))["rank"].drop_nulls().unique().to_list()
             ranks = sorted(int(x) for x in rk)
             evidence = sel.sort("t")["ev"].head(10).to_list()
@@ -482,8 +487,8 @@ def build_incidents(
 
 
 def _empty() -> pl.DataFrame:
-    sch = dict(INCIDENTS_SCHEMA)
+    sch: dict[str, pl.DataType] = dict(INCIDENTS_SCHEMA)
     for k, v in list(sch.items()):
         if isinstance(v, pl.Datetime):
-            sch[k] = pl.Int64
+            sch[k] = pl.Int64()
     return pl.DataFrame(schema=sch)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import polars as pl
 
 from toranalyze.reconstruct.progress import make_disjoint
+from toranalyze.schema import frame_schema
 
 US = 1_000_000
 BUCKETS = ("useful", "slowdown", "rework", "checkpoint", "detection", "recovery", "other")
@@ -23,7 +24,7 @@ RECOVERY_PARTS = ("recovery_queue", "recovery_startup", "recovery_ckpt_load")
 # Family name → precedence (lower wins).
 FAMILIES = ("checkpoint", "eval", "step", "detection", "recovery")
 
-TOR_SCHEMA = pl.Schema(
+TOR_SCHEMA = frame_schema(
     {
         "job": pl.String,
         "path": pl.String,
@@ -286,7 +287,7 @@ def compute(
         .with_columns(
             (pl.col("T1") - pl.col("T0")).alias("t_obs_us"),
             (pl.col("other_us") + pl.col("eval_us")).alias("other_us"),
-            sum(pl.col(f"{p}_us") for p in RECOVERY_PARTS).alias("recovery_us"),
+            pl.sum_horizontal(pl.col(f"{p}_us") for p in RECOVERY_PARTS).alias("recovery_us"),
         )
     )
     total = sum(pl.col(f"{b}_us") for b in BUCKETS)

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import polars as pl
 
-SLOW_PERIODS_SCHEMA = pl.Schema(
+from toranalyze.schema import frame_schema
+
+SLOW_PERIODS_SCHEMA = frame_schema(
     {
         "job": pl.String,
         "period": pl.Int32,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,11 @@ from toranalyze.model import (
 )
 from toranalyze.simulate.timeline import Timeline, simulate_timeline
 from toranalyze.simulate.truth import dumps, job_truth, truth_document
+
+
+def _replayer(stream: list[int]) -> Callable[[], np.random.Generator]:
+    """A factory of generators seeded like the run's own: replays its steps chunk by chunk."""
+    return lambda: np.random.default_rng(stream)
 
 
 def job_configs(
@@ -100,7 +106,7 @@ def run_simulation(
         stream = [seed & 0xFFFFFFFF, k]
         # keep running sums only; the writer replays the steps chunk by chunk (bounded memory)
         tl = simulate_timeline(cfg, rng=np.random.default_rng(stream), keep_steps=False,
-                               replay=lambda stream=stream: np.random.default_rng(stream))
+                               replay=_replayer(stream))
         tl.seed = seed
         tls.append(tl)
         d = out / cfg.name if multi else out

@@ -191,7 +191,7 @@ class KubeWriter(RunWriter):
             # the kubelet restarts the container after its back-off
             gap = t_run - (prev.finished or t_run)
             if gap > 12 * US:
-                first = prev.finished + US
+                first = (prev.finished or t_run) + US
                 n = max(1, int(gap // (25 * US)))
                 self._kubelet(t_run - 2 * US, pod, "BackOff",
                               f"Back-off restarting failed container {KO.CONTAINER} in pod {pod.name}_{NS}({pod.uid})",
@@ -311,6 +311,7 @@ class KubeWriter(RunWriter):
             if cls == "user_cancel" and nxt is not None:
                 self._create_job(PyJob(self.ids.uid("pytorchjob", k + 1), self._submit[k + 1], k + 1))
         elif cls in NODE_LOST:
+            assert fail_ni is not None  # a lost node is always named
             lost = runs[fail_ni]
             t_nr = te + (td - te) // 2
             self.events.core(t_nr, KO.node_ref(lost.pod.node), "NodeNotReady",
@@ -337,7 +338,7 @@ class KubeWriter(RunWriter):
                 else:
                     self._exit(run, td + self._u(0.3, 3.0), "Error", 1)
                 run.end = "inplace"
-            if replaced and cls in REPLACES_NODE:
+            if replaced and cls in REPLACES_NODE and fail_ni is not None:
                 bad = runs[fail_ni]
                 node = bad.pod.node
                 self.events.core(td + 2 * US, KO.node_ref(node), "NodeNotSchedulable",

@@ -52,7 +52,7 @@ def _seq(inc: Incident) -> int:
 
 
 def _torchrun_all(ctx: RunContext, a: Attempt, t: int, root_rank: int, root_code: int, root_t: int,
-                  fail_node: int | None, code_fail: int, code_other: int) -> list[NLine]:
+                  fail_node: int | None, code_fail: int, code_other: int | None) -> list[NLine]:
     out: list[NLine] = []
     G = ctx.G
     for ni in range(len(a.nodes)):
@@ -120,6 +120,7 @@ def attempt_evidence(ctx: RunContext, a: Attempt, inc: Incident | None, requeue:
             ev.out.extend(_at(watchdog_t + (r % 97) * 3000, TT.watchdog_timeout(ctx, r, seq, 25165824, ran), r // G))
 
     if cls == "gpu_hardware":
+        assert host is not None and node_i is not None  # every class outside NO_NODE has its node
         ev.add_kern(host, K.gpu_fell_off(ctx, host, te, gpu, pid))
         ev.out.extend(_at(te + 800_000, TT.cuda_error(rank, "unknown error"), node_i))
         for lr in range(G):
@@ -137,10 +138,11 @@ def attempt_evidence(ctx: RunContext, a: Attempt, inc: Incident | None, requeue:
         ]
         ev.k8s_reason, ev.k8s_exit = "Error", 1
     elif cls == "gpu_memory":
+        assert host is not None and node_i is not None  # every class outside NO_NODE has its node
         ev.add_kern(host, K.xid(ctx, host, te, gpu, 94, pid, "Contained: SM (0x1). RST: No, D-RST: No"))
         ev.out.extend(_at(te + 500_000, TT.cuda_error(rank, "uncorrectable ECC error encountered"), node_i))
         if not killed:
-            ev.out += _torchrun_all(ctx, a, td, rank, 1, te + 500_000, node_i, 1, None)  # type: ignore[arg-type]
+            ev.out += _torchrun_all(ctx, a, td, rank, 1, te + 500_000, node_i, 1, None)
             ev.out += _srun_exit(a, td, [node_i], 1)
         ev.ctld += [
             S.ctld(td + 2 * US, f"update_node: node {host} reason set to: Xid 94 uncorrectable ECC"),
@@ -148,6 +150,7 @@ def attempt_evidence(ctx: RunContext, a: Attempt, inc: Incident | None, requeue:
         ]
         ev.k8s_reason, ev.k8s_exit = "Error", 1
     elif cls == "gpu_interconnect":
+        assert host is not None and node_i is not None  # every class outside NO_NODE has its node
         link = int(rng.integers(0, 18))
         ev.add_kern(
             host,
@@ -171,6 +174,7 @@ def attempt_evidence(ctx: RunContext, a: Attempt, inc: Incident | None, requeue:
         ]
         ev.k8s_reason, ev.k8s_exit = "Error", 1
     elif cls == "network":
+        assert host is not None and node_i is not None  # every class outside NO_NODE has its node
         up = te + int(rng.integers(60, 180)) * US
         ev.add_kern(host, K.mlx5_link(ctx, host, te, up, gpu))
         warn = ""
@@ -184,7 +188,7 @@ def attempt_evidence(ctx: RunContext, a: Attempt, inc: Incident | None, requeue:
             r = node_i * G + lr
             ev.out.extend(_at(td - 2 * US + lr * 1000, TT.nccl_remote_error(r, warn), node_i))
         if not killed:
-            ev.out += _torchrun_all(ctx, a, td, rank, -6, td - 2 * US, node_i, -6, None)  # type: ignore[arg-type]
+            ev.out += _torchrun_all(ctx, a, td, rank, -6, td - 2 * US, node_i, -6, None)
             ev.out += _srun_exit(a, td, [node_i], 1)
         ev.ctld += [
             S.ctld(td + 2 * US, f"update_node: node {host} reason set to: IB link flapping"),
@@ -198,6 +202,7 @@ def attempt_evidence(ctx: RunContext, a: Attempt, inc: Incident | None, requeue:
             ev.out += _srun_exit(a, td, list(range(len(a.nodes))), 1)
         ev.k8s_reason, ev.k8s_exit = "Error", 1
     elif cls in ("host_hardware", "node_failure"):
+        assert host is not None and node_i is not None  # every class outside NO_NODE has its node
         if cls == "host_hardware":
             ev.add_kern(host, K.mce(ctx, host, te))
         t_nr = te + (td - te) // 2
@@ -214,23 +219,26 @@ def attempt_evidence(ctx: RunContext, a: Attempt, inc: Incident | None, requeue:
         wexit = None
         ev.k8s_reason, ev.k8s_exit = "NodeLost", 137
     elif cls == "storage":
+        assert host is not None and node_i is not None  # every class outside NO_NODE has its node
         ev.add_kern(host, K.io_error(ctx, host, te))
         step = max(cfg.ckpt_interval_steps, (inc.last_step // cfg.ckpt_interval_steps) * cfg.ckpt_interval_steps)
         ev.out.extend(_at(te + 2 * US, TT.storage_error(rank, ctx.ckpt_dir, step), node_i))
         if not killed:
-            ev.out += _torchrun_all(ctx, a, td, rank, 1, te + 2 * US, node_i, 1, None)  # type: ignore[arg-type]
+            ev.out += _torchrun_all(ctx, a, td, rank, 1, te + 2 * US, node_i, 1, None)
             ev.out += _srun_exit(a, td, [node_i], 1)
         ev.k8s_reason, ev.k8s_exit = "Error", 1
     elif cls == "oom_gpu":
+        assert host is not None and node_i is not None  # every class outside NO_NODE has its node
         ev.out.extend(_at(te + 300_000, TT.cuda_oom(rank, gpu), node_i))
         if not killed:
-            ev.out += _torchrun_all(ctx, a, td, rank, 1, te + 300_000, node_i, 1, None)  # type: ignore[arg-type]
+            ev.out += _torchrun_all(ctx, a, td, rank, 1, te + 300_000, node_i, 1, None)
             ev.out += _srun_exit(a, td, [node_i], 1)
         ev.k8s_reason, ev.k8s_exit = "Error", 1
     elif cls == "oom_host":
+        assert host is not None and node_i is not None  # every class outside NO_NODE has its node
         ev.add_kern(host, K.oom_kill(ctx, host, te, pid, j, ctx.uid, oom_cgroup))
         if not killed:
-            ev.out += _torchrun_all(ctx, a, td, rank, -9, te, node_i, -9, None)  # type: ignore[arg-type]
+            ev.out += _torchrun_all(ctx, a, td, rank, -9, te, node_i, -9, None)
             ev.out.append(
                 (
                     td + 400_000,
@@ -246,10 +254,11 @@ def attempt_evidence(ctx: RunContext, a: Attempt, inc: Incident | None, requeue:
         wexit = None
         ev.k8s_reason, ev.k8s_exit = "OOMKilled", 137
     elif cls == "software" or cls == "unknown":
+        assert host is not None and node_i is not None  # every class outside NO_NODE has its node
         if cls == "software":
             ev.out.extend(_at(te + 200_000, TT.software_error(rank), node_i))
         if not killed:
-            ev.out += _torchrun_all(ctx, a, td, rank, 1, te + 200_000, node_i, 1, None)  # type: ignore[arg-type]
+            ev.out += _torchrun_all(ctx, a, td, rank, 1, te + 200_000, node_i, 1, None)
             ev.out += _srun_exit(a, td, [node_i], 1)
         ev.k8s_reason, ev.k8s_exit = "Error", 1
     elif cls in ("hang", "numerics", "user_cancel"):

@@ -84,7 +84,7 @@ def hostlist(hosts: list[str]) -> str:
     width = len(hosts[0].rsplit("-", 1)[1])
     ranges: list[str] = []
     start = prev = nums[0]
-    for n in nums[1:] + [None]:  # type: ignore[list-item]
+    for n in [*nums[1:], None]:
         if n is not None and n == prev + 1:
             prev = n
             continue

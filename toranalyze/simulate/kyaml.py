@@ -153,7 +153,11 @@ def _key_less(a: str, b: str) -> bool:
     return len(a) < len(b)
 
 
-_KEY = functools.cmp_to_key(lambda a, b: -1 if _key_less(a, b) else (1 if _key_less(b, a) else 0))
+def _key_cmp(a: str, b: str) -> int:
+    return -1 if _key_less(a, b) else (1 if _key_less(b, a) else 0)
+
+
+_KEY = functools.cmp_to_key(_key_cmp)
 
 
 def _mapping(obj: dict[str, Any], indent: int, out: list[str], first: str | None = None) -> None:

@@ -44,6 +44,14 @@ ACCEPTANCE = {
 }
 
 
+def _req(v: Any) -> float:
+    """Seconds since the epoch of a time the truth always gives."""
+    t = _t(v)
+    if t is None:
+        raise ValueError("truth record without a time where one is required")
+    return t
+
+
 def _t(v: Any) -> float | None:
     """Seconds since the epoch from an ISO string or a datetime; None stays None."""
     if v is None:
@@ -132,7 +140,7 @@ def score_job(
     used: set[int] = set()
     incs = []
     for ti in t_inc:
-        tl, td = _t(ti["t_last_progress"]), _t(ti["t_detected"])
+        tl, td = _req(ti["t_last_progress"]), _req(ti["t_detected"])
         best, best_d = None, None
         for k, e in enumerate(est):
             if k in used:
@@ -166,7 +174,7 @@ def score_job(
     found_est: set[int] = set()
     slows = []
     for p in t_slow:
-        s0, s1 = _t(p["start"]), _t(p["end"])
+        s0, s1 = _req(p["start"]), _req(p["end"])
         hit = None
         for k, e in enumerate(sp):
             if (_t(e["start"]) or 0) < s1 and (_t(e["end"]) or 0) > s0:
@@ -189,15 +197,16 @@ def score_job(
 def _log_intervals(truth: dict) -> dict[str, int]:
     """Job name -> logging interval from the truth's parameters (one job, or ``params.jobs``)."""
     params = truth.get("params") or {}
-    per = params.get("jobs") if isinstance(params.get("jobs"), list) else [params]
-    return {p.get("name"): int(p.get("log_interval") or 1) for p in per if isinstance(p, dict)}
+    jobs = params.get("jobs")
+    per: list[Any] = jobs if isinstance(jobs, list) else [params]
+    return {str(p.get("name")): int(p.get("log_interval") or 1) for p in per if isinstance(p, dict)}
 
 
 def score_run(an: Any, truth: dict) -> list[dict[str, Any]]:
     """Per truth job: TOR error, ledger sum check, incident matching, slow-period matching."""
     li = _log_intervals(truth)
     return [
-        score_job(an, tj, job, log_interval=li.get(tj.get("job"), 1))
+        score_job(an, tj, job, log_interval=li.get(str(tj.get("job")), 1))
         for tj, job in _match_jobs(an.tor, truth.get("jobs") or [])
     ]
 

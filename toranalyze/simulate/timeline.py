@@ -17,6 +17,7 @@ import math
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import overload
 
 import numpy as np
 
@@ -58,6 +59,14 @@ def epoch_us(iso: str) -> int:
     if d.tzinfo is None:
         d = d.replace(tzinfo=dt.UTC)
     return int(round(d.timestamp())) * US
+
+
+@overload
+def iso_z(us: int) -> str: ...
+@overload
+def iso_z(us: None) -> None: ...
+@overload
+def iso_z(us: int | None) -> str | None: ...
 
 
 def iso_z(us: int | None) -> str | None:
@@ -373,7 +382,8 @@ def _generate(
     pool = list(hosts)
     current = pool[: cfg.nodes]
     spares = pool[cfg.nodes :]
-    fixed = cfg.fixed_repair_s is not None
+    repair_s = cfg.fixed_repair_s
+    fixed = repair_s is not None
     t0 = epoch_us(cfg.start)
     T = cfg.train_iters
     K = cfg.ckpt_interval_steps
@@ -428,6 +438,7 @@ def _generate(
             a.last_step_no = last_step_done
             a.last_step_end = int(ends[-1])
             if record:
+                assert a.blocks is not None  # recording attempts get their blocks at start
                 a.blocks.add(first, durs, ideal)
             if a.nan_from_step is not None and a.nan_first_end is None and last_step_done >= a.nan_from_step:
                 a.nan_first_end = int(ends[max(0, a.nan_from_step - first)])
@@ -459,7 +470,7 @@ def _generate(
                 w = min(warm_left, n)
                 ramp = 1.0 + (cfg.warmup_factor - 1.0) * (np.arange(warm_left, warm_left - w, -1) / cfg.warmup_steps)
                 mult[:w] *= ramp
-            if sim.slow_left:
+            if sim.slow_left and sim.slow_cur is not None:
                 w = min(sim.slow_left, n)
                 mult[:w] *= sim.slow_cur.factor
             durs = np.maximum(1, np.rint(mult * sim.step_us)).astype(np.int64)
@@ -488,10 +499,12 @@ def _generate(
                         f = float(rng.uniform(*cfg.slow_factor))
                         dur = float(rng.uniform(*cfg.slow_duration_s))
                         nsteps = max(1, int(math.ceil(dur / (cfg.step_time_s * f))))
-                        node_i = int(rng.integers(0, cfg.nodes))
-                        gpu = int(rng.integers(0, G))
+                        slow_node = int(rng.integers(0, cfg.nodes))
+                        slow_gpu = int(rng.integers(0, G))
                         sim.slow_left = nsteps
-                        sim.slow_cur = SlowPeriod(i, tc, tc, f, current[node_i], node_i * G + gpu, s, s)
+                        sim.slow_cur = SlowPeriod(
+                            i, tc, tc, f, current[slow_node], slow_node * G + slow_gpu, s, s
+                        )
                     continue
                 if kind == "fail" and sim.cls[idx] == "numerics":
                     sim.redraw(idx)
@@ -558,7 +571,7 @@ def _generate(
 
         # close the attempt
         close_slow(last_step_done, a.last_activity_end)
-        last_progress = a.last_step_end if a.n_steps else a.first_step_start
+        last_progress = a.last_step_end if a.n_steps and a.last_step_end is not None else a.first_step_start
         if ended is None:
             tail = 0 if fixed else sim.uni_us((5.0, 30.0))
             a.end = a.last_activity_end + tail
@@ -574,8 +587,10 @@ def _generate(
         else:
             cls = sim.cls[idx]
             sim.redraw(idx)
-        node_i = gpu = rank = None
-        node = None
+        node_i: int | None = None
+        gpu: int | None = None
+        rank: int | None = None
+        node: str | None = None
         if cls not in NO_NODE:
             node_i = int(rng.integers(0, cfg.nodes))
             gpu = int(rng.integers(0, G))
@@ -648,8 +663,14 @@ def _generate(
             resume = clean_ckpts[-1] if clean_ckpts else 0
         if inc.last_step > resume:
             res.pending.append((a.incident, inc.last_step))  # caught up in a later attempt
-        queue = int(round(cfg.fixed_repair_s * US)) if fixed else sim.uni_us(cfg.queue_wait_s)
+        queue = int(round(repair_s * US)) if repair_s is not None else sim.uni_us(cfg.queue_wait_s)
         t = t_det + queue
+
+
+def _recorded(a: Attempt) -> _Blocks:
+    if a.blocks is None:  # every attempt the generator yields records its step blocks
+        raise AssertionError(f"attempt {a.index} has no step blocks")
+    return a.blocks
 
 
 def simulate_timeline(
@@ -692,8 +713,9 @@ def simulate_timeline(
     suffix_min = [big] * (n_att + 1)
     for j in range(n_att - 1, -1, -1):
         suffix_min[j] = min(suffix_min[j + 1], resumes[j])
-    for j, a in enumerate(attempts):
-        u, sl, r = a.blocks.kept(suffix_min[j + 1])
+    blocks = [_recorded(a) for a in attempts]
+    for j in range(n_att):
+        u, sl, r = blocks[j].kept(suffix_min[j + 1])
         useful += u
         slowdown += sl
         rework += r
@@ -706,11 +728,11 @@ def simulate_timeline(
             inc.t_resumed = nxt.first_step_start
             inc.lost_steps = max(0, inc.last_step - nxt.resumed_from)
             r_next = nxt.resumed_from
-            lost = attempts[j].blocks.dur_between(r_next, big)
+            lost = blocks[j].dur_between(r_next, big)
             lim = resumes[j]  # steps of earlier attempts that survived up to attempt j
             k = j - 1
             while k >= 0 and lim > r_next:
-                lost += attempts[k].blocks.dur_between(r_next, lim)
+                lost += blocks[k].dur_between(r_next, lim)
                 lim = min(lim, resumes[k])
                 k -= 1
             inc.lost_time_us = lost

@@ -32,10 +32,12 @@ class Run:
     files: tuple[str, ...]  # paths relative to ``path``, sorted
 
 
-def _log_files(d: Path) -> list[str]:
+def _log_files(d: Path, skip: frozenset[Path]) -> list[str]:
     out = []
     for dirpath, dirnames, filenames in os.walk(d):
-        dirnames[:] = sorted(x for x in dirnames if not x.startswith("."))
+        dirnames[:] = sorted(
+            x for x in dirnames if not x.startswith(".") and (Path(dirpath) / x).resolve() not in skip
+        )
         for name in sorted(filenames):
             p = Path(dirpath) / name
             if _wanted(p) and p.is_file():
@@ -75,7 +77,7 @@ def find_runs(paths: Sequence[str], skip: Iterable[str] = ()) -> list[Run]:
         if not found:
             raise InputError("holds no log file", path=spec, hint="give a run directory or a directory of runs")
         for rid, d in found:
-            files = (d.name,) if d.is_file() else tuple(_log_files(d))
+            files = (d.name,) if d.is_file() else tuple(_log_files(d, skipped))
             run = Run(rid, str(d.parent if d.is_file() else d), files)
             if rid in runs and os.path.realpath(runs[rid].path) != os.path.realpath(run.path):
                 raise InputError(

@@ -62,3 +62,12 @@ class ConfigError(ToranalyzeError):
 
 class NothingReadError(ToranalyzeError):
     """No input file could be read at all."""
+
+
+class RatesError(ToranalyzeError):
+    """A rates.json document does not follow its schema (the message names the field)."""
+
+    def __init__(self, message: str, *, field: str, path: str | None = None, hint: str | None = None):
+        super().__init__(f"{field}: {message}", path=path,
+                         hint=hint or "write it again with `toranalyze fleet` or `toranalyze analyze` (docs/rates.md)")
+        self.field = field

@@ -169,10 +169,12 @@ def _register_commands() -> None:
     """Commands that live beside their stage. They ship in every install: an import error here is a
     broken install and must show, never hide the command."""
     from toranalyze.cli.fleet import fleet
+    from toranalyze.cli.plan import plan_cmd
     from toranalyze.simulate.command import simulate
 
     cli.add_command(simulate)
     cli.add_command(fleet)
+    cli.add_command(plan_cmd)
 
 
 _register_commands()

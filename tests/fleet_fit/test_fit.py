@@ -1,0 +1,155 @@
+"""Censored rate fits, Weibull fits and the public reference numbers they must reproduce."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from toranalyze.fleet import fit
+from toranalyze.fleet.rates import build_rates
+from toranalyze.fleet.schema import EXPOSURE_SCHEMA, FLEET_ATTEMPTS_SCHEMA, FLEET_INCIDENTS_SCHEMA, JOBS_SCHEMA
+from toranalyze.fleet.weibull import fit_weibull
+from toranalyze.simulate.fleet_truth import conform
+
+# Llama 3 405B, 54-day snapshot on 16,384 GPUs (arXiv 2407.21783, Table 5): unexpected root causes.
+LLAMA3_UNEXPECTED = {
+    "faulty_gpu": 148, "gpu_hbm3_memory": 72, "software_bug": 54, "network_switch_cable": 35,
+    "host_maintenance": 32, "gpu_sram_memory": 19, "gpu_system_processor": 17, "nic": 7,
+    "nccl_watchdog_timeouts": 7, "silent_data_corruption": 6, "gpu_thermal_interface_sensor": 6, "ssd": 3,
+    "power_supply": 3, "server_chassis": 2, "io_expansion_board": 2, "dependency": 2, "cpu": 2,
+    "system_memory": 2,
+}
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
+
+
+def one_job_fleet(classes: list[str], days: float, gpus: int, planned: int = 0) -> dict[str, pl.DataFrame]:
+    """One job running ``days`` with failures of ``classes`` spread at random (seeded) over its
+    running time (and ``planned`` maintenance stops), down time negligible; a node-less exposure
+    row per attempt."""
+    kinds = [(c, False) for c in classes] + [("maintenance", True)] * planned
+    rng = np.random.default_rng(0)
+    order = rng.permutation(len(kinds))
+    n = len(kinds) + 1
+    cuts = [T0, *(T0 + timedelta(days=float(d)) for d in np.sort(rng.uniform(0, days, n - 1))),
+            T0 + timedelta(days=days)]
+    att, inc, exp = [], [], []
+    for a in range(n):
+        t0, t1 = cuts[a], cuts[a + 1]
+        att.append({"run": "r", "job": "j", "attempt": a, "t_start": t0, "t_end": t1, "gpus": gpus})
+        h = (t1 - t0).total_seconds() / 3600
+        exp.append({"run": "r", "job": "j", "attempt": a, "node": None, "t_start": t0, "t_end": t1, "hours": h,
+                    "gpus": gpus, "nodes": gpus // 8, "gpu_hours": h * gpus, "node_hours": h * gpus / 8,
+                    "job_gpus": gpus})
+        if a < n - 1:
+            cls, pl_ = kinds[order[a]]
+            inc.append({"run": "r", "job": "j", "incident": a, "attempt": a, "root_cause": cls, "planned": pl_,
+                        "nodes": [], "t_last_progress": t1, "t_detected": t1, "t_resumed": t1})
+    jobs = [{"run": "r", "job": "j", "gpus": gpus, "nodes": gpus // 8, "t_start": T0, "t_end": cuts[-1]}]
+    return {"jobs": conform(jobs, JOBS_SCHEMA), "attempts": conform(att, FLEET_ATTEMPTS_SCHEMA),
+            "incidents": conform(inc, FLEET_INCIDENTS_SCHEMA), "exposure": conform(exp, EXPOSURE_SCHEMA)}
+
+
+@pytest.fixture(scope="module")
+def llama3() -> dict:
+    classes = [c for c, k in LLAMA3_UNEXPECTED.items() for _ in range(k)]
+    f = one_job_fleet(classes, days=54, gpus=16384, planned=47)
+    return build_rates(f["jobs"], f["attempts"], f["incidents"], f["exposure"])
+
+
+def test_llama3_counts_give_shares_and_mean_time_between_interruptions(llama3: dict) -> None:
+    assert llama3["unexpected"]["failures"] == 419
+    assert round(100 * llama3["classes"]["faulty_gpu"]["share"], 1) == 35.3  # not the paper's printed 30.1
+    assert round(100 * llama3["classes"]["gpu_hbm3_memory"]["share"], 1) == 17.2
+    mtbf = 1.0 / llama3["unexpected"]["rates"]["job_hour"]["rate"]
+    assert round(mtbf, 2) == 3.09
+    assert llama3["planned"] == {"maintenance": {"count": 47, "per_job_hour": pytest.approx(47 / (54 * 24))}}
+    # planned stops never enter a failure rate
+    assert sum(c["failures"] for c in llama3["classes"].values()) == 419
+    assert llama3["mtbf_vs_job_size"]["observed"][0]["mtbf_hours"] == pytest.approx(3.093, abs=1e-3)
+
+
+def test_meta_projected_mttf_at_6_5_per_1000_node_days() -> None:
+    per_node_hour = 6.5e-3 / 24
+    assert round(fit.mtbf_hours(per_node_hour, "node_hour", 16384, 8), 2) == 1.80
+    assert round(fit.mtbf_hours(per_node_hour, "node_hour", 131072, 8), 2) == 0.23
+    # the same through a fit: 65 failures over 10,000 node-days, then the MTBF table
+    f = one_job_fleet(["gpu_hardware"] * 65, days=10_000 / 16, gpus=128)
+    doc = build_rates(f["jobs"], f["attempts"], f["incidents"], f["exposure"])
+    assert doc["unexpected"]["per_1000_node_days"]["rate"] == pytest.approx(6.5)
+    row = {r["gpus"]: r for r in doc["mtbf_vs_job_size"]["predicted"]}
+    best = doc["classes"]["gpu_hardware"]["best_exposure"]
+    if best != "job_hour":  # one job cannot tell the units apart; ties go to node-hours
+        assert row[16384]["mtbf_hours"] == pytest.approx(1.80, abs=0.01)
+        assert row[131072]["mtbf_hours"] == pytest.approx(0.2254, abs=0.001)
+        assert row[16384]["lo"] < 1.80 < row[16384]["hi"]
+
+
+def test_zero_failures_interval() -> None:
+    rate, lo, hi = fit.poisson_interval(0, 1000.0)
+    assert rate == 0 and lo == 0
+    assert hi == pytest.approx(-math.log(0.025) / 1000.0)  # 3.689 / exposure
+
+
+@settings(max_examples=60, deadline=None)
+@given(mu=st.floats(min_value=0.0, max_value=150.0))
+def test_exact_interval_covers_at_least_95_percent(mu: float) -> None:
+    """Coverage computed exactly (sum of the Poisson pmf over the counts whose interval holds mu),
+    zero failures included: the exact interval never undercovers."""
+    ks = np.arange(0, int(mu + 12 * math.sqrt(mu + 1) + 20))
+    _, lo, hi = fit.poisson_interval(ks, 1.0)
+    covered = stats.poisson.pmf(ks, mu)[(lo <= mu) & (mu <= hi)].sum()
+    assert covered >= 0.95 - 1e-9
+
+
+@settings(max_examples=40, deadline=None)
+@given(k=st.integers(0, 500), e=st.floats(1e-3, 1e7))
+def test_interval_brackets_the_rate(k: int, e: float) -> None:
+    rate, lo, hi = fit.poisson_interval(k, e)
+    assert 0 <= lo <= rate <= hi
+    assert (lo == 0) == (k == 0)
+
+
+def test_weibull_recovers_shape_and_verdict() -> None:
+    rng = np.random.default_rng(7)
+    x = 50.0 * rng.weibull(0.6, 400)
+    w = fit_weibull(x, 50.0 * rng.weibull(0.6, 40) * rng.uniform(size=40))
+    assert w is not None and w.constant_rate_rejected and abs(w.shape / 0.6 - 1) < 0.1
+    assert w.shape_lo < w.shape < w.shape_hi and w.scale_lo < w.scale < w.scale_hi
+    e = fit_weibull(rng.exponential(10.0, 300), np.array([]))
+    assert e is not None and not e.constant_rate_rejected and e.shape_lo < 1.0 < e.shape_hi
+    assert e.mean_lo < 10.0 < e.mean_hi
+    assert fit_weibull(np.array([1.0, 2.0]), np.array([5.0])) is None  # too few failures
+
+
+def test_best_exposure_tells_job_hours_from_node_hours() -> None:
+    jobs = pl.DataFrame({"gpu_hour": [800.0, 8000.0, 80.0], "node_hour": [100.0, 1000.0, 10.0],
+                         "job_hour": [100.0, 100.0, 10.0]})
+    assert fit.best_exposure(np.array([10, 100, 1]), jobs)[0] in ("node_hour", "gpu_hour")
+    assert fit.best_exposure(np.array([10, 10, 1]), jobs)[0] == "job_hour"
+
+
+def test_scopes_add_up(llama3: dict) -> None:
+    f = one_job_fleet(["a"] * 30 + ["b"] * 10, days=20, gpus=64, planned=5)
+    fail = fit.failures(f["incidents"], f["exposure"])
+    sc = fit.scope_rates(fail, fit.job_exposure(f["exposure"]), f["exposure"], window="1w")
+    fleet = sc.filter(pl.col("scope") == "fleet").row(0, named=True)
+    win = sc.filter(pl.col("scope") == "window")
+    assert fleet["failures"] == 40 and win["failures"].sum() == 40
+    assert win["job_hour"].sum() == pytest.approx(fleet["job_hour"])
+    assert win.height == 3  # 20 days from Monday 1 January: three calendar weeks
+
+
+def test_downtime_distributions() -> None:
+    x = np.exp(np.random.default_rng(3).normal(math.log(300.0), 0.5, 500))
+    d = fit.duration_summary(x)
+    assert d is not None and d["n"] == 500
+    assert d["lognormal"]["median_s"] == pytest.approx(300.0, rel=0.08)
+    assert d["lognormal"]["sigma"] == pytest.approx(0.5, rel=0.1)
+    assert fit.duration_summary(np.array([])) is None

@@ -1,0 +1,175 @@
+"""``rates.json``: the fitted rates a planner reads (schema in ``rates.schema.json``, docs/rates.md).
+
+``build_rates`` is pure (the four fleet frames in, a JSON-ready dict out); ``dumps`` is
+deterministic (sorted keys, fixed rounding); ``check_rates`` validates a loaded document against
+the shipped JSON Schema with a small walker of the keywords it uses, so reading needs no extra
+dependency, and raises :class:`RatesError` naming the first offending field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import polars as pl
+
+from toranalyze import __version__
+from toranalyze.errors import RatesError
+from toranalyze.fleet import fit
+from toranalyze.fleet.lemons import lemon_nodes
+
+SCHEMA_VERSION = 1
+MTBF_SIZES = (8, 64, 512, 1024, 4096, 16384, 131072)
+
+
+def gpus_per_node(exposure: pl.DataFrame) -> float:
+    """The fleet's usual GPUs per node (median over node rows; 8 when no row names a node)."""
+    g = exposure.filter(pl.col("node").is_not_null())["gpus"]
+    return float(g.median()) if g.len() else 8.0  # type: ignore[arg-type]
+
+
+def exposure_totals(jobs: pl.DataFrame, exposure: pl.DataFrame) -> dict[str, Any]:
+    att = fit.attempt_exposure(exposure)
+    node_hours = float(exposure["node_hours"].sum())
+    return {
+        "gpu_hours": fit._r(float(exposure["gpu_hours"].sum())),
+        "node_hours": fit._r(node_hours),
+        "job_hours": fit._r(float(att["hours"].sum())),
+        "node_days": fit._r(node_hours / 24.0),
+        "jobs": int(max(jobs.height, att.select("run", "job").n_unique() if att.height else 0)),
+        "attempts": int(att.height),
+        "nodes": int(exposure["node"].drop_nulls().n_unique()),
+    }
+
+
+def _observed_by_size(fail: pl.DataFrame, jobs_e: pl.DataFrame, exposure: pl.DataFrame) -> list[dict[str, Any]]:
+    """Observed mean running hours between unexpected failures per job-size bucket."""
+    sc = fit.scope_rates(fail, jobs_e, exposure).filter(pl.col("scope") == "job_gpus")
+    rows = []
+    for r in sc.sort(pl.col("key").cast(pl.Int64)).iter_rows(named=True):
+        inv = {k: (1.0 / r[f"{k}_job_hour"] if r[f"{k}_job_hour"] and r[f"{k}_job_hour"] > 0 else None)
+               for k in ("rate", "lo", "hi")}
+        rows.append({"gpus_bucket": int(r["key"]), "failures": int(r["failures"]), "job_hours": fit._r(r["job_hour"]),
+                     "mtbf_hours": fit._r(inv["rate"]), "lo": fit._r(inv["hi"]), "hi": fit._r(inv["lo"])})
+    return rows
+
+
+def build_rates(jobs: pl.DataFrame, attempts: pl.DataFrame, incidents: pl.DataFrame,
+                exposure: pl.DataFrame) -> dict[str, Any]:
+    """The rates document of one fleet (or one run) from frames of the fleet schemas."""
+    gpn = gpus_per_node(exposure)
+    fail = fit.failures(incidents, exposure)
+    jobs_e = fit.job_exposure(exposure)
+    classes = {
+        str(c): fit.fit_class(fail.filter(pl.col("failure_class") == c), jobs_e, gpn)
+        for c in sorted(fail["failure_class"].unique().to_list())
+    }
+    n_fail = max(1, fail.height)
+    for c in classes.values():
+        c["share"] = fit._r(c["failures"] / n_fail)  # of all unexpected failures
+    totals = exposure_totals(jobs, exposure)
+    sizes = sorted({*MTBF_SIZES, *(int(g) for g in jobs_e["gpus"].drop_nulls().unique().to_list())})
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "generator": f"toranalyze {__version__}",
+        "confidence": fit.CONF,
+        "gpus_per_node": gpn,
+        "exposure": totals,
+        "classes": classes,
+        "unexpected": fit.fit_class(fail, jobs_e, gpn),
+        "planned": fit.planned_stops(incidents, float(totals["job_hours"] or 0.0)),
+        "mtbf_vs_job_size": {"predicted": fit.mtbf_table(classes, sizes, gpn),
+                             "observed": _observed_by_size(fail, jobs_e, exposure)},
+        "downtime": fit.distributions(incidents, attempts),
+        "lemon_nodes": lemon_nodes(incidents, exposure),
+    }
+
+
+def dumps(doc: dict[str, Any]) -> str:
+    """Deterministic JSON text (sorted keys, no NaN: non-finite numbers must already be null)."""
+    return json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=True, allow_nan=False) + "\n"
+
+
+@cache
+def rates_schema() -> dict[str, Any]:
+    """The JSON Schema shipped with the package (``toranalyze/fleet/rates.schema.json``)."""
+    text = (resources.files("toranalyze") / "fleet" / "rates.schema.json").read_text(encoding="utf-8")
+    return dict(json.loads(text))
+
+
+_TYPES: dict[str, tuple[type, ...]] = {"object": (dict,), "array": (list,), "string": (str,), "boolean": (bool,),
+                                       "integer": (int,), "number": (int, float), "null": (type(None),)}
+
+
+def _type_ok(value: Any, types: str | list[str]) -> bool:
+    names = [types] if isinstance(types, str) else types
+    return any(isinstance(value, _TYPES[t]) and not (isinstance(value, bool) and t in ("integer", "number"))
+               for t in names)
+
+
+def _walk(value: Any, sch: dict[str, Any], where: str, root: dict[str, Any]) -> None:
+    if "$ref" in sch:
+        sch = root["$defs"][sch["$ref"].rsplit("/", 1)[-1]]
+    for sub in sch.get("allOf", []):
+        _walk(value, sub, where, root)
+    if "anyOf" in sch:
+        errors = []
+        for sub in sch["anyOf"]:
+            try:
+                _walk(value, sub, where, root)
+                break
+            except RatesError as e:
+                errors.append(e)
+        else:
+            raise errors[-1]
+    if "type" in sch and not _type_ok(value, sch["type"]):
+        raise RatesError(f"expected {sch['type']}, got {type(value).__name__}", field=where)
+    if "const" in sch and value != sch["const"]:
+        raise RatesError(f"must be {sch['const']!r}, got {value!r}", field=where)
+    if "enum" in sch and value not in sch["enum"]:
+        raise RatesError(f"must be one of {sch['enum']}, got {value!r}", field=where)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not math.isfinite(value) or ("minimum" in sch and value < sch["minimum"]):
+            raise RatesError(f"must be a finite number >= {sch.get('minimum', '-inf')}, got {value!r}", field=where)
+    if isinstance(value, dict):
+        for key in sch.get("required", []):
+            if key not in value:
+                raise RatesError("missing", field=f"{where}.{key}")
+        props = sch.get("properties", {})
+        extra = sch.get("additionalProperties")
+        for key, v in value.items():
+            if key in props:
+                _walk(v, props[key], f"{where}.{key}", root)
+            elif isinstance(extra, dict):
+                _walk(v, extra, f"{where}.{key}", root)
+    if isinstance(value, list) and "items" in sch:
+        for i, v in enumerate(value):
+            _walk(v, sch["items"], f"{where}[{i}]", root)
+
+
+def check_rates(doc: Any) -> dict[str, Any]:
+    """Validate a rates document; returns it. Raises RatesError naming the first bad field."""
+    if not isinstance(doc, dict):
+        raise RatesError("the document must be a JSON object", field="$")
+    if doc.get("schema_version") != SCHEMA_VERSION:
+        raise RatesError(f"this toranalyze reads version {SCHEMA_VERSION}, got {doc.get('schema_version')!r}",
+                         field="schema_version")
+    root = rates_schema()
+    _walk(doc, root, "$", root)
+    return doc
+
+
+def load_rates(text: str, path: str | None = None) -> dict[str, Any]:
+    """Parse and check rates.json text (``path`` only names it in errors)."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise RatesError(f"not JSON ({e.msg} at line {e.lineno})", field="$", path=path) from e
+    try:
+        return check_rates(doc)
+    except RatesError as e:
+        e.path = path
+        raise

@@ -87,6 +87,10 @@ class Analysis:
     slow_periods: pl.DataFrame
     tor: pl.DataFrame
     notes: list[str] = field(default_factory=list)
+    # For the report: placed step rows (job, attempt, step, start, end, n, n_lost, d_us; times in
+    # UTC µs) and blocking checkpoint saves (job, start, end). Not written as tables.
+    progress: pl.DataFrame | None = None
+    checkpoints: pl.DataFrame | None = None
 
 
 def _to_dt(df: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
@@ -328,7 +332,10 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     for j, ident in jobs.select("job", "identity").iter_rows():
         if ident == "directory":
             notes.append(f"job {j!r}: no scheduler id in its records; grouped by its input directory")
-    return Analysis(attempts=attempts, incidents=incidents, slow_periods=slow, tor=tor, notes=notes)
+    prog = rows.select("job", pl.col("attempt_idx").cast(pl.Int32).alias("attempt"), "step", "start", "end", "n",
+                       "n_lost", "d_us")
+    return Analysis(attempts=attempts, incidents=incidents, slow_periods=slow, tor=tor, notes=notes,
+                    progress=prog, checkpoints=ckpt.select("job", "start", "end"))
 
 
 def place_untimed_errors(ev: pl.DataFrame) -> pl.DataFrame:

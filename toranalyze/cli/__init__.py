@@ -15,7 +15,7 @@ import polars as pl
 from rich.table import Table
 
 from toranalyze import __version__
-from toranalyze.cli.common import err, ingest_options, out, run_ingest, write_ingest
+from toranalyze.cli.common import err, ingest_options, out, redact_option, run_ingest, write_ingest
 from toranalyze.errors import ToranalyzeError
 from toranalyze.ingest.pipeline import IngestResult
 from toranalyze.plugins import default_registry
@@ -42,11 +42,12 @@ def cli() -> None:
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output directory.")
 @ingest_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or tables.")
+@redact_option
 def ingest_cmd(paths: tuple[str, ...], out_dir: str, tz: str, year: int | None, parser: str | None,
-               rules: tuple[str, ...], jobs: int | None, quiet: bool) -> None:
+               rules: tuple[str, ...], jobs: int | None, quiet: bool, no_redact: bool) -> None:
     """Parse logs into DIR/events.parquet and DIR/summary.json (per-file coverage)."""
     result = run_ingest(paths, tz, year, parser, rules, quiet, jobs)
-    write_ingest(result, Path(out_dir))
+    write_ingest(result, Path(out_dir), redact=not no_redact)
     if not quiet:
         _print_files(result)
     s = result.summary()
@@ -67,16 +68,24 @@ def _default_out(paths: tuple[str, ...]) -> Path:
 @ingest_options
 @click.option("--ideal-step-time", type=float, default=None,
               help="Ideal seconds per step; default: the median of the job's healthy steps.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress bar or tables.")
+@click.option("--no-report", is_flag=True, help="Do not write report.html.")
+@redact_option
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors and the report's path.")
 def analyze_cmd(paths: tuple[str, ...], out_dir: str | None, tz: str, year: int | None, parser: str | None,
-                rules: tuple[str, ...], jobs: int | None, ideal_step_time: float | None, quiet: bool) -> None:
-    """Ingest logs, reconstruct incidents and compute each job's TOR ledger."""
+                rules: tuple[str, ...], jobs: int | None, ideal_step_time: float | None, no_report: bool,
+                no_redact: bool, quiet: bool) -> None:
+    """Ingest logs, reconstruct incidents, compute each job's TOR ledger and write report.html."""
     target = Path(out_dir) if out_dir else _default_out(paths)
     result = run_ingest(paths, tz, year, parser, rules, quiet, jobs)
-    write_ingest(result, target)
+    write_ingest(result, target, redact=not no_redact)
     from toranalyze.report.text import analyze_and_write
 
-    analyze_and_write(result, target, ideal_step_time=ideal_step_time, console=out, quiet=quiet)
+    report = analyze_and_write(result, target, ideal_step_time=ideal_step_time, console=out, quiet=quiet,
+                               inputs=paths, report=not no_report, redact=not no_redact)
+    if report is not None:
+        out.print(f"report: {report}", highlight=False, soft_wrap=True)
+    elif quiet:
+        out.print(f"tables: {target}/", highlight=False, soft_wrap=True)
 
 
 @cli.command("coverage")

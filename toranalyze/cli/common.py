@@ -57,9 +57,19 @@ def run_ingest(paths: tuple[str, ...], tz: str, year: int | None, parser: str | 
     return result
 
 
-def write_ingest(result: IngestResult, out_dir: Path) -> None:
+def write_ingest(result: IngestResult, out_dir: Path, redact: bool = True) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     result.events.write_parquet(out_dir / "events.parquet")
-    (out_dir / "summary.json").write_text(json.dumps(result.summary(), indent=1) + "\n")
+    summary = result.summary()
+    if redact:  # warnings may quote log text
+        from toranalyze.report.redact import redact_json
+
+        summary = redact_json(summary)
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+
+
+def redact_option(f: Any) -> Any:
+    return click.option("--no-redact", "no_redact", is_flag=True,
+                        help="Keep secrets (tokens, keys, passwords) in the report, terminal and JSON summaries.")(f)
 
 

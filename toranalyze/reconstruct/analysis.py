@@ -90,6 +90,10 @@ class Analysis:
     notes: list[str] = field(default_factory=list)
     # Nodes and GPUs per attempt (reconstruct/resources.py): what the fleet's exposure is built on.
     resources: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=RESOURCES_SCHEMA))
+    # For the report: placed step rows (job, attempt, step, start, end, n, n_lost, d_us; times in
+    # UTC µs) and blocking checkpoint saves (job, start, end). Not written as tables.
+    progress: pl.DataFrame | None = None
+    checkpoints: pl.DataFrame | None = None
 
 
 def _to_dt(df: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
@@ -332,8 +336,10 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     for j, ident in jobs.select("job", "identity").iter_rows():
         if ident == "directory":
             notes.append(f"job {j!r}: no scheduler id in its records; grouped by its input directory")
+    prog = rows.select("job", pl.col("attempt_idx").cast(pl.Int32).alias("attempt"), "step", "start", "end", "n",
+                       "n_lost", "d_us")
     return Analysis(attempts=attempts, incidents=incidents, slow_periods=slow, tor=tor, notes=notes,
-                    resources=resources)
+                    resources=resources, progress=prog, checkpoints=ckpt.select("job", "start", "end"))
 
 
 def place_untimed_errors(ev: pl.DataFrame) -> pl.DataFrame:

@@ -43,9 +43,9 @@ def cli() -> None:
 @ingest_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or tables.")
 def ingest_cmd(paths: tuple[str, ...], out_dir: str, tz: str, year: int | None, parser: str | None,
-               rules: tuple[str, ...], jobs: int | None, quiet: bool) -> None:
+               rules: tuple[str, ...], jobs: int | None, engine: str, ray_address: str | None, quiet: bool) -> None:
     """Parse logs into DIR/events.parquet and DIR/summary.json (per-file coverage)."""
-    result = run_ingest(paths, tz, year, parser, rules, quiet, jobs)
+    result = run_ingest(paths, tz, year, parser, rules, quiet, jobs, engine, ray_address)
     write_ingest(result, Path(out_dir))
     if not quiet:
         _print_files(result)
@@ -69,10 +69,11 @@ def _default_out(paths: tuple[str, ...]) -> Path:
               help="Ideal seconds per step; default: the median of the job's healthy steps.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or tables.")
 def analyze_cmd(paths: tuple[str, ...], out_dir: str | None, tz: str, year: int | None, parser: str | None,
-                rules: tuple[str, ...], jobs: int | None, ideal_step_time: float | None, quiet: bool) -> None:
+                rules: tuple[str, ...], jobs: int | None, engine: str, ray_address: str | None,
+                ideal_step_time: float | None, quiet: bool) -> None:
     """Ingest logs, reconstruct incidents and compute each job's TOR ledger."""
     target = Path(out_dir) if out_dir else _default_out(paths)
-    result = run_ingest(paths, tz, year, parser, rules, quiet, jobs)
+    result = run_ingest(paths, tz, year, parser, rules, quiet, jobs, engine, ray_address)
     write_ingest(result, target)
     from toranalyze.report.text import analyze_and_write
 

@@ -44,9 +44,10 @@ def cli() -> None:
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or tables.")
 @redact_option
 def ingest_cmd(paths: tuple[str, ...], out_dir: str, tz: str, year: int | None, parser: str | None,
-               rules: tuple[str, ...], jobs: int | None, quiet: bool, no_redact: bool) -> None:
+               rules: tuple[str, ...], jobs: int | None, engine: str, ray_address: str | None, quiet: bool,
+               no_redact: bool) -> None:
     """Parse logs into DIR/events.parquet and DIR/summary.json (per-file coverage)."""
-    result = run_ingest(paths, tz, year, parser, rules, quiet, jobs)
+    result = run_ingest(paths, tz, year, parser, rules, quiet, jobs, engine, ray_address)
     write_ingest(result, Path(out_dir), redact=not no_redact)
     if not quiet:
         _print_files(result)
@@ -72,11 +73,11 @@ def _default_out(paths: tuple[str, ...]) -> Path:
 @redact_option
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors and the report's path.")
 def analyze_cmd(paths: tuple[str, ...], out_dir: str | None, tz: str, year: int | None, parser: str | None,
-                rules: tuple[str, ...], jobs: int | None, ideal_step_time: float | None, no_report: bool,
-                no_redact: bool, quiet: bool) -> None:
+                rules: tuple[str, ...], jobs: int | None, engine: str, ray_address: str | None,
+                ideal_step_time: float | None, no_report: bool, no_redact: bool, quiet: bool) -> None:
     """Ingest logs, reconstruct incidents, compute each job's TOR ledger and write report.html."""
     target = Path(out_dir) if out_dir else _default_out(paths)
-    result = run_ingest(paths, tz, year, parser, rules, quiet, jobs)
+    result = run_ingest(paths, tz, year, parser, rules, quiet, jobs, engine, ray_address)
     write_ingest(result, target, redact=not no_redact)
     from toranalyze.report.text import analyze_and_write
 

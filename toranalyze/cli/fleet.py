@@ -35,7 +35,8 @@ def _print_summary(s: FleetSummary, result: BuildResult, store_dir: Path) -> Non
     )
     out.print(
         f"running time {s.gpu_hours:,.1f} GPU-hours ({s.node_hours:,.1f} node-hours) of "
-        f"{s.wall_gpu_hours:,.1f} GPU-hours observed; lost to failures {s.lost_gpu_hours:,.1f} GPU-hours"
+        f"{s.wall_gpu_hours:,.1f} GPU-hours observed; lost to interruptions (detection, recovery, rework) "
+        f"{s.lost_gpu_hours:,.1f} GPU-hours"
     )
     if s.by_class.height:
         t = Table(title="incidents by root cause")

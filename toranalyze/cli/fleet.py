@@ -18,10 +18,14 @@ from toranalyze.ingest.pipeline import IngestOptions
 
 
 def write_fleet_products(store_dir: Path, tables: dict[str, pl.DataFrame]) -> None:
-    """Hook: where ``rates.json`` (``toranalyze.fleet.rates.build_rates`` over these tables) and
-    ``report.html`` (the fleet report renderer) are written, each to a temporary name renamed
-    into place (``toranalyze.fleet.store.write_text``) after the merged tables and before the
-    command returns. Neither exists on this branch yet, so nothing is written here."""
+    """Hook: where the fleet's derived products are written, after the merged tables.
+
+    - ``rates.json``: ``toranalyze.fleet.rates.build_rates(**tables)`` (keyword names are the
+      table names), dumped with sorted keys and written with ``toranalyze.fleet.store.write_text``
+      (a temporary name renamed into place) so a re-run stays byte-identical;
+    - ``report.html``: the fleet report renderer over the same tables, written the same way.
+
+    Neither exists on this branch, so nothing is written yet."""
 
 
 def _print_summary(s: FleetSummary, result: BuildResult, store_dir: Path) -> None:
@@ -31,7 +35,8 @@ def _print_summary(s: FleetSummary, result: BuildResult, store_dir: Path) -> Non
     )
     out.print(
         f"running time {s.gpu_hours:,.1f} GPU-hours ({s.node_hours:,.1f} node-hours) of "
-        f"{s.wall_gpu_hours:,.1f} GPU-hours observed; lost to failures {s.lost_gpu_hours:,.1f} GPU-hours"
+        f"{s.wall_gpu_hours:,.1f} GPU-hours observed; lost to interruptions (detection, recovery, rework) "
+        f"{s.lost_gpu_hours:,.1f} GPU-hours"
     )
     if s.by_class.height:
         t = Table(title="incidents by root cause")

@@ -77,6 +77,9 @@ def analyze_cmd(paths: tuple[str, ...], out_dir: str | None, tz: str, year: int 
     from toranalyze.report.text import analyze_and_write
 
     analyze_and_write(result, target, ideal_step_time=ideal_step_time, console=out, quiet=quiet)
+    from toranalyze.cli.rates_io import write_run_rates
+
+    write_run_rates(result.events, target)  # the run's own rates.json (docs/rates.md)
 
 
 @cli.command("coverage")

@@ -137,7 +137,8 @@ def best_exposure(k_per_job: np.ndarray, jobs: pl.DataFrame) -> tuple[str, dict[
         with np.errstate(divide="ignore", invalid="ignore"):
             terms = np.where(k > 0, k * np.log(mu), 0.0) - mu - special.gammaln(k + 1)
         ll[unit] = float(terms.sum())
-    best = max(UNITS, key=lambda u: (round(ll[u], 9), -UNITS.index(u)))
+    prefer = ("node_hour", "gpu_hour", "job_hour")  # ties: GPU- and node-hours are proportional
+    best = max(prefer, key=lambda u: (round(ll[u], 9), -prefer.index(u)))
     return best, ll
 
 

@@ -3,14 +3,17 @@
 The built-in parsers live in ``parsers/`` but install as ``toranalyze_parsers`` (a bare
 ``parsers`` package would collide with other distributions). setuptools' own discovery cannot
 rename a folder, so the packages are found here: a new module or subpackage under either folder
-is in the wheel without anyone listing it.
+is in the wheel without anyone listing it. Namespace discovery also finds folders that hold only
+data (rules, presets, report assets), so their files ship through the package-data patterns.
 """
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, setup
 
-core = find_packages(include=["toranalyze", "toranalyze.*"])
+SKIP = ["*.__pycache__", "*.__pycache__.*"]
+core = find_namespace_packages(include=["toranalyze", "toranalyze.*"], exclude=SKIP)
 builtin_parsers = [
-    f"toranalyze_parsers{name[len('parsers') :]}" for name in find_packages(include=["parsers", "parsers.*"])
+    f"toranalyze_parsers{name[len('parsers') :]}"
+    for name in find_namespace_packages(include=["parsers", "parsers.*"], exclude=SKIP)
 ]
 
 setup(packages=core + builtin_parsers, package_dir={"toranalyze_parsers": "parsers"})

@@ -30,7 +30,9 @@ def test_readme_main_command_end_to_end(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     for table in ("events", "attempts", "incidents", "slow_periods", "tor"):
         assert (out / f"{table}.parquet").exists(), table
-    assert "TOR" in proc.stdout and "incidents" in proc.stdout
+    # -q prints nothing but the report's path
+    assert proc.stdout.strip() == f"report: {out / 'report.html'}", proc.stdout
+    assert (out / "report.html").stat().st_size > 10_000 and (out / "plotly.min.js").exists()
     tor = pl.read_parquet(out / "tor.parquet")
     assert tor.height == 1
     row = tor.row(0, named=True)

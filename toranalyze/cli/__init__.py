@@ -15,7 +15,7 @@ import polars as pl
 from rich.table import Table
 
 from toranalyze import __version__
-from toranalyze.cli.common import err, ingest_options, out, run_ingest, write_ingest
+from toranalyze.cli.common import err, ingest_options, out, redact_option, run_ingest, write_ingest
 from toranalyze.errors import ToranalyzeError
 from toranalyze.ingest.pipeline import IngestResult
 from toranalyze.plugins import default_registry
@@ -42,11 +42,13 @@ def cli() -> None:
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output directory.")
 @ingest_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or tables.")
+@redact_option
 def ingest_cmd(paths: tuple[str, ...], out_dir: str, tz: str, year: int | None, parser: str | None,
-               rules: tuple[str, ...], jobs: int | None, quiet: bool) -> None:
+               rules: tuple[str, ...], jobs: int | None, engine: str, ray_address: str | None, quiet: bool,
+               no_redact: bool) -> None:
     """Parse logs into DIR/events.parquet and DIR/summary.json (per-file coverage)."""
-    result = run_ingest(paths, tz, year, parser, rules, quiet, jobs)
-    write_ingest(result, Path(out_dir))
+    result = run_ingest(paths, tz, year, parser, rules, quiet, jobs, engine, ray_address)
+    write_ingest(result, Path(out_dir), redact=not no_redact)
     if not quiet:
         _print_files(result)
     s = result.summary()
@@ -67,19 +69,27 @@ def _default_out(paths: tuple[str, ...]) -> Path:
 @ingest_options
 @click.option("--ideal-step-time", type=float, default=None,
               help="Ideal seconds per step; default: the median of the job's healthy steps.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress bar or tables.")
+@click.option("--no-report", is_flag=True, help="Do not write report.html.")
+@redact_option
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors and the report's path.")
 def analyze_cmd(paths: tuple[str, ...], out_dir: str | None, tz: str, year: int | None, parser: str | None,
-                rules: tuple[str, ...], jobs: int | None, ideal_step_time: float | None, quiet: bool) -> None:
-    """Ingest logs, reconstruct incidents and compute each job's TOR ledger."""
+                rules: tuple[str, ...], jobs: int | None, engine: str, ray_address: str | None,
+                ideal_step_time: float | None, no_report: bool, no_redact: bool, quiet: bool) -> None:
+    """Ingest logs, reconstruct incidents, compute each job's TOR ledger and write report.html."""
     target = Path(out_dir) if out_dir else _default_out(paths)
-    result = run_ingest(paths, tz, year, parser, rules, quiet, jobs)
-    write_ingest(result, target)
+    result = run_ingest(paths, tz, year, parser, rules, quiet, jobs, engine, ray_address)
+    write_ingest(result, target, redact=not no_redact)
     from toranalyze.report.text import analyze_and_write
 
-    analyze_and_write(result, target, ideal_step_time=ideal_step_time, console=out, quiet=quiet)
+    report = analyze_and_write(result, target, ideal_step_time=ideal_step_time, console=out, quiet=quiet,
+                               inputs=paths, report=not no_report, redact=not no_redact)
     from toranalyze.cli.rates_io import write_run_rates
 
     write_run_rates(result.events, target)  # the run's own rates.json (docs/rates.md)
+    if report is not None:
+        out.print(f"report: {report}", highlight=False, soft_wrap=True)
+    elif quiet:
+        out.print(f"tables: {target}/", highlight=False, soft_wrap=True)
 
 
 @cli.command("coverage")
@@ -171,10 +181,12 @@ def schema_cmd(markdown: bool) -> None:
 def _register_commands() -> None:
     """Commands that live beside their stage. They ship in every install: an import error here is a
     broken install and must show, never hide the command."""
+    from toranalyze.cli.fleet import fleet
     from toranalyze.cli.plan import plan_cmd
     from toranalyze.simulate.command import simulate
 
     cli.add_command(simulate)
+    cli.add_command(fleet)
     cli.add_command(plan_cmd)
 
 

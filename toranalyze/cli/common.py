@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from toranalyze.errors import NothingReadError
-from toranalyze.ingest.engine import default_jobs
+from toranalyze.ingest.engine import default_jobs, import_ray
 from toranalyze.ingest.pipeline import IngestOptions, IngestResult, ingest
 from toranalyze.plugins import default_registry
 
@@ -27,16 +27,24 @@ def ingest_options(f: Any) -> Any:
     f = click.option("--year", type=int, default=None, help="Year for timestamps that have none (glog, syslog).")(f)
     f = click.option("-j", "--jobs", type=int, default=None,
                      help="Worker processes reading files in parallel [default: the CPUs available].")(f)
+    f = click.option("--ray-address", default=None,
+                     help="With --engine ray: an existing Ray cluster (e.g. ray://head:10001, auto) "
+                          "[default: start a local one].")(f)
+    f = click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+                     help="Where files are read: local processes, or Ray tasks (pip install 'toranalyze[ray]').")(f)
     f = click.option("--tz", default="UTC", show_default=True,
                      help="Zone of timestamps that state none (IANA name, e.g. Europe/Paris).")(f)
     return f
 
 
 def run_ingest(paths: tuple[str, ...], tz: str, year: int | None, parser: str | None,
-                rules: tuple[str, ...], quiet: bool = False, jobs: int | None = None) -> IngestResult:
+                rules: tuple[str, ...], quiet: bool = False, jobs: int | None = None,
+                engine: str = "local", ray_address: str | None = None) -> IngestResult:
     options = IngestOptions(tz=tz, year=year, parser=parser, rules=tuple(rules))
     if parser:
         default_registry().get(parser)  # fail early on an unknown name
+    if engine == "ray":
+        import_ray()  # fail early when the extra is missing
     with Progress(TextColumn("[bold]reading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.description}"), console=err, transient=True, disable=quiet) as progress:
         task = progress.add_task("", total=None)
@@ -44,7 +52,8 @@ def run_ingest(paths: tuple[str, ...], tz: str, year: int | None, parser: str | 
         def on_file(i: int, n: int, path: str) -> None:
             progress.update(task, total=n, completed=i, description=Path(path).name)
 
-        result = ingest(paths, options, on_file=on_file, jobs=jobs or default_jobs())
+        result = ingest(paths, options, on_file=on_file, jobs=jobs or default_jobs(), engine=engine,
+                        address=ray_address)
     for problem in result.input_errors:
         err.print(f"[yellow]warning[/]: {problem.where()}: {problem.message}")
     for f in result.files:
@@ -57,9 +66,19 @@ def run_ingest(paths: tuple[str, ...], tz: str, year: int | None, parser: str | 
     return result
 
 
-def write_ingest(result: IngestResult, out_dir: Path) -> None:
+def write_ingest(result: IngestResult, out_dir: Path, redact: bool = True) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     result.events.write_parquet(out_dir / "events.parquet")
-    (out_dir / "summary.json").write_text(json.dumps(result.summary(), indent=1) + "\n")
+    summary = result.summary()
+    if redact:  # warnings may quote log text
+        from toranalyze.report.redact import redact_json
+
+        summary = redact_json(summary)
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+
+
+def redact_option(f: Any) -> Any:
+    return click.option("--no-redact", "no_redact", is_flag=True,
+                        help="Keep secrets (tokens, keys, passwords) in the report, terminal and JSON summaries.")(f)
 
 

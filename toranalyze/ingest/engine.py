@@ -1,22 +1,35 @@
-"""Where per-file work runs: in this process, or in a pool of worker processes.
+"""Where independent work runs: this process, a pool of local processes, or a Ray cluster.
 
-Reading a file is independent of every other file, so a run over many files is spread over
-worker processes (``--jobs``). Workers are started with ``spawn``: polars' thread pool does not
-survive ``fork``. Each worker loads the installed parser plugins itself, so only plugins
-registered through entry points are available there; a registry built in-process (tests,
-embedding) runs sequentially.
+Reading a file, or analysing one job, is independent of every other file or job, so a run over
+many of them is spread by ``map_ordered(fn, items, engine, jobs)``:
+
+* ``local`` (default): in this process when ``jobs`` is 1, else a pool of ``jobs`` worker
+  processes started with ``spawn`` (polars' thread pool does not survive ``fork``);
+* ``ray``: one Ray task per item, at most ``2 * jobs`` in flight so results stream back in input
+  order without piling up. ``address`` names an existing cluster (``ray://host:10001``,
+  ``auto``); without one a local Ray instance with ``jobs`` CPUs is started. Ray is an optional
+  extra (``pip install 'toranalyze[ray]'``).
+
+``fn`` must be importable at module level (workers import it) and ``items`` picklable. Workers
+load the installed parser plugins themselves, so only plugins registered through entry points
+are available there; a registry built in-process (tests, embedding) runs in this process.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
+
+from toranalyze.errors import ConfigError
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+ENGINES = ("local", "ray")
 
 
 def default_jobs() -> int:
@@ -26,11 +39,54 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def map_ordered(fn: Callable[[T], R], items: Sequence[T], jobs: int) -> Iterator[R]:
-    """fn over items, results in input order; a pool only when it can pay for its start-up."""
-    if jobs <= 1 or len(items) < 2:
+def map_ordered(
+    fn: Callable[[T], R], items: Sequence[T], engine: str = "local", jobs: int = 1, address: str | None = None
+) -> Iterator[R]:
+    """fn over items, results in input order."""
+    if engine == "ray":
+        yield from _map_ray(fn, items, jobs, address)
+        return
+    if engine != "local":
+        raise ConfigError(f"unknown engine {engine!r}", hint=f"use one of: {', '.join(ENGINES)}")
+    if jobs <= 1 or len(items) < 2:  # a pool only when it can pay for its start-up
         yield from map(fn, items)
         return
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=ctx) as pool:
         yield from pool.map(fn, items, chunksize=1)
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(
+            "the ray engine needs Ray, which is not installed",
+            hint="pip install 'toranalyze[ray]'",
+        ) from None
+    return ray
+
+
+def init_ray(jobs: int, address: str | None = None) -> Any:
+    """Connect to ``address`` or start a local Ray instance with ``jobs`` CPUs (once per process)."""
+    ray = import_ray()
+    if not ray.is_initialized():
+        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
+        if address:
+            ray.init(address=address, **kwargs)
+        else:
+            ray.init(num_cpus=max(1, jobs), **kwargs)
+    return ray
+
+
+def _map_ray(fn: Callable[[T], R], items: Sequence[T], jobs: int, address: str | None) -> Iterator[R]:
+    ray = init_ray(jobs, address)
+    task = ray.remote(num_cpus=1, max_retries=0)(fn)
+    window = max(2, 2 * max(1, jobs))
+    pending: deque[Any] = deque()
+    for item in items:
+        pending.append(task.remote(item))
+        if len(pending) >= window:
+            yield ray.get(pending.popleft())
+    while pending:
+        yield ray.get(pending.popleft())

@@ -154,15 +154,18 @@ def ingest(
     rules: list[Rule] | None = None,
     on_file: Callable[[int, int, str], None] | None = None,
     jobs: int = 1,
+    engine: str = "local",
+    address: str | None = None,
 ) -> IngestResult:
     """Discover, parse, normalize and classify every input. Never raises for a bad file.
 
-    ``jobs`` > 1 reads files in that many worker processes (installed parsers only).
+    ``jobs`` > 1 reads files in that many worker processes, ``engine="ray"`` as Ray tasks
+    (``address``: an existing cluster); both with the installed parsers only (see ``engine``).
     """
     rules = rules if rules is not None else load_rules(options.rules)
     files, input_errors = discover(paths)
-    if registry is None and jobs > 1:
-        results = map_ordered(_read_with_installed_parsers, [(f, options) for f in files], jobs)
+    if registry is None and (jobs > 1 or engine != "local"):
+        results = map_ordered(_read_with_installed_parsers, [(f, options) for f in files], engine, jobs, address)
     else:
         reg = registry or default_registry()
         results = (read_file(f, reg, options) for f in files)

@@ -19,6 +19,7 @@ from toranalyze.reconstruct import ledger, progress, slowness
 from toranalyze.reconstruct.incidents import INCIDENTS_SCHEMA
 from toranalyze.reconstruct.jobs import assign_attempts, assign_jobs, with_time
 from toranalyze.reconstruct.ledger import TOR_SCHEMA
+from toranalyze.reconstruct.resources import RESOURCES_SCHEMA, attempt_resources
 from toranalyze.reconstruct.slowness import SLOW_PERIODS_SCHEMA
 from toranalyze.schema import frame_schema
 
@@ -87,6 +88,12 @@ class Analysis:
     slow_periods: pl.DataFrame
     tor: pl.DataFrame
     notes: list[str] = field(default_factory=list)
+    # Nodes and GPUs per attempt (reconstruct/resources.py): what the fleet's exposure is built on.
+    resources: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=RESOURCES_SCHEMA))
+    # For the report: placed step rows (job, attempt, step, start, end, n, n_lost, d_us; times in
+    # UTC µs) and blocking checkpoint saves (job, start, end). Not written as tables.
+    progress: pl.DataFrame | None = None
+    checkpoints: pl.DataFrame | None = None
 
 
 def _to_dt(df: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
@@ -118,6 +125,7 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     ev, untimed = relative_times(ev)
     ev = place_untimed_errors(ev)
     ev = assign_attempts(ev)
+    resources = attempt_resources(ev)
     # Progress.
     steps = progress.step_rows(ev)
     att = progress.attempt_table(ev, steps)
@@ -328,7 +336,10 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     for j, ident in jobs.select("job", "identity").iter_rows():
         if ident == "directory":
             notes.append(f"job {j!r}: no scheduler id in its records; grouped by its input directory")
-    return Analysis(attempts=attempts, incidents=incidents, slow_periods=slow, tor=tor, notes=notes)
+    prog = rows.select("job", pl.col("attempt_idx").cast(pl.Int32).alias("attempt"), "step", "start", "end", "n",
+                       "n_lost", "d_us")
+    return Analysis(attempts=attempts, incidents=incidents, slow_periods=slow, tor=tor, notes=notes,
+                    resources=resources, progress=prog, checkpoints=ckpt.select("job", "start", "end"))
 
 
 def place_untimed_errors(ev: pl.DataFrame) -> pl.DataFrame:

@@ -38,6 +38,8 @@ from toranalyze.schema import frame_schema
 from toranalyze.taxonomy import PLANNED, TAXONOMY, priority
 
 US = 1_000_000
+# Planned stops of the whole job: no node is to blame.
+JOB_WIDE = frozenset({"preemption", "walltime", "user_cancel", "scheduling"})
 
 INCIDENTS_SCHEMA = frame_schema(
     {
@@ -424,6 +426,12 @@ def build_incidents(
         prev_root[job] = (root, set(nodes), a)
         if t_first_error is None and TAXONOMY[root].planned and g is not None and g.height:
             t_first_error = g.filter(pl.col("cls") == root)["t"].min()
+        decided_by = set(sel["cls"].to_list()) if sel is not None and "cls" in sel.columns else set()
+        if root in JOB_WIDE or (decided_by and decided_by <= JOB_WIDE):
+            # A stop of the whole job (or a hang only a job-wide kill revealed) names no culprit:
+            # Slurm prints it on the batch host, Kubernetes on every pod's node; either way the
+            # nodes are where the job ran, not what failed.
+            nodes, ranks = [], []
         symptoms = [c for c in classes if c != root]
         rows.append(
             {

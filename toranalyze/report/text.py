@@ -6,6 +6,7 @@ from pathlib import Path
 
 import polars as pl
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from toranalyze.ingest.pipeline import IngestResult
@@ -33,25 +34,49 @@ def _short_evidence(ref: str) -> str:
 
 
 def analyze_and_write(result: IngestResult, out_dir: Path, *, ideal_step_time: float | None, console: Console,
-                      quiet: bool = False) -> None:
+                      quiet: bool = False, inputs: tuple[str, ...] = (), report: bool = True,
+                      redact: bool = True) -> Path | None:
+    """Analyse, write the tables (and report.html beside them); returns the report's path.
+
+    Job names in the tables, the terminal and the report are the short names of
+    :mod:`toranalyze.report.names`. With ``quiet`` nothing is printed (the caller prints the path).
+    """
     from toranalyze.reconstruct.analysis import AnalysisOptions, analyze_events
+    from toranalyze.report.names import rename_jobs, short_job_names
 
     analysis = analyze_events(result.events, AnalysisOptions(ideal_step_time_s=ideal_step_time))
+    if inputs:
+        analysis = rename_jobs(analysis, short_job_names(analysis.tor["job"].to_list(), inputs))
     for name in ("attempts", "incidents", "slow_periods", "tor"):
         getattr(analysis, name).write_parquet(out_dir / f"{name}.parquet")
-    print_summary(analysis, console)
-    console.print(f"tables written to {out_dir}/")
+    if not quiet:
+        print_summary(analysis, console, redact=redact)
+        console.print(f"tables written to {out_dir}/")
+    if not report:
+        return None
+    from toranalyze.report.html import write_plotly_js
+    from toranalyze.report.job import JobReportInput, render_job_report
+
+    page = render_job_report(JobReportInput(analysis, result.events, result.summary()), redact=redact)
+    path = out_dir / "report.html"
+    path.write_text(page, encoding="utf-8")
+    write_plotly_js(out_dir)
+    return path
 
 
-def print_summary(analysis: object, console: Console) -> None:
+def print_summary(analysis: object, console: Console, redact: bool = True) -> None:
     tor: pl.DataFrame = analysis.tor  # type: ignore[attr-defined]
     incidents: pl.DataFrame = analysis.incidents  # type: ignore[attr-defined]
+    if redact:
+        from toranalyze.report.redact import redact_frame
+
+        incidents = redact_frame(incidents, ("reason", "evidence", "nodes"))
     if tor.height == 0:
         console.print("[yellow]no training progress was found in the inputs: no TOR to compute[/]")
         return
     for job in tor.iter_rows(named=True):
         t_obs = job.get("t_obs_s") or 0.0
-        console.rule(f"job {job['job']}")
+        console.rule(f"job {escape(str(job['job']))}")
         ideal = job.get("ideal_step_time_s")
         console.print(
             f"TOR [bold]{job['tor']:.4f}[/]  over {_fmt_duration(t_obs)} observed; "
@@ -80,12 +105,12 @@ def print_summary(analysis: object, console: Console) -> None:
                 it.add_row(
                     str(i),
                     when.strftime("%Y-%m-%d %H:%M:%S") if when else "-",
-                    str(inc.get("root_cause")),
+                    escape(str(inc.get("root_cause"))),
                     "yes" if inc.get("planned") else "",
-                    ",".join(inc.get("nodes") or []) or "-",
+                    escape(",".join(inc.get("nodes") or [])) or "-",
                     _fmt_duration(inc.get("downtime_s")),
                     "-" if inc.get("lost_steps") is None else str(inc.get("lost_steps")),
-                    evidence[0] if evidence else "-",
+                    escape(evidence[0]) if evidence else "-",
                 )
             console.print(it)
         else:

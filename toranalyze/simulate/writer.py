@@ -146,17 +146,21 @@ class RunWriter:
         t = self.tl.t_start - 600 * US
         jid = self.tl.config.first_job_id - 50
         end = self.tl.t_end + 600 * US
+        # Slurm never gives two jobs one id: the other jobs skip every id of this job's attempts
+        # (not only the first), and never complete one of them.
+        ours = {a.job_id for a in self.tl.attempts}
         while True:
             t += int(rng.exponential(1800.0) * US)
             if t >= end:
                 return
             jid += 1
-            if jid in {a.job_id for a in self.tl.attempts[:1]}:
+            while jid in ours:
                 jid += 1
             node = f"cpu-{int(rng.integers(1, 64)):03d}"
             yield S.ctld(t, f"sched: Allocate JobId={jid} NodeList={node} #CPUs=8 Partition=cpu")
-            yield S.ctld(t + 2000, f"_job_complete: JobId={jid - 3} WEXITSTATUS 0")
-            yield S.ctld(t + 3000, f"_job_complete: JobId={jid - 3} done")
+            if jid - 3 not in ours:
+                yield S.ctld(t + 2000, f"_job_complete: JobId={jid - 3} WEXITSTATUS 0")
+                yield S.ctld(t + 3000, f"_job_complete: JobId={jid - 3} done")
 
     def slurmctld(self) -> Iterator[str]:
         return merged(self.ctld_lines(), self.ctld_noise())

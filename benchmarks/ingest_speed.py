@@ -1,0 +1,319 @@
+"""Ingest speed and memory against the scripts a user would write instead.
+
+Generates a mixed corpus of a chosen size from the simulator and measures, each step in a fresh
+child process (so peak RSS is that step's own):
+
+* ``ingest``: the real pipeline (``toranalyze.ingest.pipeline.ingest``), MB/s, lines/s, peak RSS;
+* baseline A: polars ``scan_lines(...).select(pl.len())`` over the same files (bare line splitting,
+  the practical ceiling);
+* baseline B: a per-line Python loop trying each family's main ``re`` pattern and extracting the
+  same fields (what one writes by hand);
+* per-file fixed cost: 1,000 small files against their concatenation, (t_files - t_cat) / 1000;
+* ``analyze``: ``analyze_events`` on a table of ``--analyze-events`` events (a simulated run's
+  events replicated as distinct jobs).
+
+The corpus: simulated runs (Slurm and Kubernetes flavours: kernel logs per node, sacct, slurmctld,
+pod YAML, events JSON) give the many small files; their largest mixed logs (Slurm .out / pod
+logs: NCCL INFO chatter, iteration lines, watchdog and elastic records) are replicated into big
+files until the corpus reaches ``--size-mb``. Everything is written under ``--work``.
+
+Usage::
+
+    python benchmarks/ingest_speed.py --size-mb 200
+    python benchmarks/ingest_speed.py --size-mb 1024 --jobs 2 --json benchmarks/out/speed.json
+    python benchmarks/ingest_speed.py --size-mb 5120 --only ingest        # memory run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+MB = 1024 * 1024
+STEPS = ("ingest", "baseline_a", "baseline_b", "per_file", "analyze")
+
+
+# ----------------------------------------------------------------------------- corpus
+def _simulate(out: Path, seed: int, preset: str, flavor: str) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "toranalyze", "simulate", "--out", str(out), "--seed", str(seed),
+         "--preset", preset, "--flavor", flavor],
+        check=True, stdout=subprocess.DEVNULL,
+    )
+
+
+def make_corpus(work: Path, size_mb: float, big_mb: float = 64.0) -> Path:
+    """Simulated runs (small files) plus big mixed logs replicated up to ``size_mb``."""
+    corpus = work / f"corpus-{int(size_mb)}"
+    stamp = corpus / ".complete"
+    if stamp.exists():
+        return corpus
+    shutil.rmtree(corpus, ignore_errors=True)
+    runs = corpus / "runs"
+    _simulate(runs / "llama", 1, "llama3-like", "slurm")
+    _simulate(runs / "small-slurm", 2, "small", "slurm")
+    _simulate(runs / "small-k8s", 3, "small", "kubernetes")
+    (runs / "small-slurm" / "truth.json").unlink()
+    for r in ("llama", "small-k8s"):
+        (runs / r / "truth.json").unlink()
+    have = sum(p.stat().st_size for p in corpus.rglob("*") if p.is_file())
+    sources = sorted(
+        (p for p in runs.rglob("*") if p.is_file() and p.suffix in (".out", ".log") and "nodes" not in p.parts),
+        key=lambda p: -p.stat().st_size,
+    )[:4]
+    texts = [s.read_bytes() for s in sources]
+    big = corpus / "big"
+    big.mkdir(parents=True)
+    i = 0
+    while have < size_mb * MB:
+        text = texts[i % len(texts)]
+        want = min(big_mb * MB, size_mb * MB - have)
+        reps = max(1, int(want // len(text)))
+        path = big / f"train-{i:04d}.log"
+        with path.open("wb") as fh:
+            for _ in range(reps):
+                fh.write(text)
+        have += path.stat().st_size
+        i += 1
+    stamp.write_text("ok\n")
+    return corpus
+
+
+def corpus_files(corpus: Path) -> list[Path]:
+    return sorted(p for p in corpus.rglob("*") if p.is_file() and not p.name.startswith("."))
+
+
+def small_files(work: Path, n: int = 1000) -> tuple[Path, Path]:
+    """``n`` small kernel/trainer logs (copies of simulated ones) and their concatenation."""
+    base = work / "small-files"
+    many, cat = base / "many", base / "cat" / "all.log"
+    if (base / ".complete").exists():
+        return many, cat
+    shutil.rmtree(base, ignore_errors=True)
+    src = work / "small-src"
+    if not src.exists():
+        _simulate(src, 7, "small", "slurm")
+    seeds = sorted(p for p in src.rglob("kern.log"))
+    many.mkdir(parents=True)
+    cat.parent.mkdir(parents=True)
+    with cat.open("wb") as out:
+        for k in range(n):
+            data = seeds[k % len(seeds)].read_bytes()
+            (many / f"node-{k:04d}.log").write_bytes(data)
+            out.write(data)
+    (base / ".complete").write_text("ok\n")
+    return many, cat
+
+
+# ----------------------------------------------------------------------------- baseline B
+# One main pattern per family, extracting the fields the parsers extract for these records.
+_B_PATTERNS: dict[str, re.Pattern[str]] = {
+    "megatron_iteration": re.compile(
+        r"iteration\s+(?P<step>\d+)/\s*(?P<total>\d+) \|.*?elapsed time per iteration \(ms\): (?P<ms>[\d.]+)"
+        r"(?:.*?lm loss: (?P<loss>[\d.Ee+-]+|nan))?"
+    ),
+    "nccl": re.compile(
+        r"^(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:[\w./]+:\d+ )?"
+        r"NCCL (?P<lvl>INFO|WARN) (?P<msg>.*)"
+    ),
+    "watchdog": re.compile(
+        r"\[Rank (?P<rank>\d+)\].*?(?:Watchdog caught collective operation timeout|detected by watchdog)"
+        r".*?(?:SeqNum=(?P<seq>\d+))?"
+    ),
+    "elastic": re.compile(
+        r"^[EWI](?P<md>\d{4}) (?P<hms>[\d:.]+) \d+ torch/distributed/elastic/.*?\] (?P<msg>.*?exitcode: (?P<code>-?\d+)"
+        r".*?local_rank: (?P<local>\d+))?"
+    ),
+    "slurm": re.compile(
+        r"(?:srun: error: (?P<node>[\w-]+): task (?P<task>\d+): (?P<what>.*)"
+        r"|slurmstepd: error: \*\*\* (?:JOB|STEP) (?P<job>[\d.]+) ON (?P<host>\S+) (?P<state>[A-Z ]+) AT (?P<at>\S+))"
+    ),
+    "kernel": re.compile(
+        r"^(?P<ts>\w{3}\s+\d+ [\d:]+|\S+T\S+) (?P<host>\S+) kernel: (?:\[\s*[\d.]+\] )?"
+        r"(?:NVRM: Xid \(PCI:(?P<pci>[\w:.]+)\): (?P<xid>\d+)|(?P<other>.*))"
+    ),
+    "kubernetes": re.compile(
+        r'^(?P<lvl>[IWEF])(?P<md>\d{4}) (?P<hms>[\d:.]+)\s+\d+ (?P<src>[\w.-]+\.go):\d+\] (?P<msg>.*)'
+        r'|"reason":\s*"(?P<reason>\w+)"'
+    ),
+}
+_B_TS = re.compile(r"^\[?(\d{4}-\d{2}-\d{2}[ T][\d:.]+)")
+
+
+def baseline_b(files: list[str]) -> dict[str, Any]:
+    rows = 0
+    lines = 0
+    fields: list[tuple[Any, ...]] = []
+    for path in files:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                lines += 1
+                ts = _B_TS.match(line)
+                for family, pattern in _B_PATTERNS.items():
+                    m = pattern.search(line)
+                    if m:
+                        fields.append((family, ts.group(1) if ts else None, *m.groups()))
+                        rows += 1
+                        break
+    return {"lines": lines, "rows": rows}
+
+
+# ----------------------------------------------------------------------------- child steps
+def _rss_mb() -> float:
+    self_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    kids_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return max(self_kb, kids_kb) / 1024
+
+
+def child(step: str, args: list[str]) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    out: dict[str, Any] = {}
+    if step == "ingest":
+        from toranalyze.ingest.pipeline import ingest
+
+        jobs, engine, files = int(args[0]), args[1], args[2:]
+        kw: dict[str, Any] = {} if engine == "default" else {"engine": engine}
+        res = ingest(files, jobs=jobs, **kw)
+        out = {"events": res.events.height, "lines": sum(f.lines for f in res.files)}
+    elif step == "baseline_a":
+        import polars as pl
+
+        n = pl.concat([pl.scan_lines(p) for p in args], how="vertical").select(pl.len()).collect().item()
+        out = {"lines": n}
+    elif step == "baseline_b":
+        out = baseline_b(args)
+    elif step == "analyze":
+        import polars as pl
+
+        from toranalyze.reconstruct.analysis import analyze_events
+
+        events = pl.read_parquet(args[0])
+        t1 = time.perf_counter()
+        analysis = analyze_events(events)
+        out = {"events": events.height, "load_s": t1 - t0, "analyze_s": time.perf_counter() - t1,
+               "jobs": analysis.tor.height}
+    out["wall_s"] = time.perf_counter() - t0
+    out["rss_mb"] = _rss_mb()
+    return out
+
+
+def run_child(step: str, args: list[str]) -> dict[str, Any]:
+    argfile = Path(os.environ.get("TMPDIR", "/tmp")) / f"ingest_speed_args_{os.getpid()}.json"
+    argfile.write_text(json.dumps(args))
+    try:
+        proc = subprocess.run([sys.executable, __file__, "--child", step, str(argfile)],
+                              check=True, capture_output=True, text=True)
+    finally:
+        argfile.unlink(missing_ok=True)
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+# ----------------------------------------------------------------------------- analyze table
+def analyze_table(work: Path, n_events: int) -> Path:
+    """A simulated fleet's events replicated as distinct jobs up to ``n_events`` rows."""
+    import polars as pl
+
+    target = work / f"events-{n_events}.parquet"
+    if target.exists():
+        return target
+    run = work / "analyze-src"
+    if not run.exists():
+        _simulate(run, 11, "llama3-like", "slurm")
+    from toranalyze.ingest.pipeline import ingest
+
+    base = ingest([str(run)], jobs=1).events
+    copies = max(1, -(-n_events // base.height))
+    parts = [
+        base.with_columns(
+            (pl.col("job_id") + f"-{k}").alias("job_id"),
+            (pl.lit(f"copy{k}/") + pl.col("file")).alias("file"),
+        )
+        for k in range(copies)
+    ]
+    pl.concat(parts).head(n_events).write_parquet(target)
+    return target
+
+
+# ----------------------------------------------------------------------------- report
+def _table(rows: list[tuple[str, str]]) -> str:
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"| {k.ljust(width)} | {v} |" for k, v in rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size-mb", type=float, default=200.0, help="corpus size (MB)")
+    ap.add_argument("--work", default="benchmarks/out/speed", help="where corpora and tables are written")
+    ap.add_argument("--jobs", type=int, default=2, help="ingest worker processes")
+    ap.add_argument("--engine", default="default", help="ingest engine (local, ray); default: the library default")
+    ap.add_argument("--only", default=",".join(STEPS), help=f"comma-separated subset of {','.join(STEPS)}")
+    ap.add_argument("--analyze-events", type=int, default=10_000_000)
+    ap.add_argument("--small-files", type=int, default=1000)
+    ap.add_argument("--json", default=None, help="also write the figures as JSON")
+    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        print(json.dumps(child(a.child[0], json.loads(Path(a.child[1]).read_text()))))
+        return
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    only = set(a.only.split(","))
+    res: dict[str, Any] = {"size_mb": a.size_mb, "jobs": a.jobs}
+    rows: list[tuple[str, str]] = []
+    if only & {"ingest", "baseline_a", "baseline_b"}:
+        corpus = make_corpus(work, a.size_mb)
+        files = [str(p) for p in corpus_files(corpus)]
+        mb = sum(os.path.getsize(f) for f in files) / MB
+        res["corpus"] = {"files": len(files), "mb": mb}
+        rows.append(("corpus", f"{mb:,.0f} MB in {len(files)} files"))
+        for step, args in (
+            ("ingest", [str(a.jobs), a.engine, *files]),
+            ("baseline_a", files),
+            ("baseline_b", files),
+        ):
+            if step not in only:
+                continue
+            r = run_child(step, args)
+            r["mb_s"] = mb / r["wall_s"]
+            res[step] = r
+            lines = f", {r['lines'] / r['wall_s'] / 1e6:.2f} M lines/s" if "lines" in r else ""
+            rows.append((step, f"{r['wall_s']:.2f} s, {r['mb_s']:.1f} MB/s{lines}, peak RSS {r['rss_mb']:,.0f} MB"))
+        if "ingest" in res:
+            for base in ("baseline_a", "baseline_b"):
+                if base in res:
+                    ratio = res[base]["wall_s"] / res["ingest"]["wall_s"]
+                    res[f"ratio_{base}"] = ratio
+                    rows.append((f"ingest / {base} speed", f"{ratio:.3f}x"))
+    if "per_file" in only:
+        many, cat = small_files(work, a.small_files)
+        many_files = [str(p) for p in sorted(many.iterdir())]
+        r_many = run_child("ingest", ["1", "default", *many_files])
+        r_cat = run_child("ingest", ["1", "default", str(cat)])
+        per = (r_many["wall_s"] - r_cat["wall_s"]) / len(many_files)
+        res["per_file"] = {"files_s": r_many["wall_s"], "cat_s": r_cat["wall_s"], "per_file_ms": per * 1000}
+        rows.append(("per-file fixed cost (-j 1)",
+                     f"{per * 1000:.1f} ms ({len(many_files)} files {r_many['wall_s']:.2f} s, "
+                     f"concatenated {r_cat['wall_s']:.2f} s)"))
+    if "analyze" in only:
+        table = analyze_table(work, a.analyze_events)
+        r = run_child("analyze", [str(table)])
+        res["analyze"] = r
+        rows.append((f"analyze {r['events'] / 1e6:.0f}M events ({r['jobs']} jobs)",
+                     f"load {r['load_s']:.2f} s, analyze_events {r['analyze_s']:.2f} s, "
+                     f"peak RSS {r['rss_mb']:,.0f} MB"))
+    print(_table(rows))
+    if a.json:
+        Path(a.json).write_text(json.dumps(res, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

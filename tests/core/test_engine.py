@@ -1,0 +1,68 @@
+"""Engines: the local pool and Ray give the event table of a plain in-process read."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+
+import polars as pl
+import pytest
+
+from toranalyze.errors import ConfigError
+from toranalyze.ingest.engine import import_ray, map_ordered
+from toranalyze.ingest.pipeline import ingest
+from toranalyze.model import load_preset
+from toranalyze.simulate.command import run_simulation
+
+HAS_RAY = importlib.util.find_spec("ray") is not None
+
+
+def _square(x: int) -> int:
+    return x * x
+
+
+def _fleet(tmp_path):
+    data = load_preset("small")
+    data = {**data, "run": {**data["run"], "duration": "30min", "nodes": 1}}
+    run_simulation(tmp_path / "fleet", 5, data, "small", jobs=2)
+    return tmp_path / "fleet"
+
+
+def _sorted(events: pl.DataFrame) -> pl.DataFrame:
+    return events.sort(["file", "line", "kind", "step", "message"], nulls_last=True)
+
+
+def test_local_map_keeps_input_order():
+    assert list(map_ordered(_square, [3, 1, 2], "local", 1)) == [9, 1, 4]
+
+
+def test_unknown_engine_is_a_config_error():
+    with pytest.raises(ConfigError, match="unknown engine"):
+        list(map_ordered(_square, [1], "spark", 1))
+
+
+@pytest.mark.skipif(HAS_RAY, reason="ray is installed: the missing-extra message cannot be shown")
+def test_missing_ray_names_the_extra():
+    with pytest.raises(ConfigError) as info:
+        import_ray()
+    assert "toranalyze[ray]" in (info.value.hint or "")
+
+
+@pytest.mark.skipif(not HAS_RAY, reason="ray is not installed (pip install 'toranalyze[ray]')")
+def test_ray_two_workers_equals_local(tmp_path):
+    import ray
+
+    fleet = _fleet(tmp_path)
+    local = ingest([str(fleet)], jobs=1)
+    t0 = time.perf_counter()
+    try:
+        distributed = ingest([str(fleet)], jobs=2, engine="ray")
+    finally:
+        ray.shutdown()
+    assert time.perf_counter() - t0 < 300
+    assert local.events.height > 100
+    assert [f.path for f in distributed.files] == [f.path for f in local.files]
+    assert [(f.lines, f.events, f.covered) for f in distributed.files] == [
+        (f.lines, f.events, f.covered) for f in local.files
+    ]
+    assert _sorted(distributed.events).equals(_sorted(local.events))

@@ -1,0 +1,76 @@
+"""Fixtures of the report tests: the sample run analysed once, and a hostile copy of it.
+
+The hostile copy carries markup and secrets where logs can put them: a node name, a file name,
+the job's name and the evidence lines. Each hostile script sets ``window.__pwned``; a report is
+safe when that never happens and the text shows as text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from toranalyze.ingest.pipeline import ingest
+from toranalyze.reconstruct.analysis import Analysis, analyze_events
+from toranalyze.report.names import rename_jobs
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "sample_logs" / "gpt-small"
+
+SCRIPT = '<script>window.__pwned="script"</script>'
+IMG = "<img src=x onerror=\"window.__pwned='img'\">"
+SVG = "<svg onload=\"window.__pwned='svg'\">"
+SECRETS = {
+    "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345": "huggingface",
+    "ghp_0123456789abcdefghijABCDEFGHIJ012345": "github",
+    "AKIAIOSFODNN7EXAMPLE": "aws",
+    "Bearer eyJhbGciOiJIUzI1NiJ9.payload.signature": "bearer",
+    "password=hunter2secret": "password",
+}
+HOSTILE_NODE = f"gpu-004{IMG}"
+HOSTILE_FILE_PART = f"slurm-731400{SCRIPT}.out"
+HOSTILE_JOB = f"gpt{SVG}{SCRIPT}"
+
+
+@dataclass
+class Run:
+    analysis: Analysis
+    events: pl.DataFrame
+    summary: dict[str, Any]
+
+
+@pytest.fixture(scope="session")
+def sample_run() -> Run:
+    result = ingest([str(SAMPLE)])
+    return Run(analyze_events(result.events), result.events, result.summary())
+
+
+@pytest.fixture(scope="session")
+def hostile_run(sample_run: Run) -> Run:
+    """The sample run with markup in a node, a file and the job's name, and secrets in evidence."""
+    ev = sample_run.events
+    first = sample_run.analysis.incidents.sort("incident").row(0, named=True)["evidence"]
+    refs = pl.DataFrame({"_ref": first}).with_columns(
+        pl.col("_ref").str.extract(r"^(.*):(\d+)$", 1).alias("file"),
+        pl.col("_ref").str.extract(r"^(.*):(\d+)$", 2).cast(pl.Int64).alias("line"),
+        pl.lit(True).alias("_hit"),
+    ).drop("_ref")
+    payload = " ".join([SCRIPT, IMG, *SECRETS])
+    ev = (
+        ev.join(refs, on=["file", "line"], how="left")
+        .with_columns(
+            pl.when(pl.col("_hit")).then(pl.col("message") + " " + pl.lit(payload)).otherwise("message").alias("message"),
+            pl.col("node").replace({"gpu-004": HOSTILE_NODE}),
+            pl.col("file").str.replace("slurm-731400.out", HOSTILE_FILE_PART, literal=True),
+        )
+        .drop("_hit")
+    )
+    an = analyze_events(ev)
+    an = rename_jobs(an, {an.tor["job"][0]: HOSTILE_JOB})
+    summary = dict(sample_run.summary)
+    summary["input_errors"] = [f"bad line {SCRIPT} with token {next(iter(SECRETS))}"]
+    return Run(an, ev, summary)

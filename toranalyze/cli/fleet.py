@@ -1,0 +1,86 @@
+"""``toranalyze fleet``: many runs -> the fleet store (tables, manifest) and a summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import polars as pl
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from toranalyze.cli.common import err, out
+from toranalyze.fleet.build import BuildResult, build
+from toranalyze.fleet.summary import FleetSummary, summarize
+from toranalyze.fleet.tables import TABLES
+from toranalyze.ingest.engine import default_jobs
+from toranalyze.ingest.pipeline import IngestOptions
+
+
+def write_fleet_products(store_dir: Path, tables: dict[str, pl.DataFrame]) -> None:
+    """Hook: where ``rates.json`` (``toranalyze.fleet.rates.build_rates`` over these tables) and
+    ``report.html`` (the fleet report renderer) are written, each to a temporary name renamed
+    into place (``toranalyze.fleet.store.write_text``) after the merged tables and before the
+    command returns. Neither exists on this branch yet, so nothing is written here."""
+
+
+def _print_summary(s: FleetSummary, result: BuildResult, store_dir: Path) -> None:
+    out.print(
+        f"[bold]{s.runs}[/] runs ({len(result.analyzed)} analysed, {result.reused} unchanged, "
+        f"{len(result.removed)} removed), [bold]{s.jobs}[/] jobs, {s.attempts} attempts"
+    )
+    out.print(
+        f"running time {s.gpu_hours:,.1f} GPU-hours ({s.node_hours:,.1f} node-hours) of "
+        f"{s.wall_gpu_hours:,.1f} GPU-hours observed; lost to failures {s.lost_gpu_hours:,.1f} GPU-hours"
+    )
+    if s.by_class.height:
+        t = Table(title="incidents by root cause")
+        for col in ("root cause", "unexpected", "planned"):
+            t.add_column(col, justify="left" if col == "root cause" else "right")
+        for cls, unexpected, planned in s.by_class.iter_rows():
+            t.add_row(str(cls), str(unexpected or ""), str(planned or ""))
+        total = s.by_class.select(pl.col("unexpected", "planned").sum()).row(0)
+        t.add_row("[bold]total[/]", *(f"[bold]{n}[/]" for n in total))
+        out.print(t)
+    else:
+        out.print("no incidents")
+    if s.tor_quantiles:
+        qs = "  ".join(f"p{round(q * 100)} {v:.4f}" for q, v in s.tor_quantiles.items())
+        out.print(f"TOR over jobs: {qs}  mean {s.tor_mean:.4f}")
+    out.print(f"tables written to {store_dir}/ ({', '.join(f'{t}.parquet' for t in TABLES)})"
+              if result.rewritten else f"nothing changed in {store_dir}/")
+
+
+@click.command("fleet")
+@click.argument("paths", nargs=-1, required=True)
+@click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Fleet store directory (created; updated in place on later runs).")
+@click.option("-j", "--jobs", type=int, default=None,
+              help="Runs analysed in parallel, one worker process each [default: the CPUs available].")
+@click.option("--tz", default="UTC", show_default=True,
+              help="Zone of timestamps that state none (IANA name, e.g. Europe/Paris).")
+@click.option("--year", type=int, default=None, help="Year for timestamps that have none (glog, syslog).")
+@click.option("--rules", "rules", multiple=True, type=click.Path(dir_okay=False),
+              help="Extra classification rules (TOML); tried before the built-ins. Repeatable.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def fleet(paths: tuple[str, ...], out_dir: str, jobs: int | None, tz: str, year: int | None,
+          rules: tuple[str, ...], quiet: bool) -> None:
+    """Analyse many runs (each PATH a run directory or a directory of runs) into the fleet tables
+    DIR/jobs, attempts, incidents and exposure (.parquet). Runs whose files did not change since
+    the last time are not analysed again."""
+    store_dir = Path(out_dir)
+    options = IngestOptions(tz=tz, year=year, rules=tuple(rules))
+    with Progress(TextColumn("[bold]{task.fields[stage]}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.description}"), console=err, transient=True, disable=quiet) as bar:
+        task = bar.add_task("", total=None, stage="finding runs")
+
+        def progress(stage: str, done: int, total: int, run: str) -> None:
+            bar.update(task, stage=stage, total=total, completed=done, description=run)
+
+        result = build(paths, store_dir, options, jobs=jobs or default_jobs(), progress=progress)
+    for r in result.runs:
+        if r.error:
+            err.print(f"[yellow]warning[/]: run {r.id} ({r.path}): {r.error}")
+    tables = {t: pl.read_parquet(store_dir / f"{t}.parquet") for t in TABLES}
+    write_fleet_products(store_dir, tables)
+    _print_summary(summarize(len(result.runs), *(tables[t] for t in TABLES)), result, store_dir)

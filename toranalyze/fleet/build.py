@@ -1,0 +1,92 @@
+"""Bring a fleet store up to date with its inputs: hash every run, analyse only the runs whose
+part is missing (new or changed), in worker processes, then commit (store.py)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from toranalyze.fleet import store
+from toranalyze.fleet.pipeline import RunOutcome, RunTask, analyze_run, options_salt
+from toranalyze.fleet.runs import Run, content_hash, find_runs
+from toranalyze.ingest.pipeline import IngestOptions
+
+# (stage, done, total, run id) after each run hashed or analysed
+Progress = Callable[[str, int, int, str], None]
+
+
+@dataclass
+class BuildResult:
+    runs: list[store.StoredRun]
+    analyzed: list[str] = field(default_factory=list)  # run ids analysed this time
+    reused: int = 0
+    removed: list[str] = field(default_factory=list)  # run ids dropped from the store
+    notes: dict[str, list[str]] = field(default_factory=dict)  # run id -> notes of its analysis
+    rewritten: bool = False  # were the merged tables and manifest written
+
+
+@contextmanager
+def _single_threaded_workers() -> Iterator[None]:
+    """Workers each get one polars thread: the processes are the parallelism."""
+    old = os.environ.get("POLARS_MAX_THREADS")
+    os.environ["POLARS_MAX_THREADS"] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["POLARS_MAX_THREADS"]
+        else:
+            os.environ["POLARS_MAX_THREADS"] = old
+
+
+def _analyze(tasks: Sequence[RunTask], jobs: int) -> Iterator[RunOutcome]:
+    if jobs <= 1 or len(tasks) < 2:
+        yield from map(analyze_run, tasks)
+        return
+    ctx = multiprocessing.get_context("spawn")  # polars' thread pool does not survive fork
+    with _single_threaded_workers(), ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=ctx) as pool:
+        futures = [pool.submit(analyze_run, t) for t in tasks]
+        for fut in as_completed(futures):
+            yield fut.result()
+
+
+def build(paths: Sequence[str], out: Path, options: IngestOptions, jobs: int = 1,
+          progress: Progress | None = None) -> BuildResult:
+    """Update the store at ``out`` from the runs under ``paths``. Parts are written as each run
+    finishes, so an interrupted build keeps its finished runs; the manifest is written last."""
+    out.mkdir(parents=True, exist_ok=True)
+    runs = find_runs(paths, skip=[str(out)])
+    before = store.read_manifest(out)
+    salt = options_salt(options)
+    hashes: dict[str, str] = {}
+    for i, run in enumerate(runs, 1):
+        hashes[run.id] = content_hash(run, salt)
+        if progress:
+            progress("hashing", i, len(runs), run.id)
+    todo = [RunTask(r, hashes[r.id], options) for r in runs if not store.has_part(out, hashes[r.id])]
+    result = BuildResult(runs=[], reused=len(runs) - len(todo))
+    for i, outcome in enumerate(_analyze(todo, jobs), 1):
+        status = {"run": outcome.run.id, "error": outcome.error, "notes": list(outcome.notes),
+                  "files_failed": outcome.files_failed}
+        store.write_part(out, outcome.hash, outcome.tables, status)
+        result.analyzed.append(outcome.run.id)
+        if progress:
+            progress("analysing", i, len(todo), outcome.run.id)
+    result.runs = [_stored(out, r, hashes[r.id], result) for r in runs]
+    ids = {r.id for r in runs}
+    result.removed = sorted(r.id for r in before.runs if r.id not in ids)
+    result.analyzed.sort()
+    _, result.rewritten = store.commit(out, result.runs, before)
+    return result
+
+
+def _stored(out: Path, run: Run, run_hash: str, result: BuildResult) -> store.StoredRun:
+    status = store.read_status(out, run_hash)
+    if status.get("notes"):
+        result.notes[run.id] = list(status["notes"])
+    return store.StoredRun(run.id, run.path, run_hash, status.get("error"))

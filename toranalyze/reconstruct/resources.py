@@ -1,0 +1,56 @@
+"""Where each attempt ran and on how much: its nodes and GPU count, from the records themselves.
+
+Nodes come from the records of the job's processes and scheduler (trainer, torch, NCCL,
+Slurm, Kubernetes) that the attempt owns. Kernel logs are read from every node the job ever
+used and carry benign noise in between, so they name an attempt's nodes only when nothing else
+does. GPUs are the largest count a record of the attempt states (NCCL ``nranks``, the trainer's
+world size, an allocation's GPUs), else the job's largest.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from toranalyze.schema import frame_schema
+
+RESOURCES_SCHEMA = frame_schema(
+    {
+        "job": pl.String,
+        "attempt": pl.Int32,
+        "gpus": pl.Int32,  # null when no record states a count
+        "nodes": pl.Int32,  # distinct nodes named, or a stated node count when larger
+        "node_list": pl.List(pl.String),  # sorted
+    }
+)
+
+
+def attempt_resources(ev: pl.DataFrame) -> pl.DataFrame:
+    """Events with ``job`` and ``attempt_idx`` (after ``assign_attempts``) -> RESOURCES_SCHEMA rows."""
+    if "attempt_idx" not in ev.columns or ev.height == 0:
+        return pl.DataFrame(schema=RESOURCES_SCHEMA)
+    ev = ev.filter(pl.col("job").is_not_null() & pl.col("attempt_idx").is_not_null())
+    key = ["job", "attempt_idx"]
+    named = ev.filter(pl.col("node").is_not_null()).with_columns((pl.col("source") == "kernel").alias("_kern"))
+    # Per attempt: the nodes of its non-kernel records, else of its kernel records.
+    nodes = (
+        named.group_by(*key, "_kern")
+        .agg(pl.col("node").unique().sort().alias("node_list"))
+        .sort(*key, "_kern")
+        .group_by(key, maintain_order=True)
+        .first()
+        .drop("_kern")
+    )
+    stated = ev.group_by(key).agg(pl.col("n_gpus").max().alias("_g"), pl.col("n_nodes").max().alias("_n"))
+    job_gpus = ev.group_by("job").agg(pl.col("n_gpus").max().alias("_jg"))
+    out = (
+        stated.join(nodes, on=key, how="left")
+        .join(job_gpus, on="job", how="left")
+        .with_columns(pl.col("node_list").fill_null(pl.lit([], pl.List(pl.String))))
+        .with_columns(
+            pl.coalesce("_g", "_jg").alias("gpus"),
+            pl.max_horizontal(pl.col("node_list").list.len().cast(pl.Int32), pl.col("_n")).alias("nodes"),
+            pl.col("attempt_idx").alias("attempt"),
+        )
+        .with_columns(pl.when(pl.col("nodes") > 0).then(pl.col("nodes")).alias("nodes"))
+    )
+    return out.select([pl.col(c).cast(t) for c, t in RESOURCES_SCHEMA.items()]).sort("job", "attempt")

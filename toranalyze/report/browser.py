@@ -1,0 +1,72 @@
+"""Open a report in headless Chromium (the distribution's, through Playwright) and wait for its figures.
+
+Used by the browser tests and the report benchmark; never downloads a browser. Needs the
+``playwright`` package (the ``test`` extra) and a ``chromium`` executable.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run", "--disable-sync"]
+
+
+def chromium_path() -> str | None:
+    for name in ("chromium", "chromium-browser"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+@dataclass
+class Opened:
+    seconds_to_last_figure: float
+    figures: int
+    figures_total: int
+    rendered: int  # figure divs holding an svg or a canvas
+    console_errors: list[str] = field(default_factory=list)
+    page_errors: list[str] = field(default_factory=list)
+    injected: Any = None  # window.__pwned, set by a hostile test string if it ever ran
+
+
+def open_report(path: Path, screenshot: Path | None = None, timeout_s: float = 60.0,
+                check: Any = None) -> tuple[Opened, Any]:
+    """Load ``path`` from file://, wait until every figure is drawn; ``check(page)`` runs before closing."""
+    from playwright.sync_api import sync_playwright
+
+    exe = chromium_path()
+    if exe is None:
+        raise RuntimeError("no chromium executable on PATH")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 900})
+            errors: list[str] = []
+            page_errors: list[str] = []
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: page_errors.append(str(e)))
+            t0 = time.perf_counter()
+            page.goto(path.resolve().as_uri(), wait_until="load", timeout=timeout_s * 1000)
+            page.wait_for_function("document.body.dataset.figures !== undefined", timeout=timeout_s * 1000)
+            elapsed = time.perf_counter() - t0
+            state = page.evaluate("""() => ({
+                figures: Number(document.body.dataset.figures),
+                total: Number(document.body.dataset.figuresTotal),
+                rendered: Array.from(document.querySelectorAll('div.fig')).filter(
+                    d => d.querySelector('svg.main-svg, canvas')).length,
+                injected: window.__pwned === undefined ? null : window.__pwned,
+            })""")
+            extra = check(page) if check else None
+            if screenshot is not None:
+                screenshot.parent.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(screenshot), full_page=True)
+        finally:
+            browser.close()
+    return Opened(elapsed, state["figures"], state["total"], state["rendered"], errors, page_errors,
+                  state["injected"]), extra

@@ -1,0 +1,206 @@
+"""Plotly figures as plain dicts, built from analysis frames with polars (no Python loops over rows).
+
+Times go to plotly as milliseconds since the epoch on date axes (compact, parsed fast); long
+series are reduced to at most ``MAX_POINTS`` per trace by keeping each time bin's first and last
+row (a min/max-style decimation that keeps rollbacks and spikes visible), and traces with many
+points use WebGL (``scattergl``). Every text that may come from a log goes through ``esc_plot``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from toranalyze.report.html import BUCKET_COLOURS, PALETTE, esc_plot
+
+MAX_POINTS = 4000
+GL_ABOVE = 1500
+PHASES = (
+    ("t_last_progress", "last progress", "#000000", "circle-open"),
+    ("t_first_error", "first error", "#D55E00", "x"),
+    ("t_detected", "detected", "#E69F00", "diamond"),
+    ("t_restart", "restart", "#0072B2", "triangle-right"),
+    ("t_resumed", "resumed", "#009E73", "triangle-up"),
+    ("t_caught_up", "caught up", "#56B4E9", "star"),
+)
+
+
+def ms(col: str | pl.Expr) -> pl.Expr:
+    """A UTC datetime (or µs integer) column as epoch milliseconds."""
+    e = pl.col(col) if isinstance(col, str) else col
+    return (e.cast(pl.Int64) // 1000).cast(pl.Float64)
+
+
+def decimate(df: pl.DataFrame, t: str, by: tuple[str, ...] = (), max_points: int = MAX_POINTS) -> pl.DataFrame:
+    """At most about ``max_points`` rows: the first and last row of each time bin (per ``by`` group)."""
+    if df.height <= max_points:
+        return df
+    bins = max(max_points // 2, 1)
+    x = pl.col(t).cast(pl.Float64)
+    lo, hi = df.select(x.min().alias("lo"), x.max().alias("hi")).row(0)
+    span = max(float(hi - lo), 1.0)
+    b = ((x - lo) / span * (bins - 1)).floor().cast(pl.Int64).alias("_bin")
+    keys = [*by, "_bin"]
+    idx = pl.int_range(pl.len()).over(keys)
+    n = pl.len().over(keys)
+    return df.sort(t).with_columns(b).filter((idx == 0) | (idx == n - 1)).drop("_bin")
+
+
+def _scatter(n: int) -> str:
+    return "scattergl" if n > GL_ABOVE else "scatter"
+
+
+def date_layout(**extra: Any) -> dict[str, Any]:
+    return {"xaxis": {"type": "date", "title": {"text": "time (UTC)"}}, "hovermode": "closest", **extra}
+
+
+def ledger_bar(row: dict[str, Any], buckets: tuple[str, ...]) -> dict[str, Any]:
+    """Where the observed time went: one stacked horizontal bar, hours per bucket."""
+    t_obs = row.get("t_obs_s") or 0.0
+    data = []
+    for b in buckets:
+        secs = float(row.get(f"{b}_s") or 0.0)
+        share = secs / t_obs if t_obs else 0.0
+        data.append({
+            "type": "bar", "orientation": "h", "name": b, "y": ["observed"], "x": [secs / 3600.0],
+            "marker": {"color": BUCKET_COLOURS.get(b)}, "text": [f"{share:.1%}" if share >= 0.03 else ""],
+            "textposition": "inside", "hovertemplate": f"{b}: %{{x:.2f}} h ({share:.1%})<extra></extra>",
+        })
+    return {"data": data, "layout": {"barmode": "stack", "xaxis": {"title": {"text": "hours"}},
+                                     "yaxis": {"visible": False}, "margin": {"l": 20, "r": 20, "t": 10, "b": 40},
+                                     "legend": {"orientation": "h", "y": -0.6, "traceorder": "normal"}}}
+
+
+def timeline(attempts: pl.DataFrame, incidents: pl.DataFrame, ckpt: pl.DataFrame | None,
+             slow: pl.DataFrame) -> dict[str, Any]:
+    """Attempts as bars, each incident's downtime and phases, checkpoints and slow periods."""
+    data: list[dict[str, Any]] = []
+    a = attempts.filter(pl.col("t_start").is_not_null() & pl.col("t_end").is_not_null()).select(
+        ms("t_start").alias("b"), (ms("t_end") - ms("t_start")).alias("d"), "attempt", "state", "job_id"
+    )
+    if a.height:
+        hover = esc_plot(
+            a.select(pl.format("attempt {} ({}) · {}", "attempt", pl.col("job_id").fill_null("-"),
+                               pl.col("state").fill_null("no end state")))["attempt"].to_list()
+        )
+        data.append({"type": "bar", "orientation": "h", "name": "attempts", "y": ["attempts"] * a.height,
+                     "base": a["b"].to_list(), "x": a["d"].to_list(), "marker": {"color": "#0072B2"},
+                     "hovertext": hover, "hoverinfo": "text", "width": 0.5})
+    if incidents.height:
+        i = incidents.with_columns(pl.coalesce("t_resumed", "t_restart", "t_detected").alias("_to"))
+        down = i.filter(pl.col("t_last_progress").is_not_null() & pl.col("_to").is_not_null())
+        hover = esc_plot(
+            down.select(pl.format("#{} {} on {} · down {} s", pl.col("incident") + 1, "root_cause",
+                                  pl.col("nodes").list.join(",").fill_null("-"),
+                                  pl.col("downtime_s").round(0)))["incident"].to_list()
+        )
+        data.append({
+            "type": "bar", "orientation": "h", "name": "downtime", "y": ["incidents"] * down.height,
+            "base": down.select(ms("t_last_progress"))["t_last_progress"].to_list(),
+            "x": down.select(ms("_to") - ms("t_last_progress"))["_to"].to_list(), "width": 0.5,
+            "marker": {"color": ["#999999" if p else "#D55E00" for p in down["planned"].fill_null(False)]},
+            "hovertext": hover, "hoverinfo": "text",
+        })
+        for col, label, colour, symbol in PHASES:
+            p = incidents.filter(pl.col(col).is_not_null())
+            data.append({"type": _scatter(p.height), "mode": "markers", "name": label, "y": ["phases"] * p.height,
+                         "x": p.select(ms(col))[col].to_list(),
+                         "marker": {"color": colour, "symbol": symbol, "size": 9},
+                         "hovertext": esc_plot(p.select(pl.format("#{} {}: " + label, pl.col("incident") + 1,
+                                                                  "root_cause"))["incident"].to_list()),
+                         "hoverinfo": "text+x"})
+    if ckpt is not None and ckpt.height:
+        c = decimate(ckpt.select("end"), "end")
+        data.append({"type": _scatter(c.height), "mode": "markers", "name": "checkpoint saved",
+                     "y": ["checkpoints"] * c.height, "x": c.select(ms("end"))["end"].to_list(),
+                     "marker": {"color": "#56B4E9", "symbol": "line-ns-open", "size": 10}, "hoverinfo": "x+name"})
+    if slow.height:
+        s = slow.filter(pl.col("start").is_not_null() & pl.col("end").is_not_null())
+        data.append({
+            "type": "bar", "orientation": "h", "name": "slow periods", "y": ["slow periods"] * s.height,
+            "base": s.select(ms("start"))["start"].to_list(), "x": s.select(ms("end") - ms("start"))["end"].to_list(),
+            "marker": {"color": "#F0E442", "line": {"color": "#8a7a00", "width": 1}}, "width": 0.5,
+            "hovertext": esc_plot(s.select(pl.format("×{} slower, suspect {}", pl.col("factor").round(2),
+                                                     pl.col("node").fill_null("-")))["factor"].to_list()),
+            "hoverinfo": "text",
+        })
+    cats = ["slow periods", "checkpoints", "phases", "incidents", "attempts"]
+    return {"data": data, "layout": date_layout(
+        barmode="overlay", margin={"l": 100, "r": 20, "t": 20, "b": 40},
+        yaxis={"categoryorder": "array", "categoryarray": cats, "type": "category"},
+        legend={"orientation": "h", "y": -0.3})}
+
+
+def _with_gaps(df: pl.DataFrame, by: str, x: str, y: str) -> tuple[list[Any], list[Any]]:
+    """x/y lists with a null between groups, so one trace draws each attempt as its own line."""
+    gaps = df.select(by).unique().with_columns(pl.lit(None, pl.Float64).alias(x), pl.lit(None, pl.Float64).alias(y),
+                                               pl.lit(1).alias("_o"))
+    both = pl.concat([df.select(by, pl.col(x).cast(pl.Float64), pl.col(y).cast(pl.Float64), pl.lit(0).alias("_o")),
+                      gaps]).sort(by, "_o", maintain_order=True)
+    return both[x].to_list(), both[y].to_list()
+
+
+def progress_curve(prog: pl.DataFrame) -> dict[str, Any]:
+    """Steps over wall time per attempt; rows later rolled back in vermillion (the rework)."""
+    p = prog.filter(pl.col("end").is_not_null()).select(
+        "attempt", "step", ms("end").alias("x"), (pl.col("n_lost") > 0).alias("lost"))
+    p = decimate(p, "x", ("attempt", "lost"))
+    data = []
+    for lost, name, colour in ((False, "kept", "#0072B2"), (True, "rolled back (rework)", "#D55E00")):
+        part = p.filter(pl.col("lost") == lost).sort("attempt", "x")
+        if not part.height:
+            continue
+        xs, ys = _with_gaps(part, "attempt", "x", "step")
+        data.append({"type": _scatter(len(xs)), "mode": "lines", "name": name, "x": xs, "y": ys,
+                     "line": {"color": colour, "width": 2}, "connectgaps": False,
+                     "hovertemplate": "step %{y}<extra>" + name + "</extra>"})
+    return {"data": data, "layout": date_layout(yaxis={"title": {"text": "step"}},
+                                                legend={"orientation": "h", "y": -0.3})}
+
+
+def step_time(prog: pl.DataFrame, slow: pl.DataFrame, ideal_s: float | None) -> dict[str, Any]:
+    """Seconds per step over time, the ideal step time and the slow periods with their suspect node."""
+    p = prog.filter(pl.col("d_us").is_not_null() & pl.col("end").is_not_null()).select(
+        "attempt", ms("end").alias("x"), (pl.col("d_us") / pl.col("n").clip(1, None) / 1e6).alias("y"))
+    p = decimate(p, "x", ("attempt",))
+    xs, ys = _with_gaps(p.sort("attempt", "x"), "attempt", "x", "y")
+    data: list[dict[str, Any]] = [{"type": _scatter(len(xs)), "mode": "lines", "name": "step time", "x": xs, "y": ys,
+                                   "line": {"color": "#0072B2", "width": 1},
+                                   "hovertemplate": "%{y:.3f} s/step<extra></extra>"}]
+    if ideal_s and p.height:
+        x0, x1 = p["x"].min(), p["x"].max()
+        data.append({"type": "scatter", "mode": "lines", "name": f"ideal {ideal_s:.3f} s", "x": [x0, x1],
+                     "y": [ideal_s, ideal_s], "line": {"color": "#009E73", "dash": "dash"}, "hoverinfo": "name"})
+    s = slow.filter(pl.col("start").is_not_null() & pl.col("end").is_not_null())
+    if s.height:
+        seg = s.select(ms("start").alias("a"), ms("end").alias("b"), pl.col("median_step_time_s").alias("y"),
+                       pl.format("×{} slower · suspect {}", pl.col("factor").round(2),
+                                 pl.col("node").fill_null("-")).alias("h"))
+        xs2: list[Any] = []
+        ys2: list[Any] = []
+        hs: list[Any] = []
+        # three points per period (start, end, gap): a short list even for thousands of periods
+        for a, b, y, h in seg.iter_rows():
+            xs2 += [a, b, None]
+            ys2 += [y, y, None]
+            hs += [h, h, None]
+        data.append({"type": "scatter", "mode": "lines", "name": "slow period (suspect node)", "x": xs2, "y": ys2,
+                     "line": {"color": "#E69F00", "width": 6}, "hovertext": esc_plot(hs), "hoverinfo": "text"})
+    return {"data": data, "layout": date_layout(yaxis={"title": {"text": "seconds per step"}, "rangemode": "tozero"},
+                                                legend={"orientation": "h", "y": -0.3})}
+
+
+def cost_by_cause(incidents: pl.DataFrame) -> dict[str, Any]:
+    """Downtime and lost work (hours) per root cause, largest first."""
+    c = (incidents.group_by("root_cause").agg((pl.col("downtime_s").fill_null(0).sum() / 3600).alias("down"),
+                                              (pl.col("lost_time_s").fill_null(0).sum() / 3600).alias("lost"),
+                                              pl.len().alias("n"))
+         .with_columns((pl.col("down") + pl.col("lost")).alias("tot")).sort("tot", descending=True))
+    names = esc_plot(c["root_cause"].to_list())
+    return {"data": [
+        {"type": "bar", "name": "downtime", "x": names, "y": c["down"].to_list(), "marker": {"color": PALETTE[1]},
+         "hovertemplate": "%{x}: %{y:.2f} h down<extra></extra>"},
+        {"type": "bar", "name": "lost work (rework)", "x": names, "y": c["lost"].to_list(),
+         "marker": {"color": PALETTE[3]}, "hovertemplate": "%{x}: %{y:.2f} h lost<extra></extra>"},
+    ], "layout": {"barmode": "stack", "yaxis": {"title": {"text": "hours"}}, "legend": {"orientation": "h", "y": -0.3}}}

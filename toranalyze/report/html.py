@@ -1,0 +1,161 @@
+"""HTML building blocks shared by the job and fleet reports.
+
+Every value that may come from a log goes through :func:`esc` (HTML) or :func:`esc_plot` (plotly
+text, which plotly renders as a subset of HTML); figures travel as JSON in a non-executable
+``<script type="application/json">`` block with every ``<`` written as ``\\u003c`` so no string can
+close it. A Content-Security-Policy with a per-page nonce stops any script the escaping missed.
+plotly.js is loaded from a file beside the report (:func:`write_plotly_js`), never from a CDN.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import secrets
+import shutil
+from collections.abc import Iterable, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import plotly
+
+PLOTLY_JS = "plotly.min.js"
+
+# Okabe & Ito's palette: distinguishable with the common colour-vision deficiencies.
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7", "#F0E442", "#000000", "#999999")
+BUCKET_COLOURS = {
+    "useful": "#009E73",
+    "slowdown": "#F0E442",
+    "rework": "#D55E00",
+    "checkpoint": "#56B4E9",
+    "detection": "#E69F00",
+    "recovery": "#CC79A7",
+    "other": "#999999",
+}
+
+
+def esc(value: Any) -> str:
+    """Text for HTML (element content and quoted attributes)."""
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def esc_plot(values: Iterable[Any]) -> list[str]:
+    """Texts for plotly (hover, labels, categories): plotly interprets a few tags, so escape all."""
+    return [html.escape("" if v is None else str(v), quote=False) for v in values]
+
+
+def css() -> str:
+    return resources.files("toranalyze.report").joinpath("assets/report.css").read_text("utf-8")
+
+
+def plotly_js_source() -> Path:
+    return Path(plotly.__file__).parent / "package_data" / PLOTLY_JS
+
+
+def write_plotly_js(directory: Path) -> Path:
+    """Copy the installed plotly.js beside the reports (once; an up-to-date copy is kept)."""
+    src, dst = plotly_js_source(), directory / PLOTLY_JS
+    if not dst.exists() or dst.stat().st_size != src.stat().st_size:
+        directory.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+    return dst
+
+
+class Page:
+    """Collects sections and figures; :meth:`render` returns the whole document."""
+
+    def __init__(self, title: str, plotly_src: str = PLOTLY_JS) -> None:
+        self.title = title
+        self.plotly_src = plotly_src
+        self.parts: list[str] = []
+        self.n_figs = 0
+
+    def add(self, fragment: str) -> None:
+        self.parts.append(fragment)
+
+    def figure(self, fig: dict[str, Any], height: int = 360) -> None:
+        """Add a plotly figure given as a plain ``{"data": [...], "layout": {...}}`` dict."""
+        self.n_figs += 1
+        fid = f"fig{self.n_figs}"
+        layout = {"height": height, "margin": {"l": 60, "r": 20, "t": 36, "b": 40}, "colorway": list(PALETTE),
+                  "font": {"size": 12}, **fig.get("layout", {})}
+        blob = json.dumps({"data": fig["data"], "layout": layout}, separators=(",", ":"), default=str)
+        blob = blob.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+        self.parts.append(f'<div class="fig" id="{fid}" style="height:{height}px"></div>'
+                          f'<script type="application/json" id="{fid}-data">{blob}</script>')
+
+    def render(self) -> str:
+        nonce = secrets.token_urlsafe(16)
+        csp = (f"default-src 'none'; script-src 'nonce-{nonce}' 'unsafe-eval'; style-src 'unsafe-inline'; "
+               "img-src data: blob:; font-src data:; worker-src blob:")
+        return "\n".join([
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            f'<meta http-equiv="Content-Security-Policy" content="{csp}">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            f"<title>{esc(self.title)}</title>",
+            f"<style>{css()}</style>",
+            f'<script nonce="{nonce}" src="{esc(self.plotly_src)}"></script>',
+            "</head><body>",
+            *self.parts,
+            f'<script nonce="{nonce}">{_LOADER}</script>',
+            "</body></html>",
+        ])
+
+
+# Draws the figures in order; body[data-figures] counts the drawn ones (tests and benchmarks
+# wait on it), a missing plotly.js is said in the page rather than failing silently.
+_LOADER = """
+(function () {
+  var figs = document.querySelectorAll('div.fig'), done = 0, cfg = {displaylogo: false, responsive: true};
+  document.body.dataset.figuresTotal = figs.length;
+  if (typeof Plotly === 'undefined') {
+    figs.forEach(function (d) { d.textContent = 'plotly.min.js was not found beside this report'; });
+    return;
+  }
+  var i = 0;
+  function next() {
+    if (i >= figs.length) {
+      document.body.dataset.drawnMs = Math.round(performance.now());
+      document.body.dataset.figures = done; return;
+    }
+    var d = figs[i++], spec = JSON.parse(document.getElementById(d.id + '-data').textContent);
+    Plotly.newPlot(d, spec.data, spec.layout, cfg).then(function () { done++; next(); });
+  }
+  next();
+})();
+"""
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[str]], numeric: Sequence[bool] | None = None,
+          cls: str = "t") -> str:
+    """An HTML table. Cells are given already escaped (they may hold markup the caller built)."""
+    num = list(numeric or [False] * len(headers))
+    head = "".join(f'<th class="{"n" if n else ""}">{esc(h)}</th>' for h, n in zip(headers, num, strict=True))
+    body = "".join(
+        "<tr>" + "".join(f'<td class="{"n" if n else ""}">{c}</td>' for c, n in zip(r, num, strict=True)) + "</tr>"
+        for r in rows
+    )
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def cards(items: Sequence[tuple[str, str]]) -> str:
+    """Header numbers: (label, value) pairs, escaped here."""
+    inner = "".join(f'<div class="card"><div class="k">{esc(k)}</div><div class="v" data-key="{esc(k)}">{esc(v)}'
+                    f"</div></div>" for k, v in items)
+    return f'<div class="cards">{inner}</div>'
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(round(seconds))
+    d, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    if d:
+        return f"{d}d{h:02d}h{m:02d}m"
+    if h:
+        return f"{h}h{m:02d}m{s:02d}s"
+    return f"{m}m{s:02d}s"

@@ -1,0 +1,222 @@
+"""The job report: one HTML page per ``analyze`` run with a section per job.
+
+``render_job_report`` is pure: the analysis frames (attempts, incidents, slow periods, tor, and
+the placed step rows), the events (for evidence lines, GPU counts and data quality) and the
+ingest summary in; an HTML string out. Everything shown that came from a log is escaped, and
+secrets are redacted unless ``redact=False``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import polars as pl
+
+from toranalyze.reconstruct.analysis import Analysis
+from toranalyze.reconstruct.ledger import BUCKETS
+from toranalyze.report import figures
+from toranalyze.report.html import PLOTLY_JS, Page, cards, esc, fmt_duration, table
+from toranalyze.report.redact import redact_frame, redact_json
+
+EVIDENCE_SHOWN = 3
+MAX_INCIDENT_ROWS = 2000
+
+
+@dataclass
+class JobReportInput:
+    analysis: Analysis
+    events: pl.DataFrame
+    summary: dict[str, Any]  # IngestResult.summary()
+    shapes: pl.DataFrame | None = None  # unrecognised line shapes: count, shape, first
+
+
+def render_job_report(inp: JobReportInput, *, title: str | None = None, redact: bool = True,
+                      plotly_src: str = PLOTLY_JS, jobs: list[str] | None = None) -> str:
+    """The whole page. ``jobs`` limits it to these jobs (default: every job of the analysis)."""
+    an = inp.analysis
+    tor = an.tor if jobs is None else an.tor.filter(pl.col("job").is_in(jobs))
+    events = redact_frame(inp.events, ("message",)) if redact else inp.events
+    incidents = redact_frame(an.incidents, ("reason",)) if redact else an.incidents
+    names = tor["job"].to_list()
+    page = Page(title or (names[0] if len(names) == 1 else f"{len(names)} jobs"), plotly_src)
+    page.add(f"<h1>{esc(page.title)}</h1>")
+    if len(names) > 1:
+        links = "".join(f'<a href="#job-{i}">{esc(n)}</a>' for i, n in enumerate(names))
+        page.add(f'<nav class="toc">{links}<a href="#data-quality">data quality</a></nav>')
+    if tor.height == 0:
+        page.add('<p class="warn">No training progress was found in the inputs: no TOR to compute.</p>')
+    for i, row in enumerate(tor.iter_rows(named=True)):
+        job = row["job"]
+        _job_section(page, i, row, an.attempts.filter(pl.col("job") == job), incidents.filter(pl.col("job") == job),
+                     an.slow_periods.filter(pl.col("job") == job), _frame_for(an.progress, job),
+                     _frame_for(an.checkpoints, job), _job_events(events, row, tor.height))
+    summary, notes = (redact_json(inp.summary), redact_json(an.notes)) if redact else (inp.summary, an.notes)
+    _data_quality(page, events, summary, inp.shapes, notes)
+    page.add('<footer>toranalyze · times in UTC · TOR = optimal / observed training time (arXiv 2408.07482)'
+             f'{" · secrets redacted" if redact else ""}</footer>')
+    return page.render()
+
+
+def _frame_for(df: pl.DataFrame | None, job: str) -> pl.DataFrame | None:
+    return None if df is None else df.filter(pl.col("job") == job)
+
+
+def _job_events(events: pl.DataFrame, row: dict[str, Any], n_jobs: int) -> pl.DataFrame:
+    """The job's own events: those of its scheduler ids (all events when the run has one job)."""
+    if n_jobs == 1 or not row.get("job_ids"):
+        return events
+    return events.filter(pl.col("job_id").is_in(row["job_ids"]) | pl.col("job_id").is_null())
+
+
+def gpu_count(events: pl.DataFrame) -> int | None:
+    """GPUs the job ran on: the largest count a source states, else distinct (node, gpu) or ranks seen."""
+    if "n_gpus" in events.columns and events["n_gpus"].drop_nulls().len():
+        return int(events["n_gpus"].max())  # type: ignore[arg-type]
+    ranks = events["rank"].drop_nulls().n_unique() if "rank" in events.columns else 0
+    return ranks or None
+
+
+def _when(t: datetime | None) -> str:
+    return t.strftime("%Y-%m-%d %H:%M:%S") if t else "-"
+
+
+def _job_section(page: Page, i: int, row: dict[str, Any], attempts: pl.DataFrame, incidents: pl.DataFrame,
+                 slow: pl.DataFrame, prog: pl.DataFrame | None, ckpt: pl.DataFrame | None,
+                 events: pl.DataFrame) -> None:
+    gpus = gpu_count(events)
+    page.add(f'<section class="job" id="job-{i}" data-job="{esc(row["job"])}">')
+    page.add(f"<h2>job {esc(row['job'])}</h2>")
+    unclean = "" if row.get("ended_cleanly") else ' · <span class="warn">no clean end in the logs</span>'
+    page.add(f'<p class="sub">{_when(row.get("t_start"))} → {_when(row.get("t_end"))} UTC · '
+             f"{esc(row.get('n_attempts'))} attempts · ideal step "
+             f"{(row.get('ideal_step_time_s') or 0):.3f} s ({esc(row.get('ideal_step_source'))})"
+             f"{unclean}</p>")
+    page.add(cards([
+        ("TOR", f"{row['tor']:.4f}" if row.get("tor") is not None else "-"),
+        ("observed", fmt_duration(row.get("t_obs_s"))),
+        ("optimal", fmt_duration(row.get("useful_s"))),
+        ("GPUs", str(gpus) if gpus else "-"),
+        ("incidents", str(incidents.height)),
+        ("steps lost", str(row.get("steps_lost") or 0)),
+    ]))
+    page.add("<h3>Where the time went</h3>")
+    page.figure(figures.ledger_bar(row, BUCKETS), height=170)
+    rows = [(esc(b), fmt_duration(row.get(f"{b}_s")),
+             f"{(row.get(f'{b}_s') or 0) / row['t_obs_s']:.1%}" if row.get("t_obs_s") else "-") for b in BUCKETS]
+    page.add(table(["bucket", "time", "share"], rows, [False, True, True]))
+    page.add("<h3>Timeline: attempts, incidents and their phases, checkpoints, slow periods</h3>")
+    page.figure(figures.timeline(attempts, incidents, ckpt, slow), height=330)
+    if prog is not None and prog.height:
+        page.add("<h3>Progress: steps over wall time (rollbacks show as drops)</h3>")
+        page.figure(figures.progress_curve(prog), height=340)
+        page.add("<h3>Step time, slow periods and their suspect node</h3>")
+        page.figure(figures.step_time(prog, slow, row.get("ideal_step_time_s")), height=320)
+    if incidents.height:
+        page.add("<h3>Incidents</h3>")
+        page.figure(figures.cost_by_cause(incidents), height=280)
+        page.add(_incident_table(incidents, events, row.get("path")))
+    else:
+        page.add('<p class="note">No incidents.</p>')
+    if slow.height:
+        page.add("<h3>Slow periods</h3>")
+        srows = [(esc(_when(s["start"])), fmt_duration((s["end"] - s["start"]).total_seconds()),
+                  f"{s['factor']:.2f}×" if s["factor"] else "-", esc(s["steps"]), fmt_duration(s["slowdown_s"]),
+                  esc(s["node"] or "-"), esc(", ".join(_rel(e, row.get("path")) for e in (s["evidence"] or [])[:3])))
+                 for s in slow.iter_rows(named=True)]
+        page.add(table(["start", "length", "factor", "steps", "slowdown", "suspect node", "evidence"], srows,
+                       [False, True, True, True, True, False, False]))
+    page.add("</section>")
+
+
+def _rel(ref: str, root: str | None) -> str:
+    """An evidence path relative to the job's directory (shorter, and the same in every table)."""
+    if root and ref.startswith(root.rstrip("/") + "/"):
+        return ref[len(root.rstrip("/")) + 1:]
+    return ref
+
+
+def evidence_lines(incidents: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
+    """(incident, ref, text): each evidence ``file:line`` with the message of its record."""
+    ev = (incidents.select("incident", "evidence").explode("evidence").drop_nulls("evidence")
+          .with_columns(pl.int_range(pl.len()).over("incident").alias("_k"),
+                        pl.col("evidence").str.extract(r"^(.*):(\d+)$", 1).alias("file"),
+                        pl.col("evidence").str.extract(r"^(.*):(\d+)$", 2).cast(pl.Int64).alias("line")))
+    text = events.select("file", "line", "message").drop_nulls(["file", "line"]).unique(["file", "line"], keep="first")
+    return ev.join(text, on=["file", "line"], how="left").sort("incident", "_k").select(
+        "incident", pl.col("evidence").alias("ref"), pl.col("message").alias("text"))
+
+
+def _incident_table(incidents: pl.DataFrame, events: pl.DataFrame, root: str | None) -> str:
+    lines = evidence_lines(incidents, events)
+    by_inc: dict[int, list[tuple[str, str | None]]] = {}
+    for inc, ref, text in lines.iter_rows():
+        by_inc.setdefault(inc, []).append((ref, text))
+    rows = []
+    shown = incidents.sort("incident").head(MAX_INCIDENT_ROWS)
+    for r in shown.iter_rows(named=True):
+        phases = "<br>".join(f"{esc(label)} {esc(_when(r[col])[11:])}" for col, label, _, _ in figures.PHASES
+                             if r[col] is not None)
+        ev = by_inc.get(r["incident"], [])
+        items = [f'<div class="ev"><span class="loc">{esc(_rel(ref, root))}</span> {esc(text or "")}</div>'
+                 for ref, text in ev]
+        evidence = "".join(items[:EVIDENCE_SHOWN])
+        if len(items) > EVIDENCE_SHOWN:
+            evidence += f"<details><summary>{len(items) - EVIDENCE_SHOWN} more</summary>{''.join(items[3:])}</details>"
+        cause = esc(r["root_cause"]) + (' <span class="badge planned">planned</span>' if r["planned"] else "")
+        rows.append((
+            str(r["incident"] + 1), esc(_when(r["t_last_progress"] or r["t_detected"])), cause,
+            esc(", ".join(r["nodes"] or []) or "-"), phases or "-",
+            "-" if r["lost_steps"] is None else esc(r["lost_steps"]), fmt_duration(r["downtime_s"]),
+            esc(", ".join(r["symptoms"] or []) or "-"),
+            f'<span class="badge">{esc(r["confidence"])}</span> {esc(r["reason"])}', evidence or "-",
+        ))
+    more = ("" if incidents.height <= MAX_INCIDENT_ROWS else
+            f'<p class="note">first {MAX_INCIDENT_ROWS} of {incidents.height} incidents shown; '
+            "all are in incidents.parquet</p>")
+    return '<div class="scroll">' + table(
+        ["#", "when (UTC)", "root cause", "nodes", "phases (UTC)", "lost steps", "downtime", "symptoms",
+         "confidence and reason", "evidence"], rows,
+        [True, False, False, False, False, True, True, False, False, False], cls="t incidents") + "</div>" + more
+
+
+def _data_quality(page: Page, events: pl.DataFrame, summary: dict[str, Any], shapes: pl.DataFrame | None,
+                  notes: list[str]) -> None:
+    page.add('<section id="data-quality"><h2>Data quality</h2>')
+    files = pl.DataFrame(summary.get("per_file") or [], schema={
+        "path": pl.String, "parser": pl.String, "lines": pl.Int64, "events": pl.Int64, "covered": pl.Int64,
+        "error": pl.String}, strict=False)
+    if files.height:
+        per = (files.with_columns(pl.col("parser").fill_null("(unread)"))
+               .group_by("parser").agg(pl.len().alias("files"), pl.col("lines").sum(), pl.col("covered").sum(),
+                                       pl.col("events").sum(), pl.col("error").is_not_null().sum().alias("failed"))
+               .sort("lines", descending=True))
+        cols = per.select("parser", "files", "lines", "covered", "events", "failed")
+        rows = [(esc(p), str(f), str(n), str(e), f"{c / n:.1%}" if n else "-", str(x))
+                for p, f, n, c, e, x in cols.iter_rows()]
+        page.add("<h3>Coverage per parser (recognised share of non-blank lines)</h3>")
+        page.add(table(["parser", "files", "lines", "events", "coverage", "failed"], rows,
+                       [False, True, True, True, True, True]))
+    if events.height:
+        inf = (events.group_by("source")
+               .agg(pl.len().alias("n"), pl.col("ts_inferred").fill_null(False).sum().alias("i"),
+                    pl.col("ts").is_null().sum().alias("u"))
+               .sort("n", descending=True))
+        trows = [(esc(s), str(n), str(i), f"{i / n:.1%}", str(u)) for s, n, i, u in inf.iter_rows()]
+        page.add("<h3>Timestamps per source</h3>")
+        page.add(table(["source", "events", "time inferred from a neighbour", "share", "no time"], trows,
+                       [False, True, True, True, True]))
+    if shapes is not None and shapes.height:
+        page.add("<h3>Most common unrecognised line shapes</h3>")
+        page.add(table(["count", "shape", "first seen"],
+                       [(str(c), f'<span class="ev">{esc(s)}</span>', esc(f)) for c, s, f in
+                        shapes.select("count", "shape", pl.col("first").cast(pl.String)).iter_rows()],
+                       [True, False, False]))
+    problems = list(summary.get("input_errors") or []) + [
+        f"{p}: {e}" for p, e in files.filter(pl.col("error").is_not_null()).select("path", "error").iter_rows()
+    ] if files.height else list(summary.get("input_errors") or [])
+    if problems or notes:
+        page.add("<h3>Notes and warnings</h3><ul>" + "".join(f"<li>{esc(x)}</li>" for x in [*problems, *notes])
+                 + "</ul>")
+    page.add("</section>")

@@ -195,6 +195,9 @@ class RunConfig:
     # failures
     failures: tuple[FailureProcess, ...] = ()
     script: tuple[tuple[float, str], ...] = ()  # (up-time s, class): incidents that happen for sure
+    # planted bad nodes: (host, multiplier); such a host meets every node-level class (rates per GPU-
+    # or node-hour) this many times as often as a healthy one while it is in the job's allocation
+    bad_nodes: tuple[tuple[str, float], ...] = ()
     detection: dict[str, tuple[float, float] | None] = field(default_factory=dict)
     watchdog_timeout_s: float = 1800.0
     nan_run_on_s: tuple[float, float] = (600.0, 1800.0)  # NaN steps logged before someone stops the run
@@ -242,6 +245,9 @@ class RunConfig:
                 raise ValueError(f"unknown exposure {p.per!r}")
             if p.rate < 0 or p.shape <= 0:
                 raise ValueError("failure rates must be >= 0 and shapes > 0")
+        for _, m in self.bad_nodes:
+            if m < 1:
+                raise ValueError("bad node multipliers must be >= 1")
         for _, c in self.script:
             if c not in SIM_CLASSES:
                 raise ValueError(f"cannot simulate failure class {c!r}")
@@ -255,6 +261,10 @@ class RunConfig:
         d = asdict(self)
         d["failures"] = [asdict(p) for p in self.failures]
         d["script"] = [{"at_s": u, "class": c} for u, c in self.script]
+        if self.bad_nodes:
+            d["bad_nodes"] = {h: m for h, m in self.bad_nodes}
+        else:
+            del d["bad_nodes"]  # absent when none is planted: truth files stay as they were
         d["detection"] = {k: (list(v) if v else None) for k, v in sorted(self.detection.items())}
         for k, v in list(d.items()):
             if isinstance(v, tuple):
@@ -282,7 +292,8 @@ def _coerce(key: str, value: Any) -> Any:
 
 def config_from_dict(data: dict[str, Any], base: RunConfig | None = None) -> RunConfig:
     """Build a RunConfig from a (TOML) mapping: a flat ``[run]`` table plus
-    ``[failures.<class>]`` tables (``rate``, ``per``, ``shape``) and ``[detection]``."""
+    ``[failures.<class>]`` tables (``rate``, ``per``, ``shape``), ``[detection]`` and
+    ``[bad_nodes]`` (host = rate multiplier)."""
     base = base or RunConfig()
     run = dict(data.get("run", {}))
     known = {f.name for f in fields(RunConfig)}
@@ -302,6 +313,8 @@ def config_from_dict(data: dict[str, Any], base: RunConfig | None = None) -> Run
                 )
             )
         kw["failures"] = tuple(procs)
+    if "bad_nodes" in data:
+        kw["bad_nodes"] = tuple(sorted((str(h), float(m)) for h, m in data["bad_nodes"].items()))
     if "script" in data:
         kw["script"] = tuple(sorted((parse_duration(e["at"]), str(e["class"])) for e in data["script"]))
     if "detection" in data:

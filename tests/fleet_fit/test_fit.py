@@ -144,6 +144,11 @@ def test_scopes_add_up(llama3: dict) -> None:
     assert fleet["failures"] == 40 and win["failures"].sum() == 40
     assert win["job_hour"].sum() == pytest.approx(fleet["job_hour"])
     assert win.height == 3  # 20 days from Monday 1 January: three calendar weeks
+    both = fit.all_scopes(fail, fit.job_exposure(f["exposure"]), f["exposure"])
+    fl = both.filter(pl.col("scope") == "fleet")
+    assert dict(zip(fl["failure_class"], fl["failures"], strict=True)) == {"all_unexpected": 40, "a": 30, "b": 10}
+    rows = fit.scope_records(both)
+    assert {r["scope"] for r in rows} == {"job_gpus", "window"} and len(rows) == 3 * (1 + 3)
 
 
 def test_downtime_distributions() -> None:

@@ -113,3 +113,23 @@ def test_plan_cli(rates: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
     assert _run(["plan", "--rates", str(tmp_path / "v2.json"), "--gpus", "8"], monkeypatch) == 2
     assert "schema_version" in capsys.readouterr().err
     assert _run(["plan", "--rates", str(good), "--gpus", "8", "--ckpt-save", "soon"], monkeypatch) == 2
+
+
+def test_why_differ_names_the_weibull_class(rates: dict) -> None:
+    doc = copy.deepcopy(rates)
+    cls = max(doc["classes"], key=lambda c: doc["classes"][c]["failures"])
+    doc["classes"][cls]["weibull"] = {**(doc["classes"][cls]["weibull"] or {}), "shape": 0.3,
+                                      "constant_rate_rejected": True}
+    p = plan(doc, PlanOptions(gpus=512, ckpt_save_h=5 / 60, restart_h=0.25, ideal_days=10, runs=200))
+    assert any(cls in r and "Weibull" in r for r in p["why_differ"]), p["why_differ"]
+    assert abs(p["monte_carlo"]["tor"] - p["closed_form"]["tor"]) > 2 * p["monte_carlo"]["se"]
+
+
+def test_write_rates_only_when_changed(rates: dict, tmp_path: Path) -> None:
+    from toranalyze.cli.rates_io import write_rates
+
+    fr, _ = generate_fleet(replace(FleetSpec(), jobs=10), 5)
+    path = tmp_path / "rates.json"
+    assert write_rates(fr, path) and not write_rates(fr, path)
+    check_rates(json.loads(path.read_text()))
+    assert not list(tmp_path.glob(".rates.json.*"))  # no temporary left behind

@@ -83,6 +83,9 @@ def analyze_cmd(paths: tuple[str, ...], out_dir: str | None, tz: str, year: int 
 
     report = analyze_and_write(result, target, ideal_step_time=ideal_step_time, console=out, quiet=quiet,
                                inputs=paths, report=not no_report, redact=not no_redact)
+    from toranalyze.cli.rates_io import write_run_rates
+
+    write_run_rates(result.events, target)  # the run's own rates.json (docs/rates.md)
     if report is not None:
         out.print(f"report: {report}", highlight=False, soft_wrap=True)
     elif quiet:

@@ -137,7 +137,8 @@ def best_exposure(k_per_job: np.ndarray, jobs: pl.DataFrame) -> tuple[str, dict[
         with np.errstate(divide="ignore", invalid="ignore"):
             terms = np.where(k > 0, k * np.log(mu), 0.0) - mu - special.gammaln(k + 1)
         ll[unit] = float(terms.sum())
-    best = max(UNITS, key=lambda u: (round(ll[u], 9), -UNITS.index(u)))
+    prefer = ("node_hour", "gpu_hour", "job_hour")  # ties: GPU- and node-hours are proportional
+    best = max(prefer, key=lambda u: (round(ll[u], 9), -prefer.index(u)))
     return best, ll
 
 
@@ -325,3 +326,25 @@ def downtime_parts(incidents: pl.DataFrame, attempts: pl.DataFrame) -> pl.DataFr
 def distributions(incidents: pl.DataFrame, attempts: pl.DataFrame) -> dict[str, Any]:
     parts = downtime_parts(incidents, attempts)
     return {c: duration_summary(parts[c].drop_nulls().to_numpy()) for c in parts.columns}
+
+
+def all_scopes(fail: pl.DataFrame, jobs: pl.DataFrame, exposure: pl.DataFrame, window: str = "1w") -> pl.DataFrame:
+    """``scope_rates`` for all unexpected failures and for each class, with a ``failure_class``
+    column (``all_unexpected`` for the total)."""
+    parts = [scope_rates(fail, jobs, exposure, window).with_columns(pl.lit(ALL_UNEXPECTED).alias("failure_class"))]
+    for cls in sorted(fail["failure_class"].unique().to_list()):
+        one = fail.filter(pl.col("failure_class") == cls)
+        parts.append(scope_rates(one, jobs, exposure, window).with_columns(pl.lit(cls).alias("failure_class")))
+    return pl.concat(parts, how="vertical_relaxed")
+
+
+def scope_records(scopes: pl.DataFrame, keep: tuple[str, ...] = ("job_gpus", "window")) -> list[dict[str, Any]]:
+    """JSON rows of the scope table (node rows are left to the lemon test: they are many)."""
+    rows = []
+    for r in scopes.filter(pl.col("scope").is_in(list(keep))).iter_rows(named=True):
+        rows.append({
+            "scope": r["scope"], "key": r["key"], "class": r["failure_class"], "failures": int(r["failures"]),
+            "rates": {u: {"rate": _r(r[f"rate_{u}"]), "lo": _r(r[f"lo_{u}"]), "hi": _r(r[f"hi_{u}"]),
+                          "exposure": _r(r[u])} for u in UNITS},
+        })
+    return rows

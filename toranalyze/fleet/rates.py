@@ -83,6 +83,7 @@ def build_rates(jobs: pl.DataFrame, attempts: pl.DataFrame, incidents: pl.DataFr
         "planned": fit.planned_stops(incidents, float(totals["job_hours"] or 0.0)),
         "mtbf_vs_job_size": {"predicted": fit.mtbf_table(classes, sizes, gpn),
                              "observed": _observed_by_size(fail, jobs_e, exposure)},
+        "scopes": fit.scope_records(fit.all_scopes(fail, jobs_e, exposure)),
         "downtime": fit.distributions(incidents, attempts),
         "lemon_nodes": lemon_nodes(incidents, exposure),
     }

@@ -34,10 +34,13 @@ def job_configs(
     nodes: int | None = None,
     flavor: str | None = None,
     jobs: int | None = None,
+    bad_nodes: tuple[tuple[str, float], ...] = (),
 ) -> list[RunConfig]:
     """The run configs of one simulation: one job, or a fleet of varied jobs."""
     base = config_from_dict(data)
     over: dict[str, Any] = {}
+    if bad_nodes:
+        over["bad_nodes"] = tuple(sorted((dict(base.bad_nodes) | dict(bad_nodes)).items()))
     if duration is not None:
         over["duration_s"] = duration
     if nodes is not None:
@@ -92,12 +95,13 @@ def run_simulation(
     nodes: int | None = None,
     flavor: str | None = None,
     jobs: int | None = None,
+    bad_nodes: tuple[tuple[str, float], ...] = (),
 ) -> tuple[list[Timeline], dict[str, int]]:
     """Draw and write every job; returns the timelines and file sizes (relative path -> bytes)."""
     from toranalyze.simulate.emit_kubernetes import KubeWriter
     from toranalyze.simulate.writer import RunWriter
 
-    cfgs = job_configs(data, seed, duration, nodes, flavor, jobs)
+    cfgs = job_configs(data, seed, duration, nodes, flavor, jobs, bad_nodes)
     multi = len(cfgs) > 1
     tls: list[Timeline] = []
     sizes: dict[str, int] = {}
@@ -125,6 +129,14 @@ def run_simulation(
     return tls, sizes
 
 
+def _bad_node(spec: str) -> tuple[str, float]:
+    host, _, mult = spec.partition("=")
+    try:
+        return host.strip(), float(mult)
+    except ValueError:
+        raise ValueError(f"--bad-node {spec!r}: expected HOST=MULTIPLIER, e.g. gpu-002=20") from None
+
+
 @click.command("simulate")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed (same seed, same bytes).")
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), required=True,
@@ -137,8 +149,11 @@ def run_simulation(
 @click.option("--nodes", type=int, help="Nodes per job.")
 @click.option("--flavor", type=click.Choice(["slurm", "kubernetes"]), help="Scheduler flavour of the logs.")
 @click.option("--jobs", type=int, help="Number of jobs (a fleet: one subdirectory per job).")
+@click.option("--bad-node", "bad_node", multiple=True, metavar="HOST=MULT",
+              help="Plant a bad node: HOST meets node-level failures MULT times as often (e.g. gpu-002=20). "
+                   "Repeatable; recorded in truth.json.")
 def simulate(seed: int, out: Path, config: Path | None, preset: str, duration: str | None, nodes: int | None,
-             flavor: str | None, jobs: int | None) -> None:
+             flavor: str | None, jobs: int | None, bad_node: tuple[str, ...]) -> None:
     """Simulate a training run (or a fleet) and write its logs in real formats plus truth.json."""
     import tomllib
 
@@ -151,7 +166,8 @@ def simulate(seed: int, out: Path, config: Path | None, preset: str, duration: s
             data = load_preset(preset)
             preset_name = preset
         dur = parse_duration(duration) if duration else None
-        tls, sizes = run_simulation(out, seed, data, preset_name, dur, nodes, flavor, jobs)
+        bad = tuple(_bad_node(b) for b in bad_node)
+        tls, sizes = run_simulation(out, seed, data, preset_name, dur, nodes, flavor, jobs, bad)
     except ValueError as e:
         raise click.UsageError(str(e)) from e
     total = sum(sizes.values())

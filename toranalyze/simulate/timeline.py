@@ -248,6 +248,15 @@ class _Sim:
         # random processes first, then the scripted incidents (each fires once)
         self.cls = [p.failure_class for p in cfg.failures] + [c for _, c in cfg.script]
         self.next_fail = [self._draw_fail(p) for p in cfg.failures] + [float(u) * US for u, _ in cfg.script]
+        # planted bad nodes: one extra Poisson process per (bad host, node-level class) with the
+        # extra rate; it only counts while the host is in the allocation (thinning), see bad_host
+        self.extra: list[tuple[str, float]] = []  # (host, events per second of up-time)
+        for host, m in cfg.bad_nodes:
+            for p in cfg.failures:
+                if p.per != "job_hour" and not is_planned(p.failure_class) and m > 1:
+                    self.extra.append((host, p.rate_per_hour(1, cfg.gpus_per_node) * (m - 1.0) / 3600.0))
+                    self.cls.append(p.failure_class)
+                    self.next_fail.append(self._draw_extra(len(self.extra) - 1, self.U))
         self.next_slow = self._draw_slow()
         self.slow_left = 0
         self.slow_cur: SlowPeriod | None = None
@@ -259,9 +268,28 @@ class _Sim:
     def _draw_fail(self, p) -> float:
         return self.U + p.draw_s(self.rng, self.cfg.nodes, self.cfg.gpus_per_node) * US
 
+    def _draw_extra(self, k: int, at: float) -> float:
+        lam = self.extra[k][1]
+        return math.inf if lam <= 0 else at + float(self.rng.exponential(1.0 / lam)) * US
+
+    def bad_host(self, idx: int) -> str | None:
+        """The planted bad host an extra process belongs to (None for the job's own processes)."""
+        k = idx - len(self.cfg.failures) - len(self.cfg.script)
+        return self.extra[k][0] if k >= 0 else None
+
+    def skip(self, idx: int, current: list[str], at: float) -> bool:
+        """An extra process fired while its host is not in the allocation: redraw, no incident."""
+        host = self.bad_host(idx)
+        if host is None or host in current:
+            return False
+        self.next_fail[idx] = self._draw_extra(idx - len(self.cfg.failures) - len(self.cfg.script), at)
+        return True
+
     def redraw(self, idx: int) -> None:
         if idx < len(self.cfg.failures):
             self.next_fail[idx] = self._draw_fail(self.cfg.failures[idx])
+        elif self.bad_host(idx) is not None:
+            self.next_fail[idx] = self._draw_extra(idx - len(self.cfg.failures) - len(self.cfg.script), self.U)
         else:
             self.next_fail[idx] = math.inf
 
@@ -506,6 +534,8 @@ def _generate(
                             i, tc, tc, f, current[slow_node], slow_node * G + slow_gpu, s, s
                         )
                     continue
+                if kind == "fail" and sim.skip(idx, current, sim.U):
+                    continue
                 if kind == "fail" and sim.cls[idx] == "numerics":
                     sim.redraw(idx)
                     sim.nan_onset_step = s
@@ -538,8 +568,11 @@ def _generate(
                 else:
                     d = int(round(cfg.eval_s * US))
                 te, kind, idx = sim.next_event(tc, wall_end)
-                while kind == "slow" and te < tc + d:
-                    sim.next_slow = sim._draw_slow() + (te - tc)  # onsets during a save are skipped
+                while kind in ("slow", "fail") and te < tc + d:
+                    if kind == "slow":
+                        sim.next_slow = sim._draw_slow() + (te - tc)  # onsets during a save are skipped
+                    elif not sim.skip(idx, current, sim.U + (te - tc)):
+                        break
                     te, kind, idx = sim.next_event(tc, wall_end)
                 if te < tc + d and kind == "fail" and sim.cls[idx] == "numerics":
                     # onset during a save/eval: the NaN shows on the next step
@@ -596,6 +629,10 @@ def _generate(
             gpu = int(rng.integers(0, G))
             rank = node_i * G + gpu
             node = current[node_i]
+            bad = sim.bad_host(idx) if kind == "fail" else None
+            if bad is not None:  # a planted bad node's own failure
+                node_i = current.index(bad)
+                rank, node = node_i * G + gpu, bad
         # detection
         if cls == "walltime":
             t_det = te

@@ -94,7 +94,7 @@ def job_truth(tl: Timeline) -> dict[str, Any]:
         }
         for p in tl.slow_periods
     ]
-    return {
+    doc = {
         "job": cfg.name,
         "job_ids": job_ids,
         "flavor": cfg.flavor,
@@ -112,6 +112,9 @@ def job_truth(tl: Timeline) -> dict[str, Any]:
         "ledger_us": dict(tl.ledger_us),
         "tor": round(tl.tor, 6),
     }
+    if cfg.bad_nodes:  # only when planted: truth files without bad nodes stay as they were
+        doc["bad_nodes"] = {h: m for h, m in cfg.bad_nodes}
+    return doc
 
 
 def truth_document(seed: int, preset: str | None, params: dict[str, Any], jobs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -110,6 +110,7 @@ _LOADER = """
 (function () {
   var figs = document.querySelectorAll('div.fig'), done = 0, cfg = {displaylogo: false, responsive: true};
   document.body.dataset.figuresTotal = figs.length;
+  document.body.dataset.startMs = Math.round(performance.now());
   if (typeof Plotly === 'undefined') {
     figs.forEach(function (d) { d.textContent = 'plotly.min.js was not found beside this report'; });
     return;

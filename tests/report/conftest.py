@@ -19,7 +19,8 @@ from toranalyze.reconstruct.analysis import Analysis, analyze_events
 from toranalyze.report.names import rename_jobs
 
 ROOT = Path(__file__).resolve().parents[2]
-SAMPLE = ROOT / "sample_logs" / "gpt-small"
+SAMPLES = ROOT / "sample_logs"
+SAMPLE = SAMPLES / "gpt-small"
 
 SCRIPT = '<script>window.__pwned="script"</script>'
 IMG = "<img src=x onerror=\"window.__pwned='img'\">"
@@ -44,9 +45,25 @@ class Run:
 
 
 @pytest.fixture(scope="session")
-def sample_run() -> Run:
-    result = ingest([str(SAMPLE)])
+def both_samples() -> Run:
+    """Both sample runs (Slurm and Kubernetes flavours of one history), analysed in one pass."""
+    result = ingest([str(SAMPLES)])
     return Run(analyze_events(result.events), result.events, result.summary())
+
+
+@pytest.fixture(scope="session")
+def sample_run(both_samples: Run) -> Run:
+    """The Slurm sample run alone: its job, its events and its files."""
+    prefix = str(SAMPLE) + "/"
+    an = both_samples.analysis
+    job = an.tor.filter(pl.col("path") == str(SAMPLE))["job"][0]
+    keep = {k: (v.filter(pl.col("job") == job) if v is not None else None) for k, v in (
+        ("attempts", an.attempts), ("incidents", an.incidents), ("slow_periods", an.slow_periods), ("tor", an.tor),
+        ("progress", an.progress), ("checkpoints", an.checkpoints))}
+    summary = dict(both_samples.summary)
+    summary["per_file"] = [f for f in summary["per_file"] if f["path"].startswith(prefix)]
+    return Run(Analysis(notes=[n for n in an.notes if prefix[:-1] + "::" in n], **keep),  # type: ignore[arg-type]
+               both_samples.events.filter(pl.col("file").str.starts_with(prefix)), summary)
 
 
 @pytest.fixture(scope="session")

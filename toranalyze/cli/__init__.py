@@ -97,29 +97,14 @@ def analyze_cmd(paths: tuple[str, ...], out_dir: str | None, tz: str, year: int 
 @click.option("--top", type=int, default=20, show_default=True, help="How many line shapes to show.")
 def coverage_cmd(paths: tuple[str, ...], top: int) -> None:
     """Show the lines of text logs that no parser recognised, grouped by shape."""
-    from toranalyze.ingest.coverage import line_shapes, uncovered_lines
-    from toranalyze.ingest.discover import discover
-    from toranalyze.ingest.reader import looks_binary, read_head
+    from toranalyze.cli.reports import uncovered
 
-    registry = default_registry()
-    files, problems = discover(paths)
-    for p in problems:
-        err.print(f"[yellow]warning[/]: {p.where()}: {p.message}")
-    frames = []
-    for f in files:
-        head = read_head(f.path)
-        if not head or looks_binary(head):
-            continue
-        mode, parsers = registry.choose(f.path, head.decode("utf-8", "replace"))
-        if mode != "text":
-            continue  # documents are read whole by the parser that claims them
-        missed = uncovered_lines(f.path, parsers)
-        if missed.height:
-            frames.append(missed.with_columns(pl.lit(f.path).alias("file")))
-    if not frames:
+    missed = uncovered(paths)
+    if missed is None:
         out.print("every non-blank line of the text logs was recognised")
         return
-    missed = pl.concat(frames).with_columns(pl.format("{}:{}", "file", "line").alias("where"))
+    from toranalyze.ingest.coverage import line_shapes
+
     shapes = line_shapes(missed, top)
     table = Table(title=f"{missed.height} unrecognised lines; most common shapes")
     table.add_column("count", justify="right")

@@ -78,8 +78,8 @@ class Page:
         """Add a plotly figure given as a plain ``{"data": [...], "layout": {...}}`` dict."""
         self.n_figs += 1
         fid = f"fig{self.n_figs}"
-        layout = {"height": height, "margin": {"l": 60, "r": 20, "t": 36, "b": 40}, "colorway": list(PALETTE),
-                  "font": {"size": 12}, **fig.get("layout", {})}
+        layout = {"height": height, "colorway": list(PALETTE), "font": {"size": 12}, **fig.get("layout", {})}
+        layout["margin"] = {"l": 60, "r": 20, "t": 36, "b": 40, **fig.get("layout", {}).get("margin", {})}
         blob = json.dumps({"data": fig["data"], "layout": layout}, separators=(",", ":"), default=str)
         blob = blob.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
         self.parts.append(f'<div class="fig" id="{fid}" style="height:{height}px"></div>'
@@ -110,6 +110,7 @@ _LOADER = """
 (function () {
   var figs = document.querySelectorAll('div.fig'), done = 0, cfg = {displaylogo: false, responsive: true};
   document.body.dataset.figuresTotal = figs.length;
+  document.body.dataset.startMs = Math.round(performance.now());
   if (typeof Plotly === 'undefined') {
     figs.forEach(function (d) { d.textContent = 'plotly.min.js was not found beside this report'; });
     return;

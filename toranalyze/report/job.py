@@ -53,7 +53,8 @@ def render_job_report(inp: JobReportInput, *, title: str | None = None, redact: 
                      an.slow_periods.filter(pl.col("job") == job), _frame_for(an.progress, job),
                      _frame_for(an.checkpoints, job), _job_events(events, row, tor.height))
     summary, notes = (redact_json(inp.summary), redact_json(an.notes)) if redact else (inp.summary, an.notes)
-    _data_quality(page, events, summary, inp.shapes, notes)
+    shapes = redact_frame(inp.shapes, ("shape", "first")) if redact and inp.shapes is not None else inp.shapes
+    _data_quality(page, events, summary, shapes, notes)
     page.add('<footer>toranalyze · times in UTC · TOR = optimal / observed training time (arXiv 2408.07482)'
              f'{" · secrets redacted" if redact else ""}</footer>')
     return page.render()

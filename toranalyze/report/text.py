@@ -54,14 +54,11 @@ def analyze_and_write(result: IngestResult, out_dir: Path, *, ideal_step_time: f
         console.print(f"tables written to {out_dir}/")
     if not report:
         return None
-    from toranalyze.report.html import write_plotly_js
-    from toranalyze.report.job import JobReportInput, render_job_report
+    from toranalyze.cli.reports import unrecognised_shapes, write_job_report
 
-    page = render_job_report(JobReportInput(analysis, result.events, result.summary()), redact=redact)
-    path = out_dir / "report.html"
-    path.write_text(page, encoding="utf-8")
-    write_plotly_js(out_dir)
-    return path
+    summary = result.summary()
+    shapes = unrecognised_shapes(inputs, summary["lines"]) if inputs else None
+    return write_job_report(out_dir, analysis, result.events, summary, redact=redact, shapes=shapes)
 
 
 def print_summary(analysis: object, console: Console, redact: bool = True) -> None:

@@ -1,0 +1,121 @@
+"""The reports in a real browser: headless Chromium from the distribution, driven by Playwright.
+
+Each test opens a report from file://, waits until every figure is drawn, and checks: no
+console or page errors, every figure has an svg or canvas, the numbers on the page equal the
+tables, and no hostile text ever ran (``window.__pwned`` stays unset). Screenshots are saved
+as artifacts (``$REPORT_ARTIFACTS`` or the test's temporary folder).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from toranalyze.report.browser import chromium_path, open_report
+from toranalyze.report.fleet import render_fleet_report
+from toranalyze.report.html import write_plotly_js
+from toranalyze.report.job import JobReportInput, render_job_report
+
+from .conftest import HOSTILE_JOB, HOSTILE_NODE, Run
+from .fleet_helper import fleet_tables, replicate
+
+pytest.importorskip("playwright.sync_api", reason="playwright is in the test extra")
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(chromium_path() is None, reason="no chromium executable (apt-get install chromium)"),
+]
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    where = os.environ.get("REPORT_ARTIFACTS")
+    path = Path(where) if where else tmp_path_factory.mktemp("report-screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _write(directory: Path, html: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    write_plotly_js(directory)
+    page = directory / "report.html"
+    page.write_text(html, encoding="utf-8")
+    return page
+
+
+def _card(page: Any, key: str) -> str:
+    return str(page.inner_text(f'.card .v[data-key="{key}"]')).strip()
+
+
+def _assert_clean(opened: Any) -> None:
+    assert opened.console_errors == [] and opened.page_errors == []
+    assert opened.figures == opened.figures_total == opened.rendered > 0
+    assert opened.injected is None
+
+
+def test_job_report_draws_and_shows_the_tables_numbers(sample_run: Run, tmp_path: Path, artifacts: Path) -> None:
+    an = sample_run.analysis
+    path = _write(tmp_path / "job", render_job_report(JobReportInput(an, sample_run.events, sample_run.summary)))
+    tor = an.tor.row(0, named=True)
+
+    def check(page: Any) -> dict[str, Any]:
+        return {"tor": _card(page, "TOR"), "incidents": _card(page, "incidents"),
+                "rows": page.locator("table.incidents tbody tr").count(),
+                "causes": page.locator("table.incidents tbody tr td:nth-child(3)").all_inner_texts()}
+
+    opened, seen = open_report(path, artifacts / "job-report.png", check=check)
+    _assert_clean(opened)
+    assert opened.figures >= 5
+    assert seen["tor"] == f"{tor['tor']:.4f}"
+    assert int(seen["incidents"]) == an.incidents.height == tor["n_incidents"] == seen["rows"] == 8
+    expected = an.incidents.sort("incident")["root_cause"].to_list()
+    assert [c.split()[0] for c in seen["causes"]] == expected
+    assert (artifacts / "job-report.png").stat().st_size > 10_000
+
+
+def test_hostile_text_shows_as_text_and_runs_nothing(hostile_run: Run, tmp_path: Path, artifacts: Path) -> None:
+    html = render_job_report(JobReportInput(hostile_run.analysis, hostile_run.events, hostile_run.summary))
+    path = _write(tmp_path / "hostile", html)
+
+    def check(page: Any) -> dict[str, Any]:
+        # hover the timeline's downtime bar of the first incident (its text names the hostile node)
+        page.evaluate("""() => { const d = document.getElementById('fig2');
+            const k = d.data.findIndex(t => t.name === 'downtime'); Plotly.Fx.hover(d, [{curveNumber: k, pointNumber: 0}]); }""")
+        page.wait_for_timeout(200)
+        return {"text": page.inner_text("body"), "hover": page.evaluate("document.querySelector('#fig2 .hoverlayer').textContent"),
+                "imgs": page.locator("img").count(), "pwned": page.evaluate("window.__pwned === undefined")}
+
+    opened, seen = open_report(path, artifacts / "hostile-report.png", check=check)
+    _assert_clean(opened)
+    assert seen["pwned"] is True and seen["imgs"] == 0
+    assert HOSTILE_NODE in seen["text"] and HOSTILE_JOB in seen["text"]
+    assert HOSTILE_NODE in seen["hover"]  # plotly shows the markup as text too
+    assert "hunter2secret" not in seen["text"] and "[REDACTED]" in seen["text"]
+
+
+@pytest.fixture(scope="module")
+def fleet_tables_sample(both_samples: Run) -> tuple[pl.DataFrame, ...]:
+    base = fleet_tables(both_samples.analysis, both_samples.events, str(Path(both_samples.summary["per_file"][0]["path"])
+                                                                         .parents[1]))
+    return replicate(*base, copies=12)
+
+
+def test_fleet_report_draws_and_shows_the_tables_numbers(fleet_tables_sample: tuple[pl.DataFrame, ...],
+                                                         tmp_path: Path, artifacts: Path) -> None:
+    jobs, attempts, incidents, exposure = fleet_tables_sample
+    path = _write(tmp_path / "fleet", render_fleet_report(jobs, attempts, incidents, exposure, None, title="sample"))
+
+    def check(page: Any) -> dict[str, Any]:
+        return {k: _card(page, k) for k in ("jobs", "incidents", "unexpected", "median TOR")} | {
+            "links": page.locator('table.jobs a[href$="report.html"]').count()}
+
+    opened, seen = open_report(path, artifacts / "fleet-report.png", check=check)
+    _assert_clean(opened)
+    assert opened.figures >= 6
+    assert int(seen["jobs"]) == jobs.height == seen["links"] == 24
+    assert int(seen["incidents"]) == incidents.height
+    assert int(seen["unexpected"]) == incidents.filter(~pl.col("planned")).height
+    assert seen["median TOR"] == f"{jobs['tor'].median():.4f}"

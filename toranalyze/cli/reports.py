@@ -1,0 +1,88 @@
+"""Writing the HTML reports: the page and, once per directory, plotly.min.js beside it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from toranalyze.report.html import PLOTLY_JS, write_plotly_js
+
+
+def write_job_report(out_dir: Path, analysis: Any, events: pl.DataFrame, summary: dict[str, Any], *,
+                     redact: bool = True, plotly_dir: Path | None = None, jobs: list[str] | None = None,
+                     shapes: pl.DataFrame | None = None) -> Path:
+    """``out_dir/report.html`` for an analysis; plotly.js goes to ``plotly_dir`` (default: beside it)."""
+    from toranalyze.report.job import JobReportInput, render_job_report
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    js_dir = plotly_dir or out_dir
+    write_plotly_js(js_dir)
+    src = Path(_relpath(js_dir, out_dir)) / PLOTLY_JS
+    page = render_job_report(JobReportInput(analysis, events, summary, shapes), redact=redact,
+                             plotly_src=src.as_posix(), jobs=jobs)
+    path = out_dir / "report.html"
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+def write_fleet_report(out_dir: Path, jobs: pl.DataFrame, attempts: pl.DataFrame, incidents: pl.DataFrame,
+                       exposure: pl.DataFrame, rates: dict[str, Any] | None = None, *, title: str = "fleet",
+                       redact: bool = True) -> Path:
+    """``out_dir/report.html`` for the fleet tables (``jobs.report`` paths are relative to ``out_dir``)."""
+    from toranalyze.report.fleet import render_fleet_report
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_plotly_js(out_dir)
+    path = out_dir / "report.html"
+    path.write_text(render_fleet_report(jobs, attempts, incidents, exposure, rates, title=title, redact=redact),
+                    encoding="utf-8")
+    return path
+
+
+def uncovered(paths: tuple[str, ...] | list[str]) -> pl.DataFrame | None:
+    """Every unrecognised line of the text logs under ``paths`` (with ``where`` = file:line), or None."""
+    from toranalyze.cli.common import err
+    from toranalyze.ingest.coverage import uncovered_lines
+    from toranalyze.ingest.discover import discover
+    from toranalyze.ingest.reader import looks_binary, read_head
+    from toranalyze.plugins import default_registry
+
+    registry = default_registry()
+    files, problems = discover(paths)
+    for p in problems:
+        err.print(f"[yellow]warning[/]: {p.where()}: {p.message}")
+    frames = []
+    for f in files:
+        head = read_head(f.path)
+        if not head or looks_binary(head):
+            continue
+        mode, parsers = registry.choose(f.path, head.decode("utf-8", "replace"))
+        if mode != "text":
+            continue  # documents are read whole by the parser that claims them
+        missed = uncovered_lines(f.path, parsers)
+        if missed.height:
+            frames.append(missed.with_columns(pl.lit(f.path).alias("file")))
+    if not frames:
+        return None
+    return pl.concat(frames).with_columns(pl.format("{}:{}", "file", "line").alias("where"))
+
+
+SHAPES_MAX_LINES = 2_000_000  # re-reading bigger inputs for the data-quality table is not worth the wait
+
+
+def unrecognised_shapes(paths: tuple[str, ...], lines: int, top: int = 15) -> pl.DataFrame | None:
+    """The most common unrecognised line shapes, when the inputs are small enough to re-read."""
+    if lines > SHAPES_MAX_LINES:
+        return None
+    from toranalyze.ingest.coverage import line_shapes
+
+    missed = uncovered(paths)
+    return None if missed is None else line_shapes(missed, top)
+
+
+def _relpath(target: Path, start: Path) -> str:
+    import os
+
+    return os.path.relpath(target.resolve(), start.resolve())

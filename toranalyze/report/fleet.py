@@ -1,0 +1,330 @@
+"""The fleet reliability report: many jobs' tables in, one HTML page out.
+
+``render_fleet_report(jobs, attempts, incidents, exposure, rates)`` takes the four fleet tables
+(``toranalyze.fleet.schema``) and, when given, the fitted ``rates.json`` document. Whatever the
+fits do not provide is computed here from the tables with the simplest honest estimator (a
+class's failures over the fleet's GPU-hours with an exact Poisson interval; MTBF per job size
+as running hours over unexpected failures with a least-squares line on log-log axes; lemon
+nodes by a Poisson tail probability against the fleet's per-node-hour rate) and labelled so.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import quote
+
+import numpy as np
+import polars as pl
+from scipy import stats
+
+from toranalyze.reconstruct.ledger import BUCKETS
+from toranalyze.report.html import PALETTE, PLOTLY_JS, Page, cards, esc, esc_plot, fmt_duration, table
+from toranalyze.report.redact import redact_frame
+
+LEMON_MIN_FAILURES = 2
+LEMON_MAX_P = 0.01
+MAX_JOB_ROWS = 5000
+
+
+def class_rates(incidents: pl.DataFrame, exposure: pl.DataFrame) -> pl.DataFrame:
+    """Failures per root cause per 1000 GPU-hours with exact 95% Poisson intervals."""
+    gpu_h = float(exposure["gpu_hours"].sum() or 0.0)
+    c = incidents.group_by("root_cause").agg(pl.len().alias("n"), pl.col("planned").first()).sort("n", descending=True)
+    k = c["n"].to_numpy().astype(float)
+    lo = np.where(k > 0, stats.chi2.ppf(0.025, 2 * k) / 2, 0.0)
+    hi = stats.chi2.ppf(0.975, 2 * k + 2) / 2
+    scale = 1000.0 / gpu_h if gpu_h > 0 else float("nan")
+    return c.with_columns(pl.Series("rate", k * scale), pl.Series("lo", lo * scale), pl.Series("hi", hi * scale))
+
+
+def _rates_rows(rates: dict[str, Any] | None) -> pl.DataFrame | None:
+    """Per-class rates per 1000 GPU-hours from a rates.json document, when it has them.
+
+    Read shape: ``{"classes": [{"failure_class", "per": "gpu_hour", "rate", "lo", "hi", "failures"}]}``
+    (rates per GPU-hour); anything else falls back to the tables.
+    """
+    rows = []
+    for r in (rates or {}).get("classes", []) or []:
+        if not isinstance(r, dict) or r.get("per", "gpu_hour") != "gpu_hour" or r.get("rate") is None:
+            continue
+        rows.append({"root_cause": str(r.get("failure_class")), "n": int(r.get("failures") or 0),
+                     "planned": None, "rate": 1000 * float(r["rate"]),
+                     "lo": 1000 * float(r.get("lo") or 0.0), "hi": 1000 * float(r.get("hi") or 0.0)})
+    return pl.DataFrame(rows) if rows else None
+
+
+def mtbf_by_size(jobs: pl.DataFrame, exposure: pl.DataFrame) -> pl.DataFrame:
+    """Per job size (GPUs): running job-hours, unexpected failures, MTBF hours (null when none failed)."""
+    hours = (exposure.unique(["run", "job", "attempt"]).group_by("run", "job")
+             .agg(pl.col("hours").sum().alias("hours"), pl.col("job_gpus").max()))
+    j = jobs.select("run", "job", "n_unexpected").join(hours, on=["run", "job"], how="inner")
+    return (j.filter(pl.col("job_gpus").is_not_null())
+            .group_by("job_gpus").agg(pl.col("hours").sum(), pl.col("n_unexpected").sum().alias("failures"),
+                                      pl.len().alias("jobs"))
+            .with_columns(pl.when(pl.col("failures") > 0).then(pl.col("hours") / pl.col("failures")).alias("mtbf_h"))
+            .sort("job_gpus"))
+
+
+def loglog_fit(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float] | None:
+    """log y = a + b log x, weighted by failures; (a, b) or None with fewer than two sizes."""
+    if len(x) < 2:
+        return None
+    b, a = np.polyfit(np.log(x), np.log(y), 1, w=np.sqrt(w))
+    return float(a), float(b)
+
+
+def lemon_nodes(incidents: pl.DataFrame, exposure: pl.DataFrame) -> pl.DataFrame:
+    """Nodes with more unexpected failures than their running hours explain (Poisson tail p)."""
+    node_h = exposure.filter(pl.col("node").is_not_null()).group_by("node").agg(
+        pl.col("hours").sum().alias("node_hours"))
+    hits = (incidents.filter(~pl.col("planned").fill_null(False))
+            .select("run", "job", "incident", "root_cause", "evidence", pl.col("nodes").alias("node"))
+            .explode("node").drop_nulls("node"))
+    if hits.height == 0 or node_h.height == 0:
+        return pl.DataFrame()
+    per = hits.group_by("node").agg(
+        pl.len().alias("failures"), pl.col("root_cause").unique().sort().alias("classes"),
+        pl.col("job").n_unique().alias("jobs"),
+        pl.format("{} {}", "run", pl.col("evidence").list.first().fill_null("")).alias("evidence"),
+    ).join(node_h, on="node", how="left")
+    rate = float(per["failures"].sum()) / max(float(node_h["node_hours"].sum()), 1e-9)
+    mu = per["node_hours"].fill_null(0.0).to_numpy() * rate
+    k = per["failures"].to_numpy()
+    p = stats.poisson.sf(k - 1, np.maximum(mu, 1e-12))
+    return (per.with_columns(pl.Series("expected", mu), pl.Series("p", p))
+            .filter((pl.col("failures") >= LEMON_MIN_FAILURES) & (pl.col("p") <= LEMON_MAX_P))
+            .sort("p", "failures", descending=[False, True]))
+
+
+def _job_gpus(jobs: pl.DataFrame) -> pl.DataFrame:
+    return jobs.select("run", "job", pl.col("gpus").fill_null(0).alias("_g"))
+
+
+def render_fleet_report(jobs: pl.DataFrame, attempts: pl.DataFrame, incidents: pl.DataFrame,
+                        exposure: pl.DataFrame, rates: dict[str, Any] | None = None, *, title: str = "fleet",
+                        redact: bool = True, plotly_src: str = PLOTLY_JS) -> str:
+    """The fleet page (see the module doc). ``jobs.report`` links each job to its job report."""
+    if redact:
+        incidents = redact_frame(incidents, ("reason", "evidence"))
+    page = Page(f"{title}: fleet reliability", plotly_src)
+    page.add(f"<h1>{esc(page.title)}</h1>")
+    unexpected = incidents.filter(~pl.col("planned").fill_null(False))
+    span = float(jobs["span_s"].sum() or 0.0)
+    fleet_tor = float(jobs["useful_s"].sum() or 0.0) / span if span else None
+    gpu_h = float(exposure["gpu_hours"].sum() or 0.0)
+    t0, t1 = jobs["t_start"].min(), jobs["t_end"].max()
+    page.add(f'<p class="sub">{jobs.height} jobs · {esc(str(t0)[:10])} → {esc(str(t1)[:10])} · '
+             f"{gpu_h:,.0f} GPU-hours running · rates from "
+             f"{'rates.json' if _rates_rows(rates) is not None else 'the tables (no fitted rates given)'}</p>")
+    page.add(cards([
+        ("jobs", str(jobs.height)),
+        ("incidents", str(incidents.height)),
+        ("unexpected", str(unexpected.height)),
+        ("median TOR", f"{float(jobs['tor'].median()):.4f}" if jobs["tor"].drop_nulls().len() else "-"),  # type: ignore[arg-type]
+        ("fleet TOR", f"{fleet_tor:.4f}" if fleet_tor is not None else "-"),
+        ("lost GPU-hours", f"{float(jobs['lost_gpu_hours'].sum() or 0.0):,.0f}"),
+    ]))
+    page.add('<nav class="toc">' + "".join(f'<a href="#{a}">{t}</a>' for a, t in (
+        ("tor", "TOR"), ("rates", "failure rates"), ("mtbf", "MTBF vs size"), ("recovery", "recovery"),
+        ("pareto", "lost GPU-hours"), ("lemons", "lemon nodes"), ("trends", "trends"),
+        ("planned", "planned vs unexpected"), ("jobs", "jobs"))) + "</nav>")
+    _tor_section(page, jobs)
+    _rates_section(page, incidents, exposure, rates)
+    _mtbf_section(page, jobs, exposure)
+    _recovery_section(page, incidents)
+    _pareto_section(page, incidents, jobs)
+    _lemon_section(page, incidents, exposure)
+    _trend_section(page, jobs, incidents)
+    _planned_section(page, incidents, jobs)
+    _jobs_section(page, jobs)
+    page.add("<footer>toranalyze fleet report · times in UTC · exposure is running time only"
+             f"{' · secrets redacted' if redact else ''}</footer>")
+    return page.render()
+
+
+def _tor_section(page: Page, jobs: pl.DataFrame) -> None:
+    page.add('<h2 id="tor">TOR distribution over jobs</h2>')
+    tor = jobs["tor"].drop_nulls()
+    page.figure({"data": [{"type": "histogram", "x": tor.to_list(), "xbins": {"start": 0, "end": 1.0001, "size": 0.02},
+                           "marker": {"color": PALETTE[0]}, "name": "jobs",
+                           "hovertemplate": "TOR %{x}: %{y} jobs<extra></extra>"}],
+                 "layout": {"xaxis": {"title": {"text": "TOR (optimal / observed time)"}, "range": [0, 1.02]},
+                            "yaxis": {"title": {"text": "jobs"}}, "bargap": 0.05}}, height=300)
+    if tor.len():
+        qs = [(f"p{int(q * 100)}", f"{tor.quantile(q):.4f}") for q in (0.1, 0.25, 0.5, 0.75, 0.9)]
+        page.add(table([k for k, _ in qs], [[v for _, v in qs]], [True] * len(qs)))
+
+
+def _rates_section(page: Page, incidents: pl.DataFrame, exposure: pl.DataFrame, rates: dict[str, Any] | None) -> None:
+    page.add('<h2 id="rates">Failure rates per class (per 1000 GPU-hours, 95% interval)</h2>')
+    r = _rates_rows(rates)
+    if r is None:
+        r = class_rates(incidents, exposure)
+    if r.height == 0:
+        page.add('<p class="note">No incidents.</p>')
+        return
+    r = r.sort("rate")
+    names = esc_plot(r["root_cause"].to_list())
+    page.figure({"data": [{"type": "scatter", "mode": "markers", "x": r["rate"].to_list(), "y": names,
+                           "error_x": {"type": "data", "symmetric": False,
+                                       "array": (r["hi"] - r["rate"]).to_list(),
+                                       "arrayminus": (r["rate"] - r["lo"]).to_list(), "color": PALETTE[8]},
+                           "marker": {"color": PALETTE[0], "size": 9}, "customdata": r["n"].to_list(),
+                           "hovertemplate": "%{y}: %{x:.3g} per 1000 GPU-h (%{customdata} failures)<extra></extra>"}],
+                 "layout": {"xaxis": {"title": {"text": "failures per 1000 GPU-hours"}, "rangemode": "tozero"},
+                            "margin": {"l": 130}}}, height=max(240, 26 * r.height + 80))
+    cols = r.sort("rate", descending=True).select("root_cause", "n", "rate", "lo", "hi")
+    rows = [(esc(c), str(n), f"{x:.3g}", f"{lo:.3g} – {hi:.3g}") for c, n, x, lo, hi in cols.iter_rows()]
+    page.add(table(["class", "failures", "rate", "95% interval"], rows, [False, True, True, True]))
+
+
+def _mtbf_section(page: Page, jobs: pl.DataFrame, exposure: pl.DataFrame) -> None:
+    page.add('<h2 id="mtbf">MTBF against job size</h2>')
+    m = mtbf_by_size(jobs, exposure)
+    ok = m.filter(pl.col("mtbf_h").is_not_null())
+    data: list[dict[str, Any]] = [{"type": "scatter", "mode": "markers", "name": "MTBF (unexpected failures)",
+                                   "x": ok["job_gpus"].to_list(), "y": ok["mtbf_h"].to_list(),
+                                   "customdata": ok.select("failures", "jobs").rows(),
+                                   "marker": {"color": PALETTE[0], "size": 10},
+                                   "hovertemplate": "%{x} GPUs: MTBF %{y:.3g} h (%{customdata[0]} failures, "
+                                                    "%{customdata[1]} jobs)<extra></extra>"}]
+    none = m.filter(pl.col("mtbf_h").is_null())
+    if none.height:
+        data.append({"type": "scatter", "mode": "markers", "name": "no failure yet (MTBF > running hours)",
+                     "x": none["job_gpus"].to_list(), "y": none["hours"].to_list(),
+                     "marker": {"color": PALETTE[8], "size": 10, "symbol": "triangle-up-open"}})
+    fit = loglog_fit(ok["job_gpus"].to_numpy().astype(float), ok["mtbf_h"].to_numpy(),
+                     ok["failures"].to_numpy().astype(float)) if ok.height else None
+    if fit is not None:
+        a, b = fit
+        xs = np.geomspace(float(ok["job_gpus"].min()), float(ok["job_gpus"].max()), 20)  # type: ignore[arg-type]
+        data.append({"type": "scatter", "mode": "lines", "name": f"fit: MTBF ∝ GPUs^{b:.2f}", "x": xs.tolist(),
+                     "y": np.exp(a + b * np.log(xs)).tolist(), "line": {"color": PALETTE[3], "dash": "dash"}})
+    page.figure({"data": data, "layout": {
+        "xaxis": {"type": "log", "title": {"text": "job size (GPUs)"}, "tickvals": [2 ** k for k in range(18)]},
+        "yaxis": {"type": "log", "title": {"text": "MTBF (running hours)"}},
+        "legend": {"orientation": "h", "y": -0.3}}}, height=340)
+
+
+def _recovery_section(page: Page, incidents: pl.DataFrame) -> None:
+    page.add('<h2 id="recovery">Recovery time per root cause (last progress → resumed)</h2>')
+    d = incidents.filter(pl.col("downtime_s").is_not_null() & (pl.col("downtime_s") > 0))
+    if d.height == 0:
+        page.add('<p class="note">No recoveries.</p>')
+        return
+    order = d.group_by("root_cause").agg(pl.col("downtime_s").median().alias("m")).sort("m", descending=True)
+    data = []
+    for i, cause in enumerate(order["root_cause"].to_list()):
+        mins = d.filter(pl.col("root_cause") == cause)["downtime_s"] / 60.0
+        data.append({"type": "box", "name": esc_plot([cause])[0], "y": mins.to_list(), "boxpoints": "outliers",
+                     "marker": {"color": PALETTE[i % len(PALETTE)]}, "showlegend": False})
+    page.figure({"data": data, "layout": {"yaxis": {"type": "log", "title": {"text": "minutes"}}}}, height=340)
+
+
+def _pareto_section(page: Page, incidents: pl.DataFrame, jobs: pl.DataFrame) -> None:
+    page.add('<h2 id="pareto">Lost GPU-hours by root cause</h2>')
+    lost = (incidents.join(_job_gpus(jobs), on=["run", "job"], how="left")
+            .with_columns(((pl.col("downtime_s").fill_null(0) + pl.col("lost_time_s").fill_null(0))
+                           * pl.col("_g").fill_null(0) / 3600).alias("gh"))
+            .group_by("root_cause").agg(pl.col("gh").sum()).sort("gh", descending=True))
+    if lost.height == 0:
+        page.add('<p class="note">No incidents.</p>')
+        return
+    total = float(lost["gh"].sum() or 0.0)
+    cum = (lost["gh"].cum_sum() / total * 100).to_list() if total else [0.0] * lost.height
+    names = esc_plot(lost["root_cause"].to_list())
+    page.figure({"data": [
+        {"type": "bar", "x": names, "y": lost["gh"].to_list(), "name": "GPU-hours lost (down + rework)",
+         "marker": {"color": PALETTE[3]}, "hovertemplate": "%{x}: %{y:,.1f} GPU-h<extra></extra>"},
+        {"type": "scatter", "mode": "lines+markers", "x": names, "y": cum, "yaxis": "y2", "name": "cumulative %",
+         "line": {"color": PALETTE[0]}, "hovertemplate": "%{y:.0f}%<extra></extra>"},
+    ], "layout": {"yaxis": {"title": {"text": "GPU-hours"}},
+                  "yaxis2": {"overlaying": "y", "side": "right", "range": [0, 105], "title": {"text": "%"}},
+                  "margin": {"r": 60},
+                  "legend": {"orientation": "h", "y": -0.3}}}, height=320)
+
+
+def _lemon_section(page: Page, incidents: pl.DataFrame, exposure: pl.DataFrame) -> None:
+    page.add('<h2 id="lemons">Lemon nodes</h2>')
+    page.add(f'<p class="note">Nodes with at least {LEMON_MIN_FAILURES} unexpected failures and a Poisson tail '
+             f"probability ≤ {LEMON_MAX_P} given their running hours and the fleet's per-node-hour rate.</p>")
+    lem = lemon_nodes(incidents, exposure)
+    if lem.height == 0:
+        page.add('<p class="note">None found.</p>')
+        return
+    rows = [(esc(n), str(k), f"{e:.2f}", f"{p:.2g}", f"{h:,.0f}", esc(", ".join(c)), str(j),
+             f'<span class="ev">{esc(ev)}</span>')
+            for n, k, e, p, h, c, j, ev in lem.head(50).select(
+                "node", "failures", "expected", "p", pl.col("node_hours").fill_null(0.0), "classes", "jobs",
+                "evidence").iter_rows()]
+    page.add(table(["node", "failures", "expected", "p", "node-hours", "classes", "jobs", "first evidence"], rows,
+                   [False, True, True, True, True, False, True, False]))
+
+
+def _trend_section(page: Page, jobs: pl.DataFrame, incidents: pl.DataFrame) -> None:
+    page.add('<h2 id="trends">Trends over calendar time</h2>')
+    t = incidents.select(pl.coalesce("t_last_progress", "t_detected").alias("t"), "planned").drop_nulls("t")
+    if t.height == 0:
+        page.add('<p class="note">No incidents.</p>')
+        return
+    days = t.select((pl.col("t").max() - pl.col("t").min()).dt.total_seconds() / 86400).item()
+    every = "1d" if days <= 60 else "1w"
+    b = (t.with_columns(pl.col("t").dt.truncate(every).alias("bin"))
+         .group_by("bin", "planned").len().sort("bin"))
+    tj = (jobs.filter(pl.col("t_start").is_not_null()).with_columns(pl.col("t_start").dt.truncate(every).alias("bin"))
+          .group_by("bin").agg(pl.col("tor").median()).sort("bin"))
+    data = []
+    for planned, name, colour in ((False, "unexpected", PALETTE[3]), (True, "planned", PALETTE[8])):
+        part = b.filter(pl.col("planned").fill_null(False) == planned)
+        data.append({"type": "bar", "name": f"{name} incidents", "x": part["bin"].dt.strftime("%Y-%m-%d").to_list(),
+                     "y": part["len"].to_list(), "marker": {"color": colour}})
+    data.append({"type": "scatter", "mode": "lines+markers", "name": "median TOR of jobs started", "yaxis": "y2",
+                 "x": tj["bin"].dt.strftime("%Y-%m-%d").to_list(), "y": tj["tor"].to_list(),
+                 "line": {"color": PALETTE[0]}})
+    page.figure({"data": data, "layout": {
+        "barmode": "stack", "xaxis": {"type": "date", "title": {"text": f"per {'day' if every == '1d' else 'week'}"}},
+        "yaxis": {"title": {"text": "incidents"}},
+        "yaxis2": {"overlaying": "y", "side": "right", "range": [0, 1.02], "title": {"text": "TOR"}},
+        "margin": {"r": 60},
+        "legend": {"orientation": "h", "y": -0.3}}}, height=320)
+
+
+def _planned_section(page: Page, incidents: pl.DataFrame, jobs: pl.DataFrame) -> None:
+    page.add('<h2 id="planned">Planned against unexpected</h2>')
+    s = (incidents.join(_job_gpus(jobs), on=["run", "job"], how="left")
+         .with_columns(pl.when(pl.col("planned").fill_null(False)).then(pl.lit("planned"))
+                       .otherwise(pl.lit("unexpected")).alias("kind"),
+                       ((pl.col("downtime_s").fill_null(0) + pl.col("lost_time_s").fill_null(0))
+                        * pl.col("_g").fill_null(0) / 3600).alias("gh"))
+         .group_by("kind").agg(pl.len().alias("n"), pl.col("gh").sum(), pl.col("downtime_s").median().alias("med"))
+         .sort("kind"))
+    rows = [(esc(k), str(n), f"{g:,.1f}", fmt_duration(m)) for k, n, g, m in s.iter_rows()]
+    page.add(table(["kind", "incidents", "GPU-hours lost", "median downtime"], rows, [False, True, True, True]))
+
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:|^//")
+
+
+def _link(text: str, href: str | None) -> str:
+    """A link to a job report: relative paths only (no scheme), percent-encoded, escaped."""
+    if not href or _SCHEME.match(href):
+        return esc(text)
+    return f'<a href="{esc(quote(href, safe="/#"))}">{esc(text)}</a>'
+
+
+def _jobs_section(page: Page, jobs: pl.DataFrame) -> None:
+    page.add('<h2 id="jobs">Jobs (lowest TOR first)</h2>')
+    j = jobs.sort("tor", nulls_last=True).head(MAX_JOB_ROWS)
+    rows = []
+    for r in j.iter_rows(named=True):
+        name = r["job"] if not r["run"] or r["run"] == r["job"] else f"{r['run']} · {r['job']}"
+        rows.append((_link(name, r.get("report")), "-" if r["gpus"] is None else str(r["gpus"]),
+                     fmt_duration(r["span_s"]), "-" if r["tor"] is None else f"{r['tor']:.4f}",
+                     str(r["n_incidents"] or 0), str(r["n_unexpected"] or 0),
+                     f"{(r['lost_gpu_hours'] or 0):,.1f}",
+                     " ".join(f"{b[0]}:{(r.get(f'{b}_s') or 0) / r['span_s']:.0%}" for b in BUCKETS[1:]
+                              if r["span_s"] and (r.get(f"{b}_s") or 0) / r["span_s"] >= 0.01)))
+    page.add('<div class="scroll">' + table(
+        ["job", "GPUs", "observed", "TOR", "incidents", "unexpected", "lost GPU-h", "overheads ≥1%"], rows,
+        [False, True, True, True, True, True, True, False], cls="t jobs") + "</div>")

@@ -29,6 +29,7 @@ from toranalyze_parsers.kernel import host as host
 from toranalyze_parsers.kernel import net as net
 from toranalyze_parsers.kernel import proc as proc
 from toranalyze_parsers.kernel import storage as storage
+from toranalyze_parsers.kernel import tools as tools
 from toranalyze_parsers.kernel.common import has
 from toranalyze_parsers.kernel.prefix import peel_prefixes
 
@@ -45,6 +46,7 @@ _FRAGMENTS = (
     "Out of memory", "Killed process", "Memory failure", "temperature above", "Linux version", "reboot: ",
     "Asserted", "Deasserted", "[tid ", "CA '", "State:", "Physical state", " ==> ", "(UUID: GPU-",
     "Port module", "PCIe slot", "kernel:", "kern:", '"__REALTIME_TIMESTAMP"',
+    *tools.FRAGMENTS,
 )
 _KEEP = (
     "|".join(f.replace("(", r"\(").replace("[", r"\[").replace(".", r"\.") for f in _FRAGMENTS)
@@ -64,6 +66,7 @@ _DETECTORS: tuple[tuple[pl.Expr, Callable[[pl.LazyFrame], pl.LazyFrame]], ...] =
     (has("Link", "link", "carrier"), net.link_events),
     (has("mlx5", "Port module event", "PCIe slot"), net.mlx5_events),
     (has("State:", " ==> "), net.ibstat_events),
+    (has(*tools.FRAGMENTS), tools.tool_events),
     (has("EDAC", "Machine", "Hardware Error", "Memory failure", "temperature above", "hardware memory error"),
      host.memory_cpu_events),
     (has("[Hardware Error]"), host.ghes_events),

@@ -35,6 +35,7 @@ import polars as pl
 from toranalyze_parsers.kubernetes.common import EV_SCHEMA, events_to_raw
 from toranalyze_parsers.kubernetes.describe import extract_describe
 from toranalyze_parsers.kubernetes.docs import iter_objects, load_values, looks_json
+from toranalyze_parsers.kubernetes.eviction import extract_evictions
 from toranalyze_parsers.kubernetes.klog import extract_klog, extract_operator
 from toranalyze_parsers.kubernetes.objects import event_row, job_rows, node_rows, pod_index, pod_rows
 from toranalyze_parsers.kubernetes.status_tables import HEADERS, extract_status_tables
@@ -132,6 +133,7 @@ class KubernetesParser(Parser):
                 events_to_raw(ev, self.anchor),
                 extract_describe(lines, self.anchor),
                 extract_status_tables(lines, self.anchor),
+                extract_evictions(lines),
             ],
             how="vertical",
         ).sort("line", maintain_order=True)

@@ -43,12 +43,18 @@ _EVENT_ROW = (
 )
 # kubectl <= 1.9: FirstSeen LastSeen Count From SubObjectPath Type Reason Message.
 _OLD_EVENT_ROW = (
-    r"^\s+(?P<first>(?:\d+[ydhms])+)\s+(?P<age>(?:\d+[ydhms])+)\s+(?P<count>\d+)\s+(?P<src>\{[^}]*\})\s+"
+    r"^\s+(?P<first>(?:\d+[ydhms])+)\s+(?P<age>(?:\d+[ydhms])+)\s+(?P<count>\d+)\s+"
+    r"(?P<src>\{[^}]*\}|[\w.-]+(?:, [\w.-]+)?)\s+"
     r"(?:(?P<sub>[\w.]*\{[^}]*\})\s+)?(?P<type>Normal|Warning)\s+(?P<reason>[A-Za-z][\w.-]*)\s+(?P<msg>.*?)\s*$"
 )
 _CONDITION_ROW = (
     rf"^\s+(?P<type>[A-Z]\w*)\s+(?P<status>True|False|Unknown)\s+(?P<hb>{RFC1123})\s+(?P<tt>{RFC1123})\s+"
     r"(?P<reason>\w+)(?:\s+(?P<msg>.*?))?\s*$"
+)
+# Lines that only a describe output prints: a fragment pasted without its 'Name:' header.
+_FRAGMENT = (
+    r"^(?:Events|Conditions|Containers):\s*$|^\s*(?:Last )?State:\s+(?:Terminated|Waiting)\s*$"
+    r"|^Reason:\s+[A-Z]\w+\s*$|^\s+\d+[ydhms]\s+\d+[ydhms]\s+\d+\s+\S.*\s(?:Normal|Warning)\s"
 )
 _FIELDS = ("Reason", "Message", "Exit Code", "Signal", "Started", "Finished")
 _SECTIONS = ["Name", "Conditions", "Volumes", "QoS Class", "Node-Selectors", "Tolerations", "Events",
@@ -64,6 +70,7 @@ def _blocks(lines: pl.LazyFrame) -> pl.LazyFrame:
     """Add block context (_blk, _obj_kind, _obj_name, _node, _job) and parsed key/values."""
     text = pl.col("text")
     kv = text.str.extract_groups(_KV)
+    # A pasted fragment has no 'Name:' line: its lines before the first one are block 0.
     blk = text.str.contains(r"^Name:\s+\S").cum_sum().alias("_blk")
     lf = lines.with_columns(
         blk,
@@ -92,7 +99,8 @@ def _blocks(lines: pl.LazyFrame) -> pl.LazyFrame:
         name.alias("_obj_name"),
         pl.when(is_node).then(name).otherwise(pod_node).alias("_node"),
         job.alias("_job"),
-    ).filter(pl.col("_blk") > 0)
+        text.str.contains(_FRAGMENT).any().over("_blk").alias("_frag"),
+    ).filter((pl.col("_blk") > 0) | pl.col("_frag")).drop("_frag")
 
 
 def _state_records(lf: pl.LazyFrame) -> pl.LazyFrame:
@@ -144,7 +152,7 @@ def _state_rows(states: pl.LazyFrame) -> pl.LazyFrame:
     # The previous run of a container that has restarted N times was attempt N-1.
     previous = pl.when(restarts > 0).then(restarts - 1)
     attempt = pl.when(pl.col("which") == "Last State").then(previous).otherwise(restarts)
-    who = pl.format("container {} of pod/{}", pl.col("_ctr").fill_null("?"), pl.col("_obj_name"))
+    who = pl.format("container {} of pod/{}", pl.col("_ctr").fill_null("?"), pl.col("_obj_name").fill_null("?"))
     reason = pl.col("Reason")
     code = pl.col("Exit Code")
     started_ts, started_off = _ts(pl.col("Started"))
@@ -218,8 +226,13 @@ def _pod_reason_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
             pl.lit("error").alias("severity"),
             pl.col("_val").alias("state"),
             pl.concat_str(
-                [pl.col("_val"), pl.lit(": "), pl.col("_msg").fill_null(""), pl.lit(" [pod/"), pl.col("_obj_name"),
-                 pl.lit("]")]
+                [
+                    pl.col("_val"),
+                    pl.lit(": "),
+                    pl.col("_msg").fill_null(""),
+                    pl.lit(" [pod/") + pl.col("_obj_name") + "]",
+                ],
+                ignore_nulls=True,
             ).alias("message"),
             pl.col("line"),
             pl.col("_job").alias("job_id"),
@@ -229,7 +242,7 @@ def _pod_reason_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def _node_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
-    """Node conditions (Ready, and any abnormal one) and a cordon."""
+    """Node conditions (Ready, and any abnormal one), a lost node and a cordon."""
     c = pl.col("text").str.extract_groups(_CONDITION_ROW)
     ctype, status = c.struct.field("type"), c.struct.field("status")
     ts, off = rfc1123_parts(c.struct.field("tt"))
@@ -244,17 +257,30 @@ def _node_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
         .then(pl.lit("error"))
         .otherwise(pl.lit("warning"))
     )
-    conditions = lf.filter(pl.col("_obj_kind") == "node").with_columns(c.alias("_c")).filter(
-        ctype.is_not_null() & (ready | (status == "True"))
-    ).select(
+    message = pl.format(
+        "{}={} {}: {}", ctype, status, c.struct.field("reason"), c.struct.field("msg").fill_null("")
+    ).alias("message")
+    nodes = lf.filter(pl.col("_obj_kind") == "node").with_columns(c.alias("_c"))
+    conditions = nodes.filter(ctype.is_not_null() & (ready | (status == "True"))).select(
         ts.alias("ts"),
         off.alias("ts_offset_s"),
         pl.lit("node_state").alias("kind"),
         severity.alias("severity"),
         state.alias("state"),
-        pl.format(
-            "{}={} {}: {}", ctype, status, c.struct.field("reason"), c.struct.field("msg").fill_null("")
-        ).alias("message"),
+        message,
+        pl.col("line"),
+        pl.col("_node").alias("node"),
+    )
+    # Every condition turns Unknown when the kubelet stops posting status: the node is unreachable.
+    # The Ready row says so already; a fragment pasted without it needs one of the others.
+    no_ready = ~ready.fill_null(False).any().over("_blk")
+    lost = nodes.filter((c.struct.field("reason") == "NodeStatusUnknown") & no_ready).select(
+        ts.alias("ts"),
+        off.alias("ts_offset_s"),
+        pl.lit("node_state").alias("kind"),
+        pl.lit("error").alias("severity"),
+        pl.lit("NodeStatusUnknown").alias("state"),
+        message,
         pl.col("line"),
         pl.col("_node").alias("node"),
     )
@@ -268,7 +294,7 @@ def _node_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
         pl.col("line"),
         pl.col("_node").alias("node"),
     )
-    return pl.concat([conform_raw(conditions), conform_raw(cordon)], how="vertical")
+    return pl.concat([conform_raw(conditions), conform_raw(lost), conform_raw(cordon)], how="vertical")
 
 
 def _job_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
@@ -359,8 +385,10 @@ def _event_rows(lf: pl.LazyFrame, anchor: datetime | None) -> pl.LazyFrame:
 
 def extract_describe(lines: pl.LazyFrame, anchor: datetime | None = None) -> pl.LazyFrame:
     """RAW rows from describe pod/node output found in the lines."""
-    # Cheap gate: nothing below runs on logs that hold no describe block.
-    gated = lines.filter(pl.col("text").str.starts_with("Name:").any())
+    # Cheap gate: nothing below runs on logs that hold no describe block or pasted fragment of one.
+    text = pl.col("text")
+    fragment = (text.str.starts_with("Name:") | text.str.contains(_FRAGMENT)).any()
+    gated = lines.filter(fragment)
     lf = _blocks(gated)
     return pl.concat(
         [

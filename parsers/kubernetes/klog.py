@@ -65,7 +65,7 @@ def _klog_rules(msg: pl.Expr) -> list[_Rule]:
     no_name = pl.lit(None, pl.String)
     old_unsched = msg.str.extract_groups(r"^Unable to schedule (\S+?)[/ ](\S+?): (.*?); waiting$")
     old_bound = msg.str.extract_groups(r'^pod (\S+) is bound successfully on node "?([^",\s]+)"?')
-    old_notready = msg.str.extract(r"^Node (\S+) is NotReady as of ", 1)
+    old_notready = msg.str.extract(r"^Node (\S+) is (?:NotReady|unresponsive) as of ", 1)
     old_record = msg.str.extract(r"^Recording \w+ event message for node (\S+)", 1)
     old_evicted = msg.str.extract(r"^pod (\S+) is evicted successfully", 1)
     taint_pod = pl.coalesce(_kv(msg, "pod"), msg.str.extract(r"deleting [Pp]od:? (\S+)", 1))
@@ -201,16 +201,27 @@ _PHASE = {
 def extract_operator(lines: pl.LazyFrame) -> pl.LazyFrame:
     """EV_SCHEMA rows for training-operator lifecycle lines (logrus text/JSON, zap JSON)."""
     text = pl.col("text")
-    cand = lines.filter(text.str.contains("msg=", literal=True) | text.str.contains('"msg":', literal=True))
+    cand = lines.filter(
+        text.str.contains("msg=", literal=True)
+        | text.str.contains('"msg":', literal=True)
+        | text.str.contains("INFO[", literal=True)
+        | text.str.contains("WARN[", literal=True)
+        | text.str.contains("ERRO[", literal=True)
+        | text.str.contains('"reason": "', literal=True)
+    )
     logrus_msg = text.str.extract(rf"(?:^|\s)msg={_Q}", 1).str.replace_all(r'\"', '"', literal=True)
     json_msg = text.str.extract(rf'"msg":\s*{_Q}', 1).str.replace_all(r'\"', '"', literal=True)
+    # logrus on a terminal: 'INFO[0289] <msg>  key=value ...'; zap console (controller-runtime
+    # events): '<time>\tDEBUG\tevents\t<msg>\t{json}' (the reader peels the time).
+    tty_msg = text.str.extract(r"^(?:INFO|WARN|ERRO|DEBU)\[\d+\]\s+(.+?)(?:\s{2,}\w[\w.-]*=.*)?$", 1)
+    zap_msg = text.str.extract(r"^(?:\S+\t)?(?:DEBUG|INFO|WARN|ERROR)\t[\w.-]+\t([^\t]+)", 1)
     iso_time = pl.coalesce(
         text.str.extract(r'(?:^|\s)time="([^"]+)"', 1),
         text.str.extract(r'"(?:time|ts)":\s*"([^"]+)"', 1),
     )
     epoch = text.str.extract(r'"ts":\s*(\d{9,}(?:\.\d+)?)', 1)
     lf = cand.with_columns(
-        pl.coalesce(logrus_msg, json_msg).alias("_m"),
+        pl.coalesce(logrus_msg, json_msg, tty_msg, zap_msg).alias("_m"),
         pl.coalesce(ts_iso(iso_time), ts_epoch_ms(epoch.cast(pl.Float64) * 1000)).alias("_ts"),
         pl.when(epoch.is_not_null()).then(pl.lit(0, pl.Int32)).otherwise(offset_iso(iso_time)).alias("_off"),
         pl.coalesce(

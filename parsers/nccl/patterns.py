@@ -17,13 +17,18 @@ ANCHORS: list[str] = [
     "entire process down",
     "dump signal",
     "lagging",
+    "net/ib",
 ]
 
 # `host:pid:tid [cudaDev] [file.cc:N ]NCCL LEVEL message` (mpirun --tag-output prefix tolerated).
+# Pasted and collected lines lose parts of the head: the host alone (`host [5] ...`, some
+# collectors), no head at all (`NCCL WARN NET/IB : ...` quoted in a thread), or, before NCCL 2.4,
+# no `NCCL` word after the source file (`transport/net_ib.cu:781 WARN NET/IB : ...`).
 NCCL_LINE = (
     r"^(?:\[\d+,\d+\]<std(?:out|err)>:\s*)?"
-    r"(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
-    r"(?:(?P<src>\S+):(?P<srcline>\d+) )?NCCL (?P<level>INFO|WARN|TRACE|ERROR)\b ?(?P<msg>.*)$"
+    r"(?:(?P<host>[\w.\-]+?)(?::(?P<pid>\d+):(?P<tid>\d+))? \[(?P<dev>\d+)\] )?"
+    r"(?:(?P<src>\S+\.(?:cc|cu|c|h|cpp)):(?P<srcline>\d+) (?:NCCL )?|NCCL )"
+    r"(?P<level>INFO|WARN|TRACE|ERROR)\b ?(?P<msg>.*)$"
 )
 
 # PyTorch c10 / glog header: `[E ProcessGroupNCCL.cpp:737] `, `[E606 09:09:08.164985384 ProcessGroupNCCL.cpp:757] `,

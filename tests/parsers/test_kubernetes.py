@@ -280,7 +280,8 @@ def test_describe_evicted_pod() -> None:
         "gpu-node-09",
     )
     assert status["message"].startswith("Evicted: The node was low on resource: memory.")
-    assert status["failure_class"] == "preemption" and status["rule"] == "kubernetes-evicted-node-pressure"
+    # Evicted because the node ran out of memory: the cause is host memory, not a planned preemption.
+    assert status["failure_class"] == "oom_host" and status["rule"] == "kubernetes-evicted-memory"
     unknown = only(ev, state="ContainerStatusUnknown")
     # describe prints the zero time as 'Mon, 01 Jan 0001': no time rather than year 1
     assert unknown["ts"] is None and unknown["code"] == "137" and unknown["failure_class"] is None
@@ -398,9 +399,9 @@ def test_pod_list_evicted_unschedulable_nominated() -> None:
     # the time comes from the DisruptionTarget condition
     assert evicted["ts"] == datetime(2024, 3, 13, 22, 14, 2)
     assert (evicted["job_id"], evicted["node"]) == ("bert-finetune", "gpu-node-09")
-    assert evicted["failure_class"] == "preemption"
+    assert evicted["failure_class"] == "oom_host"  # low on memory
     disruption = only(ev, state="TerminationByKubelet")
-    assert disruption["failure_class"] == "preemption"
+    assert disruption["failure_class"] == "oom_host"  # the kubelet acted on memory pressure
     pending = only(ev, state="Unschedulable")
     assert (pending["kind"], pending["failure_class"]) == ("warning", "scheduling")
     assert pending["ts"] == datetime(2024, 3, 14, 10, 27, 40)

@@ -228,12 +228,14 @@ def test_new_ib_completion_wrapped_twice_is_joined() -> None:
          "error", "network"),
         ("n:1:2 [3] misc/socket.cc:538 NCCL WARN socketProgressOpt: Call to recv from 10.0.0.1<57340> failed : Connection "
          "timed out", "error", "network"),
-        # a retry, and a peer that went away: the cause is elsewhere, so no class
+        # a retry: no class
         ("n:1:2 [3] misc/socket.cc:564 NCCL WARN Call to connect returned Connection timed out, retrying", "warning", None),
+        # a peer that went away: a network-class warning, which the incident stage keeps as a symptom
+        # when a death on another node explains it (docs/root_cause.md)
         ("gpu-node2:2985003:2985024 [0] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer "
-         "gpu-node1.int<45074>", "warning", None),
+         "gpu-node1.int<45074>", "warning", "network"),
         ("n:1:2 [3] misc/socket.cc:538 NCCL WARN socketProgressOpt: Call to recv from 10.0.0.1<57340> failed : Connection "
-         "reset by peer", "warning", None),
+         "reset by peer", "warning", "network"),
     ],
 )
 def test_socket_errors(line: str, kind: str, failure_class: str | None) -> None:

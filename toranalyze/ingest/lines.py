@@ -39,21 +39,24 @@ LINE_SCHEMA = pl.Schema(
 )
 
 # One layer of prefix, anchored at the start. Alternatives (named by group number):
-#  ts   : '2025-02-18 12:54:01 ', '| 2023-10-05T04:00:22.604-07:00 |', '[2022-05-01 03:56:11] ',
+#  ts   : '2025-02-18 12:54:01 ', '2019-06-02T16:13:44.884Z: ' (mpirun --timestamp-output),
+#         '| 2023-10-05T04:00:22.604-07:00 |', '[2022-05-01 03:56:11] ',
 #         '[2021-05-25 06:38:26,123] ' (a bracketed or piped ISO stamp)
 #  tee  : '[default3]:'
 #  rank : '[rank5]:' / '[Rank 5]:'
 #  srun : '5: ' (srun -l task id)
 #  ray  : '(train_rft pid=2657296)' / '(pid=123, ip=10.0.0.1)'
 #  pod  : '[pod/trainer-worker-3/pytorch] '
+#  mpi  : '[1,12]<stdout>:' (mpirun --tag-output: job, rank)
 _PREFIX = (
     r"^(?:"
-    rf"\|?\s*\[?({ISO_PATTERN})\]?\s*\|?\s+"
+    rf"\|?\s*\[?({ISO_PATTERN})\]?:?\s*\|?\s+"
     r"|\[default(\d+)\]:"
     r"|\[[Rr]ank\s?(\d+)\]:"
     r"|\s{0,3}(\d{1,6}): "
     r"|\((?:[\w.\-]+ )?pid=\d+(?:, ip=([\d.]+))?\)\s*"
     r"|\[pod/([\w.\-]+)(?:/[\w.\-]+)?\]\s*"
+    r"|\[\d+,(\d+)\]<std(?:out|err)>:"
     r")"
 )
 _PASSES = 4
@@ -85,6 +88,7 @@ def prepare_lines(chunk: pl.DataFrame) -> pl.DataFrame:
             pl.coalesce(
                 pl.col("_g").struct.field("3").cast(pl.Int32),
                 pl.col("_g").struct.field("4").cast(pl.Int32),
+                pl.col("_g").struct.field("7").cast(pl.Int32),
                 pl.col("p_rank"),
             ).alias("p_rank"),
             pl.coalesce(

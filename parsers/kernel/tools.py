@@ -1,0 +1,61 @@
+"""Failures that GPU and fabric tools print, pasted next to kernel logs in post-mortems.
+
+* ``nvidia-smi`` when the driver lost a GPU: ``Unable to determine the device handle for GPU
+  0000:0B:00.0: Unknown Error`` (``detect`` on Windows, ``nvmlDeviceGetHandleByIndex(): Unknown
+  Error`` from ``nvdebugdump``), and ``ERR!`` in the table's fields;
+* ``dcgmi diag`` result tables: a ``Fail - GPU: N`` row under its test name (``GPU Memory``,
+  ``Diagnostic``, ...), which may sit on a continuation row whose first column is blank;
+* ``ibstat`` aborting on a host channel adapter that vanished: ``ibpanic: ... stat of IB device
+  'mlx5_8' failed``.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+from toranalyze_parsers.kernel.common import event, has, norm_pci
+
+_HANDLE = (
+    r"Unable to (?:determine|detect) the device handle for GPU ?(?P<pci>[0-9A-Fa-f]{3,8}:[0-9A-Fa-f]{2}:"
+    r"[0-9A-Fa-f]{2}\.\d)?:? ?(?P<why>.*)$|nvmlDeviceGetHandle\w*\(\): (?P<why2>.+)$"
+)
+_DCGM_ROW = r"^\|\s*(?P<test>[A-Za-z][\w /-]*?)?\s*\|\s*(?P<res>Pass|Fail|Warn|Skip)\w* - GPU:\s*(?P<gpu>\d+)"
+_IBPANIC = r"ibpanic: .*stat of IB device '(?P<dev>[\w\-]+)' failed"
+
+FRAGMENTS = ("device handle", "nvmlDeviceGetHandle", "ERR!", " - GPU:", "ibpanic")
+
+
+def tool_events(lf: pl.LazyFrame) -> pl.LazyFrame:
+    body = pl.col("body")
+    h = body.str.extract_groups(_HANDLE)
+    handle = (
+        lf.filter(has("device handle", "nvmlDeviceGetHandle"))
+        .with_columns(h.alias("_h"))
+        .filter(pl.col("_h").struct.field("why").is_not_null() | pl.col("_h").struct.field("why2").is_not_null())
+        .select(event("error", "error", device=norm_pci(pl.col("_h").struct.field("pci"))))
+    )
+    err = lf.filter(has("ERR!") & body.str.starts_with("|")).select(
+        event("error", "error", message=pl.format("nvidia-smi shows ERR! for a GPU: {}", body.str.strip_chars()))
+    )
+    d = body.str.extract_groups(_DCGM_ROW)
+    test = pl.col("_d").struct.field("test").replace("", None).forward_fill()
+    dcgm = (
+        lf.filter(body.str.starts_with("|"))
+        .with_columns(d.alias("_d"))
+        .with_columns(test.alias("_test"))
+        .filter(pl.col("_d").struct.field("res") == "Fail")
+        .select(
+            event(
+                "error",
+                "error",
+                message=pl.format("dcgmi diag: {} Fail on GPU {}", pl.col("_test"), pl.col("_d").struct.field("gpu")),
+                gpu=pl.col("_d").struct.field("gpu").cast(pl.Int32),
+            )
+        )
+    )
+    ib = (
+        lf.filter(has("ibpanic"))
+        .with_columns(body.str.extract(_IBPANIC, 1).alias("_dev"))
+        .filter(pl.col("_dev").is_not_null())
+        .select(event("error", "error", message=pl.format("ibstat: IB device {} is missing ({})", "_dev", body)))
+    )
+    return pl.concat([handle, err, dcgm, ib], how="diagonal_relaxed")

@@ -16,7 +16,13 @@ The contract is small. A parser is an object with
   class implements it for line parsers by reading the file and calling
   ``extract``;
 * ``noise: tuple[str, ...]``: regexes for lines the parser understands but
-  does not record (NCCL INFO chatter, timer lines); they count as covered.
+  does not record (NCCL INFO chatter, timer lines); they count as covered;
+* ``gates: tuple[str, ...]`` (optional): regexes of which every record the
+  parser can find needs one somewhere in the block read (searched in each line's
+  ``raw`` and peeled ``text``). A block in which none occurs skips the parser's
+  ``extract`` altogether: planning a parser's queries costs more than running
+  them on a small file. Empty (the default) means the parser always runs. Build
+  literal gates with :func:`literal_gate`.
 
 Built-in parsers are registered through the same entry-point group
 (``toranalyze.parsers``) that a third-party distribution uses.
@@ -24,6 +30,7 @@ Built-in parsers are registered through the same entry-point group
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, Protocol, runtime_checkable
@@ -54,6 +61,7 @@ class Parser:
     source: str = ""
     priority: int = 100
     noise: tuple[str, ...] = ()
+    gates: tuple[str, ...] = ()
 
     def sniff(self, head: str) -> bool:
         return False
@@ -66,6 +74,15 @@ class Parser:
         from toranalyze.ingest.reader import read_text_events
 
         return read_text_events(path, [self]).events.lazy()
+
+
+_REGEX_META = frozenset("\\.+*?()|[]{}^$#&-~")
+
+
+def literal_gate(words: Sequence[str], ignore_case: bool = False) -> str:
+    """One regex matching any of ``words`` literally (for ``gates``)."""
+    alts = "|".join("".join("\\" + c if c in _REGEX_META else c for c in w) for w in words)
+    return f"(?i:{alts})" if ignore_case else f"(?:{alts})"
 
 
 @dataclass(frozen=True)

@@ -85,6 +85,7 @@ class KernelParser(Parser):
     name = "kernel"
     source = "kernel"
     noise = gpu.NOISE + net.NOISE + host.NOISE + storage.NOISE + proc.NOISE
+    gates = (_KEEP,)  # extract finds nothing in a block without one of these lines
 
     def extract(self, lines: pl.LazyFrame) -> pl.LazyFrame:
         kept = lines.filter(pl.col("text").str.contains(_KEEP)).collect()

@@ -42,7 +42,7 @@ from toranalyze_parsers.kubernetes.status_tables import HEADERS, extract_status_
 from toranalyze_parsers.kubernetes.tables import HEADER, extract_event_tables
 
 from toranalyze.ingest.reader import read_text, read_text_events
-from toranalyze.plugins import Parser
+from toranalyze.plugins import Parser, literal_gate
 from toranalyze.schema import RAW_SCHEMA, conform_raw, empty_raw
 
 _API_KINDS = r"(?:Event|Pod|Node|Job|\w+Job|List|EventList|PodList|NodeList|\w+JobList)"
@@ -70,6 +70,14 @@ class KubernetesParser(Parser):
         r"^\s*-{4}\s+-{6}\s+-{4}\s+-{4}\s+-{7}\s*$",
         HEADER,
         *HEADERS,
+    )
+
+    # What each line rule filters on first: klog '.go:', operator 'msg=', event tables' types,
+    # node tables' status, describe's 'Name:', pod tables' READY column.
+    gates = (
+        literal_gate([".go:", "msg=", '"msg":', "Normal", "Warning", "Ready", "Unknown"]),
+        r"^Name:",
+        r"\s\d+/\d+\s+[A-Z]",
     )
 
     def __init__(self, anchor: datetime | None = None) -> None:

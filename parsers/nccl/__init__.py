@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import polars as pl
 from toranalyze_parsers.nccl import fields, records
-from toranalyze_parsers.nccl.patterns import NOISE
+from toranalyze_parsers.nccl.patterns import ANCHORS, NOISE
 
-from toranalyze.plugins import Parser
+from toranalyze.plugins import Parser, literal_gate
 from toranalyze.schema import conform_raw
 
 
@@ -34,6 +34,8 @@ class NcclParser(Parser):
     name = "nccl"
     source = "nccl"
     noise = NOISE
+    # records.prefilter keeps only anchor lines, their continuations and '#N' frames
+    gates = (literal_gate(ANCHORS, ignore_case=True), r"^\s*#")
 
     def extract(self, lines: pl.LazyFrame) -> pl.LazyFrame:
         candidates = records.prefilter(lines)

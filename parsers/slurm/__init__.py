@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import polars as pl
 from toranalyze_parsers.slurm import sacct as sacct
-from toranalyze_parsers.slurm.lines import NOISE, extract_slurm_lines
+from toranalyze_parsers.slurm.lines import KEYWORDS, NOISE, extract_slurm_lines
 
 from toranalyze.ingest.reader import read_head
-from toranalyze.plugins import Parser
+from toranalyze.plugins import Parser, literal_gate
 from toranalyze.schema import conform_raw, empty_raw
 
 
@@ -40,6 +40,8 @@ class SlurmParser(Parser):
     name = "slurm"
     source = "slurm"
     noise = NOISE
+    # line rules read only KEYWORDS lines; embedded sacct tables start at a JobID header
+    gates = (literal_gate(KEYWORDS), r"(?i:\bJobID)")
 
     def sniff(self, head: str) -> bool:
         return sacct.sniff(head)

@@ -40,7 +40,7 @@ import polars as pl
 from toranalyze_parsers.trainer import deepspeed, hf, lightning, m4, megatron, mlperf, titan, tqdm
 from toranalyze_parsers.trainer.common import LEVEL_TQDM, enrich
 
-from toranalyze.plugins import Parser
+from toranalyze.plugins import Parser, literal_gate
 from toranalyze.schema import conform_raw
 
 _MODULES = (
@@ -197,6 +197,18 @@ class TrainerParser(Parser):
     name = "trainer"
     source = "trainer"
     noise: tuple[str, ...] = tuple(p for m in _MODULES for p in m.NOISE) + tqdm.NOISE
+    # The literals every framework module filters on first (tqdm bars: '%|', 'it ['); an ANSI
+    # escape runs the parser too, since enrich() strips escapes that may split a literal.
+    gates = (
+        literal_gate([
+            "iteration", "heckpoint", "step", "datetime:", "training ...", "> initiali", "world size", "model ...",
+            "kill switch", "exiting program", "iter time (s)", "[Torch]", "verflow", "OVERFLOW", "decrease scale",
+            "*****", "setting up devices", "Process rank:", "Training completed", "{'", "%|", "it [",
+            "saving model to", "GLOBAL_RANK", "GPU available", "params size", "Trainer.fit", "Starting job",
+            ":::MLLOG", "validation **",
+        ]),
+        "\x1b",
+    )
 
     def extract(self, lines: pl.LazyFrame) -> pl.LazyFrame:
         # Frames read by several later steps are materialized once: the query optimizer does not

@@ -202,9 +202,27 @@ def noise_mask(parsers: Sequence[Any]) -> pl.Expr | None:
     return pl.col("text").str.contains("|".join(f"(?:{p})" for p in patterns))
 
 
+def _gate(parser: Any) -> pl.Expr | None:
+    gates = tuple(getattr(parser, "gates", ()) or ())
+    if not gates:
+        return None
+    pattern = "|".join(f"(?:{g})" for g in gates)
+    return pl.col("raw").str.contains(pattern) | pl.col("text").str.contains(pattern)
+
+
+def gated(prepared: pl.DataFrame, parsers: Sequence[Any]) -> list[Any]:
+    """The parsers whose gates occur in this block (all gates tested in one pass)."""
+    gates = [_gate(p) for p in parsers]
+    tests = [g.any().alias(str(i)) for i, g in enumerate(gates) if g is not None]
+    if not tests:
+        return list(parsers)
+    hit = prepared.select(tests).row(0, named=True)
+    return [p for i, (p, g) in enumerate(zip(parsers, gates, strict=True)) if g is None or hit[str(i)]]
+
+
 def _extract_all(prepared: pl.DataFrame, parsers: Sequence[Any], path: str) -> pl.DataFrame:
     frames = []
-    for parser in parsers:
+    for parser in gated(prepared, parsers):
         try:
             out = parser.extract(prepared.lazy())
         except Exception as exc:

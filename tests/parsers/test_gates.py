@@ -1,0 +1,65 @@
+"""Parser gates are necessary conditions: lines without any gate never make a record.
+
+A block in which none of a parser's ``gates`` occurs skips that parser (see ``toranalyze.plugins``),
+so a rule that fires on a line no gate matches would lose records silently. Every parser with
+gates is run on the lines of each sample and test log that its gates do *not* match: it must
+find nothing there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from toranalyze.ingest.lines import prepare_lines
+from toranalyze.ingest.reader import Chunks, _gate, gated
+from toranalyze.plugins import default_registry
+
+ROOT = Path(__file__).resolve().parents[2]
+TEXT_SUFFIXES = {".log", ".out", ".txt", ".syslog", ".err"}
+
+
+def _logs() -> list[Path]:
+    found = [p for d in ("tests/data", "sample_logs") for p in (ROOT / d).rglob("*") if p.suffix in TEXT_SUFFIXES]
+    return sorted(found)
+
+
+def _gated_parsers() -> list[object]:
+    return [p for p in default_registry().line_parsers() if getattr(p, "gates", ())]
+
+
+def _corpus() -> pl.DataFrame:
+    frames = []
+    offset = 0
+    for path in _logs():
+        for chunk in Chunks(str(path)):
+            frames.append(chunk.with_columns(pl.col("line") + offset))
+            offset += 1_000_000
+    return prepare_lines(pl.concat(frames))
+
+
+def test_the_built_in_line_parsers_declare_gates():
+    names = {p.name for p in _gated_parsers()}
+    assert {"kernel", "nccl", "slurm", "kubernetes", "trainer"} <= names
+
+
+@pytest.mark.parametrize("name", ["kernel", "nccl", "slurm", "kubernetes", "trainer"])
+def test_lines_outside_the_gates_make_no_record(name):
+    parser = default_registry().get(name)
+    lines = _corpus()
+    gate = _gate(parser)
+    assert gate is not None
+    outside = lines.filter(~gate)
+    assert outside.height > 1000, "the corpus should hold many lines this parser's gates exclude"
+    assert lines.height > outside.height, "the corpus should hold lines this parser reads"
+    found = parser.extract(outside.lazy())
+    assert found is None or found.collect().height == 0
+
+
+def test_a_block_without_gates_skips_the_parser():
+    lines = prepare_lines(pl.DataFrame({"line": [1, 2], "raw": ["hello", "[2024-01-01 00:00:00] iteration 5"]}))
+    names = [p.name for p in gated(lines, default_registry().line_parsers())]
+    assert "kernel" not in names and "nccl" not in names
+    assert "trainer" in names  # no gates: always runs

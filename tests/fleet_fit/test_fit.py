@@ -158,3 +158,20 @@ def test_downtime_distributions() -> None:
     assert d["lognormal"]["median_s"] == pytest.approx(300.0, rel=0.08)
     assert d["lognormal"]["sigma"] == pytest.approx(0.5, rel=0.1)
     assert fit.duration_summary(np.array([])) is None
+
+
+def test_lemons_found_and_a_lone_failure_is_not_one() -> None:
+    from dataclasses import replace
+
+    from toranalyze.fleet.lemons import lemon_nodes
+    from toranalyze.simulate.fleet_truth import FleetSpec, generate_fleet
+
+    fr, truth = generate_fleet(replace(FleetSpec(), jobs=60, lemon_multiplier=150.0), 2)
+    found = lemon_nodes(fr["incidents"], fr["exposure"])
+    assert {x["node"] for x in found} == set(truth["lemons"])
+    assert all(len(x["incidents"]) == x["failures"] and x["q_value"] < 0.05 for x in found)
+    one = one_job_fleet(["gpu_hardware"], days=10, gpus=64)
+    one["incidents"] = one["incidents"].with_columns(pl.lit(["n3"]).alias("nodes"))
+    nodes = pl.concat([one["exposure"].with_columns(pl.lit(f"n{i}").alias("node"), pl.lit(8).alias("gpus"),
+                                                    pl.lit(1).alias("nodes")) for i in range(8)])
+    assert lemon_nodes(one["incidents"], nodes) == []

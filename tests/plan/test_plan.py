@@ -133,3 +133,17 @@ def test_write_rates_only_when_changed(rates: dict, tmp_path: Path) -> None:
     assert write_rates(fr, path) and not write_rates(fr, path)
     check_rates(json.loads(path.read_text()))
     assert not list(tmp_path.glob(".rates.json.*"))  # no temporary left behind
+
+
+def test_plan_with_no_failure_seen() -> None:
+    import sys as _sys
+
+    _sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fleet_fit"))
+    from test_fit import one_job_fleet  # type: ignore[import-not-found]
+
+    f = one_job_fleet([], days=3, gpus=64, planned=2)
+    doc = check_rates(json.loads(dumps(build_rates(f["jobs"], f["attempts"], f["incidents"], f["exposure"]))))
+    p = plan(doc, PlanOptions(gpus=64, ckpt_interval_h=2.0, runs=20))
+    assert p["inputs"]["mtbf_h"] is None and p["inputs"]["mtbf_lo_h"] > 0  # the rate's upper bound still bites
+    assert p["closed_form"]["tor"] == pytest.approx(2.0 / (2.0 + 5 / 60))
+    assert p["monte_carlo"]["tor"] == pytest.approx(p["closed_form"]["tor"], rel=1e-3)

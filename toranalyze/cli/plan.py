@@ -46,7 +46,8 @@ def _print(p: dict[str, Any]) -> None:
     opt = iv["optimum"]
     g = opt["gain_over_daly"]
     out.print(f"best interval: Young {_m(iv['young_h'])}, Daly {_m(iv['daly_h'])}, simulated optimum "
-              f"{_m(opt['tau_h'])} (TOR {opt['tor']:.4f}; gain over Daly {g['tor']:+.4f}, 95% {g['lo']:+.4f} - "
+              f"{_m(opt['tau_h'])} (TOR {opt['tor']:.4f}; gain over {'Daly' if iv['daly_h'] else 'the interval used'} "
+              f"{g['tor']:+.4f}, 95% {g['lo']:+.4f} - "
               f"{g['hi']:+.4f})")
     t = Table(title="what if")
     for col in ("GPUs", "interval", "every", "MTBF", "TOR closed form", "TOR Monte Carlo"):

@@ -82,7 +82,7 @@ def job_exposure(exposure: pl.DataFrame) -> pl.DataFrame:
 def failures(incidents: pl.DataFrame, exposure: pl.DataFrame) -> pl.DataFrame:
     """Unexpected incidents with their class (null -> unknown), their job's size and the job's
     up-time (hours) at onset: the onset is the last progress, else the first error, else detection."""
-    att = attempt_exposure(exposure)
+    att = attempt_exposure(exposure).rename({"nodes": "attempt_nodes", "gpus": "attempt_gpus"})
     onset = pl.coalesce("t_last_progress", "t_first_error", "t_detected")
     inc = incidents.filter(~pl.col("planned").fill_null(False)).with_columns(
         pl.col("root_cause").fill_null("unknown").alias("failure_class"), onset.alias("t_onset")
@@ -93,8 +93,7 @@ def failures(incidents: pl.DataFrame, exposure: pl.DataFrame) -> pl.DataFrame:
         inc.join(att, on=["run", "job", "attempt"], how="left")
         .with_columns((pl.col("up_before").fill_null(0.0) + into.fill_null(0.0)).alias("up_at"))
         .select("run", "job", "attempt", "incident", "failure_class", "nodes", "t_onset", "up_at",
-                pl.col("job_gpus").alias("job_gpus"), pl.col("gpus").alias("attempt_gpus"),
-                pl.col("nodes_right").alias("attempt_nodes"))
+                "job_gpus", "attempt_gpus", "attempt_nodes")
     )
 
 

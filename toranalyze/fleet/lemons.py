@@ -3,7 +3,8 @@
 Only incidents of node-level classes count (GPU, host and network categories of the taxonomy).
 
 Each node's count is tested one-sided against a Poisson with mean ``rate x node_hours``, the
-rate being the rest of the fleet's (leave-one-out, so a lemon does not raise its own bar). The
+rate being the whole fleet's. (A leave-one-out rate would give a lemon a slightly lower bar, but
+a zero expectation, and so p = 0, whenever the rest of a small fleet has no failure.) The
 p-values are adjusted across nodes by Benjamini-Hochberg (``scipy.stats.false_discovery_control``)
 and a node is a lemon when its adjusted value is below ``alpha``.
 """
@@ -32,9 +33,7 @@ def node_tests(fail: pl.DataFrame, exposure: pl.DataFrame) -> pl.DataFrame:
         return nodes.with_columns(*(pl.lit(None, pl.Float64).alias(c) for c in ("expected", "p_value", "q_value")))
     k = nodes["failures"].to_numpy().astype(float)
     e = nodes["node_hour"].to_numpy().astype(float)
-    rest_e = e.sum() - e
-    rate = np.where(rest_e > 0, (k.sum() - k) / np.where(rest_e > 0, rest_e, 1.0), 0.0)
-    mu = rate * e
+    mu = k.sum() / e.sum() * e
     p = np.where(k > 0, stats.poisson.sf(k - 1, mu), 1.0)
     q = stats.false_discovery_control(p, method="bh")
     return nodes.with_columns(pl.Series("expected", mu), pl.Series("p_value", p), pl.Series("q_value", q)).sort(

@@ -59,7 +59,11 @@ def repair(rates: dict[str, Any], opts: PlanOptions) -> tuple[Repair, str]:
 
 def mtbf(rates: dict[str, Any], gpus: int) -> dict[str, float | None]:
     """Mean up-time between failures of the planned job with its interval (hours)."""
-    row = mtbf_table(rates["classes"], [gpus], float(rates.get("gpus_per_node") or 8.0))[0]
+    gpn = float(rates.get("gpus_per_node") or 8.0)
+    if not rates["classes"]:  # no failure seen: only the rate's upper bound says something
+        hi = rates["unexpected"]["rates"]["node_hour"]["hi"]
+        return {"mtbf_h": None, "lo_h": 1.0 / (hi * gpus / gpn) if hi else None, "hi_h": None}
+    row = mtbf_table(rates["classes"], [gpus], gpn)[0]
     return {"mtbf_h": row["mtbf_hours"], "lo_h": row["lo"], "hi_h": row["hi"]}
 
 

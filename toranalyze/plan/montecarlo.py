@@ -66,6 +66,8 @@ def simulate_tor(procs: list[Process], repair: Repair, tau: float, delta: float,
         fin = gap >= need
         wall[active[fin]] += need[fin]
         go = active[~fin]
+        if not len(go):
+            break
         g = gap[~fin]
         saved[go] += np.floor(g / seg) * tau
         wall[go] += g + repair.draw(rng, len(go))

@@ -8,7 +8,9 @@ Two cases (the acceptance bar is under 15 MB and under 3 s each):
   500 times with shifted times, varied sizes and a shared node pool, rendered by the fleet report.
 
 Usage: ``python benchmarks/report_size.py [--case month|fleet|both] [--out benchmarks/out]``.
-Prints one JSON line per case. Needs the test extra (playwright) and a chromium executable.
+Prints one JSON line per case, after the same measure for a page holding plotly.js and no figure
+(the floor on this machine: parsing the 4.8 MB plotly.min.js).
+Needs the test extra (playwright) and a chromium executable.
 """
 
 from __future__ import annotations
@@ -86,12 +88,26 @@ def fleet(out: Path) -> dict[str, object]:
                     {"jobs": jobs.height, "incidents": incidents.height, "render_s": round(render_s, 2)})
 
 
+def floor(out: Path) -> dict[str, object]:
+    """The same measure for a page with no figure: what loading plotly.js alone costs on this machine."""
+    from toranalyze.report.html import Page
+
+    d = out / "empty"
+    d.mkdir(parents=True, exist_ok=True)
+    page = Page("empty")
+    page.add("<p>no figure</p>")
+    (d / "report.html").write_text(page.render(), encoding="utf-8")
+    write_plotly_js(d)
+    return _measure("plotly.js alone (no figure)", d / "report.html", out / "empty.png", {})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--case", choices=("month", "fleet", "both"), default="both")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "out")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    print(json.dumps(floor(args.out)), flush=True)
     for case in ("month", "fleet") if args.case == "both" else (args.case,):
         print(json.dumps(month(args.out) if case == "month" else fleet(args.out)), flush=True)
 

@@ -104,3 +104,6 @@ def test_simulate_then_analyze_from_the_wheel(installed: Path, tmp_path: Path) -
     assert res.returncode == 0, res.stderr
     for table in ("events", "attempts", "incidents", "tor"):
         assert (tmp_path / "out" / f"{table}.parquet").is_file(), table
+    # the report's stylesheet and secret patterns ship in the wheel, plotly.js is copied beside it
+    assert res.stdout.strip() == "report: out/report.html", res.stdout
+    assert (tmp_path / "out" / "plotly.min.js").stat().st_size > 1_000_000

@@ -177,14 +177,15 @@ def step_time(prog: pl.DataFrame, slow: pl.DataFrame, ideal_s: float | None) -> 
         seg = s.select(ms("start").alias("a"), ms("end").alias("b"), pl.col("median_step_time_s").alias("y"),
                        pl.format("×{} slower · suspect {}", pl.col("factor").round(2),
                                  pl.col("node").fill_null("-")).alias("h"))
-        xs2: list[Any] = []
-        ys2: list[Any] = []
-        hs: list[Any] = []
-        # three points per period (start, end, gap): a short list even for thousands of periods
-        for a, b, y, h in seg.iter_rows():
-            xs2 += [a, b, None]
-            ys2 += [y, y, None]
-            hs += [h, h, None]
+        # three points per period (start, end, gap) so one trace draws every period
+        seg = seg.with_row_index("_i")
+        pts = pl.concat([
+            seg.select("_i", pl.lit(0).alias("_o"), pl.col("a").alias("x"), "y", "h"),
+            seg.select("_i", pl.lit(1).alias("_o"), pl.col("b").alias("x"), "y", "h"),
+            seg.select("_i", pl.lit(2).alias("_o"), pl.lit(None, pl.Float64).alias("x"),
+                       pl.lit(None, pl.Float64).alias("y"), pl.lit(None, pl.String).alias("h")),
+        ]).sort("_i", "_o")
+        xs2, ys2, hs = pts["x"].to_list(), pts["y"].to_list(), pts["h"].to_list()
         data.append({"type": "scatter", "mode": "lines", "name": "slow period (suspect node)", "x": xs2, "y": ys2,
                      "line": {"color": "#E69F00", "width": 6}, "hovertext": esc_plot(hs), "hoverinfo": "text"})
     return {"data": data, "layout": date_layout(yaxis={"title": {"text": "seconds per step"}, "rangemode": "tozero"},

@@ -39,19 +39,50 @@ def class_rates(incidents: pl.DataFrame, exposure: pl.DataFrame) -> pl.DataFrame
 
 
 def _rates_rows(rates: dict[str, Any] | None) -> pl.DataFrame | None:
-    """Per-class rates per 1000 GPU-hours from a rates.json document, when it has them.
-
-    Read shape: ``{"classes": [{"failure_class", "per": "gpu_hour", "rate", "lo", "hi", "failures"}]}``
-    (rates per GPU-hour); anything else falls back to the tables.
-    """
+    """Per-class rates per 1000 GPU-hours from rates.json (``classes.<class>.rates.gpu_hour``), if any."""
     rows = []
-    for r in (rates or {}).get("classes", []) or []:
-        if not isinstance(r, dict) or r.get("per", "gpu_hour") != "gpu_hour" or r.get("rate") is None:
+    for cls, fit in ((rates or {}).get("classes") or {}).items():
+        g = ((fit or {}).get("rates") or {}).get("gpu_hour") or {}
+        if g.get("rate") is None:
             continue
-        rows.append({"root_cause": str(r.get("failure_class")), "n": int(r.get("failures") or 0),
-                     "planned": None, "rate": 1000 * float(r["rate"]),
-                     "lo": 1000 * float(r.get("lo") or 0.0), "hi": 1000 * float(r.get("hi") or 0.0)})
+        wb = fit.get("weibull") or {}
+        rows.append({"root_cause": str(cls), "n": int(fit.get("failures") or 0), "planned": False,
+                     "rate": 1000 * float(g["rate"]), "lo": 1000 * float(g.get("lo") or 0.0),
+                     "hi": 1000 * float(g.get("hi") or 0.0), "weibull_shape": wb.get("shape")})
     return pl.DataFrame(rows) if rows else None
+
+
+def _rates_mtbf(rates: dict[str, Any] | None) -> tuple[pl.DataFrame, pl.DataFrame] | None:
+    """(observed per size bucket, predicted curve) from rates.json's ``mtbf_vs_job_size``, if any."""
+    m = (rates or {}).get("mtbf_vs_job_size") or {}
+    obs = [r for r in m.get("observed") or [] if r.get("mtbf_hours") is not None]
+    pred = [r for r in m.get("predicted") or [] if r.get("mtbf_hours") is not None]
+    if not obs and not pred:
+        return None
+    o = pl.DataFrame([{"job_gpus": r.get("gpus_bucket"), "mtbf_h": r["mtbf_hours"], "failures": r.get("failures"),
+                       "hours": r.get("job_hours")} for r in obs],
+                     schema={"job_gpus": pl.Float64, "mtbf_h": pl.Float64, "failures": pl.Int64, "hours": pl.Float64})
+    p = pl.DataFrame([{"gpus": r["gpus"], "mtbf_h": r["mtbf_hours"], "lo": r.get("lo"), "hi": r.get("hi")}
+                      for r in pred],
+                     schema={"gpus": pl.Float64, "mtbf_h": pl.Float64, "lo": pl.Float64, "hi": pl.Float64})
+    return o, p
+
+
+def _rates_lemons(rates: dict[str, Any] | None) -> pl.DataFrame | None:
+    """Lemon nodes from rates.json (``lemon_nodes[]``) in the columns the page shows, if given."""
+    if not rates or "lemon_nodes" not in rates:
+        return None
+    rows = [{"node": str(n.get("node")), "failures": int(n.get("failures") or 0),
+             "expected": float(n.get("expected") or 0.0), "p": float(n.get("q_value", n.get("p_value")) or 0.0),
+             "node_hours": float(n.get("node_hours") or 0.0),
+             "classes": sorted({str(i.get("class")) for i in n.get("incidents") or []}),
+             "jobs": len({(i.get("run"), i.get("job")) for i in n.get("incidents") or []}),
+             "evidence": "; ".join(f"{i.get('run')} {i.get('job')} #{i.get('incident')} {i.get('t_onset')}"
+                                   for i in (n.get("incidents") or [])[:3])}
+            for n in rates["lemon_nodes"] or []]
+    return pl.DataFrame(rows, schema={"node": pl.String, "failures": pl.Int64, "expected": pl.Float64,
+                                      "p": pl.Float64, "node_hours": pl.Float64, "classes": pl.List(pl.String),
+                                      "jobs": pl.Int64, "evidence": pl.String})
 
 
 def mtbf_by_size(jobs: pl.DataFrame, exposure: pl.DataFrame) -> pl.DataFrame:
@@ -131,10 +162,10 @@ def render_fleet_report(jobs: pl.DataFrame, attempts: pl.DataFrame, incidents: p
         ("planned", "planned vs unexpected"), ("jobs", "jobs"))) + "</nav>")
     _tor_section(page, jobs)
     _rates_section(page, incidents, exposure, rates)
-    _mtbf_section(page, jobs, exposure)
+    _mtbf_section(page, jobs, exposure, _rates_mtbf(rates))
     _recovery_section(page, incidents)
     _pareto_section(page, incidents, jobs)
-    _lemon_section(page, incidents, exposure)
+    _lemon_section(page, incidents, exposure, _rates_lemons(rates))
     _trend_section(page, jobs, incidents)
     _planned_section(page, incidents, jobs)
     _jobs_section(page, jobs)
@@ -174,14 +205,21 @@ def _rates_section(page: Page, incidents: pl.DataFrame, exposure: pl.DataFrame, 
                            "hovertemplate": "%{y}: %{x:.3g} per 1000 GPU-h (%{customdata} failures)<extra></extra>"}],
                  "layout": {"xaxis": {"title": {"text": "failures per 1000 GPU-hours"}, "rangemode": "tozero"},
                             "margin": {"l": 130}}}, height=max(240, 26 * r.height + 80))
-    cols = r.sort("rate", descending=True).select("root_cause", "n", "rate", "lo", "hi")
-    rows = [(esc(c), str(n), f"{x:.3g}", f"{lo:.3g} – {hi:.3g}") for c, n, x, lo, hi in cols.iter_rows()]
-    page.add(table(["class", "failures", "rate", "95% interval"], rows, [False, True, True, True]))
+    if "weibull_shape" not in r.columns:
+        r = r.with_columns(pl.lit(None, pl.Float64).alias("weibull_shape"))
+    cols = r.sort("rate", descending=True).select("root_cause", "n", "rate", "lo", "hi", "weibull_shape")
+    rows = [(esc(c), str(n), f"{x:.3g}", f"{lo:.3g} – {hi:.3g}", "-" if k is None else f"{k:.2f}")
+            for c, n, x, lo, hi, k in cols.iter_rows()]
+    page.add(table(["class", "failures", "rate", "95% interval", "Weibull shape"], rows,
+                   [False, True, True, True, True]))
 
 
-def _mtbf_section(page: Page, jobs: pl.DataFrame, exposure: pl.DataFrame) -> None:
+def _mtbf_section(page: Page, jobs: pl.DataFrame, exposure: pl.DataFrame,
+                  fitted: tuple[pl.DataFrame, pl.DataFrame] | None) -> None:
     page.add('<h2 id="mtbf">MTBF against job size</h2>')
     m = mtbf_by_size(jobs, exposure)
+    if fitted is not None and fitted[0].height:
+        m = fitted[0].with_columns(pl.lit(None, pl.Int64).alias("jobs"))
     ok = m.filter(pl.col("mtbf_h").is_not_null())
     data: list[dict[str, Any]] = [{"type": "scatter", "mode": "markers", "name": "MTBF (unexpected failures)",
                                    "x": ok["job_gpus"].to_list(), "y": ok["mtbf_h"].to_list(),
@@ -195,8 +233,16 @@ def _mtbf_section(page: Page, jobs: pl.DataFrame, exposure: pl.DataFrame) -> Non
                      "x": none["job_gpus"].to_list(), "y": none["hours"].to_list(),
                      "marker": {"color": PALETTE[8], "size": 10, "symbol": "triangle-up-open"}})
     fit = loglog_fit(ok["job_gpus"].to_numpy().astype(float), ok["mtbf_h"].to_numpy(),
-                     ok["failures"].to_numpy().astype(float)) if ok.height else None
-    if fit is not None:
+                     ok["failures"].fill_null(1).to_numpy().astype(float)) if ok.height else None
+    if fitted is not None and fitted[1].height:
+        p = fitted[1].sort("gpus")
+        data.append({"type": "scatter", "mode": "lines", "name": "fitted (rates.json) with 95% band",
+                     "x": p["gpus"].to_list() + p["gpus"].reverse().to_list(),
+                     "y": p["hi"].fill_null(p["mtbf_h"]).to_list() + p["lo"].fill_null(p["mtbf_h"]).reverse().to_list(),
+                     "fill": "toself", "fillcolor": "rgba(213,94,0,0.15)", "line": {"width": 0}, "hoverinfo": "skip"})
+        data.append({"type": "scatter", "mode": "lines", "name": "fitted MTBF (rates.json)", "x": p["gpus"].to_list(),
+                     "y": p["mtbf_h"].to_list(), "line": {"color": PALETTE[3]}})
+    elif fit is not None:
         a, b = fit
         xs = np.geomspace(float(ok["job_gpus"].min()), float(ok["job_gpus"].max()), 20)  # type: ignore[arg-type]
         data.append({"type": "scatter", "mode": "lines", "name": f"fit: MTBF ∝ GPUs^{b:.2f}", "x": xs.tolist(),
@@ -245,11 +291,16 @@ def _pareto_section(page: Page, incidents: pl.DataFrame, jobs: pl.DataFrame) -> 
                   "legend": {"orientation": "h", "y": -0.3}}}, height=320)
 
 
-def _lemon_section(page: Page, incidents: pl.DataFrame, exposure: pl.DataFrame) -> None:
+def _lemon_section(page: Page, incidents: pl.DataFrame, exposure: pl.DataFrame, fitted: pl.DataFrame | None) -> None:
     page.add('<h2 id="lemons">Lemon nodes</h2>')
-    page.add(f'<p class="note">Nodes with at least {LEMON_MIN_FAILURES} unexpected failures and a Poisson tail '
-             f"probability ≤ {LEMON_MAX_P} given their running hours and the fleet's per-node-hour rate.</p>")
-    lem = lemon_nodes(incidents, exposure)
+    if fitted is not None:
+        page.add('<p class="note">From rates.json: node-level failures improbably many for the node\'s running '
+                 "hours (p is the Benjamini–Hochberg q value).</p>")
+        lem = fitted
+    else:
+        page.add(f'<p class="note">Nodes with at least {LEMON_MIN_FAILURES} unexpected failures and a Poisson tail '
+                 f"probability ≤ {LEMON_MAX_P} given their running hours and the fleet's per-node-hour rate.</p>")
+        lem = lemon_nodes(incidents, exposure)
     if lem.height == 0:
         page.add('<p class="note">None found.</p>')
         return
@@ -258,7 +309,7 @@ def _lemon_section(page: Page, incidents: pl.DataFrame, exposure: pl.DataFrame) 
             for n, k, e, p, h, c, j, ev in lem.head(50).select(
                 "node", "failures", "expected", "p", pl.col("node_hours").fill_null(0.0), "classes", "jobs",
                 "evidence").iter_rows()]
-    page.add(table(["node", "failures", "expected", "p", "node-hours", "classes", "jobs", "first evidence"], rows,
+    page.add(table(["node", "failures", "expected", "p", "node-hours", "classes", "jobs", "evidence"], rows,
                    [False, True, True, True, True, False, True, False]))
 
 
@@ -269,7 +320,9 @@ def _trend_section(page: Page, jobs: pl.DataFrame, incidents: pl.DataFrame) -> N
         page.add('<p class="note">No incidents.</p>')
         return
     days = t.select((pl.col("t").max() - pl.col("t").min()).dt.total_seconds() / 86400).item()
-    every = "1d" if days <= 60 else "1w"
+    every = "1h" if days <= 2 else "1d" if days <= 60 else "1w"
+    fmt = "%Y-%m-%d %H:00" if every == "1h" else "%Y-%m-%d"
+    unit = {"1h": "hour", "1d": "day", "1w": "week"}[every]
     b = (t.with_columns(pl.col("t").dt.truncate(every).alias("bin"))
          .group_by("bin", "planned").len().sort("bin"))
     tj = (jobs.filter(pl.col("t_start").is_not_null()).with_columns(pl.col("t_start").dt.truncate(every).alias("bin"))
@@ -277,13 +330,13 @@ def _trend_section(page: Page, jobs: pl.DataFrame, incidents: pl.DataFrame) -> N
     data = []
     for planned, name, colour in ((False, "unexpected", PALETTE[3]), (True, "planned", PALETTE[8])):
         part = b.filter(pl.col("planned").fill_null(False) == planned)
-        data.append({"type": "bar", "name": f"{name} incidents", "x": part["bin"].dt.strftime("%Y-%m-%d").to_list(),
+        data.append({"type": "bar", "name": f"{name} incidents", "x": part["bin"].dt.strftime(fmt).to_list(),
                      "y": part["len"].to_list(), "marker": {"color": colour}})
     data.append({"type": "scatter", "mode": "lines+markers", "name": "median TOR of jobs started", "yaxis": "y2",
-                 "x": tj["bin"].dt.strftime("%Y-%m-%d").to_list(), "y": tj["tor"].to_list(),
+                 "x": tj["bin"].dt.strftime(fmt).to_list(), "y": tj["tor"].to_list(),
                  "line": {"color": PALETTE[0]}})
     page.figure({"data": data, "layout": {
-        "barmode": "stack", "xaxis": {"type": "date", "title": {"text": f"per {'day' if every == '1d' else 'week'}"}},
+        "barmode": "stack", "xaxis": {"type": "date", "title": {"text": f"per {unit}"}},
         "yaxis": {"title": {"text": "incidents"}},
         "yaxis2": {"overlaying": "y", "side": "right", "range": [0, 1.02], "title": {"text": "TOR"}},
         "margin": {"r": 60},

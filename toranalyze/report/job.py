@@ -124,14 +124,15 @@ def _job_section(page: Page, i: int, row: dict[str, Any], attempts: pl.DataFrame
         page.add("<h3>Slow periods</h3>")
         srows = [(esc(_when(s["start"])), fmt_duration((s["end"] - s["start"]).total_seconds()),
                   f"{s['factor']:.2f}×" if s["factor"] else "-", esc(s["steps"]), fmt_duration(s["slowdown_s"]),
-                  esc(s["node"] or "-"), esc(", ".join(_rel(e, row.get("path")) for e in (s["evidence"] or [])[:3])))
+                  esc(s["node"] or "-"),
+                  esc(", ".join(rel_path(e, row.get("path")) for e in (s["evidence"] or [])[:3])))
                  for s in slow.iter_rows(named=True)]
         page.add(table(["start", "length", "factor", "steps", "slowdown", "suspect node", "evidence"], srows,
                        [False, True, True, True, True, False, False]))
     page.add("</section>")
 
 
-def _rel(ref: str, root: str | None) -> str:
+def rel_path(ref: str, root: str | None) -> str:
     """An evidence path relative to the job's directory (shorter, and the same in every table)."""
     if root and ref.startswith(root.rstrip("/") + "/"):
         return ref[len(root.rstrip("/")) + 1:]
@@ -160,7 +161,7 @@ def _incident_table(incidents: pl.DataFrame, events: pl.DataFrame, root: str | N
         phases = "<br>".join(f"{esc(label)} {esc(_when(r[col])[11:])}" for col, label, _, _ in figures.PHASES
                              if r[col] is not None)
         ev = by_inc.get(r["incident"], [])
-        items = [f'<div class="ev"><span class="loc">{esc(_rel(ref, root))}</span> {esc(text or "")}</div>'
+        items = [f'<div class="ev"><span class="loc">{esc(rel_path(ref, root))}</span> {esc(text or "")}</div>'
                  for ref, text in ev]
         evidence = "".join(items[:EVIDENCE_SHOWN])
         if len(items) > EVIDENCE_SHOWN:

@@ -28,9 +28,12 @@ def _fmt_duration(seconds: float | None) -> str:
     return f"{m}m{s:02d}s"
 
 
-def _short_evidence(ref: str) -> str:
-    """'dir/run/slurm-1.out:728' -> 'slurm-1.out:728' (the tables keep the full path)."""
-    return Path(ref).name
+def _short_evidence(ref: str, root: str | None) -> str:
+    """'dir/run/nodes/n1/kern.log:7' -> 'nodes/n1/kern.log:7': relative to the job's folder, as in
+    the report (the tables keep the full path)."""
+    from toranalyze.report.job import rel_path
+
+    return rel_path(ref, root)
 
 
 def analyze_and_write(result: IngestResult, out_dir: Path, *, ideal_step_time: float | None, console: Console,
@@ -98,7 +101,7 @@ def print_summary(analysis: object, console: Console, redact: bool = True) -> No
                 it.add_column(col, overflow="fold")
             for i, inc in enumerate(mine.iter_rows(named=True), 1):
                 when = inc.get("t_last_progress") or inc.get("t_detected")
-                evidence = [_short_evidence(e) for e in (inc.get("evidence") or [])]
+                evidence = [_short_evidence(e, job.get("path")) for e in (inc.get("evidence") or [])]
                 it.add_row(
                     str(i),
                     when.strftime("%Y-%m-%d %H:%M:%S") if when else "-",

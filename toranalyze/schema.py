@@ -62,7 +62,8 @@ _EVENT_COLUMNS: dict[str, tuple[pl.DataType, str]] = {
     "ts": (UTC_US, "When the record was written, UTC, microseconds; null when truly unknown."),
     "ts_inferred": (
         pl.Boolean(),
-        "True when ts was not on the line: placed from neighbouring lines, iteration timing or an assumed year.",
+        "True when ts was not on the line: placed from neighbouring lines, iteration timing or an assumed year "
+        "(or null: a file with no clock at all).",
     ),
     "job_id": (pl.String(), "Scheduler job id (Slurm job / array task, Kubernetes job or pod owner) when known."),
     "attempt": (pl.Int32(), "Restart count of the job when the record says it (requeue, torchrun restart); else null."),

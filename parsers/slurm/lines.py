@@ -28,12 +28,18 @@ from toranalyze_parsers.slurm.common import (
 from toranalyze.ingest.clock import ts_iso, ts_month_name
 from toranalyze.schema import NAIVE_US
 
+# Reasons Slurm itself gives a node it takes out of service (sinfo -R, scontrol show node).
+NODE_REASONS = ["Not responding", "Kill task failed", "Prolog error", "Epilog error", "batch job complete failure",
+                "Node unexpectedly rebooted", "Low RealMemory", "Low socket*core*thread count"]
+_NODE_REASON = "|".join(r.replace("*", r"\*") for r in NODE_REASONS)
+
 # Cheap first cut: only lines holding one of these reach the rules.
 KEYWORDS = [
     "***", "srun:", "salloc:", "sbatch:", "Submitted batch job", "slurm", "oom-kill", "oom_kill",
     "OOM", "memory limit", "JobId=", "job_id ", "StepId=", "Nodes ", "Node ", "node ", "PULSE:",
     "ALERT:", "is scheduled to start", "is running for", "waiting to be scheduled", "preempted ",
-    "Main process received SIGTERM", "ime limit",
+    "Main process received SIGTERM", "ime limit", *NODE_REASONS, "Reason=", "State=", "launch failed requeued held",
+    "ResumeTimeout", "power_save",
 ]
 
 # A daemon line behind a syslog prefix ('Mar  1 12:00:00 host slurmctld[12]: '). A journald
@@ -336,10 +342,46 @@ def _sigterm_bursts(base: pl.DataFrame) -> list[pl.DataFrame | None]:
 
 _BURST_GAP = 200  # lines; a later SIGTERM wave is a new burst
 
+def _node_reports(base: pl.DataFrame) -> list[pl.DataFrame | None]:
+    """Node and job status as admins paste it: sinfo -R / -lNe rows, scontrol show node|job fields,
+    squeue reasons, power-save resume failures and the controller being unreachable."""
+    sinfo_r = (
+        rf"^\s*(?P<why>(?:{_NODE_REASON})\b.*?)\s+(?P<user>\S+)\s+"
+        r"(?P<at>\d{4}-\d\d-\d\dT[\d:]+)\s+(?P<nodes>\S+)\s*$"
+    )
+    sinfo_l = (
+        r"^(?P<nodes>[\w.\-\[\],]+)\s+\d+\s+\S+\s+(?P<st>(?:down|drain\w*|fail\w*)[*~#!%$@^-]?)\s+.*?\s"
+        rf"(?P<why>(?:{_NODE_REASON})\b.*?)\s*$"
+    )
+    shown = r"\bState=(?P<st>\S*(?:DOWN|DRAIN|FAIL|NOT_RESPONDING)\S*)"
+    reason = rf"\bReason=(?P<why>(?:{_NODE_REASON})[^\[]*?)\s*(?:\[(?P<who>[^@\]]+)@(?P<at>[^\]]+)\])?\s*$"
+    held = r"Reason=launch_failed_requeued_held|\(launch failed requeued held\)"
+    resume = r"node (?P<node>\S+) not resumed by ResumeTimeout"
+    resume_fail = r"power_save: handle failed nodes (?P<nodes>\S+)"
+    ctld = (
+        r"(?P<who>srun|salloc|sbatch|squeue|sinfo|scontrol|slurm_load_\w+)\S*:? (?:error: )?"
+        r".*Unable to contact slurm controller"
+    )
+    state = _g("st").str.extract(r"(DOWN|DRAIN|FAIL)", 1)
+    return [
+        _rule(base, "T", sinfo_r, "node_state", "error", node=single_host(_g("nodes")), state=pl.lit("DOWN"),
+              ts=ts_iso(_g("at"))),
+        _rule(base, " ", sinfo_l, "node_state", "error", node=single_host(_g("nodes")),
+              state=_g("st").str.extract(r"^(down|drain|fail)", 1).str.to_uppercase()),
+        _rule(base, "State=", shown, "node_state", "error", state=state),
+        _rule(base, "Reason=", reason, "error", "error", ts=ts_iso(_g("at"))),
+        _rule(base, "launch", held, "error", "error", state=pl.lit("LAUNCH_FAILED")),
+        _rule(base, "ResumeTimeout", resume, "node_state", "error", node=_g("node"), state=pl.lit("DOWN")),
+        _rule(base, "power_save", resume_fail, "node_state", "error", node=single_host(_g("nodes")),
+              state=pl.lit("POWER_UP_FAILED")),
+        _rule(base, "Unable to contact slurm controller", ctld, "error", "error"),
+    ]
+
+
 _GENERIC = r"^(?:\S+ )*?(?:srun|salloc|sbatch|slurmstepd|slurmd|slurmctld)(?:\[\d+\])?: error: "
 
 _FAMILIES: tuple[Callable[[pl.DataFrame], list[pl.DataFrame | None]], ...] = (
-    _banners, _oom, _srun, _ctld, _watchdog, _sigterm_bursts,
+    _banners, _oom, _srun, _ctld, _watchdog, _sigterm_bursts, _node_reports,
 )
 
 _OUT_SCHEMA = {"line": pl.Int64, "kind": pl.String, "severity": pl.String, "message": pl.String}

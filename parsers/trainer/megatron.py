@@ -59,6 +59,8 @@ _TTI = r"time to initialize megatron \(seconds\):\s*(" + NUM + ")"
 _AFTER_INIT = r"\[after megatron is initialized\] datetime:"
 _DONE = r"exiting program (?:after [\d.]+ minutes|at iteration\s+\d+)|\[after training is done\] datetime:"
 _EXIT = r"exiting program after receiving SIGTERM|Detected kill switch at"
+# Forks print a warning when a step's gradient norm is not finite (the step is then skipped).
+_BAD_GRAD = r"Bad grad_?norm detected|grad_?norm\s*=\s*(?:nan|inf)\b"
 
 NOISE: tuple[str, ...] = (
     r"^\s*time \(ms\)",
@@ -206,8 +208,12 @@ def _simple(lines: pl.LazyFrame) -> pl.LazyFrame:
         .when(t.str.contains(_INIT_DONE)).then(pl.lit("init_done"))
         .when(t.str.contains(_DONE)).then(pl.lit("job_end"))
         .when(t.str.contains(_EXIT)).then(pl.lit("info"))
+        .when(t.str.contains(_BAD_GRAD)).then(pl.lit("warning"))
     )
     prefilter = (
+        t.str.contains("grad_norm", literal=True)
+        | t.str.contains("gradnorm", literal=True)
+        |
         t.str.contains("loss at iteration", literal=True)
         | t.str.contains("checkpoint", literal=True)
         | t.str.contains("datetime:", literal=True)
@@ -254,7 +260,7 @@ def _simple(lines: pl.LazyFrame) -> pl.LazyFrame:
         "line",
         pl.when(no_ckpt_end).then(pl.col("line") + 1).alias("line_end"),
         "kind",
-        pl.lit("info").alias("severity"),
+        pl.when(pl.col("kind") == "warning").then(pl.lit("warning")).otherwise(pl.lit("info")).alias("severity"),
         ts.alias("ts"),
         ((pl.col("kind") == "init") & pl.col("_started").is_not_null()).alias("ts_inferred"),
         pl.when(t.str.contains(_NO_CKPT)).then(pl.lit(0, pl.Int64)).otherwise(to_int(step_of)).alias("step"),

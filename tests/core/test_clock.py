@@ -106,10 +106,11 @@ def test_lines_without_time_take_the_previous_time_and_are_marked() -> None:
     assert out["ts_inferred"].to_list() == [True, False, True, False]
 
 
-def test_all_unknown_stays_null_and_not_inferred() -> None:
+def test_all_unknown_stays_null_and_is_flagged() -> None:
+    # a pasted fragment with no clock: still classified, left off the timeline and flagged
     out = normalize_time(_raw([{"line": 1}, {"line": 2}])).collect()
     assert out["ts"].null_count() == 2
-    assert out["ts_inferred"].to_list() == [False, False]
+    assert out["ts_inferred"].to_list() == [True, True]
 
 
 @settings(max_examples=50, deadline=None)

@@ -360,8 +360,9 @@ CTLD = [
      "job_end", "5115", None, "PREEMPTED", None, None, "preemption"),
     ("[2024-04-02T07:00:00.000] preempted JobId=5114 suspended by gang scheduler to reclaim resources for "
      "JobId=5201", "warning", "5114", None, "SUSPENDED", None, None, "preemption"),
+    # processes that survive SIGKILL: Slurm drains the node ('Kill task failed'), a node problem
     ("[2024-04-02T03:00:00.000] error: slurmd error running JobId=5108 on node(s)=gpu019: Kill task failed",
-     "error", "5108", "gpu019", None, None, None, None),
+     "error", "5108", "gpu019", None, None, None, "node_failure"),
 ]
 
 

@@ -149,9 +149,10 @@ def test_skipped_iterations_without_loss_and_log_interval() -> None:
     # log interval 10: iteration 10 = the datetime banner + 10 x 5.8379 s
     assert first["ts"] == datetime(2021, 5, 23, 8, 41, 6) + timedelta(seconds=58.379)
     assert st["ts"][1] == first["ts"] + timedelta(seconds=27.111)
-    # classified: an interval of overflow-skipped iterations is no numerics failure
+    # classified: an interval of overflow-skipped iterations is a numerics warning, never an error
     classified = classify(ev.with_columns(pl.lit("trainer").alias("source")), _rules()).collect()
-    assert classified["failure_class"].null_count() == classified.height
+    flagged = classified.filter(pl.col("failure_class").is_not_null())
+    assert flagged.height and set(flagged["failure_class"]) == {"numerics"} and set(flagged["severity"]) == {"warning"}
 
 
 def test_checkpoint_save_then_time_budget_exit() -> None:
@@ -217,11 +218,12 @@ def test_no_trainer_events_in_foreign_logs() -> None:
 
 
 def test_real_logs_have_no_numerics_failures() -> None:
-    """None of the published excerpts logs a NaN loss: the rules must stay silent on them."""
+    """None of the published excerpts logs a NaN loss: no numerics error (fp16 overflow skips are warnings)."""
     rules = _rules()
     for name in REAL_FILES:
         ev = _events(name).with_columns(pl.lit("trainer").alias("source"))
-        assert classify(ev, rules).collect()["failure_class"].null_count() == ev.height, name
+        flagged = classify(ev, rules).collect().filter(pl.col("failure_class").is_not_null())
+        assert flagged.filter(pl.col("severity") != "warning").height == 0, name
 
 
 # ---------------------------------------------------------------- coverage

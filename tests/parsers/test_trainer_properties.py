@@ -179,6 +179,16 @@ def test_mlperf_nan_loss_is_numerics() -> None:
         "iterations:  10 | number of nan iterations:   0 |",
         "[2024-03-01 10:00:05,000] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank 0 Skipping "
         "step. Attempted loss scale: 65536, reducing to 32768",
+    ],
+)
+def test_recovered_numerics_are_warnings(line: str) -> None:
+    """fp16 overflow skips are numerics evidence, but a warning: the run recovers from them."""
+    assert [(cls, sev) for _, cls, sev in _classify([line])] == [("numerics", "warning")]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
         # a huge validation loss overflows the perplexity, not the loss
         " validation loss at iteration 7000 | lm loss value: 1.142026E+01 | lm loss PPL: inf |",
         " iteration     7010/  159576 | elapsed time per iteration (ms): 19904.0 | lm loss: 1.142026E+01 | loss "

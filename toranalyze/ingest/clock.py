@@ -10,7 +10,8 @@ written. Zones and years are settled later, once, by ``normalize_time``:
    record of the same file, else ``--year``, else the file's modification year;
    a date more than a day after that anchor belongs to the year before.
 4. Records with no time at all take the previous dated record's time in the same
-   file (the next one for a file's leading lines) and are marked ``ts_inferred``.
+   file (the next one for a file's leading lines) and are marked ``ts_inferred``; in a file
+   with no clock at all they keep ``ts`` null, still marked ``ts_inferred``.
 """
 
 from __future__ import annotations
@@ -106,7 +107,9 @@ def normalize_time(
     )
     filled = pl.col("ts").forward_fill().backward_fill()
     return lf.with_columns(
-        (pl.col("ts_inferred") | (pl.col("ts").is_null() & filled.is_not_null())).alias("ts_inferred"),
+        # A record with no clock of its own is flagged, placed from its neighbours or (a pasted
+        # fragment with no clock at all) left null: it is still classified, just not on a timeline.
+        (pl.col("ts_inferred") | pl.col("ts").is_null()).alias("ts_inferred"),
         filled.alias("ts"),
         pl.col("_year_open").forward_fill().backward_fill().fill_null(False),
     )

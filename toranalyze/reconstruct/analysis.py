@@ -16,6 +16,7 @@ import polars as pl
 
 from toranalyze.reconstruct import incidents as inc_mod
 from toranalyze.reconstruct import ledger, progress, slowness
+from toranalyze.reconstruct.attribution import attribute_nodes
 from toranalyze.reconstruct.incidents import INCIDENTS_SCHEMA
 from toranalyze.reconstruct.jobs import assign_attempts, assign_jobs, with_time
 from toranalyze.reconstruct.ledger import TOR_SCHEMA
@@ -112,7 +113,7 @@ def _conform(df: pl.DataFrame, schema: pl.Schema) -> pl.DataFrame:
 
 def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None) -> Analysis:
     opts = options or AnalysisOptions()
-    ev = with_time(events)
+    ev = attribute_nodes(with_time(events))  # host from the file's path, pod -> node
     ev, jobs = assign_jobs(ev)
     # Jobs with no training record, in a directory where another job trained, are other users'
     # jobs of a shared scheduler log: listed in notes, not analysed.

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from toranalyze.reconstruct.attribution import demote_peer_symptoms, is_peer_symptom
 from toranalyze.reconstruct.progress import CLEAN_STATES, is_clean
 from toranalyze.schema import frame_schema
 from toranalyze.taxonomy import PLANNED, TAXONOMY, priority
@@ -257,6 +258,7 @@ def build_incidents(
         pl.coalesce("failure_class", pl.when(pl.col("kind") == "job_end").then(state_cls)).alias("cls"),
         (pl.col("file").fill_null("?") + pl.lit(":") + pl.col("line").cast(pl.String)).alias("ev"),
         pl.col("rule").fill_null("").is_in(WEAK_RULES).alias("_weak"),
+        is_peer_symptom().fill_null(False).alias("_sym"),
         pl.col("rule").fill_null(""),
         (
             (pl.col("kind") == "warning")
@@ -331,7 +333,15 @@ def build_incidents(
                 maintain_order=True).to_list()
             weak = g.filter(pl.col("_weak") & ~pl.col("cls").is_in(PLANNED))
         outside = [c for c in planned_cls if c in ("walltime", "preemption", "maintenance")]
-        if strong_err is not None and strong_err.height:
+        killed = None
+        if strong_err is not None and strong is not None and strong_err.height:
+            # Peers' "remote process exited" / "connection reset" never outrank a death.
+            strong_err, strong, killed = demote_peer_symptoms(strong_err, strong, weak)
+        if killed is not None:
+            root, conf = "unknown", "low"
+            reason = "a process was killed by a signal with no recorded cause; the peers' network errors are symptoms"
+            sel = killed
+        elif strong_err is not None and strong_err.height:
             root = strong_err.sort("_prio", "t")["cls"][0]
             reason = f"{root} evidence has the highest causal priority"
             if len(classes) > 1:

@@ -1,0 +1,113 @@
+"""Which node an event happened on, when its line does not say, and which records are only peers' symptoms.
+
+Real collections put the host in the path, not the line: ``dmesg/<host>.log``,
+``<host>/kern.log``, ``logs/<host>-dmesg.txt``, ``kern.log.<host>``, a pod's log named after
+the pod. A path names a node only when that name is a node the run's other sources name
+(scheduler node lists, syslog hosts, pod -> node bindings): a folder called ``logs`` or a file
+called ``rank3.txt`` names nothing. A pod log takes the node its pod was bound to
+("Successfully assigned ns/pod to node", describe's ``Node:``, a pod table's NODE column).
+
+Peer symptoms are what every surviving rank reports when one peer dies: ``ncclRemoteError``,
+"remote process exited or there was a network error", a connection reset or closed by the
+peer, a broken pipe. They carry the ``network`` class (with nothing better they are the best
+guess), but the incident stage never prefers them over node-local evidence of a death; see
+docs/root_cause.md.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePath
+
+import polars as pl
+
+# Messages that only say a peer went away: never a cause when a death is in evidence.
+PEER_SYMPTOM = (
+    r"(?i)ncclRemoteError|remote process exited|connection reset by peer|connection closed by (?:remote )?peer"
+    r"|broken pipe|Socket recv failed|peer closed connection"
+)
+# Node-local evidence that a process, a GPU or a node died.
+DEATH_CLASSES = ("oom_host", "oom_gpu", "gpu_hardware", "gpu_memory", "gpu_interconnect", "node_failure",
+                 "host_hardware")
+
+# Words of log file names that are not host names ('kern.log.gpu-07', 'gpu-07-dmesg.txt').
+_LOG_WORDS = r"(?i)^(?:dmesg|kern|kernel|syslog|messages|journal|journalctl|log|logs|txt|out|err|gz|zst|bz2)$"
+_ASSIGNED = r"Successfully assigned (?:[\w.-]+/)?([\w.-]+) to ([\w.-]+)"
+
+
+def is_peer_symptom() -> pl.Expr:
+    """Records of class network whose text only says a peer went away."""
+    return (pl.col("failure_class") == "network") & pl.col("message").fill_null("").str.contains(PEER_SYMPTOM)
+
+
+def path_candidates(path: str) -> list[str]:
+    """Names a path could give its host by: every folder, the file stem, and the stem's pieces
+    once log words ('dmesg', 'kern', 'log') are cut off at '.', '-' or '_'."""
+    p = PurePath(path)
+    names = [*p.parts[:-1], p.name, p.name.split(".")[0]]
+    pieces = [w for w in re.split(r"[._]", p.name) if w and not re.match(_LOG_WORDS, w)]
+    names += pieces
+    for piece in pieces:  # 'gpu-07-dmesg' -> 'gpu-07'
+        names.append(re.sub(r"(?i)[-_](?:dmesg|kern|kernel|syslog|messages|journal)$", "", piece))
+        names.append(re.sub(r"(?i)^(?:dmesg|kern|kernel|syslog|messages|journal)[-_]", "", piece))
+    return list(dict.fromkeys(n for n in names if n))
+
+
+def pod_bindings(ev: pl.DataFrame) -> dict[str, str]:
+    """pod -> node from Kubernetes records that state both."""
+    if "message" not in ev.columns or ev.height == 0:
+        return {}
+    k8s = ev.filter(pl.col("source") == "kubernetes")
+    assigned = k8s.select(pl.col("message").str.extract_groups(_ASSIGNED).alias("g")).unnest("g").drop_nulls()
+    named = k8s.filter(pl.col("node").is_not_null()).select(
+        pl.col("message").str.extract(r"\bpod/([\w.-]+)", 1).alias("1"), pl.col("node").alias("2")
+    ).drop_nulls()
+    pairs = pl.concat([assigned, named]).unique("1", keep="first", maintain_order=True)
+    return dict(zip(pairs["1"].to_list(), pairs["2"].to_list(), strict=True))
+
+
+def attribute_nodes(ev: pl.DataFrame) -> pl.DataFrame:
+    """Fill ``node`` of rows that name none from their file's path (a known node, or a pod bound
+    to one); rows that name a node keep it."""
+    if ev.height == 0 or ev["node"].null_count() == 0:
+        return ev
+    # Nodes the run names anywhere; a row may list several ('gpu-01,gpu-07').
+    known = set(ev["node"].drop_nulls().str.split(",").explode().str.strip_chars().unique().to_list())
+    pods = pod_bindings(ev)
+    files = ev.filter(pl.col("node").is_null())["file"].drop_nulls().unique().to_list()
+    mapping: dict[str, str] = {}
+    for path in files:  # one pass per file, not per line
+        for name in path_candidates(path):
+            node = name if name in known else pods.get(name)
+            if node is not None:
+                mapping[path] = node
+                break
+    if not mapping:
+        return ev
+    by_path = pl.col("file").replace_strict(mapping, default=None, return_dtype=pl.String)
+    return ev.with_columns(pl.coalesce(pl.col("node"), by_path).alias("node"))
+
+
+def demote_peer_symptoms(
+    strong_err: pl.DataFrame, strong: pl.DataFrame, weak: pl.DataFrame | None
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame | None]:
+    """An incident's candidate causes with peers' symptoms set aside when a death explains them.
+
+    ``strong_err`` / ``strong``: specific-class error / any records of one incident window (with
+    ``_sym`` marking peer symptoms); ``weak``: its job-level termination records. Returns the
+    two frames without the symptoms when node-local death evidence exists, and, when the only
+    errors are symptoms and one process was killed by a signal, the kill records (the death
+    whose cause the logs do not give).
+    """
+    sym = pl.col("_sym")
+    if strong_err.filter(~sym & pl.col("cls").is_in(DEATH_CLASSES)).height:
+        return strong_err.filter(~sym), strong.filter(~sym), None
+    if strong_err.filter(~sym).height == 0 and weak is not None:
+        killed = weak.filter(pl.col("rule").is_in(_KILL_RULES) & pl.col("node").is_not_null())
+        if killed.height:
+            return strong_err.filter(~sym), strong.filter(~sym), killed
+    return strong_err, strong, None
+
+
+# Records of a process killed from outside (SIGKILL / exit 137) on one node.
+_KILL_RULES = ("torch-exit-sigkill",)

@@ -285,7 +285,7 @@ def main() -> None:
             r = run_child(step, args)
             r["mb_s"] = mb / r["wall_s"]
             res[step] = r
-            lines = f", {r['lines'] / r['wall_s'] / 1e6:.2f} M lines/s" if "lines" in r else ""
+            lines = f", {r['lines'] / r['wall_s'] / 1e3:,.0f}k lines/s" if 'lines' in r else ""
             rows.append((step, f"{r['wall_s']:.2f} s, {r['mb_s']:.1f} MB/s{lines}, peak RSS {r['rss_mb']:,.0f} MB"))
         if "ingest" in res:
             for base in ("baseline_a", "baseline_b"):

@@ -244,6 +244,14 @@ def analyze_table(work: Path, n_events: int) -> Path:
 
 
 # ----------------------------------------------------------------------------- report
+class _Rows(list[tuple[str, str]]):
+    """Table rows, each also printed to stderr when measured (a long run shows progress)."""
+
+    def append(self, row: tuple[str, str]) -> None:
+        print(f"{row[0]}: {row[1]}", file=sys.stderr, flush=True)
+        super().append(row)
+
+
 def _table(rows: list[tuple[str, str]]) -> str:
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"| {k.ljust(width)} | {v} |" for k, v in rows)
@@ -268,7 +276,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     only = set(a.only.split(","))
     res: dict[str, Any] = {"size_mb": a.size_mb, "jobs": a.jobs}
-    rows: list[tuple[str, str]] = []
+    rows = _Rows()
     if only & {"ingest", "baseline_a", "baseline_b"}:
         corpus = make_corpus(work, a.size_mb)
         files = [str(p) for p in corpus_files(corpus)]
@@ -285,7 +293,7 @@ def main() -> None:
             r = run_child(step, args)
             r["mb_s"] = mb / r["wall_s"]
             res[step] = r
-            lines = f", {r['lines'] / r['wall_s'] / 1e6:.2f} M lines/s" if "lines" in r else ""
+            lines = f", {r['lines'] / r['wall_s'] / 1e3:,.0f}k lines/s" if 'lines' in r else ""
             rows.append((step, f"{r['wall_s']:.2f} s, {r['mb_s']:.1f} MB/s{lines}, peak RSS {r['rss_mb']:,.0f} MB"))
         if "ingest" in res:
             for base in ("baseline_a", "baseline_b"):

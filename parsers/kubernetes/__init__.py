@@ -72,10 +72,11 @@ class KubernetesParser(Parser):
         *HEADERS,
     )
 
-    # What each line rule filters on first: klog '.go:', operator 'msg=', event tables' types,
-    # node tables' status, describe's 'Name:', pod tables' READY column.
+    # What each line rule filters on first: klog '.go:', operator 'msg=', node tables' status,
+    # event tables' TYPE column (blank-delimited), describe's 'Name:', pod tables' READY column.
     gates = (
-        literal_gate([".go:", "msg=", '"msg":', "Normal", "Warning", "Ready", "Unknown"]),
+        literal_gate([".go:", "msg=", '"msg":', "Ready", "Unknown"]),
+        r"\s(?:Normal|Warning)\s",
         r"^Name:",
         r"\s\d+/\d+\s+[A-Z]",
     )

@@ -19,17 +19,32 @@ record here. Classification lives in ``toranalyze/rules/torch.toml``.
 from __future__ import annotations
 
 import polars as pl
+from toranalyze_parsers.torch.common import SIGNAL_WORDS
 from toranalyze_parsers.torch.elastic import ELASTIC_NOISE, elastic_events
 from toranalyze_parsers.torch.lines import LINE_NOISE, line_events
 from toranalyze_parsers.torch.records import records, typed_lines
 
-from toranalyze.plugins import Parser
+from toranalyze.plugins import Parser, literal_gate
 
 
 class TorchParser(Parser):
     name = "torch"
     source = "trainer"
     noise = ELASTIC_NOISE + LINE_NOISE
+    # Records need an anchor line (traceback, exception name, terminate/what(), fatal error, root
+    # cause) or a frame; elastic and one-line rules start from the literals they filter on.
+    gates = (
+        literal_gate([
+            "Traceback", "During handling of the above exception", "The above exception was the direct cause",
+            "Error", "Exception", "Interrupt", "Exit", "terminate called", "what()", "Fatal Python error",
+            "Root Cause", 'File "', "failed (exitcode:", "will restart worker group", "closing signal",
+            "death signal", "forcefully exiting", "finished", "[c10d] The client socket", "Rendezvous complete",
+            "Starting elastic_operator", "ERROR: Unexpected", "CUDA error: ", "CUDA driver error",
+            "CUDA out of memory", "cudaError", "CUBLAS_STATUS_", "CUDNN_STATUS_", "device-side assert triggered",
+            "uncorrectable ECC error", "GPU is lost", *SIGNAL_WORDS,
+        ]),
+        r"(?i:loss)",
+    )
 
     def extract(self, lines: pl.LazyFrame) -> pl.LazyFrame:
         # Three extractors read the typed lines; materialising them once is ~3x faster

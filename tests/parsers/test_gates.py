@@ -42,10 +42,10 @@ def _corpus() -> pl.DataFrame:
 
 def test_the_built_in_line_parsers_declare_gates():
     names = {p.name for p in _gated_parsers()}
-    assert {"kernel", "nccl", "slurm", "kubernetes", "trainer"} <= names
+    assert {"kernel", "nccl", "slurm", "kubernetes", "trainer", "torch"} <= names
 
 
-@pytest.mark.parametrize("name", ["kernel", "nccl", "slurm", "kubernetes", "trainer"])
+@pytest.mark.parametrize("name", ["kernel", "nccl", "slurm", "kubernetes", "trainer", "torch"])
 def test_lines_outside_the_gates_make_no_record(name):
     parser = default_registry().get(name)
     lines = _corpus()

@@ -63,8 +63,12 @@ _PASSES = 4
 
 
 def prepare_lines(chunk: pl.DataFrame) -> pl.DataFrame:
-    """chunk(line, raw) -> LINE_SCHEMA frame with prefixes peeled."""
-    lf = (
+    """chunk(line, raw) -> LINE_SCHEMA frame with prefixes peeled.
+
+    Only rows that start with a prefix go through the peeling passes (one cheap test first):
+    most lines of a big log (NCCL chatter, bare trainer output) carry none.
+    """
+    base = (
         chunk.lazy()
         .with_columns(pl.col("raw").str.split("\r"))
         .explode("raw")
@@ -77,7 +81,21 @@ def prepare_lines(chunk: pl.DataFrame) -> pl.DataFrame:
             pl.lit(None, pl.Int32).alias("p_rank"),
             pl.lit(None, pl.Int32).alias("p_local"),
         )
+        .select(LINE_SCHEMA.names())
+        .collect()
     )
+    prefixed = base.select(pl.col("text").str.contains(_PREFIX)).to_series()
+    if not prefixed.any():
+        return base
+    if prefixed.all():
+        return _peel(base.lazy()).collect()
+    base = base.with_columns(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_r"))
+    peeled = _peel(base.filter(prefixed).lazy(), keep=("_r",)).collect()
+    return pl.concat([base.filter(~prefixed), peeled]).sort("_r").drop("_r")
+
+
+def _peel(lf: pl.LazyFrame, keep: tuple[str, ...] = ()) -> pl.LazyFrame:
+    """Strip up to ``_PASSES`` stacked prefixes, filling the ``p_*`` columns from them."""
     for _ in range(_PASSES):
         g = pl.col("text").str.extract_groups(_PREFIX)
         whole = pl.col("text").str.extract(_PREFIX.replace("^(?:", "^((?:") + ")", 1)
@@ -99,7 +117,7 @@ def prepare_lines(chunk: pl.DataFrame) -> pl.DataFrame:
             .otherwise(pl.col("text"))
             .alias("text"),
         )
-    return lf.select(LINE_SCHEMA.names()).collect()
+    return lf.select(*LINE_SCHEMA.names(), *keep)
 
 
 def lines_from_strings(lines: list[str], first_line: int = 1) -> pl.DataFrame:

@@ -115,8 +115,11 @@ _LOADER = """
     figs.forEach(function (d) { d.textContent = 'plotly.min.js was not found beside this report'; });
     return;
   }
-  var i = 0;
+  var i = 0, t = 0;
+  window.__figureMs = [];
   function next() {
+    if (i > 0) { window.__figureMs.push(Math.round(performance.now() - t)); }
+    t = performance.now();
     if (i >= figs.length) {
       document.body.dataset.drawnMs = Math.round(performance.now());
       document.body.dataset.figures = done; return;

@@ -127,8 +127,9 @@ def _job_section(page: Page, i: int, row: dict[str, Any], attempts: pl.DataFrame
                   esc(s["node"] or "-"),
                   esc(", ".join(rel_path(e, row.get("path")) for e in (s["evidence"] or [])[:3])))
                  for s in slow.iter_rows(named=True)]
-        page.add(table(["start", "length", "factor", "steps", "slowdown", "suspect node", "evidence"], srows,
-                       [False, True, True, True, True, False, False]))
+        page.add('<div class="scroll">' + table(
+            ["start", "length", "factor", "steps", "slowdown", "suspect node", "evidence"], srows,
+            [False, True, True, True, True, False, False]) + "</div>")
     page.add("</section>")
 
 

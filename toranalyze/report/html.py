@@ -144,6 +144,11 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[str]], numeric: Sequen
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
+def scroll_box(inner: str, rows: int) -> str:
+    """A scrolling box for a table; long ones are laid out lazily (``content-visibility``)."""
+    return f'<div class="scroll{" lazy" if rows > 40 else ""}">{inner}</div>'
+
+
 def cards(items: Sequence[tuple[str, str]]) -> str:
     """Header numbers: (label, value) pairs, escaped here."""
     inner = "".join(f'<div class="card"><div class="k">{esc(k)}</div><div class="v" data-key="{esc(k)}">{esc(v)}'

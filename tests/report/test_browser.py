@@ -81,9 +81,10 @@ def test_hostile_text_shows_as_text_and_runs_nothing(hostile_run: Run, tmp_path:
     path = _write(tmp_path / "hostile", html)
 
     def check(page: Any) -> dict[str, Any]:
-        # hover the timeline's downtime bar of the first incident (its text names the hostile node)
+        # hover the first incident's "last progress" marker (its text names the hostile node)
         page.evaluate("""() => { const d = document.getElementById('fig2');
-            const k = d.data.findIndex(t => t.name === 'downtime'); Plotly.Fx.hover(d, [{curveNumber: k, pointNumber: 0}]); }""")
+            const k = d.data.findIndex(t => t.name === 'last progress');
+            Plotly.Fx.hover(d, [{curveNumber: k, pointNumber: 0}]); }""")
         page.wait_for_timeout(200)
         return {"text": page.inner_text("body"), "hover": page.evaluate("document.querySelector('#fig2 .hoverlayer').textContent"),
                 "imgs": page.locator("img").count(), "pwned": page.evaluate("window.__pwned === undefined")}

@@ -72,63 +72,62 @@ def ledger_bar(row: dict[str, Any], buckets: tuple[str, ...]) -> dict[str, Any]:
                                      "legend": {"orientation": "h", "y": -0.6, "traceorder": "normal"}}}
 
 
+def segments(df: pl.DataFrame, a: str, b: str, hover: pl.Expr, row: str, name: str, colour: str | pl.Expr,
+             width: int = 12) -> dict[str, Any]:
+    """Intervals ``a``→``b`` as thick line segments on category ``row``: one WebGL trace however
+    many there are (thousands of SVG bars would take seconds to draw)."""
+    seg = df.filter(pl.col(a).is_not_null() & pl.col(b).is_not_null()).select(
+        ms(a).alias("x0"), ms(b).alias("x1"), hover.alias("h")).with_row_index("_i")
+    pts = pl.concat([
+        seg.select("_i", pl.lit(0).alias("_o"), pl.col("x0").alias("x"), "h"),
+        seg.select("_i", pl.lit(1).alias("_o"), pl.col("x1").alias("x"), "h"),
+        seg.select("_i", pl.lit(2).alias("_o"), pl.lit(None, pl.Float64).alias("x"),
+                   pl.lit(None, pl.String).alias("h")),
+    ]).sort("_i", "_o")
+    ys = [row if x is not None else None for x in pts["x"].to_list()]
+    return {"type": "scattergl", "mode": "lines", "name": name, "x": pts["x"].to_list(), "y": ys,
+            "line": {"color": colour, "width": width}, "hovertext": esc_plot(pts["h"].fill_null("").to_list()),
+            "hoverinfo": "text", "connectgaps": False}
+
+
 def timeline(attempts: pl.DataFrame, incidents: pl.DataFrame, ckpt: pl.DataFrame | None,
              slow: pl.DataFrame) -> dict[str, Any]:
-    """Attempts as bars, each incident's downtime and phases, checkpoints and slow periods."""
+    """Attempts, each incident's downtime (planned stops grey) and phases, checkpoints, slow periods."""
     data: list[dict[str, Any]] = []
-    a = attempts.filter(pl.col("t_start").is_not_null() & pl.col("t_end").is_not_null()).select(
-        ms("t_start").alias("b"), (ms("t_end") - ms("t_start")).alias("d"), "attempt", "state", "job_id"
-    )
-    if a.height:
-        hover = esc_plot(
-            a.select(pl.format("attempt {} ({}) · {}", "attempt", pl.col("job_id").fill_null("-"),
-                               pl.col("state").fill_null("no end state")))["attempt"].to_list()
-        )
-        data.append({"type": "bar", "orientation": "h", "name": "attempts", "y": ["attempts"] * a.height,
-                     "base": a["b"].to_list(), "x": a["d"].to_list(), "marker": {"color": "#0072B2"},
-                     "hovertext": hover, "hoverinfo": "text", "width": 0.5})
+    if attempts.height:
+        data.append(segments(attempts, "t_start", "t_end", pl.format(
+            "attempt {} ({}) · {}", "attempt", pl.col("job_id").fill_null("-"),
+            pl.col("state").fill_null("no end state")), "attempts", "attempts", "#0072B2"))
     if incidents.height:
         i = incidents.with_columns(pl.coalesce("t_resumed", "t_restart", "t_detected").alias("_to"))
-        down = i.filter(pl.col("t_last_progress").is_not_null() & pl.col("_to").is_not_null())
-        hover = esc_plot(
-            down.select(pl.format("#{} {} on {} · down {} s", pl.col("incident") + 1, "root_cause",
-                                  pl.col("nodes").list.join(",").fill_null("-"),
-                                  pl.col("downtime_s").round(0)))["incident"].to_list()
-        )
-        data.append({
-            "type": "bar", "orientation": "h", "name": "downtime", "y": ["incidents"] * down.height,
-            "base": down.select(ms("t_last_progress"))["t_last_progress"].to_list(),
-            "x": down.select(ms("_to") - ms("t_last_progress"))["_to"].to_list(), "width": 0.5,
-            "marker": {"color": ["#999999" if p else "#D55E00" for p in down["planned"].fill_null(False)]},
-            "hovertext": hover, "hoverinfo": "text",
-        })
+        hover = pl.format("#{} {} on {} · down {} s", pl.col("incident") + 1, "root_cause",
+                          pl.col("nodes").list.join(",").fill_null("-"), pl.col("downtime_s").round(0))
+        for planned, name, colour in ((False, "downtime", "#D55E00"), (True, "downtime (planned stop)", "#999999")):
+            part = i.filter(pl.col("planned").fill_null(False) == planned)
+            if part.height:
+                data.append(segments(part, "t_last_progress", "_to", hover, "incidents", name, colour))
         for col, label, colour, symbol in PHASES:
             p = incidents.filter(pl.col(col).is_not_null())
-            data.append({"type": _scatter(p.height), "mode": "markers", "name": label, "y": ["phases"] * p.height,
+            data.append({"type": _scatter(p.height * 4), "mode": "markers", "name": label, "y": ["phases"] * p.height,
                          "x": p.select(ms(col))[col].to_list(),
                          "marker": {"color": colour, "symbol": symbol, "size": 9},
-                         "hovertext": esc_plot(p.select(pl.format("#{} {}: " + label, pl.col("incident") + 1,
-                                                                  "root_cause"))["incident"].to_list()),
+                         "hovertext": esc_plot(p.select(pl.format(
+                             "#{} {} on {}: " + label, pl.col("incident") + 1, "root_cause",
+                             pl.col("nodes").list.join(",").fill_null("-")))["incident"].to_list()),
                          "hoverinfo": "text+x"})
     if ckpt is not None and ckpt.height:
         c = decimate(ckpt.select("end"), "end")
-        data.append({"type": _scatter(c.height), "mode": "markers", "name": "checkpoint saved",
+        data.append({"type": _scatter(c.height * 4), "mode": "markers", "name": "checkpoint saved",
                      "y": ["checkpoints"] * c.height, "x": c.select(ms("end"))["end"].to_list(),
                      "marker": {"color": "#56B4E9", "symbol": "line-ns-open", "size": 10}, "hoverinfo": "x+name"})
     if slow.height:
-        s = slow.filter(pl.col("start").is_not_null() & pl.col("end").is_not_null())
-        data.append({
-            "type": "bar", "orientation": "h", "name": "slow periods", "y": ["slow periods"] * s.height,
-            "base": s.select(ms("start"))["start"].to_list(), "x": s.select(ms("end") - ms("start"))["end"].to_list(),
-            "marker": {"color": "#F0E442", "line": {"color": "#8a7a00", "width": 1}}, "width": 0.5,
-            "hovertext": esc_plot(s.select(pl.format("×{} slower, suspect {}", pl.col("factor").round(2),
-                                                     pl.col("node").fill_null("-")))["factor"].to_list()),
-            "hoverinfo": "text",
-        })
+        data.append(segments(slow, "start", "end", pl.format("×{} slower, suspect {}", pl.col("factor").round(2),
+                                                             pl.col("node").fill_null("-")),
+                             "slow periods", "slow periods", "#E69F00"))
     cats = ["slow periods", "checkpoints", "phases", "incidents", "attempts"]
     return {"data": data, "layout": date_layout(
-        barmode="overlay", margin={"l": 100, "r": 20, "t": 20, "b": 40},
-        yaxis={"categoryorder": "array", "categoryarray": cats, "type": "category"},
+        margin={"l": 100, "r": 20, "t": 20, "b": 40},
+        yaxis={"categoryorder": "array", "categoryarray": cats, "type": "category", "range": [-0.5, 4.5]},
         legend={"orientation": "h", "y": -0.3})}
 
 
@@ -172,22 +171,14 @@ def step_time(prog: pl.DataFrame, slow: pl.DataFrame, ideal_s: float | None) -> 
         x0, x1 = p["x"].min(), p["x"].max()
         data.append({"type": "scatter", "mode": "lines", "name": f"ideal {ideal_s:.3f} s", "x": [x0, x1],
                      "y": [ideal_s, ideal_s], "line": {"color": "#009E73", "dash": "dash"}, "hoverinfo": "name"})
-    s = slow.filter(pl.col("start").is_not_null() & pl.col("end").is_not_null())
-    if s.height:
-        seg = s.select(ms("start").alias("a"), ms("end").alias("b"), pl.col("median_step_time_s").alias("y"),
-                       pl.format("×{} slower · suspect {}", pl.col("factor").round(2),
-                                 pl.col("node").fill_null("-")).alias("h"))
-        # three points per period (start, end, gap) so one trace draws every period
-        seg = seg.with_row_index("_i")
-        pts = pl.concat([
-            seg.select("_i", pl.lit(0).alias("_o"), pl.col("a").alias("x"), "y", "h"),
-            seg.select("_i", pl.lit(1).alias("_o"), pl.col("b").alias("x"), "y", "h"),
-            seg.select("_i", pl.lit(2).alias("_o"), pl.lit(None, pl.Float64).alias("x"),
-                       pl.lit(None, pl.Float64).alias("y"), pl.lit(None, pl.String).alias("h")),
-        ]).sort("_i", "_o")
-        xs2, ys2, hs = pts["x"].to_list(), pts["y"].to_list(), pts["h"].to_list()
-        data.append({"type": "scatter", "mode": "lines", "name": "slow period (suspect node)", "x": xs2, "y": ys2,
-                     "line": {"color": "#E69F00", "width": 6}, "hovertext": esc_plot(hs), "hoverinfo": "text"})
+    if slow.height:
+        tr = segments(slow, "start", "end", pl.format("×{} slower · suspect {}", pl.col("factor").round(2),
+                                                     pl.col("node").fill_null("-")), "", "slow period (suspect node)",
+                      "#E69F00", width=6)
+        # on this figure a segment sits at the period's median step time, not on a category row
+        ys = slow.filter(pl.col("start").is_not_null() & pl.col("end").is_not_null())["median_step_time_s"].to_list()
+        tr["y"] = [v for y in ys for v in (y, y, None)]
+        data.append(tr)
     return {"data": data, "layout": date_layout(yaxis={"title": {"text": "seconds per step"}, "rangemode": "tozero"},
                                                 legend={"orientation": "h", "y": -0.3})}
 

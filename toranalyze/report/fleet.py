@@ -19,7 +19,7 @@ import polars as pl
 from scipy import stats
 
 from toranalyze.reconstruct.ledger import BUCKETS
-from toranalyze.report.html import PALETTE, PLOTLY_JS, Page, cards, esc, esc_plot, fmt_duration, table
+from toranalyze.report.html import PALETTE, PLOTLY_JS, Page, cards, esc, esc_plot, fmt_duration, scroll_box, table
 from toranalyze.report.redact import redact_frame
 
 LEMON_MIN_FAILURES = 2
@@ -378,6 +378,6 @@ def _jobs_section(page: Page, jobs: pl.DataFrame) -> None:
                      f"{(r['lost_gpu_hours'] or 0):,.1f}",
                      " ".join(f"{b[0]}:{(r.get(f'{b}_s') or 0) / r['span_s']:.0%}" for b in BUCKETS[1:]
                               if r["span_s"] and (r.get(f"{b}_s") or 0) / r["span_s"] >= 0.01)))
-    page.add('<div class="scroll">' + table(
+    page.add(scroll_box(table(
         ["job", "GPUs", "observed", "TOR", "incidents", "unexpected", "lost GPU-h", "overheads ≥1%"], rows,
-        [False, True, True, True, True, True, True, False], cls="t jobs") + "</div>")
+        [False, True, True, True, True, True, True, False], cls="t jobs"), len(rows)))

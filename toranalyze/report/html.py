@@ -115,8 +115,11 @@ _LOADER = """
     figs.forEach(function (d) { d.textContent = 'plotly.min.js was not found beside this report'; });
     return;
   }
-  var i = 0;
+  var i = 0, t = 0;
+  window.__figureMs = [];
   function next() {
+    if (i > 0) { window.__figureMs.push(Math.round(performance.now() - t)); }
+    t = performance.now();
     if (i >= figs.length) {
       document.body.dataset.drawnMs = Math.round(performance.now());
       document.body.dataset.figures = done; return;
@@ -139,6 +142,11 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[str]], numeric: Sequen
         for r in rows
     )
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def scroll_box(inner: str, rows: int) -> str:
+    """A scrolling box for a table; long ones are laid out lazily (``content-visibility``)."""
+    return f'<div class="scroll{" lazy" if rows > 40 else ""}">{inner}</div>'
 
 
 def cards(items: Sequence[tuple[str, str]]) -> str:

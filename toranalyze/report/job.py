@@ -17,7 +17,7 @@ import polars as pl
 from toranalyze.reconstruct.analysis import Analysis
 from toranalyze.reconstruct.ledger import BUCKETS
 from toranalyze.report import figures
-from toranalyze.report.html import PLOTLY_JS, Page, cards, esc, fmt_duration, table
+from toranalyze.report.html import PLOTLY_JS, Page, cards, esc, fmt_duration, scroll_box, table
 from toranalyze.report.redact import redact_frame, redact_json
 
 EVIDENCE_SHOWN = 3
@@ -127,8 +127,8 @@ def _job_section(page: Page, i: int, row: dict[str, Any], attempts: pl.DataFrame
                   esc(s["node"] or "-"),
                   esc(", ".join(rel_path(e, row.get("path")) for e in (s["evidence"] or [])[:3])))
                  for s in slow.iter_rows(named=True)]
-        page.add(table(["start", "length", "factor", "steps", "slowdown", "suspect node", "evidence"], srows,
-                       [False, True, True, True, True, False, False]))
+        page.add(scroll_box(table(["start", "length", "factor", "steps", "slowdown", "suspect node", "evidence"],
+                                  srows, [False, True, True, True, True, False, False]), len(srows)))
     page.add("</section>")
 
 
@@ -177,10 +177,10 @@ def _incident_table(incidents: pl.DataFrame, events: pl.DataFrame, root: str | N
     more = ("" if incidents.height <= MAX_INCIDENT_ROWS else
             f'<p class="note">first {MAX_INCIDENT_ROWS} of {incidents.height} incidents shown; '
             "all are in incidents.parquet</p>")
-    return '<div class="scroll">' + table(
+    return scroll_box(table(
         ["#", "when (UTC)", "root cause", "nodes", "phases (UTC)", "lost steps", "downtime", "symptoms",
          "confidence and reason", "evidence"], rows,
-        [True, False, False, False, False, True, True, False, False, False], cls="t incidents") + "</div>" + more
+        [True, False, False, False, False, True, True, False, False, False], cls="t incidents"), len(rows)) + more
 
 
 def _data_quality(page: Page, events: pl.DataFrame, summary: dict[str, Any], shapes: pl.DataFrame | None,

@@ -33,6 +33,23 @@ def test_names_are_short_and_prefixed_only_when_ambiguous(tmp_path: Path) -> Non
     assert names == {keys[0]: "a/gpt", keys[1]: "b/gpt", keys[2]: "731400", keys[3]: "b"}
 
 
+def test_renaming_keeps_every_field_and_renames_notes(tmp_path: Path) -> None:
+    from toranalyze.reconstruct.analysis import RESOURCES_SCHEMA, Analysis
+    from toranalyze.report.names import job_keys, rename_jobs, short_job_names
+
+    key, other = f"{tmp_path}::gpt", f"{tmp_path}::731348"
+    frame = pl.DataFrame({"job": [key]})
+    resources = pl.DataFrame({"job": [key]}).select(
+        [pl.col("job") if c == "job" else pl.lit(None, t).alias(c) for c, t in RESOURCES_SCHEMA.items()])
+    an = Analysis(attempts=frame, incidents=frame, slow_periods=frame, tor=frame, resources=resources,
+                  notes=[f"job {other!r}: scheduler records only, no training records; not analysed"])
+    assert job_keys(an) == sorted([key, other])
+    renamed = rename_jobs(an, short_job_names(job_keys(an), [str(tmp_path)]))
+    assert renamed.resources["job"].to_list() == ["gpt"]  # the fleet's exposure is built on it
+    assert renamed.tor["job"].to_list() == ["gpt"]
+    assert renamed.notes == ["job '731348': scheduler records only, no training records; not analysed"]
+
+
 def _incidents(rows: list[dict]) -> pl.DataFrame:
     base = {"run": "r", "job": "j", "incident": 0, "attempt": 0, "planned": False, "evidence": ["f.log:1"],
             "t_last_progress": datetime(2024, 1, 1, tzinfo=UTC)}

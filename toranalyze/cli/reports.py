@@ -77,9 +77,15 @@ def unrecognised_shapes(paths: tuple[str, ...], lines: int, top: int = 15) -> pl
     if lines > SHAPES_MAX_LINES:
         return None
     from toranalyze.ingest.coverage import line_shapes
+    from toranalyze.report.names import input_root
 
     missed = uncovered(paths)
-    return None if missed is None else line_shapes(missed, top)
+    if missed is None:
+        return None
+    root = input_root(paths).rstrip("/")
+    if root:  # shown to people: relative to the inputs' common folder, like every other path
+        missed = missed.with_columns(pl.col("where").str.strip_prefix(root + "/"))
+    return line_shapes(missed, top)
 
 
 def _relpath(target: Path, start: Path) -> str:

@@ -8,7 +8,9 @@ directory of logs, one file) takes the file's stem or the directory's name.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -47,13 +49,33 @@ def short_job_names(jobs: Sequence[str], inputs: Sequence[str]) -> dict[str, str
     return {k: (v if seen[v] == 1 else k) for k, v in out.items()}
 
 
-def rename_jobs(an: Analysis, names: dict[str, str]) -> Analysis:
-    """The analysis with every ``job`` column holding the short names."""
-    def ren(df: pl.DataFrame | None) -> pl.DataFrame | None:
-        if df is None or "job" not in df.columns:
-            return df
-        return df.with_columns(pl.col("job").replace(names))
+def job_keys(an: Analysis) -> list[str]:
+    """Every job key the analysis mentions: its tables' and those quoted in its notes (jobs that
+    were found but not analysed)."""
+    quoted = [m for n in an.notes for m in re.findall(r"job '([^']*::[^']*)'", n)]
+    return sorted(set(an.tor["job"].to_list()) | set(an.attempts["job"].to_list()) | set(quoted))
 
-    return Analysis(attempts=ren(an.attempts), incidents=ren(an.incidents),  # type: ignore[arg-type]
-                    slow_periods=ren(an.slow_periods), tor=ren(an.tor), notes=an.notes,  # type: ignore[arg-type]
-                    progress=ren(an.progress), checkpoints=ren(an.checkpoints))
+
+def rename_jobs(an: Analysis, names: dict[str, str]) -> Analysis:
+    """The analysis with every ``job`` column, and the job keys quoted in its notes, holding the
+    short names (every other field kept as it is)."""
+    def ren(df: pl.DataFrame) -> pl.DataFrame:
+        return df.with_columns(pl.col("job").replace(names)) if "job" in df.columns else df
+
+    def ren_opt(df: pl.DataFrame | None) -> pl.DataFrame | None:
+        return None if df is None else ren(df)
+
+    return dataclasses.replace(
+        an, attempts=ren(an.attempts), incidents=ren(an.incidents), slow_periods=ren(an.slow_periods),
+        tor=ren(an.tor), resources=ren(an.resources), progress=ren_opt(an.progress),
+        checkpoints=ren_opt(an.checkpoints), notes=[rename_in_text(n, names) for n in an.notes])
+
+
+def rename_in_text(text: str, names: dict[str, str]) -> str:
+    """Job keys quoted in a note (``job '<dir>::<name>'``) replaced by their short names."""
+    if not names:
+        return text
+    keys = sorted(names, key=len, reverse=True)  # longest first: a key may prefix another
+    pattern = re.compile("|".join(re.escape(k) for k in keys))
+    return pattern.sub(lambda m: names[m.group(0)], text)
+

@@ -45,11 +45,11 @@ def analyze_and_write(result: IngestResult, out_dir: Path, *, ideal_step_time: f
     :mod:`toranalyze.report.names`. With ``quiet`` nothing is printed (the caller prints the path).
     """
     from toranalyze.reconstruct.analysis import AnalysisOptions, analyze_events
-    from toranalyze.report.names import rename_jobs, short_job_names
+    from toranalyze.report.names import job_keys, rename_jobs, short_job_names
 
     analysis = analyze_events(result.events, AnalysisOptions(ideal_step_time_s=ideal_step_time))
     if inputs:
-        analysis = rename_jobs(analysis, short_job_names(analysis.tor["job"].to_list(), inputs))
+        analysis = rename_jobs(analysis, short_job_names(job_keys(analysis), inputs))
     for name in ("attempts", "incidents", "slow_periods", "tor"):
         getattr(analysis, name).write_parquet(out_dir / f"{name}.parquet")
     if not quiet:

@@ -1,7 +1,8 @@
 """The fleet tables: what ``toranalyze fleet`` stores and what the fits read.
 
-Every table carries ``run`` (the run's id in the fleet store: its path relative to the input
-root it was found under) next to ``job`` (the job's name inside the run), so two runs never mix.
+Every table carries ``run`` (the run's id in the fleet store: its path relative to the parent of
+the input root it was found under, e.g. ``fleet/fleet-003``; see docs/fleet.md) next to ``job``
+(the job's name inside the run), so two runs never mix.
 Times are UTC microseconds. Exposure is *running* time only: an attempt from its start to its end
 (queueing before it and down time between attempts are not exposure).
 """

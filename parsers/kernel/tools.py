@@ -2,7 +2,8 @@
 
 * ``nvidia-smi`` when the driver lost a GPU: ``Unable to determine the device handle for GPU
   0000:0B:00.0: Unknown Error`` (``detect`` on Windows, ``nvmlDeviceGetHandleByIndex(): Unknown
-  Error`` from ``nvdebugdump``), and ``ERR!`` in the table's fields;
+  Error`` from ``nvdebugdump``); ``ERR!`` in the table's fields is a warning only (a power or fan
+  reading that failed, often transient);
 * ``dcgmi diag`` result tables: a ``Fail - GPU: N`` row under its test name (``GPU Memory``,
   ``Diagnostic``, ...), which may sit on a continuation row whose first column is blank;
 * ``ibstat`` aborting on a host channel adapter that vanished: ``ibpanic: ... stat of IB device
@@ -33,8 +34,9 @@ def tool_events(lf: pl.LazyFrame) -> pl.LazyFrame:
         .filter(pl.col("_h").struct.field("why").is_not_null() | pl.col("_h").struct.field("why2").is_not_null())
         .select(event("error", "error", device=norm_pci(pl.col("_h").struct.field("pci"))))
     )
+    # ERR! in a field (power, fan) is often a transient read failure: kept as an unclassified warning.
     err = lf.filter(has("ERR!") & body.str.starts_with("|")).select(
-        event("error", "error", message=pl.format("nvidia-smi shows ERR! for a GPU: {}", body.str.strip_chars()))
+        event("warning", "warning", message=pl.format("nvidia-smi shows ERR! for a GPU: {}", body.str.strip_chars()))
     )
     d = body.str.extract_groups(_DCGM_ROW)
     test = pl.col("_d").struct.field("test").replace("", None).forward_fill()

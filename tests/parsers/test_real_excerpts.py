@@ -99,3 +99,23 @@ def test_clockless_excerpt_is_classified_off_the_timeline(events: pl.DataFrame) 
     path = str(DATA / "real_excerpts" / "gpu" / "nvidia_smi_a_device_handle_unknown_error.log")
     row = events.filter(pl.col("file") == path).row(0, named=True)
     assert (row["failure_class"], row["ts"], row["ts_inferred"]) == ("gpu_hardware", None, True)
+
+
+def test_nvidia_smi_err_field_is_a_warning_not_a_failure() -> None:
+    """https://github.com/Azure/azhpc-diagnostics/issues/77: ERR! as power usage, transient, no action."""
+    from toranalyze_parsers.kernel import parser
+
+    from toranalyze.ingest.classify import classify, load_rules
+    from toranalyze.ingest.lines import lines_from_strings
+
+    table = [
+        "+-------------------------------+----------------------+----------------------+",
+        "|   1  Tesla V100-PCIE...  On   | 00008ED0:00:00.0 Off |                    0 |",
+        "| N/A   29C    P0   ERR! / 250W |    593MiB / 16160MiB |      0%      Default |",
+    ]
+    raw = parser.extract(lines_from_strings(table).lazy()).collect()
+    row = raw.filter(pl.col("message").str.contains("ERR!", literal=True)).row(0, named=True)
+    assert (row["kind"], row["severity"]) == ("warning", "warning")
+    ev = raw.with_columns(pl.lit("kernel").alias("source"), pl.lit(None, pl.String).alias("failure_class"),
+                          pl.lit(None, pl.String).alias("rule"))
+    assert classify(ev, load_rules()).collect()["failure_class"].null_count() == ev.height

@@ -13,7 +13,9 @@ elist`` snapshots, and turns them into events:
   firmware health, bonding, ibstat;
 * host: EDAC, MCE, APEI/GHES, PCIe AER/DPC/hotplug, IPMI SEL, boots;
 * storage: block/NVMe I/O errors, filesystem errors, NFS/Lustre trouble, hung tasks;
-* the OOM killer, lockups, panics and oopses.
+* the OOM killer, lockups, panics and oopses;
+* GPU and fabric tools pasted alongside: nvidia-smi's lost-GPU errors and ``-q`` memory health,
+  ``dcgmi diag`` failures, ``ibstat`` on a vanished HCA (``tools.py``).
 
 ``node`` comes from the syslog host field; a bare dmesg leaves it null. Lines without a wall
 clock (plain dmesg) keep their monotonic seconds in the message and leave ``ts`` null.

@@ -2,11 +2,16 @@
 
 * ``nvidia-smi`` when the driver lost a GPU: ``Unable to determine the device handle for GPU
   0000:0B:00.0: Unknown Error`` (``detect`` on Windows, ``nvmlDeviceGetHandleByIndex(): Unknown
-  Error`` from ``nvdebugdump``), and ``ERR!`` in the table's fields;
+  Error`` from ``nvdebugdump``); ``ERR!`` in the table's fields is a warning only (a power or fan
+  reading that failed, often transient);
 * ``dcgmi diag`` result tables: a ``Fail - GPU: N`` row under its test name (``GPU Memory``,
   ``Diagnostic``, ...), which may sit on a continuation row whose first column is blank;
 * ``ibstat`` aborting on a host channel adapter that vanished: ``ibpanic: ... stat of IB device
-  'mlx5_8' failed``.
+  'mlx5_8' failed``;
+* ``nvidia-smi -q`` memory health: volatile uncorrectable ECC counts above zero (errors), and
+  lifetime counts, rows or pages pending remap/retirement, a failed remap (warnings, a remap
+  failure an error). The section a field belongs to (``Volatile``, ``Aggregate``, ``Retired
+  Pages``, ``Remapped Rows``) is the last section header above it.
 """
 
 from __future__ import annotations
@@ -21,7 +26,13 @@ _HANDLE = (
 _DCGM_ROW = r"^\|\s*(?P<test>[A-Za-z][\w /-]*?)?\s*\|\s*(?P<res>Pass|Fail|Warn|Skip)\w* - GPU:\s*(?P<gpu>\d+)"
 _IBPANIC = r"ibpanic: .*stat of IB device '(?P<dev>[\w\-]+)' failed"
 
-FRAGMENTS = ("device handle", "nvmlDeviceGetHandle", "ERR!", " - GPU:", "ibpanic")
+FRAGMENTS = ("device handle", "nvmlDeviceGetHandle", "ERR!", " - GPU:", "ibpanic", "Uncorrectable", "Pending",
+             "Remapping Failure", "Double Bit", "Volatile", "Aggregate", "Retired Pages", "Remapped Rows")
+_SECTION = r"^\s*(Volatile|Aggregate|Retired Pages|Remapped Rows|Double Bit|Single Bit)\s*$"
+_MEM_FIELD = (
+    r"^\s*(?P<field>(?:DRAM|SRAM) Uncorrectable|Device Memory|Total|Uncorrectable Error|Double Bit ECC"
+    r"|Pending Page Blacklist|Pending Page Retirement|Pending|Remapping Failure Occurred)\s*:\s*(?P<val>\S+)\s*$"
+)
 
 
 def tool_events(lf: pl.LazyFrame) -> pl.LazyFrame:
@@ -33,8 +44,9 @@ def tool_events(lf: pl.LazyFrame) -> pl.LazyFrame:
         .filter(pl.col("_h").struct.field("why").is_not_null() | pl.col("_h").struct.field("why2").is_not_null())
         .select(event("error", "error", device=norm_pci(pl.col("_h").struct.field("pci"))))
     )
+    # ERR! in a field (power, fan) is often a transient read failure: kept as an unclassified warning.
     err = lf.filter(has("ERR!") & body.str.starts_with("|")).select(
-        event("error", "error", message=pl.format("nvidia-smi shows ERR! for a GPU: {}", body.str.strip_chars()))
+        event("warning", "warning", message=pl.format("nvidia-smi shows ERR! for a GPU: {}", body.str.strip_chars()))
     )
     d = body.str.extract_groups(_DCGM_ROW)
     test = pl.col("_d").struct.field("test").replace("", None).forward_fill()
@@ -58,4 +70,26 @@ def tool_events(lf: pl.LazyFrame) -> pl.LazyFrame:
         .filter(pl.col("_dev").is_not_null())
         .select(event("error", "error", message=pl.format("ibstat: IB device {} is missing ({})", "_dev", body)))
     )
-    return pl.concat([handle, err, dcgm, ib], how="diagonal_relaxed")
+    return pl.concat([handle, err, dcgm, ib, _smi_memory(lf)], how="diagonal_relaxed")
+
+
+def _smi_memory(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """nvidia-smi -q memory-health fields that report a problem (zero counts and 'No' are health)."""
+    body = pl.col("body")
+    f = body.str.extract_groups(_MEM_FIELD)
+    field, val = pl.col("_f").struct.field("field"), pl.col("_f").struct.field("val")
+    section = pl.col("_sec")
+    count = val.cast(pl.Int64, strict=False)
+    bad = (count > 0) | (val == "Yes")
+    uncorrectable = field.str.contains("Uncorrectable|Device Memory|Total|Double Bit")
+    # Remapped Rows' own 'Uncorrectable Error' is a lifetime count: a warning like Aggregate ones.
+    volatile = (section == "Volatile") & uncorrectable & (field != "Uncorrectable Error")
+    failed = field == "Remapping Failure Occurred"
+    pending = field.str.starts_with("Pending")
+    level = pl.when(volatile | failed).then(pl.lit("error")).otherwise(pl.lit("warning"))
+    where = pl.when(section.is_not_null()).then(pl.format(" ({})", section)).otherwise(pl.lit(""))
+    return (
+        lf.with_columns(body.str.extract(_SECTION, 1).forward_fill().alias("_sec"), f.alias("_f"))
+        .filter(field.is_not_null() & bad & (uncorrectable | failed | pending))
+        .select(event(level, level, message=pl.format("nvidia-smi -q: {}{}: {}", field, where, val)))
+    )

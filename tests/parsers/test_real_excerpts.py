@@ -99,3 +99,69 @@ def test_clockless_excerpt_is_classified_off_the_timeline(events: pl.DataFrame) 
     path = str(DATA / "real_excerpts" / "gpu" / "nvidia_smi_a_device_handle_unknown_error.log")
     row = events.filter(pl.col("file") == path).row(0, named=True)
     assert (row["failure_class"], row["ts"], row["ts_inferred"]) == ("gpu_hardware", None, True)
+
+
+def test_nvidia_smi_err_field_is_a_warning_not_a_failure() -> None:
+    """https://github.com/Azure/azhpc-diagnostics/issues/77: ERR! as power usage, transient, no action."""
+    from toranalyze_parsers.kernel import parser
+
+    from toranalyze.ingest.classify import classify, load_rules
+    from toranalyze.ingest.lines import lines_from_strings
+
+    table = [
+        "+-------------------------------+----------------------+----------------------+",
+        "|   1  Tesla V100-PCIE...  On   | 00008ED0:00:00.0 Off |                    0 |",
+        "| N/A   29C    P0   ERR! / 250W |    593MiB / 16160MiB |      0%      Default |",
+    ]
+    raw = parser.extract(lines_from_strings(table).lazy()).collect()
+    row = raw.filter(pl.col("message").str.contains("ERR!", literal=True)).row(0, named=True)
+    assert (row["kind"], row["severity"]) == ("warning", "warning")
+    ev = raw.with_columns(pl.lit("kernel").alias("source"), pl.lit(None, pl.String).alias("failure_class"),
+                          pl.lit(None, pl.String).alias("rule"))
+    assert classify(ev, load_rules()).collect()["failure_class"].null_count() == ev.height
+
+
+# https://github.com/NVIDIA/DCGM/issues/50: a healthy 'nvidia-smi -q' memory section, as published.
+SMI_Q = [
+    "            DRAM Uncorrectable            : 0",
+    "        Aggregate",
+    "            SRAM Correctable              : 0",
+    "            SRAM Uncorrectable            : 0",
+    "            DRAM Correctable              : 0",
+    "            DRAM Uncorrectable            : 0",
+    "    Retired Pages",
+    "        Single Bit ECC                    : N/A",
+    "        Double Bit ECC                    : N/A",
+    "        Pending Page Blacklist            : N/A",
+    "    Remapped Rows",
+    "        Correctable Error                 : 0",
+    "        Uncorrectable Error               : 0",
+    "        Pending                           : No",
+    "        Remapping Failure Occurred        : No",
+]
+
+
+def _smi_rows(lines: list[str]) -> pl.DataFrame:
+    from toranalyze_parsers.kernel import parser
+
+    from toranalyze.ingest.classify import classify, load_rules
+    from toranalyze.ingest.lines import lines_from_strings
+
+    raw = parser.extract(lines_from_strings(lines).lazy()).collect()
+    ev = raw.with_columns(pl.lit("kernel").alias("source"), pl.lit(None, pl.String).alias("failure_class"),
+                          pl.lit(None, pl.String).alias("rule"))
+    return classify(ev, load_rules()).collect()
+
+
+def test_nvidia_smi_q_healthy_memory_section_says_nothing() -> None:
+    assert _smi_rows(SMI_Q).filter(pl.col("failure_class").is_not_null()).height == 0
+
+
+def test_nvidia_smi_q_pending_remap_and_volatile_ecc() -> None:
+    # the same section with a row pending remap and (above it) a volatile uncorrectable count
+    sick = ["        Volatile", "            DRAM Uncorrectable            : 2", *SMI_Q[1:]]
+    sick[sick.index("        Pending                           : No")] = "        Pending                           : Yes"
+    rows = _smi_rows(sick).filter(pl.col("failure_class").is_not_null())
+    got = sorted(zip(rows["severity"], rows["message"], strict=True))
+    assert [r[0] for r in got] == ["error", "warning"] and set(rows["failure_class"]) == {"gpu_memory"}
+    assert "DRAM Uncorrectable (Volatile): 2" in got[0][1] and "Pending (Remapped Rows): Yes" in got[1][1]

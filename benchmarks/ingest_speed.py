@@ -94,7 +94,7 @@ def corpus_files(corpus: Path) -> list[Path]:
 
 def small_files(work: Path, n: int = 1000) -> tuple[Path, Path]:
     """``n`` small kernel/trainer logs (copies of simulated ones) and their concatenation."""
-    base = work / "small-files"
+    base = work / f"small-files-{n}"
     many, cat = base / "many", base / "cat" / "all.log"
     if (base / ".complete").exists():
         return many, cat

@@ -48,6 +48,7 @@ def test_missing_ray_names_the_extra():
     assert "toranalyze[ray]" in (info.value.hint or "")
 
 
+@pytest.mark.slow  # a Ray start-up plus two reads of a two-job fleet
 @pytest.mark.skipif(not HAS_RAY, reason="ray is not installed (pip install 'toranalyze[ray]')")
 def test_ray_two_workers_equals_local(tmp_path):
     import ray

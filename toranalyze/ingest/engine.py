@@ -81,7 +81,8 @@ def init_ray(jobs: int, address: str | None = None) -> Any:
 
 def _map_ray(fn: Callable[[T], R], items: Sequence[T], jobs: int, address: str | None) -> Iterator[R]:
     ray = init_ray(jobs, address)
-    task = ray.remote(num_cpus=1, max_retries=0)(fn)
+    # Retried only when Ray loses the worker (its memory monitor, a node gone); fn itself never raises.
+    task = ray.remote(num_cpus=1, max_retries=3)(fn)
     window = max(2, 2 * max(1, jobs))
     pending: deque[Any] = deque()
     for item in items:

@@ -41,6 +41,14 @@ def test_readme_main_command_end_to_end(tmp_path: Path) -> None:
     assert sum(row[f"{b}_us"] for b in buckets) == row["t_obs_us"]
     summary = (out / "summary.json").read_text()
     assert '"files_failed": 0' in summary
+    # The run's rates.json: the fleet's fits over this run (the same tables as `toranalyze fleet`).
+    from toranalyze.fleet.rates import load_rates
+
+    rates = load_rates((out / "rates.json").read_text(), path="rates.json")
+    incidents = pl.read_parquet(out / "incidents.parquet")
+    assert rates["unexpected"]["failures"] == incidents.filter(~pl.col("planned")).height
+    assert sum(p["count"] for p in rates["planned"].values()) == incidents.filter(pl.col("planned")).height
+    assert 0 < rates["exposure"]["gpu_hours"] < row["t_obs_us"] / 3.6e9 * 32  # running time only, 32 GPUs
 
 
 def test_ci_runs_the_readme_test_command() -> None:

@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from toranalyze.cli import cli
 from toranalyze.fleet import store
 from toranalyze.fleet.build import build
+from toranalyze.fleet.rates import load_rates
 from toranalyze.fleet.schema import EXPOSURE_SCHEMA, FLEET_ATTEMPTS_SCHEMA, FLEET_INCIDENTS_SCHEMA, JOBS_SCHEMA
 from toranalyze.fleet.tables import TABLES
 from toranalyze.ingest.pipeline import IngestOptions
@@ -169,8 +170,33 @@ def test_kill_9_mid_run_then_rerun_heals(fleet_dir: Path, clean_store: Path, tmp
     for p in (out / "runs").iterdir():
         if not p.name.startswith("."):
             assert store.has_part(out, p.name)
-    result = CliRunner().invoke(cli, ["fleet", str(fleet_dir), "-o", str(out), "-j", "1", "-q"])
+    result = CliRunner().invoke(cli, ["fleet", str(fleet_dir), "-o", str(out), "-j", "1"])
     assert result.exit_code == 0, result.output
     assert "3 runs" in result.output
-    assert _digests(out) == _digests(clean_store) | {"manifest.json": _digests(out)["manifest.json"]}
+    fresh = tmp_path / "fresh" / "store"  # the same inputs into a new store of the same name
+    assert CliRunner().invoke(cli, ["fleet", str(fleet_dir), "-o", str(fresh), "-j", "1", "-q"]).exit_code == 0
+    assert _digests(out) == _digests(fresh) | {"manifest.json": _digests(out)["manifest.json"]}
+    assert {k: v for k, v in _digests(out).items() if k in _digests(clean_store)} == (
+        _digests(clean_store) | {"manifest.json": _digests(out)["manifest.json"]})
     assert store.read_manifest(out).runs == store.read_manifest(clean_store).runs
+
+
+def test_products_rates_and_reports(fleet_dir: Path, tmp_path: Path) -> None:
+    """rates.json and the fleet report over the merged tables, a job report per run linked from
+    jobs.report, and an unchanged re-run that rewrites none of them."""
+    out = tmp_path / "store"
+    first = CliRunner().invoke(cli, ["fleet", str(fleet_dir), "-o", str(out), "-j", "1", "-q"])
+    assert first.exit_code == 0, first.output
+    assert first.output.strip() == f"report: {out / 'report.html'}"
+    rates = load_rates((out / "rates.json").read_text(), path="rates.json")
+    incidents = pl.read_parquet(out / "incidents.parquet")
+    assert rates["unexpected"]["failures"] == incidents.filter(~pl.col("planned")).height
+    jobs = pl.read_parquet(out / "jobs.parquet")
+    page = (out / "report.html").read_text()
+    for link in jobs["report"].unique():
+        assert (out / link).is_file() and f'href="{link}"' in page, link
+        assert '"../../plotly.min.js"' in (out / link).read_text()  # the store's one copy
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    again = CliRunner().invoke(cli, ["fleet", str(fleet_dir), "-o", str(out), "-j", "1", "-q"])
+    assert again.exit_code == 0
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == stamps  # nothing rewritten

@@ -126,11 +126,12 @@ def test_why_differ_names_the_weibull_class(rates: dict) -> None:
 
 
 def test_write_rates_only_when_changed(rates: dict, tmp_path: Path) -> None:
-    from toranalyze.cli.rates_io import write_rates
+    from toranalyze.fleet.store import write_text
 
     fr, _ = generate_fleet(replace(FleetSpec(), jobs=10), 5)
     path = tmp_path / "rates.json"
-    assert write_rates(fr, path) and not write_rates(fr, path)
+    text = dumps(build_rates(fr["jobs"], fr["attempts"], fr["incidents"], fr["exposure"]))
+    assert write_text(text, path) and not write_text(text, path)
     check_rates(json.loads(path.read_text()))
     assert not list(tmp_path.glob(".rates.json.*"))  # no temporary left behind
 

@@ -56,42 +56,6 @@ def ingest_cmd(paths: tuple[str, ...], out_dir: str, tz: str, year: int | None, 
               f"(coverage {s['coverage']:.1%}) -> {out_dir}" if s["coverage"] is not None else f"-> {out_dir}")
 
 
-def _default_out(paths: tuple[str, ...]) -> Path:
-    first = Path(paths[0].rstrip("/"))
-    name = first.stem if first.is_file() else first.name
-    return Path("reports") / (name or "run")
-
-
-@cli.command("analyze")
-@click.argument("paths", nargs=-1, required=True)
-@click.option("-o", "--out", "out_dir", default=None, type=click.Path(file_okay=False),
-              help="Output directory [default: reports/<run name>/].")
-@ingest_options
-@click.option("--ideal-step-time", type=float, default=None,
-              help="Ideal seconds per step; default: the median of the job's healthy steps.")
-@click.option("--no-report", is_flag=True, help="Do not write report.html.")
-@redact_option
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors and the report's path.")
-def analyze_cmd(paths: tuple[str, ...], out_dir: str | None, tz: str, year: int | None, parser: str | None,
-                rules: tuple[str, ...], jobs: int | None, engine: str, ray_address: str | None,
-                ideal_step_time: float | None, no_report: bool, no_redact: bool, quiet: bool) -> None:
-    """Ingest logs, reconstruct incidents, compute each job's TOR ledger and write report.html."""
-    target = Path(out_dir) if out_dir else _default_out(paths)
-    result = run_ingest(paths, tz, year, parser, rules, quiet, jobs, engine, ray_address)
-    write_ingest(result, target, redact=not no_redact)
-    from toranalyze.report.text import analyze_and_write
-
-    report = analyze_and_write(result, target, ideal_step_time=ideal_step_time, console=out, quiet=quiet,
-                               inputs=paths, report=not no_report, redact=not no_redact)
-    from toranalyze.cli.rates_io import write_run_rates
-
-    write_run_rates(result.events, target)  # the run's own rates.json (docs/rates.md)
-    if report is not None:
-        out.print(f"report: {report}", highlight=False, soft_wrap=True)
-    elif quiet:
-        out.print(f"tables: {target}/", highlight=False, soft_wrap=True)
-
-
 @cli.command("coverage")
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--top", type=int, default=20, show_default=True, help="How many line shapes to show.")
@@ -166,10 +130,12 @@ def schema_cmd(markdown: bool) -> None:
 def _register_commands() -> None:
     """Commands that live beside their stage. They ship in every install: an import error here is a
     broken install and must show, never hide the command."""
+    from toranalyze.cli.analyze import analyze_cmd
     from toranalyze.cli.fleet import fleet
     from toranalyze.cli.plan import plan_cmd
     from toranalyze.simulate.command import simulate
 
+    cli.add_command(analyze_cmd)
     cli.add_command(simulate)
     cli.add_command(fleet)
     cli.add_command(plan_cmd)

@@ -9,23 +9,28 @@ import polars as pl
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from toranalyze.cli.common import err, out
+from toranalyze.cli.common import err, out, redact_option
+from toranalyze.cli.reports import write_fleet_report
 from toranalyze.fleet.build import BuildResult, build
+from toranalyze.fleet.rates import build_rates, dumps
+from toranalyze.fleet.store import write_text
 from toranalyze.fleet.summary import FleetSummary, summarize
 from toranalyze.fleet.tables import TABLES
 from toranalyze.ingest.engine import default_jobs
 from toranalyze.ingest.pipeline import IngestOptions
 
 
-def write_fleet_products(store_dir: Path, tables: dict[str, pl.DataFrame]) -> None:
-    """Hook: where the fleet's derived products are written, after the merged tables.
-
-    - ``rates.json``: ``toranalyze.fleet.rates.build_rates(**tables)`` (keyword names are the
-      table names), dumped with sorted keys and written with ``toranalyze.fleet.store.write_text``
-      (a temporary name renamed into place) so a re-run stays byte-identical;
-    - ``report.html``: the fleet report renderer over the same tables, written the same way.
-
-    Neither exists on this branch, so nothing is written yet."""
+def write_fleet_products(store_dir: Path, tables: dict[str, pl.DataFrame], *, report: bool, redact: bool,
+                         title: str) -> Path | None:
+    """rates.json (docs/rates.md) and the fleet report over the merged tables, each written to a
+    temporary name and renamed, and only when its text changed (an unchanged re-run writes
+    nothing). Returns the report's path."""
+    doc = build_rates(tables["jobs"], tables["attempts"], tables["incidents"], tables["exposure"])
+    write_text(dumps(doc), store_dir / "rates.json")
+    if not report:
+        return None
+    return write_fleet_report(store_dir, tables["jobs"], tables["attempts"], tables["incidents"],
+                              tables["exposure"], doc, title=title, redact=redact)
 
 
 def _print_summary(s: FleetSummary, result: BuildResult, store_dir: Path) -> None:
@@ -67,9 +72,11 @@ def _print_summary(s: FleetSummary, result: BuildResult, store_dir: Path) -> Non
 @click.option("--year", type=int, default=None, help="Year for timestamps that have none (glog, syslog).")
 @click.option("--rules", "rules", multiple=True, type=click.Path(dir_okay=False),
               help="Extra classification rules (TOML); tried before the built-ins. Repeatable.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+@click.option("--no-report", is_flag=True, help="Write no HTML reports (the fleet's nor each run's).")
+@redact_option
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary; only errors and the report's path.")
 def fleet(paths: tuple[str, ...], out_dir: str, jobs: int | None, tz: str, year: int | None,
-          rules: tuple[str, ...], quiet: bool) -> None:
+          rules: tuple[str, ...], no_report: bool, no_redact: bool, quiet: bool) -> None:
     """Analyse many runs (each PATH a run directory or a directory of runs) into the fleet tables
     DIR/jobs, attempts, incidents and exposure (.parquet). Runs whose files did not change since
     the last time are not analysed again."""
@@ -82,10 +89,15 @@ def fleet(paths: tuple[str, ...], out_dir: str, jobs: int | None, tz: str, year:
         def progress(stage: str, done: int, total: int, run: str) -> None:
             bar.update(task, stage=stage, total=total, completed=done, description=run)
 
-        result = build(paths, store_dir, options, jobs=jobs or default_jobs(), progress=progress)
+        result = build(paths, store_dir, options, jobs=jobs or default_jobs(), progress=progress,
+                       report=not no_report, redact=not no_redact)
     for r in result.runs:
         if r.error:
             err.print(f"[yellow]warning[/]: run {r.id} ({r.path}): {r.error}")
     tables = {t: pl.read_parquet(store_dir / f"{t}.parquet") for t in TABLES}
-    write_fleet_products(store_dir, tables)
-    _print_summary(summarize(len(result.runs), *(tables[t] for t in TABLES)), result, store_dir)
+    page = write_fleet_products(store_dir, tables, report=not no_report, redact=not no_redact,
+                                title=store_dir.resolve().name)
+    if not quiet:
+        _print_summary(summarize(len(result.runs), *(tables[t] for t in TABLES)), result, store_dir)
+    if page is not None:
+        out.print(f"report: {page}", highlight=False, soft_wrap=True)

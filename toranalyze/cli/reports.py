@@ -7,6 +7,7 @@ from typing import Any
 
 import polars as pl
 
+from toranalyze.fleet.store import write_text
 from toranalyze.report.html import PLOTLY_JS, write_plotly_js
 
 
@@ -23,7 +24,7 @@ def write_job_report(out_dir: Path, analysis: Any, events: pl.DataFrame, summary
     page = render_job_report(JobReportInput(analysis, events, summary, shapes), redact=redact,
                              plotly_src=src.as_posix(), jobs=jobs)
     path = out_dir / "report.html"
-    path.write_text(page, encoding="utf-8")
+    write_text(page, path)
     return path
 
 
@@ -36,8 +37,7 @@ def write_fleet_report(out_dir: Path, jobs: pl.DataFrame, attempts: pl.DataFrame
     out_dir.mkdir(parents=True, exist_ok=True)
     write_plotly_js(out_dir)
     path = out_dir / "report.html"
-    path.write_text(render_fleet_report(jobs, attempts, incidents, exposure, rates, title=title, redact=redact),
-                    encoding="utf-8")
+    write_text(render_fleet_report(jobs, attempts, incidents, exposure, rates, title=title, redact=redact), path)
     return path
 
 

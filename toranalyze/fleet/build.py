@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from toranalyze.fleet import store
-from toranalyze.fleet.pipeline import RunOutcome, RunTask, analyze_run, options_salt
+from toranalyze.fleet.pipeline import REPORT, RunOutcome, RunTask, analyze_run, options_salt
 from toranalyze.fleet.runs import Run, content_hash, find_runs
 from toranalyze.ingest.pipeline import IngestOptions
 
@@ -56,24 +56,26 @@ def _analyze(tasks: Sequence[RunTask], jobs: int) -> Iterator[RunOutcome]:
 
 
 def build(paths: Sequence[str], out: Path, options: IngestOptions, jobs: int = 1,
-          progress: Progress | None = None) -> BuildResult:
+          progress: Progress | None = None, report: bool = True, redact: bool = True) -> BuildResult:
     """Update the store at ``out`` from the runs under ``paths``. Parts are written as each run
     finishes, so an interrupted build keeps its finished runs; the manifest is written last."""
     out.mkdir(parents=True, exist_ok=True)
     runs = find_runs(paths, skip=[str(out)])
     before = store.read_manifest(out)
-    salt = options_salt(options)
+    salt = options_salt(options, report, redact)
     hashes: dict[str, str] = {}
     for i, run in enumerate(runs, 1):
         hashes[run.id] = content_hash(run, salt)
         if progress:
             progress("hashing", i, len(runs), run.id)
-    todo = [RunTask(r, hashes[r.id], options) for r in runs if not store.has_part(out, hashes[r.id])]
+    todo = [RunTask(r, hashes[r.id], options, report, redact) for r in runs
+            if not store.has_part(out, hashes[r.id])]
     result = BuildResult(runs=[], reused=len(runs) - len(todo))
     for i, outcome in enumerate(_analyze(todo, jobs), 1):
         status = {"run": outcome.run.id, "error": outcome.error, "notes": list(outcome.notes),
                   "files_failed": outcome.files_failed}
-        store.write_part(out, outcome.hash, outcome.tables, status)
+        pages = {REPORT: outcome.report_html} if outcome.report_html is not None else None
+        store.write_part(out, outcome.hash, outcome.tables, status, pages)
         result.analyzed.append(outcome.run.id)
         if progress:
             progress("analysing", i, len(todo), outcome.run.id)

@@ -98,8 +98,13 @@ def write_table(frame: pl.DataFrame, path: Path) -> None:
     _atomic_write_bytes(path, lambda tmp: frame.write_parquet(tmp, statistics=True))
 
 
-def write_text(text: str, path: Path) -> None:
-    _atomic_write_bytes(path, lambda tmp: tmp.write_text(text))
+def write_text(text: str, path: Path) -> bool:
+    """Write ``text`` atomically unless ``path`` already holds it (an unchanged re-run touches
+    nothing). Returns whether it was written."""
+    if path.is_file() and path.read_text(encoding="utf-8") == text:
+        return False
+    _atomic_write_bytes(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    return True
 
 
 def part_dir(store: Path, run_hash: str) -> Path:
@@ -119,9 +124,10 @@ def read_status(store: Path, run_hash: str) -> dict[str, Any]:
     return status
 
 
-def write_part(store: Path, run_hash: str, tables: RunTables, status: dict[str, Any]) -> None:
-    """Write one run's tables and status as an immutable part: a temporary directory renamed
-    into place."""
+def write_part(store: Path, run_hash: str, tables: RunTables, status: dict[str, Any],
+               pages: dict[str, str] | None = None) -> None:
+    """Write one run's tables, status and pages (file name -> HTML: its job report) as an
+    immutable part: a temporary directory renamed into place."""
     final = part_dir(store, run_hash)
     if has_part(store, run_hash):
         return  # content-addressed: the same bytes are there already
@@ -130,6 +136,8 @@ def write_part(store: Path, run_hash: str, tables: RunTables, status: dict[str, 
     try:
         for t in TABLES:
             tables.get(t).write_parquet(tmp / f"{t}.parquet", statistics=True)
+        for name, text in (pages or {}).items():
+            (tmp / name).write_text(text, encoding="utf-8")
         (tmp / STATUS).write_text(json.dumps(status, indent=1, sort_keys=True) + "\n")
         if final.exists():  # a leftover of a crash before this directory was complete
             shutil.rmtree(final)

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import polars as pl
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
-
-from toranalyze.ingest.pipeline import IngestResult
 
 BUCKETS = ("useful", "slowdown", "rework", "checkpoint", "detection", "recovery", "other")
 
@@ -34,34 +30,6 @@ def _short_evidence(ref: str, root: str | None) -> str:
     from toranalyze.report.job import rel_path
 
     return rel_path(ref, root)
-
-
-def analyze_and_write(result: IngestResult, out_dir: Path, *, ideal_step_time: float | None, console: Console,
-                      quiet: bool = False, inputs: tuple[str, ...] = (), report: bool = True,
-                      redact: bool = True) -> Path | None:
-    """Analyse, write the tables (and report.html beside them); returns the report's path.
-
-    Job names in the tables, the terminal and the report are the short names of
-    :mod:`toranalyze.report.names`. With ``quiet`` nothing is printed (the caller prints the path).
-    """
-    from toranalyze.reconstruct.analysis import AnalysisOptions, analyze_events
-    from toranalyze.report.names import job_keys, rename_jobs, short_job_names
-
-    analysis = analyze_events(result.events, AnalysisOptions(ideal_step_time_s=ideal_step_time))
-    if inputs:
-        analysis = rename_jobs(analysis, short_job_names(job_keys(analysis), inputs))
-    for name in ("attempts", "incidents", "slow_periods", "tor"):
-        getattr(analysis, name).write_parquet(out_dir / f"{name}.parquet")
-    if not quiet:
-        print_summary(analysis, console, redact=redact)
-        console.print(f"tables written to {out_dir}/")
-    if not report:
-        return None
-    from toranalyze.cli.reports import unrecognised_shapes, write_job_report
-
-    summary = result.summary()
-    shapes = unrecognised_shapes(inputs, summary["lines"]) if inputs else None
-    return write_job_report(out_dir, analysis, result.events, summary, redact=redact, shapes=shapes)
 
 
 def print_summary(analysis: object, console: Console, redact: bool = True) -> None:

@@ -120,3 +120,37 @@ def test_fleet_report_draws_and_shows_the_tables_numbers(fleet_tables_sample: tu
     assert int(seen["incidents"]) == incidents.height
     assert int(seen["unexpected"]) == incidents.filter(~pl.col("planned")).height
     assert seen["median TOR"] == f"{jobs['tor'].median():.4f}"
+
+
+@pytest.fixture(scope="module")
+def fleet_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small simulated fleet through the real ``toranalyze fleet`` command."""
+    from click.testing import CliRunner
+
+    from toranalyze.cli import cli
+
+    root = tmp_path_factory.mktemp("fleet-cmd")
+    sim = CliRunner().invoke(cli, ["simulate", "--seed", "1", "--out", str(root / "fleet"), "--preset", "fleet",
+                                   "--jobs", "3", "--duration", "3h", "--nodes", "1"])
+    assert sim.exit_code == 0, sim.output
+    res = CliRunner().invoke(cli, ["fleet", str(root / "fleet"), "-o", str(root / "store"), "-j", "1", "-q"])
+    assert res.exit_code == 0, res.output
+    return root / "store"
+
+
+def test_fleet_command_report_and_the_job_reports_it_links(fleet_store: Path, artifacts: Path) -> None:
+    jobs = pl.read_parquet(fleet_store / "jobs.parquet")
+    incidents = pl.read_parquet(fleet_store / "incidents.parquet")
+
+    def check(page: Any) -> dict[str, Any]:
+        return {k: _card(page, k) for k in ("jobs", "incidents", "unexpected")} | {
+            "links": page.locator("table.jobs a").evaluate_all("els => els.map(e => e.getAttribute('href'))")}
+
+    opened, seen = open_report(fleet_store / "report.html", artifacts / "fleet-command-report.png", check=check)
+    _assert_clean(opened)
+    assert int(seen["jobs"]) == jobs.height and int(seen["incidents"]) == incidents.height > 0
+    assert int(seen["unexpected"]) == incidents.filter(~pl.col("planned")).height
+    assert sorted(set(seen["links"])) == sorted(jobs["report"].unique())
+    job_page = fleet_store / seen["links"][0]
+    opened, _ = open_report(job_page, artifacts / "fleet-job-report.png")
+    _assert_clean(opened)  # a linked job report draws too, with the store's one plotly.js

@@ -161,7 +161,7 @@ def progress_curve(prog: pl.DataFrame) -> dict[str, Any]:
 def step_time(prog: pl.DataFrame, slow: pl.DataFrame, ideal_s: float | None) -> dict[str, Any]:
     """Seconds per step over time, the ideal step time and the slow periods with their suspect node."""
     p = prog.filter(pl.col("d_us").is_not_null() & pl.col("end").is_not_null()).select(
-        "attempt", ms("end").alias("x"), (pl.col("d_us") / pl.col("n").clip(1, None) / 1e6).alias("y"))
+        "attempt", ms("end").alias("x"), (pl.col("d_us") / 1e6).alias("y"))  # d_us is already per step
     p = decimate(p, "x", ("attempt",))
     xs, ys = _with_gaps(p.sort("attempt", "x"), "attempt", "x", "y")
     data: list[dict[str, Any]] = [{"type": _scatter(len(xs)), "mode": "lines", "name": "step time", "x": xs, "y": ys,

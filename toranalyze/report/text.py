@@ -1,4 +1,4 @@
-"""The terminal summary of ``analyze`` and the writing of its tables."""
+"""The terminal summary of ``analyze``: each job's ledger and incidents, for people."""
 
 from __future__ import annotations
 
@@ -7,21 +7,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-BUCKETS = ("useful", "slowdown", "rework", "checkpoint", "detection", "recovery", "other")
-
-
-def _fmt_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = int(round(seconds))
-    d, s = divmod(s, 86400)
-    h, s = divmod(s, 3600)
-    m, s = divmod(s, 60)
-    if d:
-        return f"{d}d{h:02d}h{m:02d}m"
-    if h:
-        return f"{h}h{m:02d}m{s:02d}s"
-    return f"{m}m{s:02d}s"
+from toranalyze.reconstruct.ledger import BUCKETS
+from toranalyze.report.html import fmt_duration
 
 
 def _short_evidence(ref: str, root: str | None) -> str:
@@ -47,7 +34,7 @@ def print_summary(analysis: object, console: Console, redact: bool = True) -> No
         console.rule(f"job {escape(str(job['job']))}")
         ideal = job.get("ideal_step_time_s")
         console.print(
-            f"TOR [bold]{job['tor']:.4f}[/]  over {_fmt_duration(t_obs)} observed; "
+            f"TOR [bold]{job['tor']:.4f}[/]  over {fmt_duration(t_obs)} observed; "
             f"ideal step {ideal:.3f}s ({job.get('ideal_step_source', '')})" if ideal else f"TOR {job['tor']:.4f}"
         )
         if not job.get("ended_cleanly", True):
@@ -60,7 +47,7 @@ def print_summary(analysis: object, console: Console, redact: bool = True) -> No
             secs = job.get(f"{b}_s")
             if secs is None:
                 continue
-            table.add_row(b, _fmt_duration(secs), f"{secs / t_obs:.1%}" if t_obs else "-")
+            table.add_row(b, fmt_duration(secs), f"{secs / t_obs:.1%}" if t_obs else "-")
         console.print(table)
         mine = incidents.filter(pl.col("job") == job["job"]) if "job" in incidents.columns else incidents
         if mine.height:
@@ -76,7 +63,7 @@ def print_summary(analysis: object, console: Console, redact: bool = True) -> No
                     escape(str(inc.get("root_cause"))),
                     "yes" if inc.get("planned") else "",
                     escape(",".join(inc.get("nodes") or [])) or "-",
-                    _fmt_duration(inc.get("downtime_s")),
+                    fmt_duration(inc.get("downtime_s")),
                     "-" if inc.get("lost_steps") is None else str(inc.get("lost_steps")),
                     escape(evidence[0]) if evidence else "-",
                 )

@@ -1,0 +1,88 @@
+"""Range look-ups that stay linear in the number of records, for long runs with many incidents.
+
+An equality join on ``job`` followed by a range filter pairs every interruption with every
+record (or step row) of its job: a month of two-second steps with a thousand incidents is a
+billion rows. The functions here give the same rows without forming those pairs.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+
+def in_windows(windows: pl.DataFrame, records: pl.DataFrame, key: str = "attempt_idx") -> pl.DataFrame:
+    """Each record inside a window ``[_lo, _hi]`` of its job, with that window's columns.
+
+    ``windows``: job, ``key``, _lo, _hi (integers). ``records``: job, t, and anything else (a
+    ``key`` column there is replaced by the window's). Returns the pairs ``job == job and _lo <=
+    t <= _hi``, records in their input order, exactly what the equality join on ``job`` followed
+    by that filter returns, with ``records``' columns after ``windows``'.
+
+    An interruption's window lies between two attempt starts, so a job's windows do not overlap
+    and a record can only be in the last window starting at or before it (``join_asof``). A job
+    whose windows overlap all the same takes the pairwise join, for that job alone.
+    """
+    w = windows.filter(pl.col("_lo") <= pl.col("_hi")).sort("job", "_lo")
+    clash = w.filter(pl.col("_lo") <= pl.col("_hi").shift(1).over("job")).select("job").unique()
+    recs = records.drop(key, strict=False).with_row_index("_i")
+    recs = recs.filter(pl.col("t").is_not_null())
+    solo_w = w.join(clash, on="job", how="anti")
+    solo_r = recs.join(clash, on="job", how="anti").sort("t", maintain_order=True)
+    hit = solo_r.join_asof(
+        solo_w.sort("_lo"), left_on="t", right_on="_lo", by="job", strategy="backward", check_sortedness=False
+    ).filter(pl.col("_hi").is_not_null() & (pl.col("t") <= pl.col("_hi")))
+    out = [hit]
+    if clash.height:
+        many = w.join(clash, on="job", how="semi").join(recs.join(clash, on="job", how="semi"), on="job")
+        out.append(many.filter((pl.col("t") >= pl.col("_lo")) & (pl.col("t") <= pl.col("_hi"))))
+    cols = [*windows.columns, *(c for c in recs.columns if c not in windows.columns)]
+    return pl.concat([f.select(cols) for f in out]).sort("_i", key, maintain_order=True).drop("_i")
+
+
+def min_after(queries: pl.DataFrame, rows: pl.DataFrame, value: str) -> pl.DataFrame:
+    """For each query (job, attempt, step) the smallest ``value`` of a row of the same job with
+    ``attempt_idx > attempt`` and ``step >= step`` (null when none): job, attempt, ``value``.
+
+    The later attempts ``[attempt + 1, ∞)`` are cut into at most one aligned block of 2^k
+    attempts per level k (the binary digits of ``attempt + 1``). Per level, each block's rows
+    become a running minimum of ``value`` from the highest step down, looked up with
+    ``join_asof`` at the query's step: O((rows + queries) · log attempts) rows in all.
+    """
+    r = rows.select("job", "attempt_idx", "step", value).filter(
+        pl.col("step").is_not_null() & pl.col(value).is_not_null()
+    )
+    q = queries.select("job", "attempt", "step").with_columns((pl.col("attempt").cast(pl.Int64) + 1).alias("_x"))
+    out_schema = pl.Schema({"job": queries.schema["job"], "attempt": queries.schema["attempt"],
+                            value: rows.schema[value]})
+    if r.height == 0 or q.height == 0:
+        return pl.DataFrame(schema=out_schema)
+    levels = (int(r.select(pl.col("attempt_idx").max()).item()) + 1).bit_length()
+    found = []
+    for k in range(levels):
+        bit = (pl.col("_x") // (1 << k)) % 2 == 1
+        ask = q.filter(bit).select("job", "attempt", "step", (pl.col("_x") // (1 << k)).alias("_b"))
+        q = q.with_columns(pl.when(bit).then(pl.col("_x") + (1 << k)).otherwise(pl.col("_x")).alias("_x"))
+        if ask.height == 0:
+            continue
+        block = (
+            r.group_by("job", (pl.col("attempt_idx").cast(pl.Int64) // (1 << k)).alias("_b"), "step")
+            .agg(pl.col(value).min())
+            .sort("job", "_b", "step", descending=[False, False, True])
+            .with_columns(pl.col(value).cum_min().over("job", "_b"))
+            .rename({"step": "_s"})
+            .sort("_s")
+        )
+        found.append(
+            ask.sort("step").join_asof(
+                block, left_on="step", right_on="_s", by=["job", "_b"], strategy="forward", check_sortedness=False
+            )
+        )
+    if not found:
+        return pl.DataFrame(schema=out_schema)
+    return (
+        pl.concat([f.select("job", "attempt", value) for f in found])
+        .group_by("job", "attempt")
+        .agg(pl.col(value).min())
+        .filter(pl.col(value).is_not_null())
+        .cast(out_schema)
+    )

@@ -10,31 +10,40 @@ from __future__ import annotations
 import polars as pl
 
 
-def in_windows(windows: pl.DataFrame, records: pl.DataFrame, key: str = "attempt_idx") -> pl.DataFrame:
-    """Each record inside a window ``[_lo, _hi]`` of its job, with that window's columns.
+def in_windows(
+    windows: pl.DataFrame,
+    records: pl.DataFrame,
+    key: str = "attempt_idx",
+    by: tuple[str, ...] = ("job",),
+    on: str = "t",
+) -> pl.DataFrame:
+    """Each record inside a window ``[_lo, _hi]`` of its group, with that window's columns.
 
-    ``windows``: job, ``key``, _lo, _hi (integers). ``records``: job, t, and anything else (a
-    ``key`` column there is replaced by the window's). Returns the pairs ``job == job and _lo <=
-    t <= _hi``, records in their input order, exactly what the equality join on ``job`` followed
-    by that filter returns, with ``records``' columns after ``windows``'.
+    ``windows``: the ``by`` columns, ``key``, _lo, _hi (integers). ``records``: the ``by``
+    columns, ``on``, and anything else (a ``key`` column there is replaced by the window's).
+    Returns the pairs ``by == by and _lo <= on <= _hi``, records in their input order: exactly
+    what the equality join on ``by`` followed by that filter returns, with ``records``' columns
+    after ``windows``'.
 
-    An interruption's window lies between two attempt starts, so a job's windows do not overlap
-    and a record can only be in the last window starting at or before it (``join_asof``). A job
-    whose windows overlap all the same takes the pairwise join, for that job alone.
+    An interruption's window lies between two attempt starts (a slow period between two others
+    of its attempt), so a group's windows do not overlap and a record can only be in the last
+    window starting at or before it (``join_asof``). A group whose windows overlap all the same
+    takes the pairwise join, for that group alone.
     """
-    w = windows.filter(pl.col("_lo") <= pl.col("_hi")).sort("job", "_lo")
-    clash = w.filter(pl.col("_lo") <= pl.col("_hi").shift(1).over("job")).select("job").unique()
+    grp = list(by)
+    w = windows.filter(pl.col("_lo") <= pl.col("_hi")).sort(*grp, "_lo")
+    clash = w.filter(pl.col("_lo") <= pl.col("_hi").shift(1).over(grp)).select(grp).unique()
     recs = records.drop(key, strict=False).with_row_index("_i")
-    recs = recs.filter(pl.col("t").is_not_null())
-    solo_w = w.join(clash, on="job", how="anti")
-    solo_r = recs.join(clash, on="job", how="anti").sort("t", maintain_order=True)
+    recs = recs.filter(pl.all_horizontal(pl.col(c).is_not_null() for c in [*grp, on]))
+    solo_w = w.join(clash, on=grp, how="anti")
+    solo_r = recs.join(clash, on=grp, how="anti").sort(on, maintain_order=True)
     hit = solo_r.join_asof(
-        solo_w.sort("_lo"), left_on="t", right_on="_lo", by="job", strategy="backward", check_sortedness=False
-    ).filter(pl.col("_hi").is_not_null() & (pl.col("t") <= pl.col("_hi")))
+        solo_w.sort("_lo"), left_on=on, right_on="_lo", by=grp, strategy="backward", check_sortedness=False
+    ).filter(pl.col("_hi").is_not_null() & (pl.col(on) <= pl.col("_hi")))
     out = [hit]
     if clash.height:
-        many = w.join(clash, on="job", how="semi").join(recs.join(clash, on="job", how="semi"), on="job")
-        out.append(many.filter((pl.col("t") >= pl.col("_lo")) & (pl.col("t") <= pl.col("_hi"))))
+        many = w.join(clash, on=grp, how="semi").join(recs.join(clash, on=grp, how="semi"), on=grp)
+        out.append(many.filter((pl.col(on) >= pl.col("_lo")) & (pl.col(on) <= pl.col("_hi"))))
     cols = [*windows.columns, *(c for c in recs.columns if c not in windows.columns)]
     return pl.concat([f.select(cols) for f in out]).sort("_i", key, maintain_order=True).drop("_i")
 

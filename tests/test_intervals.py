@@ -113,3 +113,25 @@ def test_no_join_of_the_analysis_grows_faster_than_the_run(monkeypatch: pytest.M
     assert (n_small, n_big) == (19, 39)
     assert j_big <= big.height
     assert j_big <= 4.5 * j_small
+
+
+def _slow_run(n_periods: int) -> list[dict[str, Any]]:
+    """One attempt of 2 s steps with ``n_periods`` stretches of 20 steps at 3 s."""
+    rec: list[dict[str, Any]] = [dict(ts=0.0, kind="job_start", job_id="1", file="r/sacct")]
+    t, step = 5.0, 0
+    for _ in range(n_periods):
+        for dt in [2.0] * 40 + [3.0] * 20:
+            t += dt
+            step += 1
+            rec.append(dict(ts=t, kind="step", step=step, step_time_s=dt, file="r/train"))
+    rec.append(dict(ts=t + 10, kind="job_end", job_id="1", state="COMPLETED", file="r/sacct"))
+    return rec
+
+
+def test_slow_periods_do_not_pair_with_every_step_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    small, big = events_frame(_slow_run(8)), events_frame(_slow_run(16))
+    j_small, _ = _largest_join(monkeypatch, small)
+    j_big, _ = _largest_join(monkeypatch, big)
+    assert analyze_events(big).slow_periods.height == 16
+    assert j_big <= big.height
+    assert j_big <= 2.2 * j_small

@@ -57,33 +57,41 @@ def min_after(queries: pl.DataFrame, rows: pl.DataFrame, value: str) -> pl.DataF
     become a running minimum of ``value`` from the highest step down, looked up with
     ``join_asof`` at the query's step: O((rows + queries) · log attempts) rows in all.
     """
-    r = rows.select("job", "attempt_idx", "step", value).filter(
-        pl.col("step").is_not_null() & pl.col(value).is_not_null()
-    )
-    q = queries.select("job", "attempt", "step").with_columns((pl.col("attempt").cast(pl.Int64) + 1).alias("_x"))
     out_schema = pl.Schema({"job": queries.schema["job"], "attempt": queries.schema["attempt"],
                             value: rows.schema[value]})
+    # Jobs as integers, so that (job, block) is one integer key: _j · 2^32 + block.
+    codes = pl.concat([rows.select("job"), queries.select("job")]).unique().with_row_index("_j")
+    j = pl.col("_j").cast(pl.Int64) * (1 << 32)
+    r = (
+        rows.filter(pl.col("step").is_not_null() & pl.col(value).is_not_null())
+        .join(codes, on="job")
+        .select(j.alias("_j"), pl.col("attempt_idx").cast(pl.Int64), "step", value)
+        .sort("step", value)  # within any block: step order, the smallest value first among equal steps
+    )
+    q = queries.join(codes, on="job").select(
+        "job", "attempt", "step", j.alias("_j"), (pl.col("attempt").cast(pl.Int64) + 1).alias("_x")
+    )
     if r.height == 0 or q.height == 0:
         return pl.DataFrame(schema=out_schema)
     levels = (int(r.select(pl.col("attempt_idx").max()).item()) + 1).bit_length()
     found = []
     for k in range(levels):
         bit = (pl.col("_x") // (1 << k)) % 2 == 1
-        ask = q.filter(bit).select("job", "attempt", "step", (pl.col("_x") // (1 << k)).alias("_b"))
+        ask = q.filter(bit).select("job", "attempt", "step", (pl.col("_j") + pl.col("_x") // (1 << k)).alias("_g"))
         q = q.with_columns(pl.when(bit).then(pl.col("_x") + (1 << k)).otherwise(pl.col("_x")).alias("_x"))
         if ask.height == 0:
             continue
+        g = pl.col("_g")
         block = (
-            r.group_by("job", (pl.col("attempt_idx").cast(pl.Int64) // (1 << k)).alias("_b"), "step")
-            .agg(pl.col(value).min())
-            .sort("job", "_b", "step", descending=[False, False, True])
-            .with_columns(pl.col(value).cum_min().over("job", "_b"))
-            .rename({"step": "_s"})
-            .sort("_s")
+            r.select((pl.col("_j") + pl.col("attempt_idx") // (1 << k)).alias("_g"), pl.col("step").alias("_s"), value)
+            .sort("_g", maintain_order=True)
+            .with_columns(pl.col(value).cum_min(reverse=True).over("_g"))
+            # one row per (block, step): the first, whose running minimum covers its equals
+            .filter(((g != g.shift(1)) | (pl.col("_s") != pl.col("_s").shift(1))).fill_null(True))
         )
         found.append(
             ask.sort("step").join_asof(
-                block, left_on="step", right_on="_s", by=["job", "_b"], strategy="forward", check_sortedness=False
+                block, left_on="step", right_on="_s", by="_g", strategy="forward", check_sortedness=False
             )
         )
     if not found:

@@ -18,6 +18,7 @@ from toranalyze.reconstruct import incidents as inc_mod
 from toranalyze.reconstruct import ledger, progress, slowness
 from toranalyze.reconstruct.attribution import attribute_nodes
 from toranalyze.reconstruct.incidents import INCIDENTS_SCHEMA
+from toranalyze.reconstruct.intervals import in_windows
 from toranalyze.reconstruct.jobs import assign_attempts, assign_jobs, with_time
 from toranalyze.reconstruct.ledger import TOR_SCHEMA
 from toranalyze.reconstruct.resources import RESOURCES_SCHEMA, attempt_resources
@@ -297,10 +298,14 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
             .sort("job", "start")
             .with_columns(pl.int_range(pl.len()).over("job").alias("period"))
         )
+        # Each step row in the (disjoint) period of its attempt: no period x row pairs.
         slow_cost = (
-            sp.select("job", "period", "attempt_idx", "first_prev_step", "last_step")
-            .join(rows.select("job", "attempt_idx", "step", "slowdown_us"), on=["job", "attempt_idx"])
-            .filter((pl.col("step") > pl.col("first_prev_step")) & (pl.col("step") <= pl.col("last_step")))
+            in_windows(
+                sp.select("job", "attempt_idx", "period", (pl.col("first_prev_step") + 1).alias("_lo"),
+                          pl.col("last_step").alias("_hi")),
+                rows.select("job", "attempt_idx", "step", "slowdown_us"), key="period", by=("job", "attempt_idx"),
+                on="step",
+            )
             .group_by("job", "period")
             .agg((pl.col("slowdown_us").sum() / US).alias("slowdown_s"))
         )

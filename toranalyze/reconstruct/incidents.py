@@ -34,6 +34,7 @@ from __future__ import annotations
 import polars as pl
 
 from toranalyze.reconstruct.attribution import demote_peer_symptoms, is_peer_symptom
+from toranalyze.reconstruct.intervals import in_windows, min_after
 from toranalyze.reconstruct.progress import CLEAN_STATES, is_clean
 from toranalyze.schema import frame_schema
 from toranalyze.taxonomy import PLANNED, TAXONOMY, priority
@@ -277,11 +278,7 @@ def build_incidents(
             pl.col("t_restart").fill_null(2**62) - 1, pl.col("t_detected") + int(post_s * US)
         ).alias("_hi"),
     )
-    hits = (
-        win.join(cand.drop("attempt_idx"), on="job")
-        .filter((pl.col("t") >= pl.col("_lo")) & (pl.col("t") <= pl.col("_hi")) & ~pl.col("cls").is_in(NOT_STOP))
-        .drop("_lo", "_hi")
-    )
+    hits = in_windows(win, cand.filter(~pl.col("cls").is_in(NOT_STOP))).drop("_lo", "_hi")
     # NaN losses logged by the interrupted attempt are numerics evidence wherever they fall.
     nan = (
         ev.filter((pl.col("kind") == "step") & pl.col("loss").is_nan().fill_null(False) & pl.col("t").is_not_null())
@@ -482,12 +479,8 @@ def build_incidents(
         pl.coalesce("last_step", "resumed_from").alias("_hi_step"),
     )
     inc = inc.join(high, on=["job", "attempt"], how="left")
-    cu = (
-        inc.select("job", "attempt", "_hi_step", "t_resumed")
-        .join(steps.select("job", "attempt_idx", "step", "t_end"), on="job")
-        .filter((pl.col("attempt_idx") > pl.col("attempt")) & (pl.col("step") >= pl.col("_hi_step")))
-        .group_by("job", "attempt")
-        .agg(pl.col("t_end").min().alias("t_caught_up"))
+    cu = min_after(inc.select("job", "attempt", pl.col("_hi_step").alias("step")), steps, "t_end").rename(
+        {"t_end": "t_caught_up"}
     )
     inc = inc.join(cu, on=["job", "attempt"], how="left").with_columns(
         pl.when(pl.col("t_resumed").is_null())

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from toranalyze.reconstruct.intervals import in_windows
 from toranalyze.schema import frame_schema
 
 SLOW_PERIODS_SCHEMA = frame_schema(
@@ -207,9 +208,12 @@ def suspects(periods: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
     rank_pick = None
     if st.height and st["rank"].n_unique() > 1:
         r = (
-            p.select("job", "_p", "attempt_idx", "first_step", "last_step")
-            .join(st.select("job", "attempt_idx", "step", "rank", "node", "step_time_s"), on=["job", "attempt_idx"])
-            .filter(pl.col("step").is_between(pl.col("first_step"), pl.col("last_step")))
+            in_windows(
+                p.select("job", "attempt_idx", "_p", pl.col("first_step").alias("_lo"),
+                         pl.col("last_step").alias("_hi")),
+                st.select("job", "attempt_idx", "step", "rank", "node", "step_time_s"), key="_p",
+                by=("job", "attempt_idx"), on="step",
+            )
             .group_by("_p", "rank")
             .agg(pl.col("step_time_s").median().alias("_m"), pl.col("node").drop_nulls().first().alias("_rnode"))
             .with_columns(pl.col("_m").median().over("_p").alias("_mm"))

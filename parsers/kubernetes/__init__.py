@@ -73,9 +73,12 @@ class KubernetesParser(Parser):
     )
 
     # What each line rule filters on first: klog '.go:', operator 'msg=', node tables' status,
-    # event tables' TYPE column (blank-delimited), describe's 'Name:', pod tables' READY column.
+    # event tables' TYPE column (blank-delimited), describe's 'Name:', pod tables' READY column;
+    # pasted fragments: describe's state blocks and conditions, eviction messages, operator events.
     gates = (
-        literal_gate([".go:", "msg=", '"msg":', "Ready", "Unknown"]),
+        literal_gate([".go:", "msg=", '"msg":', "Ready", "Unknown", "State:", "Started:", "Reason:", "Exit Code:",
+                      "Unschedulable:", "Pressure", "low on resource", "Evicted", "OOMKilled", "exited with code",
+                      "is restarting", "unresponsive"]),
         r"\s(?:Normal|Warning)\s",
         r"^Name:",
         r"\s\d+/\d+\s+[A-Z]",

@@ -205,7 +205,7 @@ class TrainerParser(Parser):
             "kill switch", "exiting program", "iter time (s)", "[Torch]", "verflow", "OVERFLOW", "decrease scale",
             "*****", "setting up devices", "Process rank:", "Training completed", "{'", "%|", "it [",
             "saving model to", "GLOBAL_RANK", "GPU available", "params size", "Trainer.fit", "Starting job",
-            ":::MLLOG", "validation **",
+            ":::MLLOG", "validation **", "grad_norm", "gradnorm",
         ]),
         "\x1b",
     )

@@ -8,6 +8,7 @@ checkout.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -107,3 +108,7 @@ def test_simulate_then_analyze_from_the_wheel(installed: Path, tmp_path: Path) -
     # the report's stylesheet and secret patterns ship in the wheel, plotly.js is copied beside it
     assert res.stdout.strip() == "report: out/report.html", res.stdout
     assert (tmp_path / "out" / "plotly.min.js").stat().st_size > 1_000_000
+    # the run's rates.json feeds the planner (its JSON Schema ships as package data)
+    plan = run(installed, exe, "plan", "--rates", "out/rates.json", "--gpus", "1024", "--json", cwd=tmp_path)
+    assert plan.returncode == 0, plan.stderr
+    assert 0 < json.loads(plan.stdout)["closed_form"]["tor"] <= 1

@@ -148,3 +148,18 @@ def test_plan_with_no_failure_seen() -> None:
     assert p["inputs"]["mtbf_h"] is None and p["inputs"]["mtbf_lo_h"] > 0  # the rate's upper bound still bites
     assert p["closed_form"]["tor"] == pytest.approx(2.0 / (2.0 + 5 / 60))
     assert p["monte_carlo"]["tor"] == pytest.approx(p["closed_form"]["tor"], rel=1e-3)
+
+
+def test_monte_carlo_bounds_hopeless_plans_and_keeps_their_ratio() -> None:
+    """Failures every 3 minutes over a month of work: the simulation stops at its failure budget
+    and scores runs by the ratio so far, which matches the exact closed form; an interval that can
+    never complete scores zero."""
+    from toranalyze.model import tor_fail_stop_exact
+    from toranalyze.plan.montecarlo import Process, Repair, simulate_tor
+
+    M, delta, R = 0.05, 0.005, 0.01
+    tau = math.sqrt(2 * delta * M)
+    tor = simulate_tor([Process("x", M)], Repair(R), tau, delta, work=720.0, runs=50, seed=3)
+    assert tor.mean() == pytest.approx(tor_fail_stop_exact(M, tau, delta, R), rel=0.02)
+    never = simulate_tor([Process("x", M)], Repair(R), tau=2.0, delta=delta, work=720.0, runs=5, seed=3)
+    assert (never < 1e-3).all()

@@ -76,6 +76,7 @@ def simulate_tor(procs: list[Process], repair: Repair, tau: float, delta: float,
         wall[active[fin]] += need[fin]
         go = active[~fin]
         if not len(go):
+            active = go  # every run finished
             break
         g = gap[~fin]
         saved[go] += np.floor(g / seg) * tau

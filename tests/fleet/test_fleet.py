@@ -200,3 +200,14 @@ def test_products_rates_and_reports(fleet_dir: Path, tmp_path: Path) -> None:
     again = CliRunner().invoke(cli, ["fleet", str(fleet_dir), "-o", str(out), "-j", "1", "-q"])
     assert again.exit_code == 0
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == stamps  # nothing rewritten
+
+
+def test_outputs_get_the_usual_file_mode(tmp_path: Path) -> None:
+    """Temporary files are 0600 and temporary folders 0700; what is renamed into place must not
+    stay so, or a shared report folder is unreadable to everyone else."""
+    import stat
+
+    store.write_text("x", tmp_path / "a.txt")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert stat.S_IMODE((tmp_path / "a.txt").stat().st_mode) == 0o666 & ~mask

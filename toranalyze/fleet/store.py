@@ -80,10 +80,17 @@ def file_digest(path: Path) -> str:
         return hashlib.file_digest(f, "blake2b").hexdigest()[:32]
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _atomic_write_bytes(path: Path, write: Any) -> None:
     """``write(tmp_path)`` then rename over ``path``; the temporary file never survives an error."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; outputs get the user's usual mode
     try:
         write(Path(tmp))
         with open(tmp, "rb") as f:
@@ -133,6 +140,7 @@ def write_part(store: Path, run_hash: str, tables: RunTables, status: dict[str, 
         return  # content-addressed: the same bytes are there already
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{run_hash}.", suffix=".tmp", dir=final.parent))
+    tmp.chmod(0o777 & ~_umask())  # mkdtemp makes 0700
     try:
         for t in TABLES:
             tables.get(t).write_parquet(tmp / f"{t}.parquet", statistics=True)

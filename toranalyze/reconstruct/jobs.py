@@ -269,6 +269,29 @@ def assign_jobs(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     return ev, jobs
 
 
+SAME_MOMENT_US = 5_000_000  # stamps this close may be out of order (resolution, skew between hosts)
+
+
+def _progress_before(markers: pl.DataFrame, progress: pl.DataFrame) -> pl.DataFrame:
+    """``_p_old``: how many progress records of the job are stamped more than SAME_MOMENT_US
+    before each marker."""
+    counted = (
+        progress.select("job", "t").sort("job", "t")
+        .with_columns(pl.int_range(1, pl.len() + 1).over("job").alias("_p_old"))
+        .unique(["job", "t"], keep="last")
+        .sort("t")
+    )
+    return (
+        markers.with_row_index("_seq")  # the markers' time order, kept
+        .with_columns((pl.col("t") - SAME_MOMENT_US).alias("_t_old")).sort("_t_old")
+        .join_asof(counted.rename({"t": "_t_prog"}), left_on="_t_old", right_on="_t_prog", by="job",
+                   strategy="backward", allow_exact_matches=False, check_sortedness=False)
+        .with_columns(pl.col("_p_old").fill_null(0))
+        .sort("_seq")
+        .drop("_seq", "_t_old", "_t_prog")
+    )
+
+
 def assign_attempts(events: pl.DataFrame) -> pl.DataFrame:
     """Add ``attempt_idx`` (0-based, per job, in time order) to every timed event.
 
@@ -297,12 +320,18 @@ def assign_attempts(events: pl.DataFrame) -> pl.DataFrame:
     timed = timed.join(steps.select("_row", "_back"), on="_row", how="left").with_columns(
         pl.col("_back").fill_null(False)
     )
-    markers = timed.filter(is_marker | pl.col("_back")).select("_row", "job", "_prog", pl.col("_back"), pl.col("kind"))
-    # For a backwards step, "progress since the last marker" counts the step itself.
+    markers = timed.filter(is_marker | pl.col("_back")).select(
+        "_row", "job", "t", "_prog", pl.col("_back"), pl.col("kind"))
+    # For a backward step, "progress since the last marker" counts the step itself.
     markers = markers.with_columns(
         pl.when(pl.col("_back")).then(pl.col("_prog") - 1).otherwise(pl.col("_prog")).alias("_p")
-    ).with_columns(
-        (pl.col("_p").shift(1).over("job").is_null() | (pl.col("_p") > pl.col("_p").shift(1).over("job"))).alias("_new")
+    )
+    # A marker opens an attempt when progress came since the previous one, not counting progress
+    # stamped within seconds before it: second-resolution stamps and clock skew between hosts
+    # put an attempt's first step at or just before its start, init or load lines.
+    markers = _progress_before(markers, timed.filter(is_prog)).with_columns(
+        (pl.col("_p").shift(1).over("job").is_null()
+         | (pl.col("_p_old") > pl.col("_p").shift(1).over("job"))).alias("_new")
     )
     # A backward step with no marker since the last progress opens an attempt too.
     timed = timed.join(markers.select("_row", "_new"), on="_row", how="left").with_columns(
@@ -310,8 +339,9 @@ def assign_attempts(events: pl.DataFrame) -> pl.DataFrame:
     )
     # The first marker of the job is attempt 0 and so are events before it.
     timed = timed.with_columns((pl.col("_new").cast(pl.Int32).cum_sum().over("job") - 1).clip(0).alias("attempt_idx"))
-    # If the first marker of a job comes after progress, that progress was an attempt of its own.
-    first_marker_prog = markers.group_by("job").agg(pl.col("_p").first().alias("_fm"))
+    # If the first marker of a job comes after progress (more than seconds of it, as above), that
+    # progress was an attempt of its own.
+    first_marker_prog = markers.group_by("job").agg(pl.col("_p_old").first().alias("_fm"))
     timed = timed.join(first_marker_prog, on="job", how="left").with_columns(
         pl.when(pl.col("_fm") > 0)
         .then(

@@ -33,6 +33,9 @@ class PlanOptions:
     seed: int = 0
 
 
+NO_FAILURE_INTERVAL_H = 24.0  # the checkpoint interval assumed when no failure gives Young or Daly one
+
+
 def processes(rates: dict[str, Any], gpus: int) -> list[Process]:
     gpn = float(rates.get("gpus_per_node") or 8.0)
     out = []
@@ -123,7 +126,7 @@ def plan(rates: dict[str, Any], opts: PlanOptions) -> dict[str, Any]:
     d = opts.ckpt_save_h
     young = young_interval(d, M) if M else None
     daly = daly_interval(d, M) if M else None
-    tau = opts.ckpt_interval_h or daly or 24.0
+    tau = opts.ckpt_interval_h or daly or NO_FAILURE_INTERVAL_H
     cf = _cf(M, tau, d, rep.mean_h)
     cf_lo = _cf(mt["lo_h"], tau, d, rep.mean_h) if mt["lo_h"] else None
     cf_hi = _cf(mt["hi_h"], tau, d, rep.mean_h) if mt["hi_h"] else None
@@ -155,6 +158,8 @@ def what_if(rates: dict[str, Any], opts: PlanOptions, procs_for: Any, rep: Repai
                 "daly": daly_interval(opts.ckpt_save_h, M) if M else None}
         if opts.ckpt_interval_h:
             taus["given"] = opts.ckpt_interval_h
+        elif not M:  # no failure seen: the interval the plan itself uses
+            taus["default"] = NO_FAILURE_INTERVAL_H
         for name, tau in taus.items():
             if not tau:
                 continue

@@ -201,14 +201,7 @@ _PHASE = {
 def extract_operator(lines: pl.LazyFrame) -> pl.LazyFrame:
     """EV_SCHEMA rows for training-operator lifecycle lines (logrus text/JSON, zap JSON)."""
     text = pl.col("text")
-    cand = lines.filter(
-        text.str.contains("msg=", literal=True)
-        | text.str.contains('"msg":', literal=True)
-        | text.str.contains("INFO[", literal=True)
-        | text.str.contains("WARN[", literal=True)
-        | text.str.contains("ERRO[", literal=True)
-        | text.str.contains('"reason": "', literal=True)
-    )
+    cand = lines.filter(text.str.contains_any(["msg=", '"msg":', "INFO[", "WARN[", "ERRO[", '"reason": "']))
     logrus_msg = text.str.extract(rf"(?:^|\s)msg={_Q}", 1).str.replace_all(r'\"', '"', literal=True)
     json_msg = text.str.extract(rf'"msg":\s*{_Q}', 1).str.replace_all(r'\"', '"', literal=True)
     # logrus on a terminal: 'INFO[0289] <msg>  key=value ...'; zap console (controller-runtime

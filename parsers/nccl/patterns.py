@@ -98,10 +98,14 @@ PG_CHATTER = (
     r"|Stack trace of the failed collective not found"
 )
 
+# An NCCL INFO/TRACE line with its full head, and the words of the INFO lines that are records.
+CHATTER = r"^(?:\[\d+,\d+\]<std(?:out|err)>:\s*)?[\w.\-]+:\d+:\d+ \[\d+\] (?:\S+:\d+ )?NCCL (?:INFO|TRACE) "
+INFO_RECORDS = ["COMPLETE", "nRanks"]
+
 # Chatter: understood, not recorded (counts as covered).
 NOISE: tuple[str, ...] = (
     # every NCCL INFO/TRACE line, including `transport/net.cc:1134 -> 6` return-code traces
-    r"^(?:\[\d+,\d+\]<std(?:out|err)>:\s*)?[\w.\-]+:\d+:\d+ \[\d+\] (?:\S+:\d+ )?NCCL (?:INFO|TRACE) ",
+    CHATTER,
     r"^NCCL version \d",
     # PyTorch's info/warning lines from the NCCL process group (options, env, barrier device guesses)
     r"^\[?[IW]\d{0,4}(?: \d{2}:\d{2}:\d{2}(?:\.\d+)?)?(?: +\d+)? ?(?:[\w./\-]*/)?"

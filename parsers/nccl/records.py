@@ -38,7 +38,10 @@ def _stream() -> pl.Expr:
 def prefilter(lines: pl.LazyFrame) -> pl.LazyFrame:
     """Keep candidate lines, the lines that may continue them, and flight-recorder frames."""
     text = pl.col("text")
-    cand = text.str.contains_any(P.ANCHORS, ascii_case_insensitive=True)
+    # NCCL INFO/TRACE chatter is most of a big log; only its comm and COMPLETE lines are records,
+    # and a line with a full NCCL head starts a record of its own, so it never continues one.
+    chatter = text.str.contains(P.CHATTER) & ~text.str.contains_any(P.INFO_RECORDS)
+    cand = text.str.contains_any(P.ANCHORS, ascii_case_insensitive=True) & ~chatter
     near = cand
     for k in range(1, MAX_WRAP + 1):
         near = near | cand.shift(k, fill_value=False)

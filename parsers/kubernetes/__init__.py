@@ -79,7 +79,7 @@ class KubernetesParser(Parser):
         literal_gate([".go:", "msg=", '"msg":', "Ready", "Unknown", "State:", "Started:", "Reason:", "Exit Code:",
                       "Unschedulable:", "Pressure", "low on resource", "Evicted", "OOMKilled", "exited with code",
                       "is restarting", "unresponsive"]),
-        r"\s(?:Normal|Warning)\s",
+        r"(?:Normal|Warning)\s",  # a gate may be looser than the rule: searching for "\s" first is slow
         r"^Name:",
         r"\s\d+/\d+\s+[A-Z]",
     )

@@ -47,10 +47,12 @@ class TorchParser(Parser):
     )
 
     def extract(self, lines: pl.LazyFrame) -> pl.LazyFrame:
-        # Three extractors read the typed lines; materialising them once is ~3x faster
-        # than letting each lazy branch derive the windows again.
-        typed = typed_lines(lines).collect().lazy()
-        return pl.concat([records(typed), elastic_events(typed), line_events(typed)], how="vertical")
+        # Three extractors read the typed lines, materialised once (each lazy branch would
+        # derive the windows again); records read only the lines of kept records.
+        typed, recs = typed_lines(lines)
+        return pl.concat(
+            [records(recs.lazy()), elastic_events(typed), line_events(typed.lazy())], how="vertical"
+        )
 
 
 parser = TorchParser()

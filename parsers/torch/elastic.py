@@ -148,12 +148,17 @@ def _one_liners(lf: pl.LazyFrame) -> list[pl.LazyFrame]:
     ]
 
 
-def _blocks(lf: pl.LazyFrame) -> pl.LazyFrame:
+def _blocks(typed: pl.LazyFrame) -> pl.LazyFrame:
     """'Rendezvous complete ... Result:' and 'Starting elastic_operator ...' with their indented key lines."""
     is_hdr = pl.col("_x").str.contains(_RDZV) | _lit(_LAUNCH)
     is_kv = pl.col("_x").str.contains(_KV)
+    # Only headers and indented lines can be part of a block; a key line whose previous line in
+    # its stream is anything else starts no block, so the others are dropped before the regexes.
+    maybe = pl.col("_x").str.contains_any(["Rendezvous complete", _LAUNCH]) | pl.col("_x").str.contains(r"^\s\s")
+    lf = typed.with_columns((~maybe).shift(1).over("_s").fill_null(False).alias("_gap")).filter(maybe)
     lf = lf.with_columns(is_hdr.alias("_hdr"), is_kv.alias("_kv"))
-    link = pl.col("_kv") & (pl.col("_hdr") | pl.col("_kv")).shift(1).over("_s").fill_null(False)
+    prev = (pl.col("_hdr") | pl.col("_kv")).shift(1).over("_s").fill_null(False)
+    link = pl.col("_kv") & ~pl.col("_gap") & prev
     lf = lf.with_columns((~link).cum_sum().over("_s").alias("_blk"))
     grp = ["_s", "_blk"]
     rows = lf.filter(pl.col("_hdr").first().over(grp))
@@ -204,8 +209,15 @@ def _blocks(lf: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def elastic_events(typed: pl.LazyFrame) -> pl.LazyFrame:
+_FRAGMENTS = [
+    "failed (exitcode:", "will restart worker group", "closing signal", "death signal", "forcefully exiting",
+    "finished", "[c10d] The client socket",
+]
+
+
+def elastic_events(typed: pl.DataFrame) -> pl.LazyFrame:
     # Lines inside a crash record (the ChildFailedError block) are that record's. Blocks need
-    # every row: they link a line to the one before it in the stream.
-    lf = typed.filter(~pl.col("_rec"))
-    return pl.concat([conform_raw(f) for f in [*_one_liners(lf), _blocks(typed)]], how="vertical")
+    # every row: they link a line to the one before it in the stream. The one-line rules each
+    # filter on a literal of _FRAGMENTS: one pass over every line finds the few that hold any.
+    lf = typed.lazy().filter(~pl.col("_rec") & pl.col("_x").str.contains_any(_FRAGMENTS)).collect().lazy()
+    return pl.concat([conform_raw(f) for f in [*_one_liners(lf), _blocks(typed.lazy())]], how="vertical")

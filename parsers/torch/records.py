@@ -122,13 +122,13 @@ def _unprefixed() -> pl.Expr:
 
 
 def _line_type() -> pl.Expr:
-    after_last_error = pl.col("_prev_text").str.contains(r"^Last error:\s*$").fill_null(False)
+    """The lexical type of ``_x`` on its own (the 'after a bare Last error:' rule is applied later)."""
     chain = _lit("During handling of the above exception") | _lit("The above exception was the direct cause")
     term = _lit("terminate called after throwing an instance of") | _has(r"^terminate called (?:without|recursively)")
     # Order matters: the most specific shapes first, the loose exception shape last.
     cases: list[tuple[pl.Expr, int]] = [
         (_has(r"^Root Cause \(first observed failure\):"), ROOT),
-        (_has(_CONT) | after_last_error, CONT),
+        (_has(_CONT), CONT),
         (_lit("Traceback (most recent call last):"), TB),
         (chain, CHAIN),
         (_has(r"^Exception raised from \S"), RAISED),
@@ -162,25 +162,52 @@ def _link(prev: pl.Expr) -> pl.Expr:
     return expr.otherwise(False).fill_null(False)
 
 
-def typed_lines(lines: pl.LazyFrame) -> pl.LazyFrame:
-    """Prepared lines plus ``_i`` (row order), ``_s`` (stream), ``_t`` (type), ``_link``, ``_run`` and
-    ``_rec`` (the row belongs to a kept record; one-line rules skip those rows)."""
-    lf = lines.with_columns(
+_BARE_LAST_ERROR = r"^Last error:\s*$"
+
+
+def typed_lines(lines: pl.LazyFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Prepared lines -> (every line typed, the lines of kept records).
+
+    Every line gets ``_i`` (row order), ``_s`` (stream), ``_x`` (text), ``_t`` (type) and ``_rec``
+    (the row belongs to a kept record; one-line rules skip those rows). Most lines of a big log
+    are OTHER and can never join a record, so linking, runs and record summaries work on the
+    others only (``_prev_text``, ``_link``, ``_run`` exist there). Dropping a line must not join
+    its neighbours: a row whose previous line in its stream was dropped links to nothing, exactly
+    as it would not link to that OTHER line.
+    """
+    full = lines.with_columns(
         pl.int_range(pl.len(), dtype=pl.Int64).alias("_i"), stream_key().alias("_s"), _unprefixed().alias("_x")
+    ).with_columns(_line_type().alias("_t"))
+    # A line after a bare 'Last error:' continues it whatever it looks like; a code line right
+    # before an exception is its HEAD: both may be OTHER on their own, so they are kept too.
+    bare = pl.col("_x").str.contains(_BARE_LAST_ERROR)
+    full = full.with_columns(bare.shift(1).over("_s").fill_null(False).alias("_after_le"))
+    keep = (pl.col("_t") != OTHER) | pl.col("_after_le") | _has(_CALL)
+    full = full.with_columns(keep.alias("_keep")).with_columns(
+        (~pl.col("_keep")).shift(1).over("_s").fill_null(False).alias("_gap_before"),
+        (~pl.col("_keep")).shift(-1).over("_s").fill_null(False).alias("_gap_after"),
+    ).collect()
+    sub = full.lazy().filter(pl.col("_keep"))
+    prev_text = pl.when(~pl.col("_gap_before")).then(pl.col("_x").shift(1).over("_s"))
+    sub = sub.with_columns(prev_text.alias("_prev_text")).with_columns(
+        pl.when((pl.col("_t") != ROOT) & pl.col("_after_le")).then(pl.lit(CONT, pl.Int8)).otherwise("_t").alias("_t")
     )
-    lf = lf.with_columns(pl.col("_x").shift(1).over("_s").alias("_prev_text"))
-    lf = lf.with_columns(_line_type().alias("_t"))
-    head = (pl.col("_t") == OTHER) & pl.col("_t").shift(-1).over("_s").is_in([EXC, EXCB]) & _has(_CALL)
-    lf = lf.with_columns(pl.when(head.fill_null(False)).then(pl.lit(HEAD, pl.Int8)).otherwise("_t").alias("_t"))
-    lf = lf.with_columns(_link(pl.col("_t").shift(1).over("_s")).alias("_link"))
-    lf = lf.with_columns((~pl.col("_link")).cum_sum().over("_s").alias("_run"))
+    next_exc = ~pl.col("_gap_after") & pl.col("_t").shift(-1).over("_s").is_in([EXC, EXCB])
+    head = (pl.col("_t") == OTHER) & next_exc & _has(_CALL)
+    sub = sub.with_columns(pl.when(head.fill_null(False)).then(pl.lit(HEAD, pl.Int8)).otherwise("_t").alias("_t"))
+    prev_t = pl.when(~pl.col("_gap_before")).then(pl.col("_t").shift(1).over("_s"))
+    sub = sub.with_columns(_link(prev_t).alias("_link"))
+    sub = sub.with_columns((~pl.col("_link")).cum_sum().over("_s").alias("_run"))
     grp = ["_s", "_run"]
     t = pl.col("_t")
     # A frame followed by an exception of any name is a traceback tail whose header was cut.
     tail = ((t == EXCL) & pl.col("_link")).any().over(grp) & t.is_in([FRAME, HEAD]).any().over(grp)
     anchored = t.is_in(_ANCHORS).any().over(grp) | tail
     first = pl.col("_i").filter(pl.col("_t").is_in(_STARTS)).min().over(grp)
-    return lf.with_columns((anchored & (pl.col("_i") >= first)).fill_null(False).alias("_rec"))
+    recs = sub.filter((anchored & (pl.col("_i") >= first)).fill_null(False)).collect()
+    drop = ["_after_le", "_keep", "_gap_before", "_gap_after"]
+    full = full.drop(drop).with_columns(pl.col("_i").is_in(recs["_i"].implode()).alias("_rec"))
+    return full, recs.drop(drop)
 
 
 def _fields_of(groups: pl.Expr, *numbers: int) -> list[pl.Expr]:
@@ -354,7 +381,7 @@ def _compose(recs: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def records(typed: pl.LazyFrame) -> pl.LazyFrame:
-    """One error event per kept record (see the module docstring)."""
-    rows = _fields(typed).filter(pl.col("_rec"))
+def records(recs: pl.LazyFrame) -> pl.LazyFrame:
+    """One error event per kept record (see the module docstring); ``recs``: their lines."""
+    rows = _fields(recs)
     return conform_raw(_compose(_summaries(rows)))

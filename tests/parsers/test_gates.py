@@ -63,3 +63,15 @@ def test_a_block_without_gates_skips_the_parser():
     names = [p.name for p in gated(lines, default_registry().line_parsers())]
     assert "kernel" not in names and "nccl" not in names
     assert "trainer" in names  # no gates: always runs
+
+
+@pytest.mark.parametrize("name", ["kernel", "nccl", "slurm", "kubernetes", "trainer", "torch"])
+def test_the_block_test_never_skips_a_block_a_line_test_would_run(name):
+    """gated() searches whole blocks; wherever some line holds a gate, it must keep the parser."""
+    parser = default_registry().get(name)
+    gate = _gate(parser)
+    for path in _logs():
+        for chunk in Chunks(str(path)):
+            lines = prepare_lines(chunk)
+            if lines.select(gate.any()).item():
+                assert parser in gated(lines, [parser]), f"{path.name}: gate skipped {name}"

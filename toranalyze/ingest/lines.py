@@ -68,11 +68,11 @@ def prepare_lines(chunk: pl.DataFrame) -> pl.DataFrame:
     Only rows that start with a prefix go through the peeling passes (one cheap test first):
     most lines of a big log (NCCL chatter, bare trainer output) carry none.
     """
+    lf = chunk.lazy()
+    if chunk.select(pl.col("raw").str.contains("\r", literal=True).any()).item():
+        lf = lf.with_columns(pl.col("raw").str.split("\r")).explode("raw")
     base = (
-        chunk.lazy()
-        .with_columns(pl.col("raw").str.split("\r"))
-        .explode("raw")
-        .filter(pl.col("raw").str.strip_chars().str.len_bytes() > 0)
+        lf.filter(pl.col("raw").str.strip_chars().str.len_bytes() > 0)
         .with_columns(
             pl.col("raw").alias("text"),
             pl.lit(None, NAIVE_US).alias("p_ts"),

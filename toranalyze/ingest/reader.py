@@ -203,6 +203,7 @@ def noise_mask(parsers: Sequence[Any]) -> pl.Expr | None:
 
 
 def _gate(parser: Any) -> pl.Expr | None:
+    """Line by line: the line (raw or peeled) holds one of the parser's gates (None: no gates)."""
     gates = tuple(getattr(parser, "gates", ()) or ())
     if not gates:
         return None
@@ -210,14 +211,31 @@ def _gate(parser: Any) -> pl.Expr | None:
     return pl.col("raw").str.contains(pattern) | pl.col("text").str.contains(pattern)
 
 
+def _gate_test(patterns: Sequence[str], raw: pl.Series, text: pl.Series) -> bool:
+    """Whether any line holds a match of any pattern, searched in the block joined into one string.
+
+    A search stops at its first match, so a parser whose gate occurs early costs almost nothing.
+    An unanchored pattern that matches a peeled ``text`` also matches its ``raw`` line (``text``
+    is a suffix of ``raw``), so the raw block suffices; anchored ones search the peeled lines
+    in multi-line mode. Matches spanning a newline (``\\s`` also matches one) can only make a
+    gate pass that a line-by-line test would not: the parser then runs and finds what it finds.
+    """
+    # One search per pattern: an alternation of a literal list with a regex would lose the
+    # literal search that makes a scan of a block without any match cheap.
+    for pattern in patterns:
+        block, pattern = (raw, pattern) if "^" not in pattern else (text, "(?m)" + pattern)
+        if block.str.contains(pattern).item():
+            return True
+    return False
+
+
 def gated(prepared: pl.DataFrame, parsers: Sequence[Any]) -> list[Any]:
-    """The parsers whose gates occur in this block (all gates tested in one pass)."""
-    gates = [_gate(p) for p in parsers]
-    tests = [g.any().alias(str(i)) for i, g in enumerate(gates) if g is not None]
-    if not tests:
+    """The parsers whose gates occur in this block (``_gate`` of some line holds)."""
+    if not any(getattr(p, "gates", ()) for p in parsers):
         return list(parsers)
-    hit = prepared.select(tests).row(0, named=True)
-    return [p for i, (p, g) in enumerate(zip(parsers, gates, strict=True)) if g is None or hit[str(i)]]
+    raw = prepared.select(pl.col("raw").str.join("\n")).to_series()
+    text = prepared.select(pl.col("text").str.join("\n")).to_series()
+    return [p for p in parsers if not getattr(p, "gates", ()) or _gate_test(tuple(p.gates), raw, text)]
 
 
 def _extract_all(prepared: pl.DataFrame, parsers: Sequence[Any], path: str) -> pl.DataFrame:
@@ -247,7 +265,12 @@ def _empty_parsed() -> pl.DataFrame:
 
 def _with_prefix_context(events: pl.DataFrame, prepared: pl.DataFrame) -> pl.DataFrame:
     """Fill time/node/rank from the line's peeled prefixes where the parser left them null."""
-    ctx = prepared.select("line", "p_ts", "p_off", "p_node", "p_rank", "p_local").unique("line", keep="first")
+    cols = ["p_ts", "p_off", "p_node", "p_rank", "p_local"]
+    # A line's first segment gives its context (prepared lines are in line order); only lines
+    # with a prefix give any, and most lines of a big log have none.
+    first = pl.col("line") != pl.col("line").shift(1)
+    ctx = prepared.select("line", *cols).filter(first.fill_null(True))
+    ctx = ctx.filter(pl.any_horizontal(pl.col(cols).is_not_null()))
     joined = events.join(ctx, on="line", how="left")
     use_prefix_ts = pl.col("ts").is_null() & pl.col("p_ts").is_not_null()
     return joined.with_columns(

@@ -175,15 +175,15 @@ def typed_lines(lines: pl.LazyFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     its neighbours: a row whose previous line in its stream was dropped links to nothing, exactly
     as it would not link to that OTHER line.
     """
-    full = lines.with_columns(
+    lf = lines.with_columns(
         pl.int_range(pl.len(), dtype=pl.Int64).alias("_i"), stream_key().alias("_s"), _unprefixed().alias("_x")
     ).with_columns(_line_type().alias("_t"))
     # A line after a bare 'Last error:' continues it whatever it looks like; a code line right
     # before an exception is its HEAD: both may be OTHER on their own, so they are kept too.
     bare = pl.col("_x").str.contains(_BARE_LAST_ERROR)
-    full = full.with_columns(bare.shift(1).over("_s").fill_null(False).alias("_after_le"))
+    lf = lf.with_columns(bare.shift(1).over("_s").fill_null(False).alias("_after_le"))
     keep = (pl.col("_t") != OTHER) | pl.col("_after_le") | _has(_CALL)
-    full = full.with_columns(keep.alias("_keep")).with_columns(
+    full = lf.with_columns(keep.alias("_keep")).with_columns(
         (~pl.col("_keep")).shift(1).over("_s").fill_null(False).alias("_gap_before"),
         (~pl.col("_keep")).shift(-1).over("_s").fill_null(False).alias("_gap_after"),
     ).collect()

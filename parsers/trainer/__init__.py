@@ -193,27 +193,41 @@ def _startup_clocks(ev: pl.LazyFrame, lines: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
+# What every framework module's rules filter on first.
+LITERALS = [
+    "iteration", "heckpoint", "step", "datetime:", "training ...", "> initiali", "world size", "model ...",
+    "kill switch", "exiting program", "iter time (s)", "[Torch]", "verflow", "OVERFLOW", "decrease scale",
+    "*****", "setting up devices", "Process rank:", "Training completed", "{'", "%|", "it [",
+    "saving model to", "GLOBAL_RANK", "GPU available", "params size", "Trainer.fit", "Starting job",
+    ":::MLLOG", "validation **", "grad_norm", "gradnorm",
+]
+NEAR = 3  # lines around a literal line kept as context (wrapped records, a timer after a save)
+
+
+def _near_literals(enriched: pl.DataFrame) -> pl.DataFrame:
+    """The lines the modules can use: lines holding a literal, lines a few lines from one, and
+    lines that state a clock (anchors for clock-less records). In a big mixed log that is a small
+    share of the lines, and every module then filters a small frame."""
+    hit = pl.col("text").str.contains_any(LITERALS)
+    line = pl.col("line")
+    before = pl.when(hit).then(line).forward_fill()
+    after = pl.when(hit).then(line).backward_fill()
+    near = ((line - before) <= NEAR) | ((after - line) <= NEAR)
+    return enriched.filter(near.fill_null(False) | pl.col("clock").is_not_null())
+
+
 class TrainerParser(Parser):
     name = "trainer"
     source = "trainer"
     noise: tuple[str, ...] = tuple(p for m in _MODULES for p in m.NOISE) + tqdm.NOISE
     # The literals every framework module filters on first (tqdm bars: '%|', 'it ['); an ANSI
     # escape runs the parser too, since enrich() strips escapes that may split a literal.
-    gates = (
-        literal_gate([
-            "iteration", "heckpoint", "step", "datetime:", "training ...", "> initiali", "world size", "model ...",
-            "kill switch", "exiting program", "iter time (s)", "[Torch]", "verflow", "OVERFLOW", "decrease scale",
-            "*****", "setting up devices", "Process rank:", "Training completed", "{'", "%|", "it [",
-            "saving model to", "GLOBAL_RANK", "GPU available", "params size", "Trainer.fit", "Starting job",
-            ":::MLLOG", "validation **", "grad_norm", "gradnorm",
-        ]),
-        "\x1b",
-    )
+    gates = (literal_gate(LITERALS), "\x1b")
 
     def extract(self, lines: pl.LazyFrame) -> pl.LazyFrame:
         # Frames read by several later steps are materialized once: the query optimizer does not
         # always share such sub-plans, and re-running every module per use costs more than memory.
-        enriched = enrich(lines).collect().lazy()
+        enriched = _near_literals(enrich(lines).collect()).lazy()
         parts = [p for m in _MODULES for p in m.extract(enriched)]
         ev = pl.concat(parts, how="vertical").sort("line", maintain_order=True)
         ev = _dedupe_steps(_fill_steps(_one_step_source(_own_clocks(ev, enriched)))).collect().lazy()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from toranalyze.ingest.pipeline import IngestOptions, ingest, node_from_path
+from toranalyze.schema import EVENT_SCHEMA
 
 LINES = {
     "slurm-77.out": "slurmstepd: error: *** JOB 77 ON gpu-3 CANCELLED AT 2024-03-01T10:00:00 DUE TO TIME LIMIT ***\n",
@@ -37,3 +38,36 @@ def test_node_from_path_and_yearless_kernel_lines_join_the_run(tmp_path: Path) -
     assert xid["failure_class"] == "gpu_hardware"
     assert node_from_path("run/nodes/gpu-7/kern.log") == "gpu-7"
     assert node_from_path("run/kern.log") is None
+
+
+def _spiky_trainer_log(path: Path) -> None:
+    losses = [2.2] * 120 + [6.0] + [2.2] * 10
+    path.write_text("".join(
+        f"[2024-03-01 09:{i // 60:02d}:{i % 60:02d}] iteration {i + 1}/ 1000 | elapsed time per iteration (ms): "
+        f"1000.0 | lm loss: {loss:.4E} |\n" for i, loss in enumerate(losses)
+    ))
+
+
+def test_streamed_table_equals_the_table_in_memory(tmp_path: Path) -> None:
+    """sink= writes part files and one streaming pass; the table must not change (open years, job
+    fills, classes, derived spikes, row order), with one or two workers."""
+    root = _tree(tmp_path / "in")
+    _spiky_trainer_log(root / "train.log")
+    (root / "bad.log.gz").write_bytes(b"not gzip at all")
+    memory = ingest([str(root)], IngestOptions(), jobs=1)
+    assert memory.events.filter(memory.events["rule"] == "derived-loss-spike").height == 1
+    for jobs in (1, 2):
+        sink = tmp_path / f"out{jobs}" / "events.parquet"
+        streamed = ingest([str(root)], IngestOptions(), jobs=jobs, sink=sink)
+        assert streamed.events_path == sink and sink.exists()
+        assert streamed.n_events == memory.events.height
+        assert streamed.events.equals(memory.events)
+        assert [f.as_dict() for f in streamed.files] == [f.as_dict() for f in memory.files]
+        assert not [p for p in sink.parent.iterdir() if p.name != "events.parquet"], "spool files left behind"
+
+
+def test_streamed_table_of_nothing_readable_is_empty_with_the_schema(tmp_path: Path) -> None:
+    (tmp_path / "empty.log").write_text("")
+    sink = tmp_path / "out" / "events.parquet"
+    result = ingest([str(tmp_path / "empty.log")], IngestOptions(), sink=sink)
+    assert result.n_events == 0 and result.events.schema == EVENT_SCHEMA

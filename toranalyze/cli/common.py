@@ -39,7 +39,8 @@ def ingest_options(f: Any) -> Any:
 
 def run_ingest(paths: tuple[str, ...], tz: str, year: int | None, parser: str | None,
                 rules: tuple[str, ...], quiet: bool = False, jobs: int | None = None,
-                engine: str = "local", ray_address: str | None = None) -> IngestResult:
+                engine: str = "local", ray_address: str | None = None,
+                sink: Path | None = None) -> IngestResult:
     options = IngestOptions(tz=tz, year=year, parser=parser, rules=tuple(rules))
     if parser:
         default_registry().get(parser)  # fail early on an unknown name
@@ -53,7 +54,7 @@ def run_ingest(paths: tuple[str, ...], tz: str, year: int | None, parser: str | 
             progress.update(task, total=n, completed=i, description=Path(path).name)
 
         result = ingest(paths, options, on_file=on_file, jobs=jobs or default_jobs(), engine=engine,
-                        address=ray_address)
+                        address=ray_address, sink=sink)
     for problem in result.input_errors:
         err.print(f"[yellow]warning[/]: {problem.where()}: {problem.message}")
     for f in result.files:
@@ -68,7 +69,9 @@ def run_ingest(paths: tuple[str, ...], tz: str, year: int | None, parser: str | 
 
 def write_ingest(result: IngestResult, out_dir: Path, redact: bool = True) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    result.events.write_parquet(out_dir / "events.parquet")
+    target = out_dir / "events.parquet"
+    if result.events_path is None or result.events_path.resolve() != target.resolve():
+        result.events.write_parquet(target)
     summary = result.summary()
     if redact:  # warnings may quote log text
         from toranalyze.report.redact import redact_json

@@ -16,6 +16,8 @@ written. Zones and years are settled later, once, by ``normalize_time``:
 
 from __future__ import annotations
 
+import datetime as dt
+
 import polars as pl
 
 from toranalyze.schema import NAIVE_US, UTC_US
@@ -115,18 +117,20 @@ def normalize_time(
     )
 
 
-def resolve_open_years(events: pl.DataFrame, fallback_year: pl.Expr) -> pl.DataFrame:
-    """Give rows still on the placeholder year (``_year_open``) the year that puts them nearest
-    the median time of the dated records of the whole input (a syslog beside a Slurm log of the
-    same run); with no dated record anywhere, ``fallback_year`` (the file's modification year).
-    Drops ``_year_open``.
-    """
-    dated = events.filter(~pl.col("_year_open") & pl.col("ts").is_not_null())["ts"]
-    is_open = pl.col("_year_open")
-    if dated.len():
-        ref = dated.sort()[dated.len() // 2]
-        candidates = [pl.col("ts").dt.offset_by(f"{ref.year + k - PLACEHOLDER_YEAR}y") for k in (-1, 0, 1)]
-        dists = [(c - pl.lit(ref)).abs() for c in candidates]
+def open_year_reference(events: pl.LazyFrame) -> dt.datetime | None:
+    """The median time (upper middle) of the dated records of the whole input, if any."""
+    dated = events.filter(~pl.col("_year_open") & pl.col("ts").is_not_null())
+    ref: dt.datetime | None = dated.select(pl.col("ts").quantile(0.5, "higher")).collect().item()
+    return ref
+
+
+def open_years(reference: dt.datetime | None, fallback_year: pl.Expr) -> pl.Expr:
+    """``ts`` with rows still on the placeholder year (``_year_open``) given the year that puts them
+    nearest ``reference`` (a syslog beside a Slurm log of the same run); with no reference,
+    ``fallback_year`` (the file's modification year)."""
+    if reference is not None:
+        candidates = [pl.col("ts").dt.offset_by(f"{reference.year + k - PLACEHOLDER_YEAR}y") for k in (-1, 0, 1)]
+        dists = [(c - pl.lit(reference)).abs() for c in candidates]
         best = (
             pl.when((dists[0] <= dists[1]) & (dists[0] <= dists[2]))
             .then(candidates[0])
@@ -136,4 +140,10 @@ def resolve_open_years(events: pl.DataFrame, fallback_year: pl.Expr) -> pl.DataF
         )
     else:
         best = pl.col("ts").dt.offset_by(pl.format("{}y", fallback_year - PLACEHOLDER_YEAR))
-    return events.with_columns(pl.when(is_open).then(best).otherwise(pl.col("ts")).alias("ts")).drop("_year_open")
+    return pl.when(pl.col("_year_open")).then(best).otherwise(pl.col("ts")).alias("ts")
+
+
+def resolve_open_years(events: pl.DataFrame, fallback_year: pl.Expr) -> pl.DataFrame:
+    """Settle placeholder years against the whole input (see ``open_years``); drops ``_year_open``."""
+    reference = open_year_reference(events.lazy())
+    return events.with_columns(open_years(reference, fallback_year)).drop("_year_open")

@@ -19,11 +19,13 @@ EARLY_STEPS = 100  # the first steps of a training are erratic by nature
 RULE_ID = "derived-loss-spike"
 
 
-def loss_spike_events(events: pl.DataFrame) -> pl.DataFrame:
-    """New warning rows, in EVENT_SCHEMA, for steps whose loss jumps above the recent median."""
+def _spike_keys(events: pl.LazyFrame) -> pl.DataFrame:
+    """(file, line, step, _base) of the first spiking step of each excursion; reads four columns."""
     steps = (
         events.filter((pl.col("kind") == "step") & pl.col("loss").is_finite())
-        .sort("file", "line")
+        .select("file", "line", "step", "loss")
+        .collect()
+        .sort("file", "line", maintain_order=True)
         .unique(["file", "step"], keep="first", maintain_order=True)  # several ranks log one step
     )
     baseline = pl.col("loss").shift(1).rolling_median(SPIKE_WINDOW, min_samples=1).over("file")
@@ -34,7 +36,28 @@ def loss_spike_events(events: pl.DataFrame) -> pl.DataFrame:
     ).fill_null(False)
     flagged = steps.with_columns(baseline.alias("_base")).with_columns(is_spike.alias("_spike"))
     # One warning per excursion: the first spiking step after one that was not.
-    spikes = flagged.filter(pl.col("_spike") & ~pl.col("_spike").shift(1).over("file").fill_null(False))
+    first = pl.col("_spike") & ~pl.col("_spike").shift(1).over("file").fill_null(False)
+    return flagged.filter(first).select("file", "line", "step", "_base")
+
+
+def loss_spike_events(events: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
+    """New warning rows, in EVENT_SCHEMA, for steps whose loss jumps above the recent median.
+
+    Only the steps' file, line, step and loss are read whole; the full rows are fetched for the
+    few spikes, so a table streamed from disk is never loaded."""
+    lf = events.lazy()
+    keys = _spike_keys(lf)
+    if keys.height == 0:
+        return pl.DataFrame(schema=EVENT_SCHEMA)
+    rows = lf.filter((pl.col("kind") == "step") & pl.col("loss").is_finite()).join(
+        keys.lazy(), on=["file", "line", "step"], how="semi"
+    )
+    spikes = (
+        rows.unique(["file", "line", "step"], keep="first", maintain_order=True)
+        .join(keys.lazy(), on=["file", "line", "step"], how="left")
+        .collect()
+        .sort("file", "line", maintain_order=True)
+    )
     return spikes.with_columns(
         pl.lit("warning").alias("kind"),
         pl.lit("warning").alias("severity"),

@@ -8,16 +8,17 @@ and what exit code follows.
 from __future__ import annotations
 
 import datetime as dt
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import Any
 
 import polars as pl
 
 from toranalyze.errors import ToranalyzeError
 from toranalyze.ingest.classify import Rule, classify, load_rules
-from toranalyze.ingest.clock import normalize_time, resolve_open_years
+from toranalyze.ingest.clock import normalize_time, open_year_reference, open_years, resolve_open_years
 from toranalyze.ingest.derived import loss_spike_events
 from toranalyze.ingest.discover import InputFile, discover
 from toranalyze.ingest.engine import map_ordered
@@ -26,6 +27,7 @@ from toranalyze.plugins import Registry, default_registry
 from toranalyze.schema import EVENT_SCHEMA, validate_events
 
 NODE_DIRS = frozenset({"nodes", "hosts", "node", "host"})
+ROW_GROUP = 256_000  # rows per Parquet row group of streamed event tables
 
 
 @dataclass(frozen=True)
@@ -56,11 +58,28 @@ class FileReport:
         return d
 
 
-@dataclass
 class IngestResult:
-    events: pl.DataFrame
-    files: list[FileReport]
-    input_errors: list[ToranalyzeError]
+    """The event table (in memory, or streamed to ``events_path`` and read on first use), the
+    per-file reports and the inputs that could not be found."""
+
+    def __init__(self, events: pl.DataFrame | Path, files: list[FileReport], input_errors: list[ToranalyzeError]):
+        self.files = files
+        self.input_errors = input_errors
+        self.events_path = events if isinstance(events, Path) else None
+        self._events = events if isinstance(events, pl.DataFrame) else None
+
+    @property
+    def events(self) -> pl.DataFrame:
+        if self._events is None:
+            assert self.events_path is not None
+            self._events = pl.read_parquet(self.events_path)
+        return self._events
+
+    @property
+    def n_events(self) -> int:
+        if self._events is None and self.events_path is not None:
+            return int(pl.scan_parquet(self.events_path).select(pl.len()).collect().item())
+        return self.events.height
 
     @property
     def files_read(self) -> int:
@@ -73,7 +92,7 @@ class IngestResult:
             "files": len(self.files),
             "files_read": self.files_read,
             "files_failed": len(self.files) - self.files_read,
-            "events": self.events.height,
+            "events": self.n_events,
             "lines": lines,
             "coverage": round(covered / lines, 4) if lines else None,
             "input_errors": [f"{e.where()}: {e.message}" for e in self.input_errors],
@@ -147,6 +166,20 @@ def _read_with_installed_parsers(job: tuple[InputFile, IngestOptions]) -> tuple[
     return read_file(file, default_registry(), options)
 
 
+def spool_file(file: InputFile, registry: Registry, options: IngestOptions, part: str) -> tuple[str | None, FileReport]:
+    """read_file, with the file's events written to the Parquet file ``part`` (None: no events)."""
+    events, report = read_file(file, registry, options)
+    if events is None or events.height == 0:
+        return None, report
+    events.write_parquet(part, row_group_size=ROW_GROUP)
+    return part, report
+
+
+def _spool_with_installed_parsers(job: tuple[InputFile, IngestOptions, str]) -> tuple[str | None, FileReport]:
+    file, options, part = job
+    return spool_file(file, default_registry(), options, part)
+
+
 def ingest(
     paths: Sequence[str],
     options: IngestOptions = IngestOptions(),
@@ -156,14 +189,20 @@ def ingest(
     jobs: int = 1,
     engine: str = "local",
     address: str | None = None,
+    sink: Path | None = None,
 ) -> IngestResult:
     """Discover, parse, normalize and classify every input. Never raises for a bad file.
 
     ``jobs`` > 1 reads files in that many worker processes, ``engine="ray"`` as Ray tasks
     (``address``: an existing cluster); both with the installed parsers only (see ``engine``).
+    With ``sink`` the events are streamed to that Parquet file instead of being held in memory:
+    each file's events go to a part file as soon as it is read, and the table is written from
+    the parts in one streaming pass, so memory holds one file's events at a time.
     """
     rules = rules if rules is not None else load_rules(options.rules)
     files, input_errors = discover(paths)
+    if sink is not None:
+        return _ingest_to(sink, files, list(input_errors), options, registry, rules, on_file, jobs, engine, address)
     if registry is None and (jobs > 1 or engine != "local"):
         results = map_ordered(_read_with_installed_parsers, [(f, options) for f in files], engine, jobs, address)
     else:
@@ -185,3 +224,52 @@ def ingest(
     events = pl.concat([events, loss_spike_events(events)], how="vertical")
     validate_events(events)
     return IngestResult(events, reports, list(input_errors))
+
+
+def _ingest_to(
+    sink: Path,
+    files: list[InputFile],
+    input_errors: list[ToranalyzeError],
+    options: IngestOptions,
+    registry: Registry | None,
+    rules: list[Rule],
+    on_file: Callable[[int, int, str], None] | None,
+    jobs: int,
+    engine: str,
+    address: str | None,
+) -> IngestResult:
+    """ingest() streaming to ``sink``: the same table, in the same row order, as in memory."""
+    sink.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".ingest-", dir=sink.parent) as spool:
+        jobs_in = [(f, options, str(Path(spool) / f"part-{i:07d}.parquet")) for i, f in enumerate(files)]
+        if registry is None and (jobs > 1 or engine != "local"):
+            results = map_ordered(_spool_with_installed_parsers, jobs_in, engine, jobs, address)
+        else:
+            reg = registry or default_registry()
+            results = (spool_file(f, reg, o, part) for f, o, part in jobs_in)
+        parts: list[str] = []
+        reports: list[FileReport] = []
+        for i, (part, report) in enumerate(results):
+            if on_file:
+                on_file(i + 1, len(files), report.path)
+            reports.append(report)
+            if part is not None:
+                parts.append(part)
+        _write_events(parts, rules, sink)
+    return IngestResult(sink, reports, input_errors)
+
+
+def _write_events(parts: list[str], rules: list[Rule], sink: Path) -> None:
+    """Settle open years, classify and add derived events over the parts, written in one pass."""
+    tmp = sink.with_name(f".{sink.name}.tmp")
+    if not parts:
+        pl.DataFrame(schema=EVENT_SCHEMA).write_parquet(tmp)
+        tmp.replace(sink)
+        return
+    lf = pl.scan_parquet(parts)
+    resolved = lf.with_columns(open_years(open_year_reference(lf), pl.col("_mtime_year")))
+    events = classify(resolved.drop("_year_open", "_mtime_year"), rules).select(list(EVENT_SCHEMA))
+    validate_events(events)
+    spikes = loss_spike_events(events)
+    pl.concat([events, spikes.lazy()], how="vertical").sink_parquet(tmp, row_group_size=ROW_GROUP)
+    tmp.replace(sink)

@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from toranalyze.ingest.lines import lines_from_strings
-from toranalyze.ingest.reader import read_text_events
+from toranalyze.ingest.reader import parsing, read_text_events
 
 DATA = Path(__file__).parent / "data"
 
@@ -26,8 +26,9 @@ GOLDEN_COLUMNS = [
 
 def extract_lines(parser: Any, lines: list[str]) -> pl.DataFrame:
     """Run one parser's extract over prepared lines (no file needed)."""
-    out = parser.extract(lines_from_strings(lines).lazy())
-    return out.collect() if out is not None else pl.DataFrame()
+    with parsing():  # as the reader runs parsers
+        out = parser.extract(lines_from_strings(lines).lazy())
+        return out.collect() if out is not None else pl.DataFrame()
 
 
 def parse_file(parser: Any, path: Path | str) -> pl.DataFrame:

@@ -18,11 +18,12 @@ The contract is small. A parser is an object with
 * ``noise: tuple[str, ...]``: regexes for lines the parser understands but
   does not record (NCCL INFO chatter, timer lines); they count as covered;
 * ``gates: tuple[str, ...]`` (optional): regexes of which every record the
-  parser can find needs one somewhere in the block read (searched in each line's
-  ``raw`` and peeled ``text``). A block in which none occurs skips the parser's
-  ``extract`` altogether: planning a parser's queries costs more than running
-  them on a small file. Empty (the default) means the parser always runs. Build
-  literal gates with :func:`literal_gate`.
+  parser can find needs one somewhere in the block read (as if searched in each
+  line's ``raw`` and peeled ``text``; in fact once in the whole block, stopping at
+  the first match). A block in which none occurs skips the parser's ``extract``
+  altogether: planning a parser's queries costs more than running them on a
+  small file. Empty (the default) means the parser always runs. Build literal
+  gates with :func:`literal_gate`.
 
 Built-in parsers are registered through the same entry-point group
 (``toranalyze.parsers``) that a third-party distribution uses.

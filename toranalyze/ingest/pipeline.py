@@ -22,7 +22,14 @@ from toranalyze.ingest.clock import normalize_time, open_year_reference, open_ye
 from toranalyze.ingest.derived import loss_spike_events
 from toranalyze.ingest.discover import InputFile, discover
 from toranalyze.ingest.engine import map_ordered
-from toranalyze.ingest.reader import FileResult, looks_binary, read_document_events, read_head, read_text_events
+from toranalyze.ingest.reader import (
+    FileResult,
+    looks_binary,
+    parsing,
+    read_document_events,
+    read_head,
+    read_text_events,
+)
 from toranalyze.plugins import Registry, default_registry
 from toranalyze.schema import EVENT_SCHEMA, validate_events
 
@@ -130,6 +137,11 @@ def finalize_file(parsed: pl.DataFrame, file: InputFile, options: IngestOptions)
 
 
 def read_file(file: InputFile, registry: Registry, options: IngestOptions) -> tuple[pl.DataFrame | None, FileReport]:
+    with parsing():
+        return _read_file(file, registry, options)
+
+
+def _read_file(file: InputFile, registry: Registry, options: IngestOptions) -> tuple[pl.DataFrame | None, FileReport]:
     report = FileReport(file.path)
     try:
         head = read_head(file.path)

@@ -58,8 +58,11 @@ def test_ray_two_workers_equals_local(tmp_path):
     t0 = time.perf_counter()
     try:
         distributed = ingest([str(fleet)], jobs=2, engine="ray")
+        # the streamed table: Ray tasks write the parts, this process the table
+        streamed = ingest([str(fleet)], jobs=2, engine="ray", sink=tmp_path / "out" / "events.parquet")
     finally:
         ray.shutdown()
+    assert streamed.events.equals(local.events)
     assert time.perf_counter() - t0 < 300
     assert local.events.height > 100
     assert [f.path for f in distributed.files] == [f.path for f in local.files]

@@ -142,8 +142,22 @@ def load_rules(user_files: list[str] | tuple[str, ...] = ()) -> list[Rule]:
     return rules
 
 
+def applicable(rules: list[Rule], events: pl.DataFrame) -> list[Rule]:
+    """The rules whose source and kind conditions some row of ``events`` meets, in order.
+
+    Dropping a rule that no row can meet changes no row's first matching rule; one file's events
+    come from a few (source, kind) pairs, so its chain is a fraction of all the rules."""
+    pairs = set(events.select("source", "kind").unique().iter_rows())
+    return [
+        r for r in rules
+        if any((not r.source or src in r.source) and (not r.kind or kind in r.kind) for src, kind in pairs)
+    ]
+
+
 def classify(events: pl.LazyFrame | pl.DataFrame, rules: list[Rule]) -> pl.LazyFrame:
     """Set failure_class, rule (and severity overrides) by the first matching rule."""
+    if isinstance(events, pl.DataFrame):
+        rules = applicable(rules, events)
     lf = events.lazy()
     if not rules:
         return lf.with_columns(pl.lit(None, pl.String).alias("failure_class"), pl.lit(None, pl.String).alias("rule"))

@@ -21,9 +21,10 @@ RULE_ID = "derived-loss-spike"
 
 def _spike_keys(events: pl.LazyFrame) -> pl.DataFrame:
     """(file, line, step, _base) of the first spiking step of each excursion; reads four columns."""
+    # Files as categorical codes: a big table's step rows would otherwise repeat each path.
     steps = (
         events.filter((pl.col("kind") == "step") & pl.col("loss").is_finite())
-        .select("file", "line", "step", "loss")
+        .select(pl.col("file").cast(pl.Categorical), "line", "step", "loss")
         .collect()
         .sort("file", "line", maintain_order=True)
         .unique(["file", "step"], keep="first", maintain_order=True)  # several ranks log one step
@@ -37,7 +38,7 @@ def _spike_keys(events: pl.LazyFrame) -> pl.DataFrame:
     flagged = steps.with_columns(baseline.alias("_base")).with_columns(is_spike.alias("_spike"))
     # One warning per excursion: the first spiking step after one that was not.
     first = pl.col("_spike") & ~pl.col("_spike").shift(1).over("file").fill_null(False)
-    return flagged.filter(first).select("file", "line", "step", "_base")
+    return flagged.filter(first).select(pl.col("file").cast(pl.String), "line", "step", "_base")
 
 
 def loss_spike_events(events: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:

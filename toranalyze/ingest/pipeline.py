@@ -136,9 +136,20 @@ def finalize_file(parsed: pl.DataFrame, file: InputFile, options: IngestOptions)
     ).collect()
 
 
-def read_file(file: InputFile, registry: Registry, options: IngestOptions) -> tuple[pl.DataFrame | None, FileReport]:
+def read_file(
+    file: InputFile, registry: Registry, options: IngestOptions, rules: list[Rule] | None = None
+) -> tuple[pl.DataFrame | None, FileReport]:
+    """One file's events (open years still open: ``_year_open``, ``_mtime_year``) and its report.
+
+    With ``rules`` the events are classified here, by the worker that read the file: a rule
+    reads only its own row, so classifying file by file gives the table classifying it whole
+    would, spread over the workers and never holding more than one file's events.
+    """
     with parsing():
-        return _read_file(file, registry, options)
+        events, report = _read_file(file, registry, options)
+        if events is not None and rules is not None:
+            events = classify(events, rules).select(events.columns).collect()
+        return events, report
 
 
 def _read_file(file: InputFile, registry: Registry, options: IngestOptions) -> tuple[pl.DataFrame | None, FileReport]:
@@ -172,24 +183,31 @@ def _read_file(file: InputFile, registry: Registry, options: IngestOptions) -> t
         return None, report
 
 
-def _read_with_installed_parsers(job: tuple[InputFile, IngestOptions]) -> tuple[pl.DataFrame | None, FileReport]:
+def _read_with_installed_parsers(
+    job: tuple[InputFile, IngestOptions, list[Rule]],
+) -> tuple[pl.DataFrame | None, FileReport]:
     """Worker entry point (module level, so a spawned process can import it)."""
-    file, options = job
-    return read_file(file, default_registry(), options)
+    file, options, rules = job
+    return read_file(file, default_registry(), options, rules)
 
 
-def spool_file(file: InputFile, registry: Registry, options: IngestOptions, part: str) -> tuple[str | None, FileReport]:
-    """read_file, with the file's events written to the Parquet file ``part`` (None: no events)."""
-    events, report = read_file(file, registry, options)
+def spool_file(
+    file: InputFile, registry: Registry, options: IngestOptions, rules: list[Rule], part: str
+) -> tuple[str | None, FileReport]:
+    """read_file, with the file's classified events written to the Parquet file ``part``
+    (None: no events)."""
+    events, report = read_file(file, registry, options, rules)
     if events is None or events.height == 0:
         return None, report
     events.write_parquet(part, row_group_size=ROW_GROUP)
     return part, report
 
 
-def _spool_with_installed_parsers(job: tuple[InputFile, IngestOptions, str]) -> tuple[str | None, FileReport]:
-    file, options, part = job
-    return spool_file(file, default_registry(), options, part)
+def _spool_with_installed_parsers(
+    job: tuple[InputFile, IngestOptions, list[Rule], str],
+) -> tuple[str | None, FileReport]:
+    file, options, rules, part = job
+    return spool_file(file, default_registry(), options, rules, part)
 
 
 def ingest(
@@ -216,10 +234,11 @@ def ingest(
     if sink is not None:
         return _ingest_to(sink, files, list(input_errors), options, registry, rules, on_file, jobs, engine, address)
     if registry is None and (jobs > 1 or engine != "local"):
-        results = map_ordered(_read_with_installed_parsers, [(f, options) for f in files], engine, jobs, address)
+        tasks = [(f, options, rules) for f in files]
+        results = map_ordered(_read_with_installed_parsers, tasks, engine, jobs, address)
     else:
         reg = registry or default_registry()
-        results = (read_file(f, reg, options) for f in files)
+        results = (read_file(f, reg, options, rules) for f in files)
     frames: list[pl.DataFrame] = []
     reports: list[FileReport] = []
     for i, (events, report) in enumerate(results):
@@ -232,7 +251,7 @@ def ingest(
         events = resolve_open_years(pl.concat(frames, how="vertical"), pl.col("_mtime_year")).drop("_mtime_year")
     else:
         events = pl.DataFrame(schema=EVENT_SCHEMA)
-    events = classify(events, rules).select(list(EVENT_SCHEMA)).collect()
+    events = events.select(list(EVENT_SCHEMA))
     events = pl.concat([events, loss_spike_events(events)], how="vertical")
     validate_events(events)
     return IngestResult(events, reports, list(input_errors))
@@ -253,12 +272,12 @@ def _ingest_to(
     """ingest() streaming to ``sink``: the same table, in the same row order, as in memory."""
     sink.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".ingest-", dir=sink.parent) as spool:
-        jobs_in = [(f, options, str(Path(spool) / f"part-{i:07d}.parquet")) for i, f in enumerate(files)]
+        tasks = [(f, options, rules, str(Path(spool) / f"part-{i:07d}.parquet")) for i, f in enumerate(files)]
         if registry is None and (jobs > 1 or engine != "local"):
-            results = map_ordered(_spool_with_installed_parsers, jobs_in, engine, jobs, address)
+            results = map_ordered(_spool_with_installed_parsers, tasks, engine, jobs, address)
         else:
             reg = registry or default_registry()
-            results = (spool_file(f, reg, o, part) for f, o, part in jobs_in)
+            results = (spool_file(f, reg, o, r, part) for f, o, r, part in tasks)
         parts: list[str] = []
         reports: list[FileReport] = []
         for i, (part, report) in enumerate(results):
@@ -267,12 +286,12 @@ def _ingest_to(
             reports.append(report)
             if part is not None:
                 parts.append(part)
-        _write_events(parts, rules, sink)
+        _write_events(parts, sink)
     return IngestResult(sink, reports, input_errors)
 
 
-def _write_events(parts: list[str], rules: list[Rule], sink: Path) -> None:
-    """Settle open years, classify and add derived events over the parts, written in one pass."""
+def _write_events(parts: list[str], sink: Path) -> None:
+    """Settle open years and add derived events over the (classified) parts, written in one pass."""
     tmp = sink.with_name(f".{sink.name}.tmp")
     if not parts:
         pl.DataFrame(schema=EVENT_SCHEMA).write_parquet(tmp)
@@ -280,7 +299,7 @@ def _write_events(parts: list[str], rules: list[Rule], sink: Path) -> None:
         return
     lf = pl.scan_parquet(parts)
     resolved = lf.with_columns(open_years(open_year_reference(lf), pl.col("_mtime_year")))
-    events = classify(resolved.drop("_year_open", "_mtime_year"), rules).select(list(EVENT_SCHEMA))
+    events = resolved.select(list(EVENT_SCHEMA))
     validate_events(events)
     spikes = loss_spike_events(events)
     pl.concat([events, spikes.lazy()], how="vertical").sink_parquet(tmp, row_group_size=ROW_GROUP)

@@ -15,6 +15,7 @@ from typing import Any
 import polars as pl
 import pytest
 
+from toranalyze.reconstruct.clock import clock_offsets, skewed
 from toranalyze.report.browser import chromium_path, open_report
 from toranalyze.report.fleet import render_fleet_report
 from toranalyze.report.html import write_plotly_js
@@ -64,7 +65,9 @@ def test_job_report_draws_and_shows_the_tables_numbers(sample_run: Run, tmp_path
     def check(page: Any) -> dict[str, Any]:
         return {"tor": _card(page, "TOR"), "incidents": _card(page, "incidents"),
                 "rows": page.locator("table.incidents tbody tr").count(),
-                "causes": page.locator("table.incidents tbody tr td:nth-child(3)").all_inner_texts()}
+                "causes": page.locator("table.incidents tbody tr td:nth-child(3)").all_inner_texts(),
+                "skewed": page.inner_text('[data-key="skewed-files"]'),
+                "skew_rows": page.locator("table.skew tbody tr").count()}
 
     opened, seen = open_report(path, artifacts / "job-report.png", check=check)
     _assert_clean(opened)
@@ -74,6 +77,8 @@ def test_job_report_draws_and_shows_the_tables_numbers(sample_run: Run, tmp_path
     expected = an.incidents.sort("incident")["root_cause"].to_list()
     assert [c.split()[0] for c in seen["causes"]] == expected
     assert (artifacts / "job-report.png").stat().st_size > 10_000
+    offsets = clock_offsets(sample_run.events)
+    assert int(seen["skewed"]) == skewed(offsets).height and seen["skew_rows"] == offsets.height > 0
 
 
 def test_hostile_text_shows_as_text_and_runs_nothing(hostile_run: Run, tmp_path: Path, artifacts: Path) -> None:

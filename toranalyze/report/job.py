@@ -15,6 +15,7 @@ from typing import Any
 import polars as pl
 
 from toranalyze.reconstruct.analysis import Analysis
+from toranalyze.reconstruct.clock import clock_offsets, skewed
 from toranalyze.reconstruct.ledger import BUCKETS
 from toranalyze.report import figures
 from toranalyze.report.html import PLOTLY_JS, Page, cards, esc, fmt_duration, scroll_box, table
@@ -22,6 +23,8 @@ from toranalyze.report.redact import redact_frame, redact_json
 
 EVIDENCE_SHOWN = 3
 MAX_INCIDENT_ROWS = 2000
+SKEW_THRESHOLD_S = 1.0
+SKEW_ROWS = 20
 
 
 @dataclass
@@ -209,6 +212,8 @@ def _data_quality(page: Page, events: pl.DataFrame, summary: dict[str, Any], sha
         page.add("<h3>Timestamps per source</h3>")
         page.add(table(["source", "events", "time inferred from a neighbour", "share", "no time"], trows,
                        [False, True, True, True, True]))
+    if events.height:
+        _clock_skew(page, events)
     if shapes is not None and shapes.height:
         page.add("<h3>Most common unrecognised line shapes</h3>")
         page.add(table(["count", "shape", "first seen"],
@@ -222,3 +227,44 @@ def _data_quality(page: Page, events: pl.DataFrame, summary: dict[str, Any], sha
         page.add("<h3>Notes and warnings</h3><ul>" + "".join(f"<li>{esc(x)}</li>" for x in [*problems, *notes])
                  + "</ul>")
     page.add("</section>")
+
+
+def _clock_skew(page: Page, events: pl.DataFrame) -> None:
+    """Clock offsets between files and between nodes (reconstruct/clock.py), largest first."""
+    page.add('<h3 id="clock-skew">Clock skew</h3>')
+    shown = 0
+    for unit in ("file", "node"):
+        off = clock_offsets(events, unit)
+        if not off.height:
+            continue
+        shown += 1
+        bad = skewed(off, SKEW_THRESHOLD_S)
+        ref = off.filter(pl.col("reference"))["unit"].to_list()
+        names = _short_paths(off["unit"].to_list()) if unit == "file" else off["unit"].to_list()
+        page.add(f'<p class="note">{off.height} {unit}s stamp moments that another {unit} stamps too (a job\'s '
+                 f"start or end, a training step); offsets are relative to "
+                 f"{esc(names[off['unit'].to_list().index(ref[0])]) if ref else f'the median {unit}'}. "
+                 f'<span class="{"warn" if bad.height else ""}" data-key="skewed-{unit}s">{bad.height}</span> '
+                 f"off by more than {SKEW_THRESHOLD_S:g} s on at least 3 moments.</p>")
+        rows = [(esc(n), esc(src), str(a), f"{o:+.2f}", f"{sp:.2f}",
+                 '<span class="badge planned">reference</span>' if r else
+                 ('<span class="warn">skewed</span>' if abs(o) > SKEW_THRESHOLD_S and a >= 3 else ""))
+                for n, (src, a, o, sp, r) in zip(names, off.select("source", "anchors", "offset_s", "spread_s",
+                                                                   "reference").iter_rows(), strict=True)][:SKEW_ROWS]
+        page.add(table([unit, "source", "moments", "offset (s)", "spread (s)", ""], rows,
+                       [False, False, True, True, True, False], cls="t skew"))
+    if not shown:
+        page.add('<p class="note">No moment is stamped by two files or nodes: clock skew cannot be estimated.</p>')
+
+
+def _short_paths(paths: list[str]) -> list[str]:
+    """Paths relative to their common folder (the input root, as elsewhere on the page)."""
+    import os
+
+    if len(paths) < 2:
+        return [os.path.basename(p) for p in paths]
+    try:
+        root = os.path.commonpath(paths)
+    except ValueError:  # absolute and relative paths mixed
+        return paths
+    return [os.path.relpath(p, root) for p in paths]

@@ -126,20 +126,24 @@ class Page:
 
 # Draws each figure as the parser reaches it (``__drawFigure`` after its data). Once the page is
 # parsed and every figure is on screen, body[data-figures] holds the number drawn (tests and
-# benchmarks wait on it), data-drawn-ms when the last figure reached the screen and data-start-ms
-# when the first began; window.__figureMs each figure's time to the screen. A missing plotly.js is
-# said in the page.
+# benchmarks wait on it), data-drawn-ms when the last figure reached the screen, data-start-ms
+# when the first began and data-complete-ms when the whole page was parsed; window.__figureMs each
+# figure's time to the screen. Long tables stay unrendered (html.drawing) until the figures are
+# drawn. A missing plotly.js is said in the page.
 _LOADER = """
 (function () {
   var shown = 0, drawn = 0, parsed = false, start = null, lastShown = 0;
   window.__figureMs = [];
+  document.documentElement.classList.add('drawing');
   function finish() {
     var figs = document.querySelectorAll('div.fig');
     if (!parsed || shown < figs.length) { return; }
+    document.documentElement.classList.remove('drawing');
     var b = document.body.dataset;
     b.figuresTotal = figs.length;
     b.startMs = Math.round(start === null ? performance.now() : start);
     b.drawnMs = Math.round(lastShown || performance.now());
+    b.completeMs = Math.round(performance.now());
     b.figures = drawn;
   }
   // a figure counts as drawn once the frame after it is out: a WebGL canvas or a large SVG is

@@ -40,7 +40,7 @@ def render_job_report(inp: JobReportInput, *, title: str | None = None, redact: 
     """The whole page. ``jobs`` limits it to these jobs (default: every job of the analysis)."""
     an = inp.analysis
     tor = an.tor if jobs is None else an.tor.filter(pl.col("job").is_in(jobs))
-    events = redact_frame(inp.events, ("message",)) if redact else inp.events
+    events = inp.events  # the only log text shown from it, evidence lines, is redacted in the table
     incidents = redact_frame(an.incidents, ("reason",)) if redact else an.incidents
     names = tor["job"].to_list()
     page = Page(title or (names[0] if len(names) == 1 else f"{len(names)} jobs"), plotly_src)
@@ -54,7 +54,7 @@ def render_job_report(inp: JobReportInput, *, title: str | None = None, redact: 
         job = row["job"]
         _job_section(page, i, row, an.attempts.filter(pl.col("job") == job), incidents.filter(pl.col("job") == job),
                      an.slow_periods.filter(pl.col("job") == job), _frame_for(an.progress, job),
-                     _frame_for(an.checkpoints, job), _job_events(events, row, tor.height))
+                     _frame_for(an.checkpoints, job), _job_events(events, row, tor.height), redact)
     summary, notes = (redact_json(inp.summary), redact_json(an.notes)) if redact else (inp.summary, an.notes)
     shapes = redact_frame(inp.shapes, ("shape", "first")) if redact and inp.shapes is not None else inp.shapes
     _data_quality(page, events, summary, shapes, notes)
@@ -88,7 +88,7 @@ def _when(t: datetime | None) -> str:
 
 def _job_section(page: Page, i: int, row: dict[str, Any], attempts: pl.DataFrame, incidents: pl.DataFrame,
                  slow: pl.DataFrame, prog: pl.DataFrame | None, ckpt: pl.DataFrame | None,
-                 events: pl.DataFrame) -> None:
+                 events: pl.DataFrame, redact: bool) -> None:
     gpus = gpu_count(events)
     page.add(f'<section class="job" id="job-{i}" data-job="{esc(row["job"])}">')
     page.add(f"<h2>job {esc(row['job'])}</h2>")
@@ -120,7 +120,7 @@ def _job_section(page: Page, i: int, row: dict[str, Any], attempts: pl.DataFrame
     if incidents.height:
         page.add("<h3>Incidents</h3>")
         page.figure(figures.cost_by_cause(incidents), height=280)
-        page.add(_incident_table(incidents, events, row.get("path")))
+        page.add(_incident_table(incidents, events, row.get("path"), redact))
     else:
         page.add('<p class="note">No incidents.</p>')
     if slow.height:
@@ -148,13 +148,16 @@ def evidence_lines(incidents: pl.DataFrame, events: pl.DataFrame) -> pl.DataFram
           .with_columns(pl.int_range(pl.len()).over("incident").alias("_k"),
                         pl.col("evidence").str.extract(r"^(.*):(\d+)$", 1).alias("file"),
                         pl.col("evidence").str.extract(r"^(.*):(\d+)$", 2).cast(pl.Int64).alias("line")))
-    text = events.select("file", "line", "message").drop_nulls(["file", "line"]).unique(["file", "line"], keep="first")
+    text = (events.select("file", "line", "message").join(ev.select("file", "line").unique(), on=["file", "line"],
+                                                          how="semi")
+            .unique(["file", "line"], keep="first"))
     return ev.join(text, on=["file", "line"], how="left").sort("incident", "_k").select(
         "incident", pl.col("evidence").alias("ref"), pl.col("message").alias("text"))
 
 
-def _incident_table(incidents: pl.DataFrame, events: pl.DataFrame, root: str | None) -> str:
+def _incident_table(incidents: pl.DataFrame, events: pl.DataFrame, root: str | None, redact: bool) -> str:
     lines = evidence_lines(incidents, events)
+    lines = redact_frame(lines, ("text",)) if redact else lines
     by_inc: dict[int, list[tuple[str, str | None]]] = {}
     for inc, ref, text in lines.iter_rows():
         by_inc.setdefault(inc, []).append((ref, text))

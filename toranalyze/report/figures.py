@@ -20,6 +20,7 @@ from toranalyze.report.html import BUCKET_COLOURS, PALETTE, esc_plot
 
 MAX_POINTS = 2000
 MAX_MARKS = 400
+MIN_SEGMENTS = 600  # a timeline segment is drawn at least 1/600 of the run long
 GL_ABOVE = 20_000
 PHASES = (
     ("t_last_progress", "last progress", "#000000", "circle-open"),
@@ -104,12 +105,14 @@ def ledger_bar(row: dict[str, Any], buckets: tuple[str, ...]) -> dict[str, Any]:
                                      "legend": {"orientation": "h", "y": -0.6, "traceorder": "normal"}}}
 
 
-def segments(df: pl.DataFrame, a: str, b: str, hover: pl.Expr, row: str, name: str, colour: str | pl.Expr,
-             width: int = 12) -> dict[str, Any]:
-    """Intervals ``a``→``b`` as thick line segments on category ``row``: one trace (a single SVG
-    path) however many there are, where thousands of bars would each be an element."""
+def segments(df: pl.DataFrame, a: str, b: str, hover: pl.Expr, row: float, name: str, colour: str | pl.Expr,
+             width: int = 12, min_ms: float = 0.0) -> dict[str, Any]:
+    """Intervals ``a``→``b`` as thick line segments at height ``row``: one trace (a single SVG
+    path) however many there are, where thousands of bars would each be an element. Each is drawn
+    at least ``min_ms`` long (an SVG line of zero length shows nothing): a four-minute stop on a
+    month's axis is a fraction of a pixel; the hover tells its real length."""
     seg = df.filter(pl.col(a).is_not_null() & pl.col(b).is_not_null()).select(
-        ms(a).alias("x0"), ms(b).alias("x1"), hover.alias("h")).with_row_index("_i")
+        ms(a).alias("x0"), pl.max_horizontal(ms(b), ms(a) + min_ms).alias("x1"), hover.alias("h")).with_row_index("_i")
     pts = pl.concat([
         seg.select("_i", pl.lit(0).alias("_o"), pl.col("x0").alias("x"), "h"),
         seg.select("_i", pl.lit(1).alias("_o"), pl.col("x1").alias("x"), "h"),
@@ -122,14 +125,30 @@ def segments(df: pl.DataFrame, a: str, b: str, hover: pl.Expr, row: str, name: s
             "hoverinfo": "text", "connectgaps": False}
 
 
+# The timeline's rows, bottom to top, at heights 0..4; each phase has its own lane in its row (in
+# time order, top down), so on a dense run every phase still reads as its own band.
+ROWS = ("slow periods", "checkpoints", "phases", "incidents", "attempts")
+
+
+def _row(name: str) -> float:
+    return float(ROWS.index(name))
+
+
+def _lane(k: int) -> float:
+    return _row("phases") + 0.3 - 0.12 * k
+
+
 def timeline(attempts: pl.DataFrame, incidents: pl.DataFrame, ckpt: pl.DataFrame | None,
              slow: pl.DataFrame) -> dict[str, Any]:
     """Attempts, each incident's downtime (planned stops grey) and phases, checkpoints, slow periods."""
     data: list[dict[str, Any]] = []
+    # about two pixels of a figure's width: the least a stop or a slow period is drawn
+    lo, hi = attempts.select(ms("t_start").min(), ms("t_end").max()).row(0) if attempts.height else (0, 0)
+    least = ((hi or 0.0) - (lo or 0.0)) / MIN_SEGMENTS
     if attempts.height:
         data.append(segments(attempts, "t_start", "t_end", pl.format(
             "attempt {} ({}) · {}", "attempt", pl.col("job_id").fill_null("-"),
-            pl.col("state").fill_null("no end state")), "attempts", "attempts", "#0072B2"))
+            pl.col("state").fill_null("no end state")), _row("attempts"), "attempts", "#0072B2"))
     if incidents.height:
         i = incidents.with_columns(pl.coalesce("t_resumed", "t_restart", "t_detected").alias("_to"))
         hover = pl.format("#{} {} on {} · down {} s", pl.col("incident") + 1, "root_cause",
@@ -137,13 +156,14 @@ def timeline(attempts: pl.DataFrame, incidents: pl.DataFrame, ckpt: pl.DataFrame
         for planned, name, colour in ((False, "downtime", "#D55E00"), (True, "downtime (planned stop)", "#999999")):
             part = i.filter(pl.col("planned").fill_null(False) == planned)
             if part.height:
-                data.append(segments(part, "t_last_progress", "_to", hover, "incidents", name, colour))
-        for col, label, colour, symbol in PHASES:
-            data.append(_phase_marks(incidents, col, label, colour, symbol))
+                data.append(segments(part, "t_last_progress", "_to", hover, _row("incidents"), name, colour,
+                                     min_ms=least))
+        for k, (col, label, colour, symbol) in enumerate(PHASES):
+            data.append(_phase_marks(incidents, col, label, colour, symbol, _lane(k)))
     if ckpt is not None and ckpt.height:
         c = thin_marks(ckpt.select("end"), "end")
         data.append({"type": _scatter(c.height), "mode": "markers", "name": "checkpoint saved",
-                     "y": ["checkpoints"] * c.height, "x": c.select(ms("end"))["end"].to_list(),
+                     "y": [_row("checkpoints")] * c.height, "x": c.select(ms("end"))["end"].to_list(),
                      "hovertext": c.select(pl.when(pl.col("_more") > 0)
                                            .then(pl.format("checkpoint saved (+{} more here)", "_more"))
                                            .otherwise(pl.lit("checkpoint saved")).alias("h"))["h"].to_list(),
@@ -151,22 +171,23 @@ def timeline(attempts: pl.DataFrame, incidents: pl.DataFrame, ckpt: pl.DataFrame
     if slow.height:
         data.append(segments(slow, "start", "end", pl.format("×{} slower, suspect {}", pl.col("factor").round(2),
                                                              pl.col("node").fill_null("-")),
-                             "slow periods", "slow periods", "#E69F00"))
-    cats = ["slow periods", "checkpoints", "phases", "incidents", "attempts"]
+                             _row("slow periods"), "slow periods", "#E69F00", min_ms=least))
     return {"data": data, "layout": date_layout(
         margin={"l": 100, "r": 20, "t": 20, "b": 40},
-        yaxis={"categoryorder": "array", "categoryarray": cats, "type": "category", "range": [-0.5, 4.5]},
+        yaxis={"tickvals": [_row(r) for r in ROWS], "ticktext": list(ROWS), "range": [-0.5, 4.5],
+               "zeroline": False, "fixedrange": True},
         legend={"orientation": "h", "y": -0.3})}
 
 
-def _phase_marks(incidents: pl.DataFrame, col: str, label: str, colour: str, symbol: str) -> dict[str, Any]:
-    """One phase of every incident as markers on the "phases" row (thinned on dense runs)."""
+def _phase_marks(incidents: pl.DataFrame, col: str, label: str, colour: str, symbol: str,
+                 lane: float) -> dict[str, Any]:
+    """One phase of every incident as markers at height ``lane`` (thinned on dense runs)."""
     p = thin_marks(incidents.filter(pl.col(col).is_not_null()), col)
     more = pl.when(pl.col("_more") > 0).then(pl.format(" (+{} more incidents here)", "_more")).otherwise(pl.lit(""))
     hover = p.select(pl.format("#{} {} on {}: " + label + "{}", pl.col("incident") + 1, "root_cause",
                                pl.col("nodes").list.join(",").fill_null("-"), more).alias("h"))["h"]
-    return {"type": _scatter(p.height), "mode": "markers", "name": label, "y": ["phases"] * p.height,
-            "x": p.select(ms(col))[col].to_list(), "marker": {"color": colour, "symbol": symbol, "size": 9},
+    return {"type": _scatter(p.height), "mode": "markers", "name": label, "y": [lane] * p.height,
+            "x": p.select(ms(col))[col].to_list(), "marker": {"color": colour, "symbol": symbol, "size": 8},
             "hovertext": esc_plot(hover.to_list()), "hoverinfo": "text+x"}
 
 
@@ -209,7 +230,7 @@ def step_time(prog: pl.DataFrame, slow: pl.DataFrame, ideal_s: float | None) -> 
                      "y": [ideal_s, ideal_s], "line": {"color": "#009E73", "dash": "dash"}, "hoverinfo": "name"})
     if slow.height:
         tr = segments(slow, "start", "end", pl.format("×{} slower · suspect {}", pl.col("factor").round(2),
-                                                     pl.col("node").fill_null("-")), "", "slow period (suspect node)",
+                                                     pl.col("node").fill_null("-")), 0.0, "slow period (suspect node)",
                       "#E69F00", width=6)
         # on this figure a segment sits at the period's median step time, not on a category row
         ys = slow.filter(pl.col("start").is_not_null() & pl.col("end").is_not_null())["median_step_time_s"].to_list()

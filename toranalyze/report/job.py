@@ -248,7 +248,8 @@ def _clock_skew(page: Page, events: pl.DataFrame) -> None:
                  f"start or end, a training step); offsets are relative to "
                  f"{esc(names[off['unit'].to_list().index(ref[0])]) if ref else f'the median {unit}'}. "
                  f'<span class="{"warn" if bad.height else ""}" data-key="skewed-{unit}s">{bad.height}</span> '
-                 f"off by more than {SKEW_THRESHOLD_S:g} s on at least 3 moments.</p>")
+                 f"of them {'is' if bad.height == 1 else 'are'} off by more than {SKEW_THRESHOLD_S:g} s on at "
+                 "least 3 moments.</p>")
         rows = [(esc(n), esc(src), str(a), f"{o:+.2f}", f"{sp:.2f}",
                  '<span class="badge planned">reference</span>' if r else
                  ('<span class="warn">skewed</span>' if abs(o) > SKEW_THRESHOLD_S and a >= 3 else ""))

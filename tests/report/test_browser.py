@@ -159,3 +159,23 @@ def test_fleet_command_report_and_the_job_reports_it_links(fleet_store: Path, ar
     job_page = fleet_store / seen["links"][0]
     opened, _ = open_report(job_page, artifacts / "fleet-job-report.png")
     _assert_clean(opened)  # a linked job report draws too, with the store's one plotly.js
+
+
+def test_a_missing_plotly_js_is_said_on_the_page_and_the_page_still_finishes(tmp_path: Path) -> None:
+    from toranalyze.report.html import Page
+
+    page = Page("no plotly")
+    page.figure({"data": [{"type": "bar", "x": ["a"], "y": [1]}]})
+    page.add('<div class="scroll lazy"><table class="t"><tbody><tr><td>row</td></tr></tbody></table></div>')
+    page.figure({"data": [{"type": "bar", "x": ["b"], "y": [2]}]})
+    path = tmp_path / "report.html"  # no plotly.min.js beside it
+    path.write_text(page.render(), encoding="utf-8")
+
+    def check(p: Any) -> dict[str, Any]:
+        return {"texts": p.locator("div.fig").all_inner_texts(), "table": p.inner_text("table.t"),
+                "drawing": p.evaluate("document.documentElement.classList.contains('drawing')")}
+
+    opened, seen = open_report(path, None, check=check)
+    assert opened.figures == 0 and opened.figures_total == 2
+    assert all("plotly.min.js was not found" in t for t in seen["texts"])
+    assert seen["table"] == "row" and seen["drawing"] is False  # the tables are shown all the same

@@ -161,9 +161,11 @@ _LOADER = """
     if (typeof Plotly === 'undefined') {
       d.textContent = 'plotly.min.js was not found beside this report'; settle(t, false); return;
     }
-    var spec = JSON.parse(document.getElementById(id + '-data').textContent);
-    Plotly.newPlot(d, spec.data, spec.layout, {displaylogo: false, responsive: true})
-      .then(function () { settle(t, true); }, function () { settle(t, false); });
+    try {
+      var spec = JSON.parse(document.getElementById(id + '-data').textContent);
+      Plotly.newPlot(d, spec.data, spec.layout, {displaylogo: false, responsive: true})
+        .then(function () { settle(t, true); }, function () { settle(t, false); });
+    } catch (e) { settle(t, false); throw e; }  // counted as not drawn, and still reported
   };
   document.addEventListener('DOMContentLoaded', function () { parsed = true; finish(); });
 })();

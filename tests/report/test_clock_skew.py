@@ -78,3 +78,23 @@ def test_the_report_shows_the_skewed_file(sample_run: Run) -> None:
     assert row and "+40." in row.group(0) and "skewed" in row.group(0)
     plain = render_job_report(JobReportInput(sample_run.analysis, sample_run.events, sample_run.summary))
     assert re.search(r'data-key="skewed-files">0<', plain)
+
+
+def test_an_offset_within_the_scatter_of_its_moments_is_not_flagged() -> None:
+    """Two scheduler files whose job starts differ by 0 s or 3 s in turn: the offset (1.5 s) is
+    over the threshold but no larger than how loosely the two mark one moment."""
+    t0 = datetime(2024, 6, 1, tzinfo=UTC)
+    rows = [(t0 + timedelta(hours=k, seconds=3 * (k % 2) * (f == "ctl.log")), f, str(k))
+            for k in range(20) for f in ("acct.txt", "ctl.log")]
+    ev = pl.DataFrame(rows, schema={"ts": pl.Datetime("us", "UTC"), "file": pl.String, "job_id": pl.String},
+                      orient="row").with_columns(
+        pl.lit(False).alias("ts_inferred"), pl.lit("job_start").alias("kind"), pl.lit("slurm").alias("source"),
+        pl.lit(None, pl.String).alias("node"), pl.lit(None, pl.Int32).alias("attempt"),
+        pl.lit(None, pl.Int64).alias("step"))
+    off = clock_offsets(ev)
+    ctl = off.filter(pl.col("unit") == "ctl.log").row(0, named=True)
+    assert ctl["offset_s"] == pytest.approx(1.5) and ctl["spread_s"] == pytest.approx(1.5)
+    assert skewed(off).height == 0
+    shifted = clock_offsets(ev.with_columns(pl.when(pl.col("file") == "ctl.log").then(pl.col("ts") + pl.duration(
+        seconds=10)).otherwise("ts").alias("ts")))
+    assert skewed(shifted)["unit"].to_list() == ["ctl.log"]

@@ -10,8 +10,10 @@ The fit is robust and needs no pairing order: each anchor's consensus time is th
 units of (stamp − unit offset), each unit's offset the median over its anchors of (stamp −
 consensus), alternated a few times. Offsets are then taken relative to a reference: the
 scheduler's clock (Slurm or Kubernetes control plane) when it records anchors, else the median
-unit, so one skewed node among several shows alone. A unit's ``spread_s`` (median absolute
-residual) says how well one offset explains its anchors.
+unit, so one skewed node among several shows alone. A unit's ``spread_s`` (the median distance of
+its stamps, less its offset, from the mean of the other units' corrected stamps of the same
+anchor) says how loosely its anchors mark one moment; an offset within twice that is not called a
+skew.
 
 Pure: events in, one row per unit out. Stamps inferred from a neighbouring line are left out.
 """
@@ -66,13 +68,14 @@ def clock_offsets(events: pl.DataFrame, unit: str = "file") -> pl.DataFrame:
         return pl.DataFrame(schema=SCHEMA)
     off = a.select("unit").unique().with_columns(pl.lit(0.0).alias("o"))
     for _ in range(ITERATIONS):
-        r = a.join(off, on="unit").with_columns((pl.col("t") - pl.col("o")).alias("_c"))
-        r = r.with_columns(pl.col("_c").median().over("anchor").alias("c"))
+        r = a.join(off, on="unit").with_columns((pl.col("t") - pl.col("o")).median().over("anchor").alias("c"))
         off = r.group_by("unit").agg((pl.col("t") - pl.col("c")).median().alias("o"))
-    units = (a.join(off, on="unit").join(r.select("anchor", "c").unique("anchor"), on="anchor")
+    # spread: each stamp (less its unit's offset) against the mean of the anchor's other stamps
+    x = a.join(off, on="unit").with_columns((pl.col("t") - pl.col("o")).alias("x"))
+    loo = (pl.col("x").sum().over("anchor") - pl.col("x")) / (pl.len().over("anchor") - 1)
+    units = (x.with_columns((pl.col("x") - loo).abs().alias("_r"))
              .group_by("unit").agg(pl.col("source").mode().first(), pl.len().cast(pl.UInt32).alias("anchors"),
-                                   pl.col("o").first(), (pl.col("t") - pl.col("c") - pl.col("o")).abs().median()
-                                   .alias("_spread")))
+                                   pl.col("o").first(), pl.col("_r").median().alias("_spread")))
     ref = _reference(units)
     base = units.filter(pl.col("unit") == ref)["o"][0] if ref is not None else units["o"].median()
     return units.select(
@@ -89,5 +92,8 @@ def _reference(units: pl.DataFrame) -> str | None:
 
 
 def skewed(offsets: pl.DataFrame, threshold_s: float = 1.0, min_anchors: int = 3) -> pl.DataFrame:
-    """The units whose clock is off by more than ``threshold_s`` on at least ``min_anchors`` anchors."""
-    return offsets.filter((pl.col("offset_s").abs() > threshold_s) & (pl.col("anchors") >= min_anchors))
+    """The units whose clock is off by more than ``threshold_s`` on at least ``min_anchors``
+    anchors, and by more than twice their spread: an offset no larger than the scatter of its
+    anchors says more about how loosely they mark one moment than about the clock."""
+    off = pl.col("offset_s").abs()
+    return offsets.filter((off > threshold_s) & (off > 2 * pl.col("spread_s")) & (pl.col("anchors") >= min_anchors))

@@ -248,13 +248,14 @@ def _clock_skew(page: Page, events: pl.DataFrame) -> None:
                  f"start or end, a training step); offsets are relative to "
                  f"{esc(names[off['unit'].to_list().index(ref[0])]) if ref else f'the median {unit}'}. "
                  f'<span class="{"warn" if bad.height else ""}" data-key="skewed-{unit}s">{bad.height}</span> '
-                 f"of them {'is' if bad.height == 1 else 'are'} off by more than {SKEW_THRESHOLD_S:g} s on at "
-                 "least 3 moments.</p>")
+                 f"of them {'is' if bad.height == 1 else 'are'} off by more than {SKEW_THRESHOLD_S:g} s (and "
+                 "twice the spread of its moments) on at least 3 moments.</p>")
+        flagged = set(bad["unit"].to_list())
+        cols = off.select("unit", "source", "anchors", "offset_s", "spread_s", "reference")
         rows = [(esc(n), esc(src), str(a), f"{o:+.2f}", f"{sp:.2f}",
                  '<span class="badge planned">reference</span>' if r else
-                 ('<span class="warn">skewed</span>' if abs(o) > SKEW_THRESHOLD_S and a >= 3 else ""))
-                for n, (src, a, o, sp, r) in zip(names, off.select("source", "anchors", "offset_s", "spread_s",
-                                                                   "reference").iter_rows(), strict=True)][:SKEW_ROWS]
+                 ('<span class="warn">skewed</span>' if u in flagged else ""))
+                for n, (u, src, a, o, sp, r) in zip(names, cols.iter_rows(), strict=True)][:SKEW_ROWS]
         page.add(table([unit, "source", "moments", "offset (s)", "spread (s)", ""], rows,
                        [False, False, True, True, True, False], cls="t skew"))
     if not shown:

@@ -179,3 +179,20 @@ def test_a_missing_plotly_js_is_said_on_the_page_and_the_page_still_finishes(tmp
     assert opened.figures == 0 and opened.figures_total == 2
     assert all("plotly.min.js was not found" in t for t in seen["texts"])
     assert seen["table"] == "row" and seen["drawing"] is False  # the tables are shown all the same
+
+
+def test_figures_are_drawn_before_the_long_tables_below_them_are_parsed(tmp_path: Path) -> None:
+    from toranalyze.report.html import Page, scroll_box, table
+
+    page = Page("figure first")
+    page.figure({"data": [{"type": "bar", "x": ["a", "b"], "y": [1, 2]}]})
+    rows = [(str(k), f"row {k} " + "text " * 20) for k in range(30_000)]  # about 6 MB of table
+    page.add(scroll_box(table(["#", "text"], rows), len(rows)))
+    path = _write(tmp_path / "first", page.render())
+
+    def times(p: Any) -> tuple[float, float]:
+        return p.evaluate("[Number(document.body.dataset.drawnMs), Number(document.body.dataset.completeMs)]")
+
+    opened, (drawn, complete) = open_report(path, None, check=times)
+    _assert_clean(opened)
+    assert drawn < complete  # on screen while the parser was still reading the table

@@ -15,6 +15,7 @@ from typing import Any
 import polars as pl
 import pytest
 
+from toranalyze.reconstruct.clock import clock_offsets, skewed
 from toranalyze.report.browser import chromium_path, open_report
 from toranalyze.report.fleet import render_fleet_report
 from toranalyze.report.html import write_plotly_js
@@ -64,7 +65,9 @@ def test_job_report_draws_and_shows_the_tables_numbers(sample_run: Run, tmp_path
     def check(page: Any) -> dict[str, Any]:
         return {"tor": _card(page, "TOR"), "incidents": _card(page, "incidents"),
                 "rows": page.locator("table.incidents tbody tr").count(),
-                "causes": page.locator("table.incidents tbody tr td:nth-child(3)").all_inner_texts()}
+                "causes": page.locator("table.incidents tbody tr td:nth-child(3)").all_inner_texts(),
+                "skewed": page.inner_text('[data-key="skewed-files"]'),
+                "skew_rows": page.locator("table.skew tbody tr").count()}
 
     opened, seen = open_report(path, artifacts / "job-report.png", check=check)
     _assert_clean(opened)
@@ -74,6 +77,8 @@ def test_job_report_draws_and_shows_the_tables_numbers(sample_run: Run, tmp_path
     expected = an.incidents.sort("incident")["root_cause"].to_list()
     assert [c.split()[0] for c in seen["causes"]] == expected
     assert (artifacts / "job-report.png").stat().st_size > 10_000
+    offsets = clock_offsets(sample_run.events)
+    assert int(seen["skewed"]) == skewed(offsets).height and seen["skew_rows"] == offsets.height > 0
 
 
 def test_hostile_text_shows_as_text_and_runs_nothing(hostile_run: Run, tmp_path: Path, artifacts: Path) -> None:
@@ -154,3 +159,40 @@ def test_fleet_command_report_and_the_job_reports_it_links(fleet_store: Path, ar
     job_page = fleet_store / seen["links"][0]
     opened, _ = open_report(job_page, artifacts / "fleet-job-report.png")
     _assert_clean(opened)  # a linked job report draws too, with the store's one plotly.js
+
+
+def test_a_missing_plotly_js_is_said_on_the_page_and_the_page_still_finishes(tmp_path: Path) -> None:
+    from toranalyze.report.html import Page
+
+    page = Page("no plotly")
+    page.figure({"data": [{"type": "bar", "x": ["a"], "y": [1]}]})
+    page.add('<div class="scroll lazy"><table class="t"><tbody><tr><td>row</td></tr></tbody></table></div>')
+    page.figure({"data": [{"type": "bar", "x": ["b"], "y": [2]}]})
+    path = tmp_path / "report.html"  # no plotly.min.js beside it
+    path.write_text(page.render(), encoding="utf-8")
+
+    def check(p: Any) -> dict[str, Any]:
+        return {"texts": p.locator("div.fig").all_inner_texts(), "table": p.inner_text("table.t"),
+                "drawing": p.evaluate("document.documentElement.classList.contains('drawing')")}
+
+    opened, seen = open_report(path, None, check=check)
+    assert opened.figures == 0 and opened.figures_total == 2
+    assert all("plotly.min.js was not found" in t for t in seen["texts"])
+    assert seen["table"] == "row" and seen["drawing"] is False  # the tables are shown all the same
+
+
+def test_figures_are_drawn_before_the_long_tables_below_them_are_parsed(tmp_path: Path) -> None:
+    from toranalyze.report.html import Page, scroll_box, table
+
+    page = Page("figure first")
+    page.figure({"data": [{"type": "bar", "x": ["a", "b"], "y": [1, 2]}]})
+    rows = [(str(k), f"row {k} " + "text " * 20) for k in range(30_000)]  # about 6 MB of table
+    page.add(scroll_box(table(["#", "text"], rows), len(rows)))
+    path = _write(tmp_path / "first", page.render())
+
+    def times(p: Any) -> tuple[float, float]:
+        return p.evaluate("[Number(document.body.dataset.drawnMs), Number(document.body.dataset.completeMs)]")
+
+    opened, (drawn, complete) = open_report(path, None, check=times)
+    _assert_clean(opened)
+    assert drawn < complete  # on screen while the parser was still reading the table

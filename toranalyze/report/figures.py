@@ -1,9 +1,13 @@
 """Plotly figures as plain dicts, built from analysis frames with polars (no Python loops over rows).
 
-Times go to plotly as milliseconds since the epoch on date axes (compact, parsed fast); long
-series are reduced to at most ``MAX_POINTS`` per trace by keeping each time bin's first and last
-row (a min/max-style decimation that keeps rollbacks and spikes visible), and traces with many
-points use WebGL (``scattergl``). Every text that may come from a log goes through ``esc_plot``.
+Times go to plotly as milliseconds since the epoch on date axes (compact, parsed fast). What a
+page costs to draw grows with the points it holds, so dense runs are reduced to about what a
+screen can show: line series to at most ``MAX_POINTS`` points per trace (each time bin's first
+and last row, and for step times its slowest, so rollbacks and spikes stay visible), marker
+series on the timeline to one mark per ``MAX_MARKS`` time bin (the hover counts the rest).
+Traces stay SVG: WebGL only above ``GL_ABOVE`` points, since in a browser without a GPU
+(headless, remote desktops) compositing a WebGL canvas costs more than drawing a few thousand
+SVG points. Every text that may come from a log goes through ``esc_plot``.
 """
 
 from __future__ import annotations
@@ -14,8 +18,10 @@ import polars as pl
 
 from toranalyze.report.html import BUCKET_COLOURS, PALETTE, esc_plot
 
-MAX_POINTS = 4000
-GL_ABOVE = 1500
+MAX_POINTS = 2000
+MAX_MARKS = 400
+MIN_SEGMENTS = 600  # a timeline segment is drawn at least 1/600 of the run long
+GL_ABOVE = 20_000
 PHASES = (
     ("t_last_progress", "last progress", "#000000", "circle-open"),
     ("t_first_error", "first error", "#D55E00", "x"),
@@ -32,19 +38,46 @@ def ms(col: str | pl.Expr) -> pl.Expr:
     return (e.cast(pl.Int64) // 1000).cast(pl.Float64)
 
 
-def decimate(df: pl.DataFrame, t: str, by: tuple[str, ...] = (), max_points: int = MAX_POINTS) -> pl.DataFrame:
-    """At most about ``max_points`` rows: the first and last row of each time bin (per ``by`` group)."""
+def decimate(df: pl.DataFrame, t: str, by: tuple[str, ...] = (), max_points: int = MAX_POINTS,
+             peak: str | None = None) -> pl.DataFrame:
+    """At most about ``max_points`` rows: the first and last row of each time bin (per ``by``
+    group), and with ``peak`` also the bin's row where that column is largest."""
     if df.height <= max_points:
         return df
-    bins = max(max_points // 2, 1)
+    bins = max(max_points // (3 if peak else 2), 1)
+    keys = [*by, "_bin"]
+    idx = pl.int_range(pl.len()).over(keys)
+    keep = (idx == 0) | (idx == pl.len().over(keys) - 1)
+    if peak:
+        keep = keep | (idx == pl.col(peak).arg_max().over(keys))
+    return df.sort(t).with_columns(_time_bin(df, t, bins)).filter(keep).drop("_bin")
+
+
+def _time_bin(df: pl.DataFrame, t: str, bins: int) -> pl.Expr:
     x = pl.col(t).cast(pl.Float64)
     lo, hi = df.select(x.min().alias("lo"), x.max().alias("hi")).row(0)
     span = max(float(hi - lo), 1.0)
-    b = ((x - lo) / span * (bins - 1)).floor().cast(pl.Int64).alias("_bin")
-    keys = [*by, "_bin"]
-    idx = pl.int_range(pl.len()).over(keys)
-    n = pl.len().over(keys)
-    return df.sort(t).with_columns(b).filter((idx == 0) | (idx == n - 1)).drop("_bin")
+    return ((x - lo) / span * (bins - 1)).floor().cast(pl.Int64).alias("_bin")
+
+
+def thin_marks(df: pl.DataFrame, t: str, max_marks: int = MAX_MARKS) -> pl.DataFrame:
+    """At most ``max_marks`` rows: the first of each time bin, with ``_more`` = the bin's other rows."""
+    if df.height <= max_marks:
+        return df.with_columns(pl.lit(0, pl.UInt32).alias("_more"))
+    return (df.sort(t).with_columns(_time_bin(df, t, max_marks))
+            .with_columns((pl.len().over("_bin") - 1).cast(pl.UInt32).alias("_more"))
+            .filter(pl.int_range(pl.len()).over("_bin") == 0).drop("_bin"))
+
+
+def _breaks(df: pl.DataFrame, key: str, x: str, y: str) -> tuple[list[Any], list[Any]]:
+    """x/y lists of a time-sorted series with a null wherever ``key`` changes, so one trace draws
+    each attempt as its own line."""
+    d = df.sort(x).select(key, pl.col(x).cast(pl.Float64), pl.col(y).cast(pl.Float64)).with_row_index("_i")
+    cut = d.filter(pl.col(key) != pl.col(key).shift(1)).select(
+        (pl.col("_i").cast(pl.Float64) - 0.5).alias("_o"), pl.lit(None, pl.Float64).alias(x),
+        pl.lit(None, pl.Float64).alias(y))
+    both = pl.concat([d.select(pl.col("_i").cast(pl.Float64).alias("_o"), x, y), cut]).sort("_o")
+    return both[x].to_list(), both[y].to_list()
 
 
 def _scatter(n: int) -> str:
@@ -72,12 +105,14 @@ def ledger_bar(row: dict[str, Any], buckets: tuple[str, ...]) -> dict[str, Any]:
                                      "legend": {"orientation": "h", "y": -0.6, "traceorder": "normal"}}}
 
 
-def segments(df: pl.DataFrame, a: str, b: str, hover: pl.Expr, row: str, name: str, colour: str | pl.Expr,
-             width: int = 12) -> dict[str, Any]:
-    """Intervals ``a``→``b`` as thick line segments on category ``row``: one WebGL trace however
-    many there are (thousands of SVG bars would take seconds to draw)."""
+def segments(df: pl.DataFrame, a: str, b: str, hover: pl.Expr, row: float, name: str, colour: str | pl.Expr,
+             width: int = 12, min_ms: float = 0.0) -> dict[str, Any]:
+    """Intervals ``a``→``b`` as thick line segments at height ``row``: one trace (a single SVG
+    path) however many there are, where thousands of bars would each be an element. Each is drawn
+    at least ``min_ms`` long (an SVG line of zero length shows nothing): a four-minute stop on a
+    month's axis is a fraction of a pixel; the hover tells its real length."""
     seg = df.filter(pl.col(a).is_not_null() & pl.col(b).is_not_null()).select(
-        ms(a).alias("x0"), ms(b).alias("x1"), hover.alias("h")).with_row_index("_i")
+        ms(a).alias("x0"), pl.max_horizontal(ms(b), ms(a) + min_ms).alias("x1"), hover.alias("h")).with_row_index("_i")
     pts = pl.concat([
         seg.select("_i", pl.lit(0).alias("_o"), pl.col("x0").alias("x"), "h"),
         seg.select("_i", pl.lit(1).alias("_o"), pl.col("x1").alias("x"), "h"),
@@ -85,19 +120,35 @@ def segments(df: pl.DataFrame, a: str, b: str, hover: pl.Expr, row: str, name: s
                    pl.lit(None, pl.String).alias("h")),
     ]).sort("_i", "_o")
     ys = [row if x is not None else None for x in pts["x"].to_list()]
-    return {"type": "scattergl", "mode": "lines", "name": name, "x": pts["x"].to_list(), "y": ys,
+    return {"type": _scatter(len(ys)), "mode": "lines", "name": name, "x": pts["x"].to_list(), "y": ys,
             "line": {"color": colour, "width": width}, "hovertext": esc_plot(pts["h"].fill_null("").to_list()),
             "hoverinfo": "text", "connectgaps": False}
+
+
+# The timeline's rows, bottom to top, at heights 0..4; each phase has its own lane in its row (in
+# time order, top down), so on a dense run every phase still reads as its own band.
+ROWS = ("slow periods", "checkpoints", "phases", "incidents", "attempts")
+
+
+def _row(name: str) -> float:
+    return float(ROWS.index(name))
+
+
+def _lane(k: int) -> float:
+    return _row("phases") + 0.3 - 0.12 * k
 
 
 def timeline(attempts: pl.DataFrame, incidents: pl.DataFrame, ckpt: pl.DataFrame | None,
              slow: pl.DataFrame) -> dict[str, Any]:
     """Attempts, each incident's downtime (planned stops grey) and phases, checkpoints, slow periods."""
     data: list[dict[str, Any]] = []
+    # about two pixels of a figure's width: the least a stop or a slow period is drawn
+    lo, hi = attempts.select(ms("t_start").min(), ms("t_end").max()).row(0) if attempts.height else (0, 0)
+    least = ((hi or 0.0) - (lo or 0.0)) / MIN_SEGMENTS
     if attempts.height:
         data.append(segments(attempts, "t_start", "t_end", pl.format(
             "attempt {} ({}) · {}", "attempt", pl.col("job_id").fill_null("-"),
-            pl.col("state").fill_null("no end state")), "attempts", "attempts", "#0072B2"))
+            pl.col("state").fill_null("no end state")), _row("attempts"), "attempts", "#0072B2"))
     if incidents.height:
         i = incidents.with_columns(pl.coalesce("t_resumed", "t_restart", "t_detected").alias("_to"))
         hover = pl.format("#{} {} on {} · down {} s", pl.col("incident") + 1, "root_cause",
@@ -105,65 +156,71 @@ def timeline(attempts: pl.DataFrame, incidents: pl.DataFrame, ckpt: pl.DataFrame
         for planned, name, colour in ((False, "downtime", "#D55E00"), (True, "downtime (planned stop)", "#999999")):
             part = i.filter(pl.col("planned").fill_null(False) == planned)
             if part.height:
-                data.append(segments(part, "t_last_progress", "_to", hover, "incidents", name, colour))
-        for col, label, colour, symbol in PHASES:
-            p = incidents.filter(pl.col(col).is_not_null())
-            data.append({"type": _scatter(p.height * 4), "mode": "markers", "name": label, "y": ["phases"] * p.height,
-                         "x": p.select(ms(col))[col].to_list(),
-                         "marker": {"color": colour, "symbol": symbol, "size": 9},
-                         "hovertext": esc_plot(p.select(pl.format(
-                             "#{} {} on {}: " + label, pl.col("incident") + 1, "root_cause",
-                             pl.col("nodes").list.join(",").fill_null("-")))["incident"].to_list()),
-                         "hoverinfo": "text+x"})
+                data.append(segments(part, "t_last_progress", "_to", hover, _row("incidents"), name, colour,
+                                     min_ms=least))
+        for k, (col, label, colour, symbol) in enumerate(PHASES):
+            data.append(_phase_marks(incidents, col, label, colour, symbol, _lane(k)))
     if ckpt is not None and ckpt.height:
-        c = decimate(ckpt.select("end"), "end")
-        data.append({"type": _scatter(c.height * 4), "mode": "markers", "name": "checkpoint saved",
-                     "y": ["checkpoints"] * c.height, "x": c.select(ms("end"))["end"].to_list(),
-                     "marker": {"color": "#56B4E9", "symbol": "line-ns-open", "size": 10}, "hoverinfo": "x+name"})
+        c = thin_marks(ckpt.select("end"), "end")
+        data.append({"type": _scatter(c.height), "mode": "markers", "name": "checkpoint saved",
+                     "y": [_row("checkpoints")] * c.height, "x": c.select(ms("end"))["end"].to_list(),
+                     "hovertext": c.select(pl.when(pl.col("_more") > 0)
+                                           .then(pl.format("checkpoint saved (+{} more here)", "_more"))
+                                           .otherwise(pl.lit("checkpoint saved")).alias("h"))["h"].to_list(),
+                     "marker": {"color": "#56B4E9", "symbol": "line-ns-open", "size": 10}, "hoverinfo": "x+text"})
     if slow.height:
         data.append(segments(slow, "start", "end", pl.format("×{} slower, suspect {}", pl.col("factor").round(2),
                                                              pl.col("node").fill_null("-")),
-                             "slow periods", "slow periods", "#E69F00"))
-    cats = ["slow periods", "checkpoints", "phases", "incidents", "attempts"]
+                             _row("slow periods"), "slow periods", "#E69F00", min_ms=least))
     return {"data": data, "layout": date_layout(
         margin={"l": 100, "r": 20, "t": 20, "b": 40},
-        yaxis={"categoryorder": "array", "categoryarray": cats, "type": "category", "range": [-0.5, 4.5]},
+        yaxis={"tickvals": [_row(r) for r in ROWS], "ticktext": list(ROWS), "range": [-0.5, 4.5],
+               "zeroline": False, "fixedrange": True},
         legend={"orientation": "h", "y": -0.3})}
 
 
-def _with_gaps(df: pl.DataFrame, by: str, x: str, y: str) -> tuple[list[Any], list[Any]]:
-    """x/y lists with a null between groups, so one trace draws each attempt as its own line."""
-    gaps = df.select(by).unique().with_columns(pl.lit(None, pl.Float64).alias(x), pl.lit(None, pl.Float64).alias(y),
-                                               pl.lit(1).alias("_o"))
-    both = pl.concat([df.select(by, pl.col(x).cast(pl.Float64), pl.col(y).cast(pl.Float64), pl.lit(0).alias("_o")),
-                      gaps]).sort(by, "_o", maintain_order=True)
-    return both[x].to_list(), both[y].to_list()
+def _phase_marks(incidents: pl.DataFrame, col: str, label: str, colour: str, symbol: str,
+                 lane: float) -> dict[str, Any]:
+    """One phase of every incident as markers at height ``lane`` (thinned on dense runs)."""
+    p = thin_marks(incidents.filter(pl.col(col).is_not_null()), col)
+    more = pl.when(pl.col("_more") > 0).then(pl.format(" (+{} more incidents here)", "_more")).otherwise(pl.lit(""))
+    hover = p.select(pl.format("#{} {} on {}: " + label + "{}", pl.col("incident") + 1, "root_cause",
+                               pl.col("nodes").list.join(",").fill_null("-"), more).alias("h"))["h"]
+    return {"type": _scatter(p.height), "mode": "markers", "name": label, "y": [lane] * p.height,
+            "x": p.select(ms(col))[col].to_list(), "marker": {"color": colour, "symbol": symbol, "size": 8},
+            "hovertext": esc_plot(hover.to_list()), "hoverinfo": "text+x"}
 
 
 def progress_curve(prog: pl.DataFrame) -> dict[str, Any]:
-    """Steps over wall time per attempt; rows later rolled back in vermillion (the rework)."""
+    """Steps over wall time; rows later rolled back in vermillion (the rework). The kept rows are
+    one line across attempts (flat while the job was down, so a rollback shows as the vermillion
+    tail above it); the rolled-back rows are drawn per attempt."""
     p = prog.filter(pl.col("end").is_not_null()).select(
         "attempt", "step", ms("end").alias("x"), (pl.col("n_lost") > 0).alias("lost"))
-    p = decimate(p, "x", ("attempt", "lost"))
     data = []
-    for lost, name, colour in ((False, "kept", "#0072B2"), (True, "rolled back (rework)", "#D55E00")):
-        part = p.filter(pl.col("lost") == lost).sort("attempt", "x")
-        if not part.height:
-            continue
-        xs, ys = _with_gaps(part, "attempt", "x", "step")
-        data.append({"type": _scatter(len(xs)), "mode": "lines", "name": name, "x": xs, "y": ys,
-                     "line": {"color": colour, "width": 2}, "connectgaps": False,
-                     "hovertemplate": "step %{y}<extra>" + name + "</extra>"})
+    kept = decimate(p.filter(~pl.col("lost")), "x")
+    if kept.height:
+        data.append(_progress_trace(*_breaks(kept.with_columns(pl.lit(0).alias("_one")), "_one", "x", "step"),
+                                    "kept", "#0072B2"))
+    lost = decimate(p.filter(pl.col("lost")), "x", ("attempt",))
+    if lost.height:
+        data.append(_progress_trace(*_breaks(lost, "attempt", "x", "step"), "rolled back (rework)", "#D55E00"))
     return {"data": data, "layout": date_layout(yaxis={"title": {"text": "step"}},
                                                 legend={"orientation": "h", "y": -0.3})}
+
+
+def _progress_trace(xs: list[Any], ys: list[Any], name: str, colour: str) -> dict[str, Any]:
+    return {"type": _scatter(len(xs)), "mode": "lines", "name": name, "x": xs, "y": ys,
+            "line": {"color": colour, "width": 2}, "connectgaps": False,
+            "hovertemplate": "step %{y}<extra>" + name + "</extra>"}
 
 
 def step_time(prog: pl.DataFrame, slow: pl.DataFrame, ideal_s: float | None) -> dict[str, Any]:
     """Seconds per step over time, the ideal step time and the slow periods with their suspect node."""
     p = prog.filter(pl.col("d_us").is_not_null() & pl.col("end").is_not_null()).select(
         "attempt", ms("end").alias("x"), (pl.col("d_us") / 1e6).alias("y"))  # d_us is already per step
-    p = decimate(p, "x", ("attempt",))
-    xs, ys = _with_gaps(p.sort("attempt", "x"), "attempt", "x", "y")
+    p = decimate(p, "x", peak="y")
+    xs, ys = _breaks(p, "attempt", "x", "y")
     data: list[dict[str, Any]] = [{"type": _scatter(len(xs)), "mode": "lines", "name": "step time", "x": xs, "y": ys,
                                    "line": {"color": "#0072B2", "width": 1},
                                    "hovertemplate": "%{y:.3f} s/step<extra></extra>"}]
@@ -173,7 +230,7 @@ def step_time(prog: pl.DataFrame, slow: pl.DataFrame, ideal_s: float | None) -> 
                      "y": [ideal_s, ideal_s], "line": {"color": "#009E73", "dash": "dash"}, "hoverinfo": "name"})
     if slow.height:
         tr = segments(slow, "start", "end", pl.format("×{} slower · suspect {}", pl.col("factor").round(2),
-                                                     pl.col("node").fill_null("-")), "", "slow period (suspect node)",
+                                                     pl.col("node").fill_null("-")), 0.0, "slow period (suspect node)",
                       "#E69F00", width=6)
         # on this figure a segment sits at the period's median step time, not on a category row
         ys = slow.filter(pl.col("start").is_not_null() & pl.col("end").is_not_null())["median_step_time_s"].to_list()

@@ -63,13 +63,27 @@ def write_plotly_js(directory: Path) -> Path:
     return dst
 
 
+class _Draw:
+    """Marks where a figure is drawn: an inline script that needs the page's nonce."""
+
+    def __init__(self, fid: str) -> None:
+        self.fid = fid
+
+    def html(self, nonce: str) -> str:
+        return f'<script nonce="{nonce}">__drawFigure("{self.fid}")</script>'
+
+
 class Page:
-    """Collects sections and figures; :meth:`render` returns the whole document."""
+    """Collects sections and figures; :meth:`render` returns the whole document.
+
+    Each figure is drawn by a one-line script right after its data, so the browser draws it as
+    soon as it has parsed it: the tables below the figures (thousands of incident rows) are parsed
+    and laid out after the figures, not before the first one."""
 
     def __init__(self, title: str, plotly_src: str = PLOTLY_JS) -> None:
         self.title = title
         self.plotly_src = plotly_src
-        self.parts: list[str] = []
+        self.parts: list[str | _Draw] = []
         self.n_figs = 0
 
     def add(self, fragment: str) -> None:
@@ -85,13 +99,14 @@ class Page:
         blob = blob.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
         self.parts.append(f'<div class="fig" id="{fid}" style="height:{height}px"></div>'
                           f'<script type="application/json" id="{fid}-data">{blob}</script>')
+        self.parts.append(_Draw(fid))
 
     def render(self) -> str:
         # The nonce is a digest of the page: unguessable by a log line (its own text is part of
         # what is digested) and the same for the same content, so an unchanged input re-renders
         # byte-identical pages.
-        body = "\n".join(self.parts)
-        nonce = base64.urlsafe_b64encode(hashlib.blake2b(body.encode(), digest_size=16).digest()).decode().rstrip("=")
+        digest = "\n".join(p if isinstance(p, str) else p.fid for p in self.parts)
+        nonce = base64.urlsafe_b64encode(hashlib.blake2b(digest.encode(), digest_size=16).digest()).decode().rstrip("=")
         csp = (f"default-src 'none'; script-src 'nonce-{nonce}' 'unsafe-eval'; style-src 'unsafe-inline'; "
                "img-src data: blob:; font-src data:; worker-src blob:")
         return "\n".join([
@@ -102,37 +117,57 @@ class Page:
             f"<title>{esc(self.title)}</title>",
             f"<style>{css()}</style>",
             f'<script nonce="{nonce}" src="{esc(self.plotly_src)}"></script>',
-            "</head><body>",
-            *self.parts,
             f'<script nonce="{nonce}">{_LOADER}</script>',
+            "</head><body>",
+            *(p if isinstance(p, str) else p.html(nonce) for p in self.parts),
             "</body></html>",
         ])
 
 
-# Draws the figures in order; body[data-figures] counts the drawn ones (tests and benchmarks
-# wait on it), a missing plotly.js is said in the page rather than failing silently.
+# Draws each figure as the parser reaches it (``__drawFigure`` after its data). Once the page is
+# parsed and every figure is on screen, body[data-figures] holds the number drawn (tests and
+# benchmarks wait on it), data-drawn-ms when the last figure reached the screen, data-start-ms
+# when the first began and data-complete-ms when the whole page was parsed; window.__figureMs each
+# figure's time to the screen. Long tables stay unrendered (html.drawing) until the figures are
+# drawn. A missing plotly.js is said in the page.
 _LOADER = """
 (function () {
-  var figs = document.querySelectorAll('div.fig'), done = 0, cfg = {displaylogo: false, responsive: true};
-  document.body.dataset.figuresTotal = figs.length;
-  document.body.dataset.startMs = Math.round(performance.now());
-  if (typeof Plotly === 'undefined') {
-    figs.forEach(function (d) { d.textContent = 'plotly.min.js was not found beside this report'; });
-    return;
-  }
-  var i = 0, t = 0;
+  var shown = 0, drawn = 0, parsed = false, start = null, lastShown = 0;
   window.__figureMs = [];
-  function next() {
-    if (i > 0) { window.__figureMs.push(Math.round(performance.now() - t)); }
-    t = performance.now();
-    if (i >= figs.length) {
-      document.body.dataset.drawnMs = Math.round(performance.now());
-      document.body.dataset.figures = done; return;
-    }
-    var d = figs[i++], spec = JSON.parse(document.getElementById(d.id + '-data').textContent);
-    Plotly.newPlot(d, spec.data, spec.layout, cfg).then(function () { done++; next(); });
+  document.documentElement.classList.add('drawing');
+  function finish() {
+    var figs = document.querySelectorAll('div.fig');
+    if (!parsed || shown < figs.length) { return; }
+    document.documentElement.classList.remove('drawing');
+    var b = document.body.dataset;
+    b.figuresTotal = figs.length;
+    b.startMs = Math.round(start === null ? performance.now() : start);
+    b.drawnMs = Math.round(lastShown || performance.now());
+    b.completeMs = Math.round(performance.now());
+    b.figures = drawn;
   }
-  next();
+  // a figure counts as drawn once the frame after it is out: a WebGL canvas or a large SVG is
+  // composited then, which can take longer than plotly's own work
+  function settle(t, ok) {
+    if (ok) { drawn++; }
+    requestAnimationFrame(function () { setTimeout(function () {
+      lastShown = Math.max(lastShown, performance.now());
+      window.__figureMs.push(Math.round(performance.now() - t)); shown++; finish();
+    }, 0); });
+  }
+  window.__drawFigure = function (id) {
+    var d = document.getElementById(id), t = performance.now();
+    if (start === null) { start = t; }
+    if (typeof Plotly === 'undefined') {
+      d.textContent = 'plotly.min.js was not found beside this report'; settle(t, false); return;
+    }
+    try {
+      var spec = JSON.parse(document.getElementById(id + '-data').textContent);
+      Plotly.newPlot(d, spec.data, spec.layout, {displaylogo: false, responsive: true})
+        .then(function () { settle(t, true); }, function () { settle(t, false); });
+    } catch (e) { settle(t, false); throw e; }  // counted as not drawn, and still reported
+  };
+  document.addEventListener('DOMContentLoaded', function () { parsed = true; finish(); });
 })();
 """
 

@@ -15,6 +15,7 @@ from typing import Any
 import polars as pl
 
 from toranalyze.reconstruct.analysis import Analysis
+from toranalyze.reconstruct.clock import clock_offsets, skewed
 from toranalyze.reconstruct.ledger import BUCKETS
 from toranalyze.report import figures
 from toranalyze.report.html import PLOTLY_JS, Page, cards, esc, fmt_duration, scroll_box, table
@@ -22,6 +23,8 @@ from toranalyze.report.redact import redact_frame, redact_json
 
 EVIDENCE_SHOWN = 3
 MAX_INCIDENT_ROWS = 2000
+SKEW_THRESHOLD_S = 1.0
+SKEW_ROWS = 20
 
 
 @dataclass
@@ -37,7 +40,7 @@ def render_job_report(inp: JobReportInput, *, title: str | None = None, redact: 
     """The whole page. ``jobs`` limits it to these jobs (default: every job of the analysis)."""
     an = inp.analysis
     tor = an.tor if jobs is None else an.tor.filter(pl.col("job").is_in(jobs))
-    events = redact_frame(inp.events, ("message",)) if redact else inp.events
+    events = inp.events  # the only log text shown from it, evidence lines, is redacted in the table
     incidents = redact_frame(an.incidents, ("reason",)) if redact else an.incidents
     names = tor["job"].to_list()
     page = Page(title or (names[0] if len(names) == 1 else f"{len(names)} jobs"), plotly_src)
@@ -51,7 +54,7 @@ def render_job_report(inp: JobReportInput, *, title: str | None = None, redact: 
         job = row["job"]
         _job_section(page, i, row, an.attempts.filter(pl.col("job") == job), incidents.filter(pl.col("job") == job),
                      an.slow_periods.filter(pl.col("job") == job), _frame_for(an.progress, job),
-                     _frame_for(an.checkpoints, job), _job_events(events, row, tor.height))
+                     _frame_for(an.checkpoints, job), _job_events(events, row, tor.height), redact)
     summary, notes = (redact_json(inp.summary), redact_json(an.notes)) if redact else (inp.summary, an.notes)
     shapes = redact_frame(inp.shapes, ("shape", "first")) if redact and inp.shapes is not None else inp.shapes
     _data_quality(page, events, summary, shapes, notes)
@@ -85,7 +88,7 @@ def _when(t: datetime | None) -> str:
 
 def _job_section(page: Page, i: int, row: dict[str, Any], attempts: pl.DataFrame, incidents: pl.DataFrame,
                  slow: pl.DataFrame, prog: pl.DataFrame | None, ckpt: pl.DataFrame | None,
-                 events: pl.DataFrame) -> None:
+                 events: pl.DataFrame, redact: bool) -> None:
     gpus = gpu_count(events)
     page.add(f'<section class="job" id="job-{i}" data-job="{esc(row["job"])}">')
     page.add(f"<h2>job {esc(row['job'])}</h2>")
@@ -117,7 +120,7 @@ def _job_section(page: Page, i: int, row: dict[str, Any], attempts: pl.DataFrame
     if incidents.height:
         page.add("<h3>Incidents</h3>")
         page.figure(figures.cost_by_cause(incidents), height=280)
-        page.add(_incident_table(incidents, events, row.get("path")))
+        page.add(_incident_table(incidents, events, row.get("path"), redact))
     else:
         page.add('<p class="note">No incidents.</p>')
     if slow.height:
@@ -145,13 +148,16 @@ def evidence_lines(incidents: pl.DataFrame, events: pl.DataFrame) -> pl.DataFram
           .with_columns(pl.int_range(pl.len()).over("incident").alias("_k"),
                         pl.col("evidence").str.extract(r"^(.*):(\d+)$", 1).alias("file"),
                         pl.col("evidence").str.extract(r"^(.*):(\d+)$", 2).cast(pl.Int64).alias("line")))
-    text = events.select("file", "line", "message").drop_nulls(["file", "line"]).unique(["file", "line"], keep="first")
+    text = (events.select("file", "line", "message").join(ev.select("file", "line").unique(), on=["file", "line"],
+                                                          how="semi")
+            .unique(["file", "line"], keep="first"))
     return ev.join(text, on=["file", "line"], how="left").sort("incident", "_k").select(
         "incident", pl.col("evidence").alias("ref"), pl.col("message").alias("text"))
 
 
-def _incident_table(incidents: pl.DataFrame, events: pl.DataFrame, root: str | None) -> str:
+def _incident_table(incidents: pl.DataFrame, events: pl.DataFrame, root: str | None, redact: bool) -> str:
     lines = evidence_lines(incidents, events)
+    lines = redact_frame(lines, ("text",)) if redact else lines
     by_inc: dict[int, list[tuple[str, str | None]]] = {}
     for inc, ref, text in lines.iter_rows():
         by_inc.setdefault(inc, []).append((ref, text))
@@ -209,6 +215,8 @@ def _data_quality(page: Page, events: pl.DataFrame, summary: dict[str, Any], sha
         page.add("<h3>Timestamps per source</h3>")
         page.add(table(["source", "events", "time inferred from a neighbour", "share", "no time"], trows,
                        [False, True, True, True, True]))
+    if events.height:
+        _clock_skew(page, events)
     if shapes is not None and shapes.height:
         page.add("<h3>Most common unrecognised line shapes</h3>")
         page.add(table(["count", "shape", "first seen"],
@@ -222,3 +230,46 @@ def _data_quality(page: Page, events: pl.DataFrame, summary: dict[str, Any], sha
         page.add("<h3>Notes and warnings</h3><ul>" + "".join(f"<li>{esc(x)}</li>" for x in [*problems, *notes])
                  + "</ul>")
     page.add("</section>")
+
+
+def _clock_skew(page: Page, events: pl.DataFrame) -> None:
+    """Clock offsets between files and between nodes (reconstruct/clock.py), largest first."""
+    page.add('<h3 id="clock-skew">Clock skew</h3>')
+    shown = 0
+    for unit in ("file", "node"):
+        off = clock_offsets(events, unit)
+        if not off.height:
+            continue
+        shown += 1
+        bad = skewed(off, SKEW_THRESHOLD_S)
+        ref = off.filter(pl.col("reference"))["unit"].to_list()
+        names = _short_paths(off["unit"].to_list()) if unit == "file" else off["unit"].to_list()
+        page.add(f'<p class="note">{off.height} {unit}s stamp moments that another {unit} stamps too (a job\'s '
+                 f"start or end, a training step); offsets are relative to "
+                 f"{esc(names[off['unit'].to_list().index(ref[0])]) if ref else f'the median {unit}'}. "
+                 f'<span class="{"warn" if bad.height else ""}" data-key="skewed-{unit}s">{bad.height}</span> '
+                 f"of them {'is' if bad.height == 1 else 'are'} off by more than {SKEW_THRESHOLD_S:g} s (and "
+                 "twice the spread of its moments) on at least 3 moments.</p>")
+        flagged = set(bad["unit"].to_list())
+        cols = off.select("unit", "source", "anchors", "offset_s", "spread_s", "reference")
+        rows = [(esc(n), esc(src), str(a), f"{o:+.2f}", f"{sp:.2f}",
+                 '<span class="badge planned">reference</span>' if r else
+                 ('<span class="warn">skewed</span>' if u in flagged else ""))
+                for n, (u, src, a, o, sp, r) in zip(names, cols.iter_rows(), strict=True)][:SKEW_ROWS]
+        page.add(table([unit, "source", "moments", "offset (s)", "spread (s)", ""], rows,
+                       [False, False, True, True, True, False], cls="t skew"))
+    if not shown:
+        page.add('<p class="note">No moment is stamped by two files or nodes: clock skew cannot be estimated.</p>')
+
+
+def _short_paths(paths: list[str]) -> list[str]:
+    """Paths relative to their common folder (the input root, as elsewhere on the page)."""
+    import os
+
+    if len(paths) < 2:
+        return [os.path.basename(p) for p in paths]
+    try:
+        root = os.path.commonpath(paths)
+    except ValueError:  # absolute and relative paths mixed
+        return paths
+    return [os.path.relpath(p, root) for p in paths]

@@ -183,31 +183,54 @@ def _read_file(file: InputFile, registry: Registry, options: IngestOptions) -> t
         return None, report
 
 
-def _read_with_installed_parsers(
-    job: tuple[InputFile, IngestOptions, list[Rule]],
-) -> tuple[pl.DataFrame | None, FileReport]:
-    """Worker entry point (module level, so a spawned process can import it)."""
-    file, options, rules = job
-    return read_file(file, default_registry(), options, rules)
+@dataclass(frozen=True)
+class _FileTask:
+    """One file to read; with ``part``, its events are written there instead of returned."""
+
+    file: InputFile
+    options: IngestOptions
+    rules: list[Rule]
+    part: str | None = None
 
 
-def spool_file(
-    file: InputFile, registry: Registry, options: IngestOptions, rules: list[Rule], part: str
-) -> tuple[str | None, FileReport]:
-    """read_file, with the file's classified events written to the Parquet file ``part``
-    (None: no events)."""
-    events, report = read_file(file, registry, options, rules)
+def _run(task: _FileTask, registry: Registry) -> tuple[pl.DataFrame | str | None, FileReport]:
+    events, report = read_file(task.file, registry, task.options, task.rules)
     if events is None or events.height == 0:
         return None, report
-    events.write_parquet(part, row_group_size=ROW_GROUP)
-    return part, report
+    if task.part is None:
+        return events, report
+    events.write_parquet(task.part, row_group_size=ROW_GROUP)
+    return task.part, report
 
 
-def _spool_with_installed_parsers(
-    job: tuple[InputFile, IngestOptions, list[Rule], str],
-) -> tuple[str | None, FileReport]:
-    file, options, rules, part = job
-    return spool_file(file, default_registry(), options, rules, part)
+def _run_with_installed_parsers(task: _FileTask) -> tuple[pl.DataFrame | str | None, FileReport]:
+    """Worker entry point (module level, so a spawned process can import it)."""
+    return _run(task, default_registry())
+
+
+def _run_all(
+    tasks: list[_FileTask],
+    registry: Registry | None,
+    on_file: Callable[[int, int, str], None] | None,
+    jobs: int,
+    engine: str,
+    address: str | None,
+) -> tuple[list[Any], list[FileReport]]:
+    """Every task in input order: what each file gave (frames or part paths) and every report."""
+    if registry is None and (jobs > 1 or engine != "local"):
+        results = map_ordered(_run_with_installed_parsers, tasks, engine, jobs, address)
+    else:
+        reg = registry or default_registry()
+        results = (_run(t, reg) for t in tasks)
+    given: list[Any] = []
+    reports: list[FileReport] = []
+    for i, (out, report) in enumerate(results):
+        if on_file:
+            on_file(i + 1, len(tasks), report.path)
+        reports.append(report)
+        if out is not None:
+            given.append(out)
+    return given, reports
 
 
 def ingest(
@@ -232,21 +255,15 @@ def ingest(
     rules = rules if rules is not None else load_rules(options.rules)
     files, input_errors = discover(paths)
     if sink is not None:
-        return _ingest_to(sink, files, list(input_errors), options, registry, rules, on_file, jobs, engine, address)
-    if registry is None and (jobs > 1 or engine != "local"):
-        tasks = [(f, options, rules) for f in files]
-        results = map_ordered(_read_with_installed_parsers, tasks, engine, jobs, address)
-    else:
-        reg = registry or default_registry()
-        results = (read_file(f, reg, options, rules) for f in files)
-    frames: list[pl.DataFrame] = []
-    reports: list[FileReport] = []
-    for i, (events, report) in enumerate(results):
-        if on_file:
-            on_file(i + 1, len(files), report.path)
-        reports.append(report)
-        if events is not None and events.height:
-            frames.append(events)
+        sink.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=".ingest-", dir=sink.parent) as spool:
+            tasks = [
+                _FileTask(f, options, rules, str(Path(spool) / f"part-{i:07d}.parquet")) for i, f in enumerate(files)
+            ]
+            parts, reports = _run_all(tasks, registry, on_file, jobs, engine, address)
+            _write_events(parts, sink)
+        return IngestResult(sink, reports, list(input_errors))
+    frames, reports = _run_all([_FileTask(f, options, rules) for f in files], registry, on_file, jobs, engine, address)
     if frames:
         events = resolve_open_years(pl.concat(frames, how="vertical"), pl.col("_mtime_year")).drop("_mtime_year")
     else:
@@ -255,39 +272,6 @@ def ingest(
     events = pl.concat([events, loss_spike_events(events)], how="vertical")
     validate_events(events)
     return IngestResult(events, reports, list(input_errors))
-
-
-def _ingest_to(
-    sink: Path,
-    files: list[InputFile],
-    input_errors: list[ToranalyzeError],
-    options: IngestOptions,
-    registry: Registry | None,
-    rules: list[Rule],
-    on_file: Callable[[int, int, str], None] | None,
-    jobs: int,
-    engine: str,
-    address: str | None,
-) -> IngestResult:
-    """ingest() streaming to ``sink``: the same table, in the same row order, as in memory."""
-    sink.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".ingest-", dir=sink.parent) as spool:
-        tasks = [(f, options, rules, str(Path(spool) / f"part-{i:07d}.parquet")) for i, f in enumerate(files)]
-        if registry is None and (jobs > 1 or engine != "local"):
-            results = map_ordered(_spool_with_installed_parsers, tasks, engine, jobs, address)
-        else:
-            reg = registry or default_registry()
-            results = (spool_file(f, reg, o, r, part) for f, o, r, part in tasks)
-        parts: list[str] = []
-        reports: list[FileReport] = []
-        for i, (part, report) in enumerate(results):
-            if on_file:
-                on_file(i + 1, len(files), report.path)
-            reports.append(report)
-            if part is not None:
-                parts.append(part)
-        _write_events(parts, sink)
-    return IngestResult(sink, reports, input_errors)
 
 
 def _write_events(parts: list[str], sink: Path) -> None:

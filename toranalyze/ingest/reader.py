@@ -298,35 +298,54 @@ def covered_lines(events: pl.DataFrame) -> pl.Series:
     return events.select(pl.int_ranges("line", end + 1, dtype=pl.Int64).alias("l")).explode("l")["l"]
 
 
-def read_text_events(path: str, parsers: Sequence[Any], block_bytes: int = BLOCK_BYTES) -> FileResult:
-    """Run line parsers over a text file, chunk by chunk."""
-    with parsing():
-        return _read_text_events(path, parsers, block_bytes)
+@dataclass
+class TextEvents:
+    """A text file's events, block by block: each block's rows in line order, one per (line,
+    kind, step), the parser listed first keeping a line it shares with another. After iteration
+    ``lines``, ``covered``, ``used`` (parsers that found something) and ``warnings`` are filled.
+    Lines never span blocks, so the blocks concatenated are the file's table."""
 
+    path: str
+    parsers: Sequence[Any]
+    block_bytes: int = BLOCK_BYTES
+    lines: int = 0
+    covered: int = 0
+    used: set[str] = field(default_factory=set)
+    warnings: list[str] = field(default_factory=list)
 
-def _read_text_events(path: str, parsers: Sequence[Any], block_bytes: int) -> FileResult:
-    chunks = Chunks(path, block_bytes)
-    frames: list[pl.DataFrame] = []
-    covered_total = 0
-    noise = noise_mask(parsers)
-    for chunk in chunks:
+    def __iter__(self) -> Iterator[pl.DataFrame]:
+        chunks = Chunks(self.path, self.block_bytes)
+        noise = noise_mask(self.parsers)
+        priority = {p.name: i for i, p in enumerate(self.parsers)}
+        for chunk in chunks:
+            with parsing():
+                events = self._block(chunk, noise, priority)
+            yield events
+        self.lines, self.warnings = chunks.lines, chunks.warnings
+
+    def _block(self, chunk: pl.DataFrame, noise: pl.Expr | None, priority: dict[str, int]) -> pl.DataFrame:
         prepared = prepare_lines(chunk)
-        events = _with_prefix_context(_extract_all(prepared, parsers, path), prepared)
+        events = _with_prefix_context(_extract_all(prepared, self.parsers, self.path), prepared)
         covered = covered_lines(events)
         if noise is not None:
             covered = pl.concat([covered, prepared.filter(noise)["line"]])
-        covered_total += covered.unique().len()
-        frames.append(events)
+        self.covered += covered.unique().len()
+        events = (
+            events.with_columns(pl.col("parser").replace_strict(priority, default=len(priority)).alias("_prio"))
+            .sort("line", "_prio", maintain_order=True)
+            .unique(["line", "kind", "step"], keep="first", maintain_order=True)
+            .drop("_prio")
+        )
+        self.used.update(events["parser"].unique().to_list())
+        return events
+
+
+def read_text_events(path: str, parsers: Sequence[Any], block_bytes: int = BLOCK_BYTES) -> FileResult:
+    """Run line parsers over a text file, chunk by chunk."""
+    blocks = TextEvents(path, parsers, block_bytes)
+    frames = list(blocks)
     events = pl.concat(frames, how="vertical") if frames else _empty_parsed()
-    priority = {p.name: i for i, p in enumerate(parsers)}
-    events = (
-        events.with_columns(pl.col("parser").replace_strict(priority, default=len(priority)).alias("_prio"))
-        .sort("line", "_prio", maintain_order=True)
-        .unique(["line", "kind", "step"], keep="first", maintain_order=True)
-        .drop("_prio")
-    )
-    used = sorted(events["parser"].unique().to_list())
-    return FileResult(events, chunks.lines, covered_total, used, chunks.warnings)
+    return FileResult(events, blocks.lines, blocks.covered, sorted(blocks.used), blocks.warnings)
 
 
 def read_document_events(path: str, parser: Any) -> FileResult:

@@ -57,7 +57,7 @@ def pod_bindings(ev: pl.DataFrame) -> dict[str, str]:
     """pod -> node from Kubernetes records that state both."""
     if "message" not in ev.columns or ev.height == 0:
         return {}
-    k8s = ev.filter(pl.col("source") == "kubernetes")
+    k8s = ev.select("source", "message", "node").filter(pl.col("source") == "kubernetes")
     assigned = k8s.select(pl.col("message").str.extract_groups(_ASSIGNED).alias("g")).unnest("g").drop_nulls()
     named = k8s.filter(pl.col("node").is_not_null()).select(
         pl.col("message").str.extract(r"\bpod/([\w.-]+)", 1).alias("1"), pl.col("node").alias("2")
@@ -72,9 +72,9 @@ def attribute_nodes(ev: pl.DataFrame) -> pl.DataFrame:
     if ev.height == 0 or ev["node"].null_count() == 0:
         return ev
     # Nodes the run names anywhere; a row may list several ('gpu-01,gpu-07').
-    known = set(ev["node"].drop_nulls().str.split(",").explode().str.strip_chars().unique().to_list())
+    known = set(ev["node"].drop_nulls().unique().str.split(",").explode().str.strip_chars().unique().to_list())
     pods = pod_bindings(ev)
-    files = ev.filter(pl.col("node").is_null())["file"].drop_nulls().unique().to_list()
+    files = ev.select("node", "file").filter(pl.col("node").is_null())["file"].drop_nulls().unique().to_list()
     mapping: dict[str, str] = {}
     for path in files:  # one pass per file, not per line
         for name in path_candidates(path):

@@ -121,6 +121,23 @@ OOM = ("oom_gpu", "oom_host")
 _PRIO = {name: priority(name) for name in TAXONOMY}
 
 
+# Flags of an event computed from its message text (with_flags), so that the text itself need
+# not travel through the stages: a peer's symptom, and a scheduler job step's row.
+FLAG_COLUMNS = ("_sym", "_step_row")
+
+
+def with_flags(ev: pl.DataFrame) -> pl.DataFrame:
+    """Add FLAG_COLUMNS (kept when present)."""
+    if all(c in ev.columns for c in FLAG_COLUMNS):
+        return ev
+    # A job step (``.batch``, ``.0``) ends CANCELLED whenever its job is stopped (time limit,
+    # preemption, node failure): only the job's own row says who cancelled.
+    step_row = pl.col("job_id").fill_null("").str.contains(r"\.") | pl.col("message").fill_null("").str.contains(
+        r"\bJobID=\S+\.(?:batch|extern|\d+)\b|\bStepName="
+    )
+    return ev.with_columns(is_peer_symptom().fill_null(False).alias("_sym"), step_row.alias("_step_row"))
+
+
 def interrupted_attempts(att: pl.DataFrame, ev: pl.DataFrame, stall_us: dict[str, int] | None = None) -> pl.DataFrame:
     """Attempts that end by an interruption, with their next attempt's facts joined.
 
@@ -209,7 +226,7 @@ def build_incidents(
     stall_lim = {j: int(max(hang_stall_factor * (v or US), hang_min_stall_s * US)) for j, v in ideal_us.items()}
     ia = interrupted_attempts(att, ev, stall_lim)
     if ia.height == 0:
-        return _empty()
+        return _empty(att.schema["job"])
     # Detection: the first scheduler end / launcher restart after the last progress, else the
     # attempt's last record.
     ia = ia.with_columns(pl.coalesce("t_last_step_end", "t_first_step_start", "t_start").alias("t_last_progress"))
@@ -227,12 +244,9 @@ def build_incidents(
         pl.max_horizontal(pl.coalesce("_tdet", "t_end"), "t_last_progress").alias("t_detected")
     )
     # Evidence candidates in each incident's window.
+    ev = with_flags(ev)
     st = pl.col("state").fill_null("")
-    # A job step (``.batch``, ``.0``) ends CANCELLED whenever its job is stopped (time limit,
-    # preemption, node failure): only the job's own row says who cancelled.
-    step_row = pl.col("job_id").fill_null("").str.contains(r"\.") | pl.col("message").fill_null("").str.contains(
-        r"\bJobID=\S+\.(?:batch|extern|\d+)\b|\bStepName="
-    )
+    step_row = pl.col("_step_row")
     state_cls = (
         pl.when(st.str.starts_with("CANCELLED by 0"))
         .then(pl.lit("maintenance"))
@@ -259,7 +273,7 @@ def build_incidents(
         pl.coalesce("failure_class", pl.when(pl.col("kind") == "job_end").then(state_cls)).alias("cls"),
         (pl.col("file").fill_null("?") + pl.lit(":") + pl.col("line").cast(pl.String)).alias("ev"),
         pl.col("rule").fill_null("").is_in(WEAK_RULES).alias("_weak"),
-        is_peer_symptom().fill_null(False).alias("_sym"),
+        pl.col("_sym"),
         pl.col("rule").fill_null(""),
         (
             (pl.col("kind") == "warning")
@@ -462,7 +476,7 @@ def build_incidents(
                 "_job_end": job_end_us.get(job),
             }
         )
-    inc = pl.DataFrame(rows, schema=_ROWS_SCHEMA)
+    inc = pl.DataFrame(rows, schema={**_ROWS_SCHEMA, "job": att.schema["job"]})
     inc = inc.with_columns(
         pl.when(pl.col("_last_step").is_null() | pl.col("_next_rf").is_null())
         .then(0)
@@ -497,9 +511,10 @@ def build_incidents(
     return inc.drop("_last_step", "_next_rf", "_job_end", "_hi_step")
 
 
-def _empty() -> pl.DataFrame:
+def _empty(job: pl.DataType) -> pl.DataFrame:
     sch: dict[str, pl.DataType] = dict(INCIDENTS_SCHEMA)
     for k, v in list(sch.items()):
         if isinstance(v, pl.Datetime):
             sch[k] = pl.Int64()
+    sch["job"] = job
     return pl.DataFrame(schema=sch)

@@ -75,18 +75,13 @@ def _fold_dirs(ev: pl.DataFrame) -> dict[str, str]:
     # A sub-directory whose ids all belong to an ancestor's run (per-pod YAML under ``pods/``,
     # per-attempt scheduler dumps) is part of that run.
     for d in sorted(with_ids, key=len, reverse=True):
-        anc = [a for a in with_ids if a != d and (a == "" or d.startswith(a + "/")) and idsets[d] <= idsets[a]]
-        if anc:
+        if any(a in with_ids and idsets[d] <= idsets[a] for a in _ancestors(d)):
             with_ids.discard(d)
     alone = set(facts.filter(~pl.col("ids") & pl.col("life"))["_dir"].to_list())
     out: dict[str, str] = {}
 
     def ancestor(d: str, pool: set[str]) -> str | None:
-        best = None
-        for a in pool:
-            if a != d and (a == "" or d.startswith(a + "/")) and (best is None or len(a) > len(best)):
-                best = a
-        return best
+        return next((a for a in _ancestors(d) if a in pool), None)
 
     for d in facts["_dir"].to_list():
         if d in with_ids:
@@ -103,6 +98,11 @@ def _fold_dirs(ev: pl.DataFrame) -> dict[str, str]:
     return out
 
 
+def _ancestors(d: str) -> list[str]:
+    """The directories holding ``d`` (those it starts with followed by '/', and ""), deepest first."""
+    return [d[:i] for i in range(len(d) - 1, 0, -1) if d[i] == "/"] + ([""] if d else [])
+
+
 def with_time(events: pl.DataFrame) -> pl.DataFrame:
     """Add ``t`` (Int64 µs since the epoch) and a stable row id ``_row``."""
     return events.with_columns(
@@ -117,11 +117,19 @@ def assign_jobs(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     ``jobs`` has one row per job: ``job``, ``path`` (directory), ``job_ids`` (scheduler ids of
     its attempts, in order), ``identity`` ("scheduler" | "job-name" | "directory").
     """
-    ev = events.with_columns(
-        _dir_expr().alias("_dir"),
-        pl.col("job_id").str.strip_chars().str.extract(_BASE_RE, 1).alias("_base"),
-        pl.col("message").str.extract(_NAME_RE, 1).alias("_name"),
+    # The rule runs on the few columns it reads; the result is attached to the events at the end.
+    # Directories and base ids are derived once per distinct file and id, and the job-name
+    # pattern only on messages that hold one of its literals.
+    msg = pl.col("message")
+    has_name = msg.str.contains_any(["jobname", "job_name", "job-name"], ascii_case_insensitive=True)
+    ev = events.select(
+        "file", "job_id", "kind", "t", "_row", pl.when(has_name).then(msg).str.extract(_NAME_RE, 1).alias("_name")
     )
+    files = ev.select(pl.col("file").unique()).with_columns(_dir_expr().alias("_dir"))
+    ids = ev.select(pl.col("job_id").unique().drop_nulls()).with_columns(
+        pl.col("job_id").str.strip_chars().str.extract(_BASE_RE, 1).alias("_base")
+    )
+    ev = ev.join(files, on="file", how="left", nulls_equal=True).join(ids, on="job_id", how="left")
     ev = ev.with_columns(pl.col("_dir").replace_strict(_fold_dirs(ev), default=pl.col("_dir")).alias("_dir"))
     step_files = ev.filter(pl.col("kind") == "step").select("file").unique()
     ev = ev.with_columns(pl.col("file").is_in(step_files["file"].implode()).alias("_trainfile"))
@@ -265,8 +273,7 @@ def assign_jobs(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         )
         .sort("job")
     )
-    ev = ev.drop("_file_job", "_span_job", "_dir_job", "_name", "_trainfile")
-    return ev, jobs
+    return events.with_columns(ev["_dir"], ev["_base"], ev["job"]), jobs
 
 
 SAME_MOMENT_US = 5_000_000  # stamps this close may be out of order (resolution, skew between hosts)
@@ -298,13 +305,13 @@ def assign_attempts(events: pl.DataFrame) -> pl.DataFrame:
     Events without a time get the attempt of the previous timed event of their file (they
     cannot open an attempt).
     """
-    # At equal times, ends and steps come before starts.
-    timed = (
-        events.filter(pl.col("t").is_not_null())
-        .with_columns(pl.col("kind").is_in(PROGRESS_KINDS).not_().alias("_kord"))
-        .sort("job", "t", "_kord", "_row")
-        .drop("_kord")
-    )
+    # At equal times, ends and steps come before starts. The attempts are found on the columns
+    # they depend on, in that order; the other columns are reordered once, at the end.
+    timed_all = events.filter(pl.col("t").is_not_null())
+    order = timed_all.select(
+        pl.arg_sort_by("job", "t", pl.col("kind").is_in(PROGRESS_KINDS).not_(), "_row").alias("_i")
+    )["_i"]
+    timed = timed_all.select("job", "t", "kind", "_row", "step")[order]
     is_marker = pl.col("kind").is_in(MARKER_KINDS)
     is_prog = pl.col("kind").is_in(PROGRESS_KINDS)
     # A step more than 2 below the previous step record of the job also opens an attempt.
@@ -352,7 +359,7 @@ def assign_attempts(events: pl.DataFrame) -> pl.DataFrame:
         .cast(pl.Int32)
         .alias("attempt_idx")
     )
-    timed = timed.drop("_prog", "_back", "_new", "_fm")
+    timed = timed_all[order].with_columns(timed["attempt_idx"])
     untimed = events.filter(pl.col("t").is_null())
     if untimed.height:
         ref = timed.select("file", "line", "attempt_idx").sort("line")

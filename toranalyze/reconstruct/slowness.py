@@ -75,7 +75,7 @@ def detect(
     if h.height == 0:
         return pl.DataFrame(
             schema={
-                "job": pl.String,
+                "job": rows.schema["job"],
                 "attempt_idx": pl.Int32,
                 "start": pl.Int64,
                 "end": pl.Int64,

@@ -88,26 +88,8 @@ def attribute_nodes(ev: pl.DataFrame) -> pl.DataFrame:
     return ev.with_columns(pl.coalesce(pl.col("node"), by_path).alias("node"))
 
 
-def demote_peer_symptoms(
-    strong_err: pl.DataFrame, strong: pl.DataFrame, weak: pl.DataFrame | None
-) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame | None]:
-    """An incident's candidate causes with peers' symptoms set aside when a death explains them.
-
-    ``strong_err`` / ``strong``: specific-class error / any records of one incident window (with
-    ``_sym`` marking peer symptoms); ``weak``: its job-level termination records. Returns the
-    two frames without the symptoms when node-local death evidence exists, and, when the only
-    errors are symptoms and one process was killed by a signal, the kill records (the death
-    whose cause the logs do not give).
-    """
-    sym = pl.col("_sym")
-    if strong_err.filter(~sym & pl.col("cls").is_in(DEATH_CLASSES)).height:
-        return strong_err.filter(~sym), strong.filter(~sym), None
-    if strong_err.filter(~sym).height == 0 and weak is not None:
-        killed = weak.filter(pl.col("rule").is_in(_KILL_RULES) & pl.col("node").is_not_null())
-        if killed.height:
-            return strong_err.filter(~sym), strong.filter(~sym), killed
-    return strong_err, strong, None
-
-
-# Records of a process killed from outside (SIGKILL / exit 137) on one node.
-_KILL_RULES = ("torch-exit-sigkill",)
+# Records of a process killed from outside (SIGKILL / exit 137) on one node. When an incident's
+# only error records are peers' symptoms and such a kill is on record, the kill is the death
+# (whose cause the logs do not give); when node-local death evidence exists, the symptoms are set
+# aside (incidents.py applies both to every incident at once).
+KILL_RULES = ("torch-exit-sigkill",)

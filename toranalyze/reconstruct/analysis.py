@@ -125,12 +125,12 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     ev, jobs = assign_jobs(ev)
     # Jobs with no training record, in a directory where another job trained, are other users'
     # jobs of a shared scheduler log: listed in notes, not analysed.
-    trained = ev.filter(pl.col("kind").is_in(("step", "init", "ckpt_load"))).select("job").unique()
+    trained = ev.select("job", "kind").filter(pl.col("kind").is_in(("step", "init", "ckpt_load")))
+    trained = trained.select("job").unique()
     jobs = jobs.with_columns(pl.col("job").is_in(trained["job"].implode()).alias("_trained"))
     jobs = jobs.with_columns(pl.col("_trained").any().over("path").alias("_dir_trained"))
     dropped = jobs.filter(~pl.col("_trained") & pl.col("_dir_trained"))
     jobs = jobs.filter(pl.col("_trained") | ~pl.col("_dir_trained")).drop("_trained", "_dir_trained")
-    ev = ev.filter(pl.col("job").is_in(jobs["job"].implode()))
     # From here on a job is its rank among the sorted names (an integer sorts, joins and groups
     # several times faster than a string, in the same order), and the table holds only the
     # columns the stages read: the message text, half its bytes, is reduced to two flags.
@@ -231,7 +231,7 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     window = window.with_columns(pl.max_horizontal("T1", "T0").alias("T1"))
     # Guard: no time of the analysis may lie outside the job's own records (a sentinel leaking
     # into an end once put an incident in the year 148108).
-    span = ev.filter(pl.col("t").is_not_null()).group_by("job").agg(
+    span = ev.select("job", "t").filter(pl.col("t").is_not_null()).group_by("job").agg(
         pl.col("t").min().alias("_e0"), pl.col("t").max().alias("_e1")
     )
     window = window.join(span, on="job", how="left")
@@ -364,11 +364,13 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
 
 
 def _slim(ev: pl.DataFrame, names: pl.Series) -> pl.DataFrame:
-    """The events with ``job`` as its code (rank in ``names``) and only the stages' columns."""
+    """The events of the jobs ``names`` with ``job`` as its code (rank in ``names``) and only the
+    stages' columns."""
     code = pl.col("job").replace_strict(names, pl.int_range(names.len(), dtype=JOB_CODE, eager=True),
                                         return_dtype=JOB_CODE)
-    ev = inc_mod.with_flags(ev).with_columns(code)
-    return ev.select([c for c in ev.columns if c in _STAGE_COLUMNS])
+    ev = inc_mod.with_flags(ev)
+    ev = ev.select([c for c in ev.columns if c in _STAGE_COLUMNS]).filter(pl.col("job").is_in(names.implode()))
+    return ev.with_columns(code)
 
 
 def _named(df: pl.DataFrame, names: pl.Series) -> pl.DataFrame:
@@ -388,10 +390,13 @@ def place_untimed_errors(ev: pl.DataFrame) -> pl.DataFrame:
     if "ts_inferred" not in ev.columns or not ev["ts_inferred"].fill_null(False).any():
         return ev
     order = ev.filter(pl.col("t").is_not_null()).select("_row", "job", "file", "line", "t", "ts_inferred", "kind")
+    # Files as integers (any order will do: the fill stays within a file), so the sort is numeric.
+    files = order.select(pl.col("file").unique()).with_row_index("_fc")
     order = (
-        order.sort("file", "line", "_row")
+        order.join(files, on="file", how="left", nulls_equal=True)
+        .sort("_fc", "line", "_row")
         .with_columns(pl.when(~pl.col("ts_inferred").fill_null(False)).then(pl.col("t")).alias("_hi"))
-        .with_columns(pl.col("_hi").backward_fill().over("file").alias("_hi"))
+        .with_columns(pl.col("_hi").backward_fill().over("_fc").alias("_hi"))
     )
     cand = order.filter(
         pl.col("ts_inferred").fill_null(False)

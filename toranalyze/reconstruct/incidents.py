@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from toranalyze.reconstruct.attribution import DEATH_CLASSES, KILL_RULES, is_peer_symptom
+from toranalyze.reconstruct.attribution import DEATH_CLASSES, KILL_RULES, PEER_SYMPTOM
 from toranalyze.reconstruct.intervals import in_windows, min_after
 from toranalyze.reconstruct.progress import CLEAN_STATES, is_clean
 from toranalyze.schema import frame_schema
@@ -133,11 +133,17 @@ def with_flags(ev: pl.DataFrame) -> pl.DataFrame:
     if all(c in ev.columns for c in FLAG_COLUMNS):
         return ev
     # A job step (``.batch``, ``.0``) ends CANCELLED whenever its job is stopped (time limit,
-    # preemption, node failure): only the job's own row says who cancelled.
-    step_row = pl.col("job_id").fill_null("").str.contains(r"\.") | pl.col("message").fill_null("").str.contains(
+    # preemption, node failure): only the job's own row says who cancelled. Read on ends only
+    # (the flag is used there), and peers' symptoms on network records only: the patterns skip
+    # the rest of the text.
+    msg = pl.col("message").fill_null("")
+    end_msg = pl.when(pl.col("kind") == "job_end").then(msg)
+    step_row = pl.col("job_id").fill_null("").str.contains(r"\.") | end_msg.str.contains(
         r"\bJobID=\S+\.(?:batch|extern|\d+)\b|\bStepName="
     )
-    return ev.with_columns(is_peer_symptom().fill_null(False).alias("_sym"), step_row.alias("_step_row"))
+    network = pl.col("failure_class") == "network"
+    sym = network & pl.when(network).then(msg).str.contains(PEER_SYMPTOM)
+    return ev.with_columns(sym.fill_null(False).alias("_sym"), step_row.fill_null(False).alias("_step_row"))
 
 
 def interrupted_attempts(att: pl.DataFrame, ev: pl.DataFrame, stall_us: dict[str, int] | None = None) -> pl.DataFrame:
@@ -285,7 +291,9 @@ def build_incidents(
             )
         ).alias("_soft"),
     ]
-    cand = ev.filter(pl.col("t").is_not_null()).select(cols).filter(pl.col("cls").is_not_null())
+    # Only classified records and scheduler ends can be evidence: filtered before the columns are built.
+    maybe = pl.col("failure_class").is_not_null() | (pl.col("kind") == "job_end")
+    cand = ev.filter(pl.col("t").is_not_null() & maybe).select(cols).filter(pl.col("cls").is_not_null())
     win = ia.select(
         "job",
         "attempt_idx",

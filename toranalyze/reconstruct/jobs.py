@@ -118,13 +118,8 @@ def assign_jobs(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     its attempts, in order), ``identity`` ("scheduler" | "job-name" | "directory").
     """
     # The rule runs on the few columns it reads; the result is attached to the events at the end.
-    # Directories and base ids are derived once per distinct file and id, and the job-name
-    # pattern only on messages that hold one of its literals.
-    msg = pl.col("message")
-    has_name = msg.str.contains_any(["jobname", "job_name", "job-name"], ascii_case_insensitive=True)
-    ev = events.select(
-        "file", "job_id", "kind", "t", "_row", pl.when(has_name).then(msg).str.extract(_NAME_RE, 1).alias("_name")
-    )
+    # Directories and base ids are derived once per distinct file and id.
+    ev = events.select("file", "job_id", "kind", "t", "_row", pl.col("message").str.extract(_NAME_RE, 1).alias("_name"))
     files = ev.select(pl.col("file").unique()).with_columns(_dir_expr().alias("_dir"))
     ids = ev.select(pl.col("job_id").unique().drop_nulls()).with_columns(
         pl.col("job_id").str.strip_chars().str.extract(_BASE_RE, 1).alias("_base")

@@ -220,7 +220,8 @@ def attempt_table(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     is_end = pl.col("kind") == "job_end"
     bad_end = is_end & ~is_clean(pl.col("state").fill_null(""))
     att = (
-        ev.filter(pl.col("t").is_not_null())
+        ev.lazy()  # only the columns read are filtered
+        .filter(pl.col("t").is_not_null())
         .group_by("job", "attempt_idx")
         .agg(
             # A start on a node (a pod's container, a Slurm step on its batch host) is when the
@@ -261,6 +262,7 @@ def attempt_table(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
             pl.coalesce("t_job_end", "t_last_record", "_t_any", "t_start").alias("t_end"),
         )
         .drop("_bad_state", "_bad_code", "_last_state", "_last_code", "_t_any")
+        .collect()
     )
     per = steps.group_by("job", "attempt_idx").agg(
         pl.col("step").min().alias("first_step"),

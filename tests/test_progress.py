@@ -190,3 +190,18 @@ def test_refine_ends_equals_the_sequential_scan(seed, bulk, monkeypatch):
     rows = pl.concat(parts).with_columns(pl.col("attempt_idx").cast(pl.Int32))
     got = refine_ends(rows)
     assert_frame_equal(got, _refine_scan(rows))
+
+
+def test_sort_by_key_skips_only_a_strictly_ordered_frame():
+    import polars as pl
+
+    from toranalyze.reconstruct.progress import sort_by_key
+
+    ordered = pl.DataFrame({"a": [1, 1, 2], "b": [1, 2, 0], "x": ["p", "q", "r"]})
+    assert sort_by_key(ordered, "a", "b").equals(ordered)
+    shuffled = ordered[[2, 0, 1]]
+    assert sort_by_key(shuffled, "a", "b").equals(ordered)
+    ties = pl.DataFrame({"a": [1, 1], "b": [2, 2], "x": ["p", "q"]})  # not strictly ordered: sorted as asked
+    assert sort_by_key(ties, "a", "b").sort("x").equals(ties)
+    with_null = pl.DataFrame({"a": [1, None], "b": [1, 2]})
+    assert sort_by_key(with_null, "a", "b")["a"].to_list() == [None, 1]

@@ -45,6 +45,20 @@ def is_clean(state: pl.Expr) -> pl.Expr:
     return state.is_in(CLEAN_STATES) | state.str.ends_with("Succeeded")
 
 
+def sort_by_key(df: pl.DataFrame, *keys: str) -> pl.DataFrame:
+    """``df.sort(*keys)``, skipped when the rows are already strictly in that order (a linear
+    check; with unique keys the sort could only return them as they are). Millions of step rows
+    are kept in (job, attempt, step) order from stage to stage."""
+    cols = list(keys)
+    if df.height > 1 and not df.select(pl.any_horizontal(pl.col(cols).is_null().any())).item():
+        later = pl.col(cols[-1]) > pl.col(cols[-1]).shift(1)
+        for k in reversed(cols[:-1]):
+            later = (pl.col(k) > pl.col(k).shift(1)) | ((pl.col(k) == pl.col(k).shift(1)) & later)
+        if df.select(later.slice(1).all()).item():
+            return df
+    return df.sort(*cols)
+
+
 def union_intervals(iv: pl.DataFrame, by: str = "job") -> pl.DataFrame:
     """Merge overlapping [start, end) intervals per ``by``; keeps the first row's other columns."""
     if iv.height == 0:
@@ -103,15 +117,9 @@ def step_rows(ev: pl.DataFrame) -> pl.DataFrame:
         .agg(
             pl.col("t").min().alias("t_log"),
             (pl.col("step_time_s").median() * US).round().cast(pl.Int64).alias("rep_us"),
-            pl.col("loss").first().alias("loss"),
             pl.len().alias("n_ranks"),
-            pl.col("file").first().alias("_f"),
-            pl.col("line").first().alias("_l"),
         )
         .sort("job", "attempt_idx", "step")
-        # the first record's place, formatted once per row rather than per record
-        .with_columns((pl.col("_f") + pl.lit(":") + pl.col("_l").cast(pl.String)).alias("evidence"))
-        .drop("_f", "_l")
         .collect()
     )
     return refine_ends(rows)
@@ -146,7 +154,7 @@ def refine_ends(rows: pl.DataFrame) -> pl.DataFrame:
     if rows.height == 0:
         return rows.with_columns(pl.col("t_log").alias("t_end"))
     grp = ("job", "attempt_idx")
-    r = rows.sort(*grp, "step").with_columns(
+    r = sort_by_key(rows, *grp, "step").with_columns(
         resolution_us(pl.col("t_log")).over(grp).alias("_res"),
         (pl.col("step") - pl.col("step").shift(1).over(grp)).alias("_n"),
         pl.struct(*grp).rle_id().alias("_g"),
@@ -299,7 +307,7 @@ def attempt_table(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
 def step_intervals(steps: pl.DataFrame, att: pl.DataFrame) -> pl.DataFrame:
     """Add n (steps per row), d_us (per-step µs, null when unknown), prev_step, start, end."""
     a = att.select("job", "attempt_idx", "resumed_from", "t_start")
-    s = steps.join(a, on=["job", "attempt_idx"], how="left").sort("job", "attempt_idx", "step")
+    s = sort_by_key(steps.join(a, on=["job", "attempt_idx"], how="left"), "job", "attempt_idx", "step")
     grp = ("job", "attempt_idx")
     s = s.with_columns(
         pl.col("step").shift(1).over(grp).alias("_ps"),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import polars as pl
 
 from toranalyze.reconstruct.intervals import in_windows
+from toranalyze.reconstruct.progress import sort_by_key
 from toranalyze.schema import frame_schema
 
 SLOW_PERIODS_SCHEMA = frame_schema(
@@ -55,7 +56,7 @@ def detect(
     h = (
         rows.filter(pl.col("healthy"))
         .join(baseline_us, on="job", how="inner")
-        .sort("job", "attempt_idx", "step")
+        .pipe(sort_by_key, "job", "attempt_idx", "step")
         .with_columns((pl.col("d_us") / pl.col("base_us")).log().alias("_lr"))
     )
     # Windows are counted in steps: a job logging every n steps smooths over smooth / n rows
@@ -90,11 +91,11 @@ def detect(
     parts = []
     for w, part in h.group_by("_w"):
         parts.append(
-            part.sort("job", "attempt_idx", "step").with_columns(
+            sort_by_key(part, "job", "attempt_idx", "step").with_columns(
                 pl.col("_lr").rolling_median(int(w[0]), center=True, min_samples=1).over(grp).alias("_sm")
             )
         )
-    h = pl.concat(parts).sort("job", "attempt_idx", "step")
+    h = sort_by_key(pl.concat(parts), "job", "attempt_idx", "step")
     h = h.with_columns((pl.col("_sm") >= (1.0 + pl.col("_thr")).log()).alias("_in"))
     h = h.with_columns(pl.int_range(pl.len()).over(grp).alias("_idx"))
     runs = (

@@ -64,10 +64,12 @@ def _fold_dirs(ev: pl.DataFrame) -> dict[str, str]:
     node kernel logs under ``nodes/gpu-001/``, per-rank trainer logs under ``rank0/``) belongs
     to its nearest ancestor that holds a run; with no such ancestor it stands alone when it
     has training records, else it joins the only run there is.
+
+    ``ev``: ``_dir``, ``_base`` and ``_life`` (a record of a start, an end or training).
     """
     facts = ev.group_by("_dir").agg(
         pl.col("_base").is_not_null().any().alias("ids"),
-        pl.col("kind").is_in(("step", "init", "job_start", "job_end")).any().alias("life"),
+        pl.col("_life").any().alias("life"),
         pl.col("_base").drop_nulls().unique().alias("_idset"),
     )
     with_ids = set(facts.filter(pl.col("ids") & pl.col("life"))["_dir"].to_list())
@@ -117,20 +119,36 @@ def assign_jobs(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     ``jobs`` has one row per job: ``job``, ``path`` (directory), ``job_ids`` (scheduler ids of
     its attempts, in order), ``identity`` ("scheduler" | "job-name" | "directory").
     """
-    # The rule runs on the few columns it reads; the result is attached to the events at the end.
-    # Directories and base ids are derived once per distinct file and id.
+    # The rule runs on the few columns it reads, with files, directories, base ids and runs as
+    # integer codes (one hash of each distinct string, then numeric keys over the records); the
+    # names are attached to the events at the end.
     ev = events.select("file", "job_id", "kind", "t", "_row", pl.col("message").str.extract(_NAME_RE, 1).alias("_name"))
-    files = ev.select(pl.col("file").unique()).with_columns(_dir_expr().alias("_dir"))
+    files = ev.select(pl.col("file").unique()).with_row_index("_fc").with_columns(_dir_expr().alias("_dir"))
     ids = ev.select(pl.col("job_id").unique().drop_nulls()).with_columns(
         pl.col("job_id").str.strip_chars().str.extract(_BASE_RE, 1).alias("_base")
     )
-    ev = ev.join(files, on="file", how="left", nulls_equal=True).join(ids, on="job_id", how="left")
-    ev = ev.with_columns(pl.col("_dir").replace_strict(_fold_dirs(ev), default=pl.col("_dir")).alias("_dir"))
-    step_files = ev.filter(pl.col("kind") == "step").select("file").unique()
-    ev = ev.with_columns(pl.col("file").is_in(step_files["file"].implode()).alias("_trainfile"))
+    bases = ids.select(pl.col("_base").drop_nulls().unique().sort()).with_row_index("_bc")
+    ids = ids.join(bases, on="_base", how="left").select("job_id", "_bc")
+    ev = ev.join(files.select("file", "_fc"), on="file", how="left", nulls_equal=True).join(ids, on="job_id",
+                                                                                          how="left")
+    ev = ev.select("_fc", "_bc", "kind", "t", "_row", "_name")
+    # Directories, folded into the directory of their run.
+    dir0 = files.select(pl.col("_dir").unique().sort()).with_row_index("_d0")
+    files = files.join(dir0, on="_dir", how="left")
+    life = pl.col("kind").is_in(("step", "init", "job_start", "job_end")).any().alias("_life")
+    pre = ev.with_columns(files["_d0"].gather(ev["_fc"]).alias("_d0")).group_by("_d0", "_bc").agg(life)
+    pre = pre.select(dir0["_dir"].gather(pre["_d0"]).alias("_dir"),
+                     bases["_base"].gather(pre["_bc"]).alias("_base"), "_life")
+    files = files.with_columns(pl.col("_dir").replace_strict(_fold_dirs(pre), default=pl.col("_dir")).alias("_dir"))
+    dirs = files.select(pl.col("_dir").unique().sort()).with_row_index("_dc")
+    files = files.join(dirs, on="_dir", how="left").sort("_fc")
+    step_files = ev.filter(pl.col("kind") == "step").select("_fc").unique()
+    files = files.with_columns(pl.col("_fc").is_in(step_files["_fc"].implode()).alias("_trainfile"))
+    ev = ev.with_columns(files["_dc"].gather(ev["_fc"]).alias("_dc"),
+                         files["_trainfile"].gather(ev["_fc"]).alias("_trainfile"))
     ids = (
-        ev.filter(pl.col("_base").is_not_null())
-        .group_by("_dir", "_base")
+        ev.filter(pl.col("_bc").is_not_null())
+        .group_by("_dc", "_bc")
         .agg(
             pl.col("_trainfile").any().alias("train"),
             pl.col("t").min().alias("t0"),
@@ -138,8 +156,10 @@ def assign_jobs(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
             pl.col("_name").drop_nulls().first().alias("name"),
         )
         .with_columns(pl.col("t1").fill_null(pl.col("t0")))
-        .sort("_dir", "t0", "_base", nulls_last=True)
     )
+    ids = ids.with_columns(dirs["_dir"].gather(ids["_dc"]).alias("_dir"),
+                           bases["_base"].gather(ids["_bc"]).alias("_base"))
+    ids = ids.sort("_dir", "t0", "_base", nulls_last=True)
     # Chain ids into runs: a small loop over scheduler ids (not over lines).
     run_of: dict[tuple[str, str], str] = {}
     identity_of: dict[str, str] = {}
@@ -181,62 +201,60 @@ def assign_jobs(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
             else:
                 best[1] = max(x for x in (best[1], t1) if x is not None) if (best[1] or t1) else None
             run_of[(dname, base)] = best[0]
-    if run_of:
-        mapping = pl.DataFrame(
-            {
-                "_dir": [k[0] for k in run_of],
-                "_base": [k[1] for k in run_of],
-                "job": list(run_of.values()),
-            },
-            schema={"_dir": pl.String, "_base": pl.String, "job": pl.String},
-        )
-        ev = ev.join(mapping, on=["_dir", "_base"], how="left")
-    else:
-        ev = ev.with_columns(pl.lit(None, pl.String).alias("job"))
+    # Runs, then each directory's own key ("<dir>::"), coded in name order so that ties between
+    # runs break by name as before.
+    runs = pl.Series("job", sorted(set(run_of.values())), dtype=pl.String)
+    names = pl.concat([runs, dirs["_dir"] + "::"])
+    code = {name: i for i, name in enumerate(runs.to_list())}
+    mapping = pl.DataFrame(
+        {"_dir": [k[0] for k in run_of], "_base": [k[1] for k in run_of], "_rc": [code[v] for v in run_of.values()]},
+        schema={"_dir": pl.String, "_base": pl.String, "_rc": pl.Int64},
+    ).join(dirs, on="_dir").join(bases, on="_base").select("_dc", "_bc", "_rc")
+    ev = ev.join(mapping, on=["_dc", "_bc"], how="left")
     # Events without an id: the file's majority run, else the run spanning their time, else
     # the directory's first run, else the directory itself.
     file_run = (
-        ev.filter(pl.col("job").is_not_null())
-        .group_by("file", "job")
+        ev.filter(pl.col("_rc").is_not_null())
+        .group_by("_fc", "_rc")
         .len()
-        .sort("len", "job", descending=[True, False])
-        .group_by("file", maintain_order=True)
+        .sort("len", "_rc", descending=[True, False])
+        .group_by("_fc", maintain_order=True)
         .first()
-        .select("file", pl.col("job").alias("_file_job"))
+        .select("_fc", pl.col("_rc").alias("_file_job"))
     )
-    ev = ev.join(file_run, on="file", how="left", nulls_equal=True)
+    ev = ev.join(file_run, on="_fc", how="left")
     spans = (
-        ev.filter(pl.col("job").is_not_null())
-        .group_by("_dir", "job")
+        ev.filter(pl.col("_rc").is_not_null())
+        .group_by("_dc", "_rc")
         .agg(pl.col("t").min().alias("_s0"), pl.col("t").max().alias("_s1"))
-        .sort("_s0", "job")
+        .sort("_s0", "_rc")
     )
     # The directory's fallback run: a run known by its job name first, then the one whose
     # records come from the most files, then the one with the most records. Other users' jobs
     # in a shared controller log are nameless, live in that one file and, chained one after the
     # other, can still outnumber the run's own scheduler records.
-    named = [k for k, v in identity_of.items() if v == "job-name"]
+    named = [code[k] for k, v in identity_of.items() if v == "job-name"]
     first_run = (
-        ev.filter(pl.col("job").is_not_null())
-        .group_by("_dir", "job")
-        .agg(pl.len().alias("len"), pl.col("file").n_unique().alias("_nf"))
-        .with_columns(pl.col("job").is_in(named).alias("_named"))
-        .sort("_named", "_nf", "len", "job", descending=[True, True, True, False])
-        .group_by("_dir", maintain_order=True)
-        .agg(pl.col("job").first().alias("_dir_job"))
+        ev.filter(pl.col("_rc").is_not_null())
+        .group_by("_dc", "_rc")
+        .agg(pl.len().alias("len"), pl.col("_fc").n_unique().alias("_nf"))
+        .with_columns(pl.col("_rc").is_in(named).alias("_named"))
+        .sort("_named", "_nf", "len", "_rc", descending=[True, True, True, False])
+        .group_by("_dc", maintain_order=True)
+        .agg(pl.col("_rc").first().alias("_dir_job"))
     )
-    spans = spans.join(first_run, left_on=["_dir", "job"], right_on=["_dir", "_dir_job"], how="semi")
-    ev = ev.join(first_run, on="_dir", how="left")
-    need = ev.filter(pl.col("job").is_null() & pl.col("_file_job").is_null() & pl.col("t").is_not_null())
+    spans = spans.join(first_run, left_on=["_dc", "_rc"], right_on=["_dc", "_dir_job"], how="semi")
+    ev = ev.join(first_run, on="_dc", how="left")
+    need = ev.filter(pl.col("_rc").is_null() & pl.col("_file_job").is_null() & pl.col("t").is_not_null())
     if need.height and spans.height:
         hit = (
-            need.select("_row", "_dir", "t")
+            need.select("_row", "_dc", "t")
             .sort("t")
             .join_asof(
-                spans.rename({"job": "_span_job"}).sort("_s0"),
+                spans.rename({"_rc": "_span_job"}).sort("_s0"),
                 left_on="t",
                 right_on="_s0",
-                by="_dir",
+                by="_dc",
                 check_sortedness=False,
             )
             .filter(pl.col("t") <= pl.col("_s1"))
@@ -244,31 +262,45 @@ def assign_jobs(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         )
         ev = ev.join(hit, on="_row", how="left")
     else:
-        ev = ev.with_columns(pl.lit(None, pl.String).alias("_span_job"))
+        ev = ev.with_columns(pl.lit(None, pl.Int64).alias("_span_job"))
     ev = ev.with_columns(
-        pl.coalesce("job", "_file_job", "_span_job", "_dir_job", pl.lit("") + pl.col("_dir") + pl.lit("::")).alias(
-            "job"
-        )
+        pl.coalesce("_rc", "_file_job", "_span_job", "_dir_job", runs.len() + pl.col("_dc").cast(pl.Int64)).alias("_jc")
     )
-    for key in ev.filter(pl.col("job").str.ends_with("::"))["job"].unique().to_list():
-        identity_of[key] = "directory"
+    for key in names.gather(ev["_jc"].unique()).to_list():
+        if key.endswith("::"):
+            identity_of[key] = "directory"
     jobs = (
-        ev.group_by("job")
+        ev.group_by("_jc")
         .agg(
-            pl.col("_dir").first().alias("path"),
-            pl.col("_base")
+            pl.col("_dc").first().alias("path"),
+            pl.col("_bc")
             .filter(pl.col("t").is_not_null())
             .sort_by(pl.col("t").filter(pl.col("t").is_not_null()))
             .unique(maintain_order=True)
             .drop_nulls()
             .alias("job_ids"),
         )
+    )
+    jobs = jobs.with_columns(names.gather(jobs["_jc"]).alias("job"), dirs["_dir"].gather(jobs["path"]).alias("path"))
+    ids_of = jobs.select("_jc", "job_ids").explode("job_ids")
+    ids_of = (
+        ids_of.with_columns(bases["_base"].gather(ids_of["job_ids"]).alias("job_ids"))
+        .group_by("_jc", maintain_order=True)
+        .agg(pl.col("job_ids").drop_nulls())
+    )
+    jobs = (
+        jobs.drop("job_ids").join(ids_of, on="_jc", how="left")
+        .select("job", "path", "job_ids")
         .with_columns(
             pl.col("job").replace_strict(identity_of, default="directory", return_dtype=pl.String).alias("identity")
         )
         .sort("job")
     )
-    return events.with_columns(ev["_dir"], ev["_base"], ev["job"]), jobs
+    return events.with_columns(
+        dirs["_dir"].gather(ev["_dc"]).alias("_dir"),
+        bases["_base"].gather(ev["_bc"]).alias("_base"),
+        names.gather(ev["_jc"]).alias("job"),
+    ), jobs
 
 
 SAME_MOMENT_US = 5_000_000  # stamps this close may be out of order (resolution, skew between hosts)

@@ -309,10 +309,11 @@ SAME_MOMENT_US = 5_000_000  # stamps this close may be out of order (resolution,
 def _progress_before(markers: pl.DataFrame, progress: pl.DataFrame) -> pl.DataFrame:
     """``_p_old``: how many progress records of the job are stamped more than SAME_MOMENT_US
     before each marker."""
+    last_of_moment = (pl.col("job") != pl.col("job").shift(-1)) | (pl.col("t") != pl.col("t").shift(-1))
     counted = (
         progress.select("job", "t").sort("job", "t")
         .with_columns(pl.int_range(1, pl.len() + 1).over("job").alias("_p_old"))
-        .unique(["job", "t"], keep="last")
+        .filter(last_of_moment.fill_null(True))  # the count at each (job, time): its last row
         .sort("t")
     )
     return (
@@ -334,11 +335,9 @@ def assign_attempts(events: pl.DataFrame) -> pl.DataFrame:
     """
     # At equal times, ends and steps come before starts. The attempts are found on the columns
     # they depend on, in that order; the other columns are reordered once, at the end.
-    timed_all = events.filter(pl.col("t").is_not_null())
-    order = timed_all.select(
-        pl.arg_sort_by("job", "t", pl.col("kind").is_in(PROGRESS_KINDS).not_(), "_row").alias("_i")
-    )["_i"]
-    timed = timed_all.select("job", "t", "kind", "_row", "step")[order]
+    keys = events.select("job", "t", "kind", "_row", "step").with_row_index("_pos").filter(pl.col("t").is_not_null())
+    order = keys.select(pl.arg_sort_by("job", "t", pl.col("kind").is_in(PROGRESS_KINDS).not_(), "_row"))[:, 0]
+    timed = keys[order]
     is_marker = pl.col("kind").is_in(MARKER_KINDS)
     is_prog = pl.col("kind").is_in(PROGRESS_KINDS)
     # A step more than 2 below the previous step record of the job also opens an attempt.
@@ -386,7 +385,7 @@ def assign_attempts(events: pl.DataFrame) -> pl.DataFrame:
         .cast(pl.Int32)
         .alias("attempt_idx")
     )
-    timed = timed_all[order].with_columns(timed["attempt_idx"])
+    timed = events[timed["_pos"]].with_columns(timed["attempt_idx"])
     untimed = events.filter(pl.col("t").is_null())
     if untimed.height:
         ref = timed.select("file", "line", "attempt_idx").sort("line")

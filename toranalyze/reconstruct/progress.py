@@ -45,13 +45,15 @@ def is_clean(state: pl.Expr) -> pl.Expr:
     return state.is_in(CLEAN_STATES) | state.str.ends_with("Succeeded")
 
 
-def sort_by_key(df: pl.DataFrame, *keys: str) -> pl.DataFrame:
+def sort_by_key(df: pl.DataFrame, *keys: str, strict: bool = True) -> pl.DataFrame:
     """``df.sort(*keys)``, skipped when the rows are already strictly in that order (a linear
     check; with unique keys the sort could only return them as they are). Millions of step rows
-    are kept in (job, attempt, step) order from stage to stage."""
+    are kept in (job, attempt, step) order from stage to stage. ``strict=False`` also skips it
+    for rows in order with equal keys (for callers that aggregate equal keys)."""
     cols = list(keys)
     if df.height > 1 and not df.select(pl.any_horizontal(pl.col(cols).is_null().any())).item():
-        later = pl.col(cols[-1]) > pl.col(cols[-1]).shift(1)
+        last = pl.col(cols[-1])
+        later = last > last.shift(1) if strict else last >= last.shift(1)
         for k in reversed(cols[:-1]):
             later = (pl.col(k) > pl.col(k).shift(1)) | ((pl.col(k) == pl.col(k).shift(1)) & later)
         if df.select(later.slice(1).all()).item():
@@ -110,19 +112,28 @@ def step_rows(ev: pl.DataFrame) -> pl.DataFrame:
     ``t_log`` is the logged time (earliest report over ranks); ``t_end`` is the same time sharpened
     by :func:`refine_ends` when the log's clock is coarse.
     """
-    # lazy, so that only the columns read are filtered
-    s = ev.lazy().filter((pl.col("kind") == "step") & pl.col("step").is_not_null() & pl.col("t").is_not_null())
-    rows = (
-        s.group_by("job", "attempt_idx", "step")
-        .agg(
-            pl.col("t").min().alias("t_log"),
-            (pl.col("step_time_s").median() * US).round().cast(pl.Int64).alias("rep_us"),
-            pl.len().alias("n_ranks"),
-        )
-        .sort("job", "attempt_idx", "step")
+    key = ["job", "attempt_idx", "step"]
+    s = (
+        ev.lazy()  # only the columns read are filtered
+        .filter((pl.col("kind") == "step") & pl.col("step").is_not_null() & pl.col("t").is_not_null())
+        .select(*key, "t", "step_time_s")
         .collect()
+        .pipe(sort_by_key, *key, strict=False)
     )
-    return refine_ends(rows)
+    # Most steps are reported once (one logging rank): those rows are their own aggregate.
+    alone = pl.all_horizontal((pl.col(k) != pl.col(k).shift(1)).fill_null(True) for k in key) & pl.all_horizontal(
+        (pl.col(k) != pl.col(k).shift(-1)).fill_null(True) for k in key)
+    s = s.with_columns(alone.alias("_alone"))
+    def rep(x: pl.Expr) -> pl.Expr:  # the median over ranks, in whole µs
+        return (x * US).round().cast(pl.Int64).alias("rep_us")
+
+    rows = pl.concat([
+        s.filter(pl.col("_alone")).select(*key, pl.col("t").alias("t_log"), rep(pl.col("step_time_s")),
+                                          pl.lit(1, pl.UInt32).alias("n_ranks")),
+        s.filter(~pl.col("_alone")).group_by(key).agg(pl.col("t").min().alias("t_log"),
+                                                      rep(pl.col("step_time_s").median()), pl.len().alias("n_ranks")),
+    ])
+    return refine_ends(sort_by_key(rows, *key))
 
 
 def resolution_us(t: pl.Expr) -> pl.Expr:

@@ -344,16 +344,13 @@ def assign_attempts(events: pl.DataFrame) -> pl.DataFrame:
     timed = timed.with_columns(
         is_prog.cast(pl.Int64).cum_sum().over("job").alias("_prog"),
     )
-    steps = (
-        timed.filter((pl.col("kind") == "step") & pl.col("step").is_not_null())
-        .select("_row", "job", "step")
-        .with_columns(pl.col("step").shift(1).over("job").alias("_pmax"))
-        .with_columns((pl.col("step") < pl.col("_pmax") - 2).alias("_back"))
-    )
-    timed = timed.join(steps.select("_row", "_back"), on="_row", how="left").with_columns(
-        pl.col("_back").fill_null(False)
-    )
-    markers = timed.filter(is_marker | pl.col("_back")).select(
+    # (in place: the previous step record's step is the last one before the row, within the job)
+    is_step = (pl.col("kind") == "step") & pl.col("step").is_not_null()
+    prev_step = pl.when(is_step).then(pl.col("step")).shift(1).forward_fill().over("job")
+    timed = timed.with_columns((is_step & (pl.col("step") < prev_step - 2)).fill_null(False).alias("_back"))
+    is_mark = (is_marker | pl.col("_back")).alias("_is_mark")
+    timed = timed.with_columns(is_mark)
+    markers = timed.filter(pl.col("_is_mark")).select(
         "_row", "job", "t", "_prog", pl.col("_back"), pl.col("kind"))
     # For a backward step, "progress since the last marker" counts the step itself.
     markers = markers.with_columns(
@@ -366,10 +363,11 @@ def assign_attempts(events: pl.DataFrame) -> pl.DataFrame:
         (pl.col("_p").shift(1).over("job").is_null()
          | (pl.col("_p_old") > pl.col("_p").shift(1).over("job"))).alias("_new")
     )
-    # A backward step with no marker since the last progress opens an attempt too.
-    timed = timed.join(markers.select("_row", "_new"), on="_row", how="left").with_columns(
-        pl.col("_new").fill_null(False)
-    )
+    # A backward step with no marker since the last progress opens an attempt too. (The markers
+    # are the marked rows in order: their flags go back to those positions.)
+    where = timed.select(pl.col("_is_mark").arg_true())[:, 0]
+    new = pl.repeat(False, timed.height, dtype=pl.Boolean, eager=True).alias("_new").scatter(where, markers["_new"])
+    timed = timed.with_columns(new)
     # The first marker of the job is attempt 0 and so are events before it.
     timed = timed.with_columns((pl.col("_new").cast(pl.Int32).cum_sum().over("job") - 1).clip(0).alias("attempt_idx"))
     # If the first marker of a job comes after progress (more than seconds of it, as above), that

@@ -144,10 +144,13 @@ def in_periods(rows: pl.DataFrame, periods: pl.DataFrame) -> pl.Series:
     """Per row: does its step fall inside a slow period of its attempt?"""
     if periods.height == 0 or rows.height == 0:
         return pl.Series("in_slow", [False] * rows.height, pl.Boolean)
-    left = rows.select("job", "attempt_idx", "step").with_columns(pl.int_range(pl.len()).alias("_i")).sort("step")
+    left = rows.select("job", "attempt_idx", "step").with_columns(pl.int_range(pl.len()).alias("_i"))
+    # An as-of join needs its keys in order within each group only: rows in step order (as the
+    # stages keep them) are joined as they are, in place.
+    in_order = sort_by_key(left, "job", "attempt_idx", "step") is left
     right = periods.select("job", "attempt_idx", pl.col("first_step").alias("_f"), pl.col("last_step").alias("_l"))
     hit = (
-        left.join_asof(
+        (left if in_order else left.sort("step")).join_asof(
             right.sort("_f"),
             left_on="step",
             right_on="_f",
@@ -156,9 +159,8 @@ def in_periods(rows: pl.DataFrame, periods: pl.DataFrame) -> pl.Series:
             check_sortedness=False,
         )
         .with_columns((pl.col("step") <= pl.col("_l")).fill_null(False).alias("in_slow"))
-        .sort("_i")
     )
-    return hit["in_slow"]
+    return (hit if in_order else hit.sort("_i"))["in_slow"]
 
 
 def suspects(periods: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from toranalyze.reconstruct.progress import make_disjoint, union_intervals
+from toranalyze.reconstruct.progress import make_disjoint, sort_by_key, union_intervals
 from toranalyze.schema import frame_schema
 
 US = 1_000_000
@@ -98,11 +98,13 @@ def _covered(iv: pl.DataFrame, cover: pl.DataFrame) -> pl.Series:
     )
 
     def before(col: str) -> pl.Series:
-        left = iv.select("job", pl.col(col).alias("_x")).with_row_index("_i").sort("_x")
-        hit = left.join_asof(right, left_on="_x", right_on="_cs", by="job", strategy="backward",
-                             check_sortedness=False)
+        left = iv.select("job", pl.col(col).alias("_x")).with_row_index("_i")
+        # As-of keys need order within each job only: step rows made disjoint are in it already.
+        in_order = sort_by_key(left, "job", "_x") is left
+        hit = (left if in_order else left.sort("_x")).join_asof(
+            right, left_on="_x", right_on="_cs", by="job", strategy="backward", check_sortedness=False)
         part = (pl.min_horizontal("_x", "_ce") - pl.col("_cs")).clip(lower_bound=0)
-        return hit.sort("_i").select((pl.col("_before") + part).fill_null(0))[:, 0]
+        return (hit if in_order else hit.sort("_i")).select((pl.col("_before") + part).fill_null(0))[:, 0]
 
     return before("end") - before("start")
 

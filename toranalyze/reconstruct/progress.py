@@ -81,7 +81,7 @@ def make_disjoint(iv: pl.DataFrame, by: str = "job") -> pl.DataFrame:
     """Clip each interval's start to the end of the intervals before it (sorted by start)."""
     if iv.height == 0:
         return iv
-    iv = iv.sort(by, "start", "end")
+    iv = sort_by_key(iv, by, "start", "end")
     return (
         iv.with_columns(
             pl.max_horizontal("start", pl.col("end").cum_max().shift(1).over(by).fill_null(-BIG)).alias("start")

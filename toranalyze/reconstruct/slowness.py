@@ -53,8 +53,9 @@ def detect(
     job → base_us. Returns one row per period: job, attempt_idx, start, end, first_step,
     last_step, steps (total steps), med_us (median per-step µs).
     """
+    cols = ["job", "attempt_idx", "step", "start", "end", "d_us", "n", "prev_step"]
     h = (
-        rows.filter(pl.col("healthy"))
+        rows.select(*cols, "healthy").filter(pl.col("healthy"))
         .join(baseline_us, on="job", how="inner")
         .pipe(sort_by_key, "job", "attempt_idx", "step")
         .with_columns((pl.col("d_us") / pl.col("base_us")).log().alias("_lr"))

@@ -205,3 +205,32 @@ def test_sort_by_key_skips_only_a_strictly_ordered_frame():
     assert sort_by_key(ties, "a", "b").sort("x").equals(ties)
     with_null = pl.DataFrame({"a": [1, None], "b": [1, 2]})
     assert sort_by_key(with_null, "a", "b")["a"].to_list() == [None, 1]
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_step_rows_merge_ranks_with_and_without_packed_keys(packed, monkeypatch):
+    """Records of one step from several ranks are one row (earliest time, median reported time,
+    their count) whether the keys are packed into one integer or compared column by column."""
+    import polars as pl
+
+    from toranalyze.reconstruct import progress
+
+    if not packed:
+        monkeypatch.setattr(progress, "_packed", lambda df, cols: None)
+    us = 1_000_000
+    ev = pl.DataFrame({
+        "job": pl.Series([0, 0, 0, 0, 1, 0, 0], dtype=pl.UInt32),
+        "attempt_idx": pl.Series([0, 0, 0, 1, 0, 0, 0], dtype=pl.Int32),
+        "step": [2, 1, 2, 1, 1, 2, 3],
+        "t": [20 * us, 10 * us, 21 * us, 50 * us, 11 * us, 19 * us, 30 * us],
+        "step_time_s": [1.0, 1.0, 3.0, 1.0, 1.0, 2.0, None],
+        "kind": ["step"] * 7,
+    })
+    rows = progress.step_rows(ev)
+    assert rows.select("job", "attempt_idx", "step", "t_log", "rep_us", "n_ranks").rows() == [
+        (0, 0, 1, 10 * us, us, 1),
+        (0, 0, 2, 19 * us, 2 * us, 3),
+        (0, 0, 3, 30 * us, None, 1),
+        (0, 1, 1, 50 * us, us, 1),
+        (1, 0, 1, 11 * us, us, 1),
+    ]

@@ -118,22 +118,59 @@ def step_rows(ev: pl.DataFrame) -> pl.DataFrame:
         .filter((pl.col("kind") == "step") & pl.col("step").is_not_null() & pl.col("t").is_not_null())
         .select(*key, "t", "step_time_s")
         .collect()
-        .pipe(sort_by_key, *key, strict=False)
     )
+    # One integer per (job, attempt, step) when the three fit in 62 bits: one numeric column to
+    # sort and to compare instead of three.
+    packed = _packed(s, key)
+    if packed is not None:
+        s = s.with_columns(packed.alias("_k"))
+        s = s if s["_k"].is_sorted() else s.sort("_k")
+        same = [pl.col("_k")]
+    else:
+        s = sort_by_key(s, *key, strict=False)
+        same = [pl.col(k) for k in key]
     # Most steps are reported once (one logging rank): those rows are their own aggregate.
-    alone = pl.all_horizontal((pl.col(k) != pl.col(k).shift(1)).fill_null(True) for k in key) & pl.all_horizontal(
-        (pl.col(k) != pl.col(k).shift(-1)).fill_null(True) for k in key)
+    alone = pl.all_horizontal((k != k.shift(1)).fill_null(True) for k in same) & pl.all_horizontal(
+        (k != k.shift(-1)).fill_null(True) for k in same)
     s = s.with_columns(alone.alias("_alone"))
+
     def rep(x: pl.Expr) -> pl.Expr:  # the median over ranks, in whole µs
         return (x * US).round().cast(pl.Int64).alias("rep_us")
 
+    many = s.filter(~pl.col("_alone"))
+    if packed is None:
+        many = many.with_columns(pl.lit(0, pl.Int64).alias("_k"))  # (unused: grouped by the columns)
+        s = s.with_columns(pl.lit(0, pl.Int64).alias("_k"))
+    out = [*key, "t_log", "rep_us", "n_ranks", "_k"]
     rows = pl.concat([
         s.filter(pl.col("_alone")).select(*key, pl.col("t").alias("t_log"), rep(pl.col("step_time_s")),
-                                          pl.lit(1, pl.UInt32).alias("n_ranks")),
-        s.filter(~pl.col("_alone")).group_by(key).agg(pl.col("t").min().alias("t_log"),
-                                                      rep(pl.col("step_time_s").median()), pl.len().alias("n_ranks")),
+                                          pl.lit(1, pl.UInt32).alias("n_ranks"), "_k"),
+        many.group_by("_k" if packed is not None else key).agg(
+            *[pl.col(c).first() for c in ([*key] if packed is not None else ["_k"])],
+            pl.col("t").min().alias("t_log"), rep(pl.col("step_time_s").median()), pl.len().alias("n_ranks"),
+        ).select(out),
     ])
-    return refine_ends(sort_by_key(rows, *key))
+    if packed is not None:  # unique keys: the packed order is the columns' order
+        rows = rows if rows["_k"].is_sorted() else rows.sort("_k")
+    return refine_ends(sort_by_key(rows.drop("_k"), *key))
+
+
+def _packed(df: pl.DataFrame, cols: list[str]) -> pl.Expr | None:
+    """Integer columns packed into one Int64 that sorts as they do together, or None when their
+    ranges need more than 62 bits."""
+    if df.height == 0 or not all(df.schema[c].is_integer() for c in cols):
+        return None
+    lo_hi = df.select(*[pl.col(c).min().alias(f"lo{i}") for i, c in enumerate(cols)],
+                      *[pl.col(c).max().alias(f"hi{i}") for i, c in enumerate(cols)]).row(0)
+    lo, hi = lo_hi[: len(cols)], lo_hi[len(cols):]
+    bits = [int(h - low).bit_length() for low, h in zip(lo, hi, strict=True)]
+    if sum(bits) > 62:
+        return None
+    expr, shift = pl.lit(0, pl.Int64), 0
+    for c, low, b in reversed(list(zip(cols, lo, bits, strict=True))):
+        expr = expr + (pl.col(c).cast(pl.Int64) - low) * (1 << shift)
+        shift += b
+    return expr
 
 
 def resolution_us(t: pl.Expr) -> pl.Expr:

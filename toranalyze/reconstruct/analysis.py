@@ -122,7 +122,12 @@ def _conform(df: pl.DataFrame, schema: pl.Schema) -> pl.DataFrame:
 def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None) -> Analysis:
     opts = options or AnalysisOptions()
     ev = attribute_nodes(with_time(events))  # host from the file's path, pod -> node
-    ev, jobs = assign_jobs(ev)
+    # From here on a job is its rank among the sorted names (an integer sorts, joins and groups
+    # several times faster than a string, in the same order), and the table holds only the
+    # columns the stages read: the message text, half its bytes, is reduced to two flags.
+    ev, jobs = assign_jobs(ev, coded=True)
+    names = jobs["job"]
+    jobs = jobs.with_columns(pl.int_range(pl.len(), dtype=JOB_CODE).alias("job"))
     # Jobs with no training record, in a directory where another job trained, are other users'
     # jobs of a shared scheduler log: listed in notes, not analysed.
     trained = ev.select("job", "kind").filter(pl.col("kind").is_in(("step", "init", "ckpt_load")))
@@ -131,13 +136,7 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     jobs = jobs.with_columns(pl.col("_trained").any().over("path").alias("_dir_trained"))
     dropped = jobs.filter(~pl.col("_trained") & pl.col("_dir_trained"))
     jobs = jobs.filter(pl.col("_trained") | ~pl.col("_dir_trained")).drop("_trained", "_dir_trained")
-    # From here on a job is its rank among the sorted names (an integer sorts, joins and groups
-    # several times faster than a string, in the same order), and the table holds only the
-    # columns the stages read: the message text, half its bytes, is reduced to two flags.
-    names = jobs["job"]
-    job_names = jobs
-    jobs = jobs.with_columns(pl.int_range(pl.len(), dtype=JOB_CODE).alias("job"))
-    ev = _slim(ev, names)
+    ev = _slim(ev, jobs["job"] if dropped.height else None)
     ev, untimed = relative_times(ev)
     ev = place_untimed_errors(ev)
     ev = assign_attempts(ev)
@@ -346,16 +345,16 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     )
     tor = _conform(_to_dt(_named(tor, names), ["t_start", "t_end"]), TOR_SCHEMA).sort("job")
     notes = [
-        f"job {j!r}: scheduler records only, no training records; not analysed" for j in dropped["job"].to_list()
+        f"job {names[j]!r}: scheduler records only, no training records; not analysed" for j in dropped["job"].to_list()
     ] + notes_guard
     notes += [
         f"job {names[j]!r}: no record has a timestamp; times are rebuilt from the reported step times and start "
         f"at 1970-01-01T00:00:00Z (durations are real, dates are not)"
         for j in untimed
     ]
-    for j, ident in job_names.select("job", "identity").iter_rows():
+    for j, ident in jobs.select("job", "identity").iter_rows():
         if ident == "directory":
-            notes.append(f"job {j!r}: no scheduler id in its records; grouped by its input directory")
+            notes.append(f"job {names[j]!r}: no scheduler id in its records; grouped by its input directory")
     prog = rows.select("job", pl.col("attempt_idx").cast(pl.Int32).alias("attempt"), "step", "start", "end", "n",
                        "n_lost", "d_us")
     return Analysis(attempts=attempts, incidents=incidents, slow_periods=slow, tor=tor, notes=notes,
@@ -363,14 +362,12 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
                     checkpoints=_named(ckpt.select("job", "start", "end"), names))
 
 
-def _slim(ev: pl.DataFrame, names: pl.Series) -> pl.DataFrame:
-    """The events of the jobs ``names`` with ``job`` as its code (rank in ``names``) and only the
-    stages' columns."""
-    code = pl.col("job").replace_strict(names, pl.int_range(names.len(), dtype=JOB_CODE, eager=True),
-                                        return_dtype=JOB_CODE)
+def _slim(ev: pl.DataFrame, keep: pl.Series | None) -> pl.DataFrame:
+    """The events with only the stages' columns (and the incident flags), of the jobs ``keep``
+    (codes; None: all)."""
     ev = inc_mod.with_flags(ev)
-    ev = ev.select([c for c in ev.columns if c in _STAGE_COLUMNS]).filter(pl.col("job").is_in(names.implode()))
-    return ev.with_columns(code)
+    ev = ev.select([c for c in ev.columns if c in _STAGE_COLUMNS]).with_columns(pl.col("job").cast(JOB_CODE))
+    return ev if keep is None else ev.filter(pl.col("job").is_in(keep.implode()))
 
 
 def _named(df: pl.DataFrame, names: pl.Series) -> pl.DataFrame:

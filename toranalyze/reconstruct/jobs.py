@@ -113,11 +113,13 @@ def with_time(events: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def assign_jobs(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+def assign_jobs(events: pl.DataFrame, coded: bool = False) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Add ``job`` (a stable key) to every event; return (events, jobs).
 
     ``jobs`` has one row per job: ``job``, ``path`` (directory), ``job_ids`` (scheduler ids of
-    its attempts, in order), ``identity`` ("scheduler" | "job-name" | "directory").
+    its attempts, in order), ``identity`` ("scheduler" | "job-name" | "directory"), sorted by
+    ``job``. The events get ``_dir`` and ``_base`` too; with ``coded`` their ``job`` is the
+    job's row in ``jobs`` (UInt32) instead of its name, and ``_dir`` is left out.
     """
     # The rule runs on the few columns it reads, with files, directories, base ids and runs as
     # integer codes (one hash of each distinct string, then numeric keys over the records); the
@@ -296,6 +298,15 @@ def assign_jobs(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         )
         .sort("job")
     )
+    if coded:
+        rank = (
+            names.to_frame().with_row_index("_jc")
+            .join(jobs.select("job").with_row_index("_rank"), on="job", how="left")
+            .sort("_jc")["_rank"]
+        )
+        return events.with_columns(
+            bases["_base"].gather(ev["_bc"]).alias("_base"), rank.gather(ev["_jc"]).alias("job")
+        ), jobs
     return events.with_columns(
         dirs["_dir"].gather(ev["_dc"]).alias("_dir"),
         bases["_base"].gather(ev["_bc"]).alias("_base"),

@@ -216,7 +216,7 @@ def test_step_rows_merge_ranks_with_and_without_packed_keys(packed, monkeypatch)
     from toranalyze.reconstruct import progress
 
     if not packed:
-        monkeypatch.setattr(progress, "_packed", lambda df, cols: None)
+        monkeypatch.setattr(progress, "packed_key", lambda df, cols: None)
     us = 1_000_000
     ev = pl.DataFrame({
         "job": pl.Series([0, 0, 0, 0, 1, 0, 0], dtype=pl.UInt32),

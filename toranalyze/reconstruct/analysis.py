@@ -18,7 +18,7 @@ from toranalyze.reconstruct import incidents as inc_mod
 from toranalyze.reconstruct import ledger, progress, slowness
 from toranalyze.reconstruct.attribution import attribute_nodes
 from toranalyze.reconstruct.incidents import INCIDENTS_SCHEMA
-from toranalyze.reconstruct.intervals import in_windows
+from toranalyze.reconstruct.intervals import in_windows, packed_key
 from toranalyze.reconstruct.jobs import assign_attempts, assign_jobs, with_time
 from toranalyze.reconstruct.ledger import TOR_SCHEMA
 from toranalyze.reconstruct.resources import RESOURCES_SCHEMA, attempt_resources
@@ -389,9 +389,10 @@ def place_untimed_errors(ev: pl.DataFrame) -> pl.DataFrame:
     order = ev.filter(pl.col("t").is_not_null()).select("_row", "job", "file", "line", "t", "ts_inferred", "kind")
     # Files as integers (any order will do: the fill stays within a file), so the sort is numeric.
     files = order.select(pl.col("file").unique()).with_row_index("_fc")
+    order = order.join(files, on="file", how="left", nulls_equal=True)
+    packed = packed_key(order, ["_fc", "line", "_row"])  # unique (row ids): the same order, on one column
     order = (
-        order.join(files, on="file", how="left", nulls_equal=True)
-        .sort("_fc", "line", "_row")
+        (order.sort("_fc", "line", "_row") if packed is None else order.sort(packed))
         .with_columns(pl.when(~pl.col("ts_inferred").fill_null(False)).then(pl.col("t")).alias("_hi"))
         .with_columns(pl.col("_hi").backward_fill().over("_fc").alias("_hi"))
     )

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from toranalyze.reconstruct.intervals import packed_key
+
 MARKER_KINDS = ("job_start", "init", "restart", "ckpt_load")
 PROGRESS_KINDS = ("step", "job_end")
 # Kinds whose records delimit an attempt's life (kernel chatter does not).
@@ -347,7 +349,17 @@ def assign_attempts(events: pl.DataFrame) -> pl.DataFrame:
     # At equal times, ends and steps come before starts. The attempts are found on the columns
     # they depend on, in that order; the other columns are reordered once, at the end.
     keys = events.select("job", "t", "kind", "_row", "step").with_row_index("_pos").filter(pl.col("t").is_not_null())
-    order = keys.select(pl.arg_sort_by("job", "t", pl.col("kind").is_in(PROGRESS_KINDS).not_(), "_row"))[:, 0]
+    later_kind = pl.col("kind").is_in(PROGRESS_KINDS).not_()
+    # Records in row-id order (as they come) sort stably on (job, t, kind order) packed into one
+    # integer, which breaks ties by row id as the four-column sort does.
+    packed = None
+    if keys["_row"].is_sorted():
+        packed = packed_key(keys.with_columns(later_kind.cast(pl.Int8).alias("_ko")), ["job", "t", "_ko"])
+    if packed is None:
+        order = keys.select(pl.arg_sort_by("job", "t", later_kind, "_row"))[:, 0]
+    else:
+        order = keys.with_columns(later_kind.cast(pl.Int8).alias("_ko")).select(
+            pl.arg_sort_by(packed, maintain_order=True))[:, 0]
     timed = keys[order]
     is_marker = pl.col("kind").is_in(MARKER_KINDS)
     is_prog = pl.col("kind").is_in(PROGRESS_KINDS)

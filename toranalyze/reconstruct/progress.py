@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from toranalyze.reconstruct.intervals import packed_key
 from toranalyze.reconstruct.jobs import LIFECYCLE_KINDS
 
 US = 1_000_000
@@ -121,7 +122,7 @@ def step_rows(ev: pl.DataFrame) -> pl.DataFrame:
     )
     # One integer per (job, attempt, step) when the three fit in 62 bits: one numeric column to
     # sort and to compare instead of three.
-    packed = _packed(s, key)
+    packed = packed_key(s, key)
     if packed is not None:
         s = s.with_columns(packed.alias("_k"))
         s = s if s["_k"].is_sorted() else s.sort("_k")
@@ -153,24 +154,6 @@ def step_rows(ev: pl.DataFrame) -> pl.DataFrame:
     if packed is not None:  # unique keys: the packed order is the columns' order
         rows = rows if rows["_k"].is_sorted() else rows.sort("_k")
     return refine_ends(sort_by_key(rows.drop("_k"), *key))
-
-
-def _packed(df: pl.DataFrame, cols: list[str]) -> pl.Expr | None:
-    """Integer columns packed into one Int64 that sorts as they do together, or None when their
-    ranges need more than 62 bits."""
-    if df.height == 0 or not all(df.schema[c].is_integer() for c in cols):
-        return None
-    lo_hi = df.select(*[pl.col(c).min().alias(f"lo{i}") for i, c in enumerate(cols)],
-                      *[pl.col(c).max().alias(f"hi{i}") for i, c in enumerate(cols)]).row(0)
-    lo, hi = lo_hi[: len(cols)], lo_hi[len(cols):]
-    bits = [int(h - low).bit_length() for low, h in zip(lo, hi, strict=True)]
-    if sum(bits) > 62:
-        return None
-    expr, shift = pl.lit(0, pl.Int64), 0
-    for c, low, b in reversed(list(zip(cols, lo, bits, strict=True))):
-        expr = expr + (pl.col(c).cast(pl.Int64) - low) * (1 << shift)
-        shift += b
-    return expr
 
 
 def resolution_us(t: pl.Expr) -> pl.Expr:

@@ -127,3 +127,110 @@ def test_rows_averaging_several_steps_count_their_jitter_above_t_star():
     assert slow > 20  # the jitter alone: about 0.04 s a step
     assert t["slowdown_s"] == pytest.approx(slow, rel=0.25)
     assert t["useful_s"] + t["slowdown_s"] == pytest.approx(sum(exact), abs=1.0)
+
+
+def _refine_scan(rows):
+    """refine_ends as the sequential scan it is specified as (one row at a time)."""
+    import polars as pl
+
+    from toranalyze.reconstruct.progress import resolution_us
+
+    grp = ("job", "attempt_idx")
+    r = rows.sort(*grp, "step").with_columns(
+        resolution_us(pl.col("t_log")).over(grp).alias("_res"),
+        (pl.col("step") - pl.col("step").shift(1).over(grp)).alias("_n"),
+        pl.struct(*grp).rle_id().alias("_g"),
+    )
+    t, res, rep, n, g = (r[c].to_list() for c in ("t_log", "_res", "rep_us", "_n", "_g"))
+    out, cum = list(t), [0] * len(t)
+    i0, lo, hi, c, tol = 0, t[0], t[0] + res[0], 0, 0
+    for i in range(1, len(t) + 1):
+        if i < len(t) and g[i] == g[i - 1] and res[i] > 0 and (rep[i] or 0) > 0 and (n[i] or 0) > 0:
+            ci, ti = c + n[i] * rep[i], tol + n[i] * 60 + 100
+            lo2, hi2 = max(lo, t[i] - ci), min(hi, t[i] + res[i] - ci)
+            if lo2 <= hi2 + ti:
+                lo, hi, c, tol, cum[i] = lo2, max(hi2, lo2), ci, ti, ci
+                continue
+        for j in range(i0, i):
+            out[j] = lo + cum[j]
+        if i < len(t):
+            i0, lo, hi, c, tol = i, t[i], t[i] + res[i], 0, 0
+    return r.with_columns(pl.Series("t_end", out, pl.Int64)).drop("_res", "_n", "_g")
+
+
+@pytest.mark.parametrize("bulk", [0, 2])
+@pytest.mark.parametrize("seed", range(40))
+def test_refine_ends_equals_the_sequential_scan(seed, bulk, monkeypatch):
+    """Chains found by whole-column passes are the scan's, on second and millisecond clocks with
+    stalls (saves) and jitter that break chains anywhere."""
+    import numpy as np
+    import polars as pl
+    from polars.testing import assert_frame_equal
+
+    from toranalyze.reconstruct import progress
+    from toranalyze.reconstruct.progress import refine_ends
+
+    monkeypatch.setattr(progress, "_BULK_ROUNDS", bulk)  # 0: the one-row-at-a-time corrections alone
+    rng = np.random.default_rng(seed)
+    parts = []
+    for job in range(3):
+        for att in range(2):
+            k = int(rng.integers(1, 60))
+            step = np.cumsum(rng.choice([1, 1, 1, 2, 5], k)) + 10 * att
+            d = rng.normal(1.3, 0.05 if seed % 2 else 0.4, k).clip(0.2)
+            stall = rng.random(k) < 0.1
+            true_end = 1_700_000_000 + np.cumsum(d * np.diff(step, prepend=step[0] - 1) + stall * rng.uniform(0, 30, k))
+            res = [1.0, 1e-3][(seed + job) % 2]
+            t_log = (np.floor(true_end / res) * res * 1e6).round().astype(np.int64)
+            rep = (d * 1e6 + rng.normal(0, 200, k)).round().astype(np.int64)
+            rep = np.where(rng.random(k) < 0.05, 0, rep)
+            parts.append(pl.DataFrame({"job": f"j{job}", "attempt_idx": att, "step": step, "t_log": t_log,
+                                       "rep_us": rep}).with_columns(
+                pl.when(pl.int_range(pl.len()) % 17 == 3).then(None).otherwise(pl.col("rep_us")).alias("rep_us")))
+    rows = pl.concat(parts).with_columns(pl.col("attempt_idx").cast(pl.Int32))
+    got = refine_ends(rows)
+    assert_frame_equal(got, _refine_scan(rows))
+
+
+def test_sort_by_key_skips_only_a_strictly_ordered_frame():
+    import polars as pl
+
+    from toranalyze.reconstruct.progress import sort_by_key
+
+    ordered = pl.DataFrame({"a": [1, 1, 2], "b": [1, 2, 0], "x": ["p", "q", "r"]})
+    assert sort_by_key(ordered, "a", "b").equals(ordered)
+    shuffled = ordered[[2, 0, 1]]
+    assert sort_by_key(shuffled, "a", "b").equals(ordered)
+    ties = pl.DataFrame({"a": [1, 1], "b": [2, 2], "x": ["p", "q"]})  # not strictly ordered: sorted as asked
+    assert sort_by_key(ties, "a", "b").sort("x").equals(ties)
+    with_null = pl.DataFrame({"a": [1, None], "b": [1, 2]})
+    assert sort_by_key(with_null, "a", "b")["a"].to_list() == [None, 1]
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_step_rows_merge_ranks_with_and_without_packed_keys(packed, monkeypatch):
+    """Records of one step from several ranks are one row (earliest time, median reported time,
+    their count) whether the keys are packed into one integer or compared column by column."""
+    import polars as pl
+
+    from toranalyze.reconstruct import progress
+
+    if not packed:
+        monkeypatch.setattr(progress, "packed_key", lambda df, cols: None)
+    us = 1_000_000
+    ev = pl.DataFrame({
+        "job": pl.Series([0, 0, 0, 0, 1, 0, 0], dtype=pl.UInt32),
+        "attempt_idx": pl.Series([0, 0, 0, 1, 0, 0, 0], dtype=pl.Int32),
+        "step": [2, 1, 2, 1, 1, 2, 3],
+        "t": [20 * us, 10 * us, 21 * us, 50 * us, 11 * us, 19 * us, 30 * us],
+        "step_time_s": [1.0, 1.0, 3.0, 1.0, 1.0, 2.0, None],
+        "kind": ["step"] * 7,
+    })
+    rows = progress.step_rows(ev)
+    assert rows.select("job", "attempt_idx", "step", "t_log", "rep_us", "n_ranks").rows() == [
+        (0, 0, 1, 10 * us, us, 1),
+        (0, 0, 2, 19 * us, 2 * us, 3),
+        (0, 0, 3, 30 * us, None, 1),
+        (0, 1, 1, 50 * us, us, 1),
+        (1, 0, 1, 11 * us, us, 1),
+    ]

@@ -16,7 +16,7 @@ from toranalyze.fleet.rates import build_rates, dumps
 from toranalyze.fleet.store import write_text
 from toranalyze.fleet.summary import FleetSummary, summarize
 from toranalyze.fleet.tables import TABLES
-from toranalyze.ingest.engine import default_jobs
+from toranalyze.ingest.engine import default_jobs, import_ray
 from toranalyze.ingest.pipeline import IngestOptions
 
 
@@ -66,7 +66,12 @@ def _print_summary(s: FleetSummary, result: BuildResult, store_dir: Path) -> Non
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Fleet store directory (created; updated in place on later runs).")
 @click.option("-j", "--jobs", type=int, default=None,
-              help="Runs analysed in parallel, one worker process each [default: the CPUs available].")
+              help="Runs analysed in parallel, one worker process (or Ray CPU) each [default: the CPUs available].")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Where runs are analysed: local processes, or one Ray task per run (pip install 'toranalyze[ray]').")
+@click.option("--ray-address", default=None,
+              help="With --engine ray: an existing Ray cluster (e.g. ray://head:10001, auto) "
+                   "[default: start a local one with --jobs CPUs].")
 @click.option("--tz", default="UTC", show_default=True,
               help="Zone of timestamps that state none (IANA name, e.g. Europe/Paris).")
 @click.option("--year", type=int, default=None, help="Year for timestamps that have none (glog, syslog).")
@@ -75,13 +80,15 @@ def _print_summary(s: FleetSummary, result: BuildResult, store_dir: Path) -> Non
 @click.option("--no-report", is_flag=True, help="Write no HTML reports (the fleet's nor each run's).")
 @redact_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary; only errors and the report's path.")
-def fleet(paths: tuple[str, ...], out_dir: str, jobs: int | None, tz: str, year: int | None,
-          rules: tuple[str, ...], no_report: bool, no_redact: bool, quiet: bool) -> None:
+def fleet(paths: tuple[str, ...], out_dir: str, jobs: int | None, engine: str, ray_address: str | None, tz: str,
+          year: int | None, rules: tuple[str, ...], no_report: bool, no_redact: bool, quiet: bool) -> None:
     """Analyse many runs (each PATH a run directory or a directory of runs) into the fleet tables
     DIR/jobs, attempts, incidents and exposure (.parquet). Runs whose files did not change since
     the last time are not analysed again."""
     store_dir = Path(out_dir)
     options = IngestOptions(tz=tz, year=year, rules=tuple(rules))
+    if engine == "ray":
+        import_ray()  # fail early when the extra is missing
     with Progress(TextColumn("[bold]{task.fields[stage]}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.description}"), console=err, transient=True, disable=quiet) as bar:
         task = bar.add_task("", total=None, stage="finding runs")
@@ -90,7 +97,7 @@ def fleet(paths: tuple[str, ...], out_dir: str, jobs: int | None, tz: str, year:
             bar.update(task, stage=stage, total=total, completed=done, description=run)
 
         result = build(paths, store_dir, options, jobs=jobs or default_jobs(), progress=progress,
-                       report=not no_report, redact=not no_redact)
+                       report=not no_report, redact=not no_redact, engine=engine, address=ray_address)
     for r in result.runs:
         if r.error:
             err.print(f"[yellow]warning[/]: run {r.id} ({r.path}): {r.error}")

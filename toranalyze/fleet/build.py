@@ -1,5 +1,5 @@
 """Bring a fleet store up to date with its inputs: hash every run, analyse only the runs whose
-part is missing (new or changed), in worker processes, then commit (store.py)."""
+part is missing (new or changed), in worker processes or Ray tasks, then commit (store.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 from toranalyze.fleet import store
 from toranalyze.fleet.pipeline import REPORT, RunOutcome, RunTask, analyze_run, options_salt
 from toranalyze.fleet.runs import Run, content_hash, find_runs
+from toranalyze.ingest.engine import map_ordered
 from toranalyze.ingest.pipeline import IngestOptions
 
 # (stage, done, total, run id) after each run hashed or analysed
@@ -44,7 +45,14 @@ def _single_threaded_workers() -> Iterator[None]:
             os.environ["POLARS_MAX_THREADS"] = old
 
 
-def _analyze(tasks: Sequence[RunTask], jobs: int) -> Iterator[RunOutcome]:
+def _analyze(tasks: Sequence[RunTask], jobs: int, engine: str = "local",
+             address: str | None = None) -> Iterator[RunOutcome]:
+    if engine != "local":
+        # One Ray task per run (engine.map_ordered); a local Ray instance started here inherits
+        # the one-thread setting.
+        with _single_threaded_workers():
+            yield from map_ordered(analyze_run, tasks, engine, jobs, address)
+        return
     if jobs <= 1 or len(tasks) < 2:
         yield from map(analyze_run, tasks)
         return
@@ -56,9 +64,14 @@ def _analyze(tasks: Sequence[RunTask], jobs: int) -> Iterator[RunOutcome]:
 
 
 def build(paths: Sequence[str], out: Path, options: IngestOptions, jobs: int = 1,
-          progress: Progress | None = None, report: bool = True, redact: bool = True) -> BuildResult:
+          progress: Progress | None = None, report: bool = True, redact: bool = True,
+          engine: str = "local", address: str | None = None) -> BuildResult:
     """Update the store at ``out`` from the runs under ``paths``. Parts are written as each run
-    finishes, so an interrupted build keeps its finished runs; the manifest is written last."""
+    finishes, so an interrupted build keeps its finished runs; the manifest is written last.
+
+    Runs are analysed in ``jobs`` worker processes (``engine="local"``) or as Ray tasks
+    (``engine="ray"``, on the cluster at ``address`` or a local one with ``jobs`` CPUs); the
+    store is the same either way."""
     out.mkdir(parents=True, exist_ok=True)
     runs = find_runs(paths, skip=[str(out)])
     before = store.read_manifest(out)
@@ -71,7 +84,7 @@ def build(paths: Sequence[str], out: Path, options: IngestOptions, jobs: int = 1
     todo = [RunTask(r, hashes[r.id], options, report, redact) for r in runs
             if not store.has_part(out, hashes[r.id])]
     result = BuildResult(runs=[], reused=len(runs) - len(todo))
-    for i, outcome in enumerate(_analyze(todo, jobs), 1):
+    for i, outcome in enumerate(_analyze(todo, jobs, engine, address), 1):
         status = {"run": outcome.run.id, "error": outcome.error, "notes": list(outcome.notes),
                   "files_failed": outcome.files_failed}
         pages = {REPORT: outcome.report_html} if outcome.report_html is not None else None

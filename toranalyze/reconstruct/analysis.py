@@ -18,7 +18,7 @@ from toranalyze.reconstruct import incidents as inc_mod
 from toranalyze.reconstruct import ledger, progress, slowness
 from toranalyze.reconstruct.attribution import attribute_nodes
 from toranalyze.reconstruct.incidents import INCIDENTS_SCHEMA
-from toranalyze.reconstruct.intervals import in_windows
+from toranalyze.reconstruct.intervals import in_windows, packed_key
 from toranalyze.reconstruct.jobs import assign_attempts, assign_jobs, with_time
 from toranalyze.reconstruct.ledger import TOR_SCHEMA
 from toranalyze.reconstruct.resources import RESOURCES_SCHEMA, attempt_resources
@@ -27,6 +27,13 @@ from toranalyze.schema import frame_schema
 
 US = 1_000_000
 UTC_US = pl.Datetime("us", "UTC")
+JOB_CODE = pl.UInt32
+# Event columns the stages after job assignment read (plus the incident flags).
+_STAGE_COLUMNS = (
+    "ts", "ts_inferred", "t", "_row", "job", "_base", "source", "kind", "severity", "node", "rank", "n_nodes", "n_gpus",
+    "step", "step_time_s", "loss", "duration_s", "code", "state", "failure_class", "rule", "file", "line",
+    *inc_mod.FLAG_COLUMNS,
+)
 
 ATTEMPTS_SCHEMA = frame_schema(
     {
@@ -115,15 +122,21 @@ def _conform(df: pl.DataFrame, schema: pl.Schema) -> pl.DataFrame:
 def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None) -> Analysis:
     opts = options or AnalysisOptions()
     ev = attribute_nodes(with_time(events))  # host from the file's path, pod -> node
-    ev, jobs = assign_jobs(ev)
+    # From here on a job is its rank among the sorted names (an integer sorts, joins and groups
+    # several times faster than a string, in the same order), and the table holds only the
+    # columns the stages read: the message text, half its bytes, is reduced to two flags.
+    ev, jobs = assign_jobs(ev, coded=True)
+    names = jobs["job"]
+    jobs = jobs.with_columns(pl.int_range(pl.len(), dtype=JOB_CODE).alias("job"))
     # Jobs with no training record, in a directory where another job trained, are other users'
     # jobs of a shared scheduler log: listed in notes, not analysed.
-    trained = ev.filter(pl.col("kind").is_in(("step", "init", "ckpt_load"))).select("job").unique()
+    trained = ev.select("job", "kind").filter(pl.col("kind").is_in(("step", "init", "ckpt_load")))
+    trained = trained.select("job").unique()
     jobs = jobs.with_columns(pl.col("job").is_in(trained["job"].implode()).alias("_trained"))
     jobs = jobs.with_columns(pl.col("_trained").any().over("path").alias("_dir_trained"))
     dropped = jobs.filter(~pl.col("_trained") & pl.col("_dir_trained"))
     jobs = jobs.filter(pl.col("_trained") | ~pl.col("_dir_trained")).drop("_trained", "_dir_trained")
-    ev = ev.filter(pl.col("job").is_in(jobs["job"].implode()))
+    ev = _slim(ev, jobs["job"] if dropped.height else None)
     ev, untimed = relative_times(ev)
     ev = place_untimed_errors(ev)
     ev = assign_attempts(ev)
@@ -217,12 +230,12 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     window = window.with_columns(pl.max_horizontal("T1", "T0").alias("T1"))
     # Guard: no time of the analysis may lie outside the job's own records (a sentinel leaking
     # into an end once put an incident in the year 148108).
-    span = ev.filter(pl.col("t").is_not_null()).group_by("job").agg(
+    span = ev.select("job", "t").filter(pl.col("t").is_not_null()).group_by("job").agg(
         pl.col("t").min().alias("_e0"), pl.col("t").max().alias("_e1")
     )
     window = window.join(span, on="job", how="left")
     bad = window.filter((pl.col("T0") < pl.col("_e0")) | (pl.col("T1") > pl.col("_e1")))
-    notes_guard = [f"job {j!r}: window clipped to the span of its records" for j in bad["job"].to_list()]
+    notes_guard = [f"job {names[j]!r}: window clipped to the span of its records" for j in bad["job"].to_list()]
     window = window.with_columns(
         pl.col("T0").clip(pl.col("_e0"), pl.col("_e1")).alias("T0"),
         pl.col("T1").clip(pl.col("_e0"), pl.col("_e1")).alias("T1"),
@@ -271,7 +284,7 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
         .rename({"n_step_rows": "n_step_records"})
     )
     attempts = _conform(
-        _to_dt(attempts, ["t_start", "t_end", "t_first_step_start", "t_last_step_end"]), ATTEMPTS_SCHEMA
+        _to_dt(_named(attempts, names), ["t_start", "t_end", "t_first_step_start", "t_last_step_end"]), ATTEMPTS_SCHEMA
     ).sort("job", "attempt")
     phases = ["t_last_progress", "t_first_error", "t_detected", "t_restart", "t_resumed", "t_caught_up"]
     if inc.height:
@@ -280,11 +293,11 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
             pl.any_horizontal([(pl.col(c) < pl.col("T0")) | (pl.col(c) > pl.col("T1")) for c in phases])
         )
         notes_guard += [
-            f"job {j!r}: incident {i} had a phase outside the job's window; clipped"
+            f"job {names[j]!r}: incident {i} had a phase outside the job's window; clipped"
             for j, i in out_of.select("job", "incident").iter_rows()
         ]
         inc = inc.with_columns([pl.col(c).clip(pl.col("T0"), pl.col("T1")) for c in phases]).drop("T0", "T1")
-    incidents = _conform(_to_dt(inc, phases), INCIDENTS_SCHEMA)
+    incidents = _conform(_to_dt(_named(inc, names), phases), INCIDENTS_SCHEMA)
     # Slow periods with the final ideal.
     sp = slowness.suspects(periods, ev) if periods.height else periods
     if sp.height:
@@ -310,7 +323,7 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
             .agg((pl.col("slowdown_us").sum() / US).alias("slowdown_s"))
         )
         sp = sp.join(slow_cost, on=["job", "period"], how="left")
-        sp = _to_dt(sp, ["start", "end"])
+        sp = _to_dt(_named(sp, names), ["start", "end"])
     slow = _conform(sp, SLOW_PERIODS_SCHEMA) if sp.height else pl.DataFrame(schema=SLOW_PERIODS_SCHEMA)
     # TOR rows.
     last = att.sort("job", "attempt_idx").group_by("job").agg(pl.col("state").last(), pl.len().alias("n_attempts"))
@@ -330,22 +343,36 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
         pl.col("T0").alias("t_start"),
         pl.col("T1").alias("t_end"),
     )
-    tor = _conform(_to_dt(tor, ["t_start", "t_end"]), TOR_SCHEMA).sort("job")
+    tor = _conform(_to_dt(_named(tor, names), ["t_start", "t_end"]), TOR_SCHEMA).sort("job")
     notes = [
-        f"job {j!r}: scheduler records only, no training records; not analysed" for j in dropped["job"].to_list()
+        f"job {names[j]!r}: scheduler records only, no training records; not analysed" for j in dropped["job"].to_list()
     ] + notes_guard
     notes += [
-        f"job {j!r}: no record has a timestamp; times are rebuilt from the reported step times and start "
+        f"job {names[j]!r}: no record has a timestamp; times are rebuilt from the reported step times and start "
         f"at 1970-01-01T00:00:00Z (durations are real, dates are not)"
         for j in untimed
     ]
     for j, ident in jobs.select("job", "identity").iter_rows():
         if ident == "directory":
-            notes.append(f"job {j!r}: no scheduler id in its records; grouped by its input directory")
+            notes.append(f"job {names[j]!r}: no scheduler id in its records; grouped by its input directory")
     prog = rows.select("job", pl.col("attempt_idx").cast(pl.Int32).alias("attempt"), "step", "start", "end", "n",
                        "n_lost", "d_us")
     return Analysis(attempts=attempts, incidents=incidents, slow_periods=slow, tor=tor, notes=notes,
-                    resources=resources, progress=prog, checkpoints=ckpt.select("job", "start", "end"))
+                    resources=_named(resources, names), progress=_named(prog, names),
+                    checkpoints=_named(ckpt.select("job", "start", "end"), names))
+
+
+def _slim(ev: pl.DataFrame, keep: pl.Series | None) -> pl.DataFrame:
+    """The events with only the stages' columns (and the incident flags), of the jobs ``keep``
+    (codes; None: all)."""
+    ev = inc_mod.with_flags(ev)
+    ev = ev.select([c for c in ev.columns if c in _STAGE_COLUMNS]).with_columns(pl.col("job").cast(JOB_CODE))
+    return ev if keep is None else ev.filter(pl.col("job").is_in(keep.implode()))
+
+
+def _named(df: pl.DataFrame, names: pl.Series) -> pl.DataFrame:
+    """``job`` codes back to the job names."""
+    return df.with_columns(names.gather(df["job"]).alias("job"))
 
 
 def place_untimed_errors(ev: pl.DataFrame) -> pl.DataFrame:
@@ -360,10 +387,14 @@ def place_untimed_errors(ev: pl.DataFrame) -> pl.DataFrame:
     if "ts_inferred" not in ev.columns or not ev["ts_inferred"].fill_null(False).any():
         return ev
     order = ev.filter(pl.col("t").is_not_null()).select("_row", "job", "file", "line", "t", "ts_inferred", "kind")
+    # Files as integers (any order will do: the fill stays within a file), so the sort is numeric.
+    files = order.select(pl.col("file").unique()).with_row_index("_fc")
+    order = order.join(files, on="file", how="left", nulls_equal=True)
+    packed = packed_key(order, ["_fc", "line", "_row"])  # unique (row ids): the same order, on one column
     order = (
-        order.sort("file", "line", "_row")
+        (order.sort("_fc", "line", "_row") if packed is None else order.sort(packed))
         .with_columns(pl.when(~pl.col("ts_inferred").fill_null(False)).then(pl.col("t")).alias("_hi"))
-        .with_columns(pl.col("_hi").backward_fill().over("file").alias("_hi"))
+        .with_columns(pl.col("_hi").backward_fill().over("_fc").alias("_hi"))
     )
     cand = order.filter(
         pl.col("ts_inferred").fill_null(False)
@@ -397,11 +428,12 @@ def place_untimed_errors(ev: pl.DataFrame) -> pl.DataFrame:
     )
     if hit.height == 0:
         return ev
-    ev = ev.join(hit, on="_row", how="left").with_columns(pl.coalesce("_hi", "t").alias("t")).drop("_hi")
+    hi = ev.select("_row").join(hit, on="_row", how="left")["_hi"]
+    ev = ev.with_columns(pl.coalesce(hi, "t").alias("t"))
     return ev.with_columns(pl.col("t").cast(UTC_US).alias("ts"))
 
 
-def relative_times(ev: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+def relative_times(ev: pl.DataFrame) -> tuple[pl.DataFrame, list[Any]]:
     """Give a job whose records carry no timestamp at all (a pasted excerpt of a trainer log) a
     relative clock: in file and line order, each step row ends ``n × step_time`` after the previous
     one (``n`` the steps since the previous row, the usual logging interval for the first row),
@@ -466,6 +498,7 @@ def relative_times(ev: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
             pl.lit(None, pl.Float64).alias("step_time_s"),
             pl.lit(None, pl.String).alias("failure_class"),
             pl.lit("(start of the excerpt)").alias("message"),
+            *[pl.lit(False).alias(c) for c in inc_mod.FLAG_COLUMNS],
             pl.lit(0, pl.Int64).alias("line"),
         )
         .with_columns((pl.int_range(pl.len(), dtype=pl.Int64) + ev["_row"].cast(pl.Int64).max() + 1).alias("_row"))

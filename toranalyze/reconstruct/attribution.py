@@ -57,7 +57,7 @@ def pod_bindings(ev: pl.DataFrame) -> dict[str, str]:
     """pod -> node from Kubernetes records that state both."""
     if "message" not in ev.columns or ev.height == 0:
         return {}
-    k8s = ev.filter(pl.col("source") == "kubernetes")
+    k8s = ev.select("source", "message", "node").filter(pl.col("source") == "kubernetes")
     assigned = k8s.select(pl.col("message").str.extract_groups(_ASSIGNED).alias("g")).unnest("g").drop_nulls()
     named = k8s.filter(pl.col("node").is_not_null()).select(
         pl.col("message").str.extract(r"\bpod/([\w.-]+)", 1).alias("1"), pl.col("node").alias("2")
@@ -72,9 +72,9 @@ def attribute_nodes(ev: pl.DataFrame) -> pl.DataFrame:
     if ev.height == 0 or ev["node"].null_count() == 0:
         return ev
     # Nodes the run names anywhere; a row may list several ('gpu-01,gpu-07').
-    known = set(ev["node"].drop_nulls().str.split(",").explode().str.strip_chars().unique().to_list())
+    known = set(ev["node"].drop_nulls().unique().str.split(",").explode().str.strip_chars().unique().to_list())
     pods = pod_bindings(ev)
-    files = ev.filter(pl.col("node").is_null())["file"].drop_nulls().unique().to_list()
+    files = ev.select("node", "file").filter(pl.col("node").is_null())["file"].drop_nulls().unique().to_list()
     mapping: dict[str, str] = {}
     for path in files:  # one pass per file, not per line
         for name in path_candidates(path):
@@ -88,26 +88,8 @@ def attribute_nodes(ev: pl.DataFrame) -> pl.DataFrame:
     return ev.with_columns(pl.coalesce(pl.col("node"), by_path).alias("node"))
 
 
-def demote_peer_symptoms(
-    strong_err: pl.DataFrame, strong: pl.DataFrame, weak: pl.DataFrame | None
-) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame | None]:
-    """An incident's candidate causes with peers' symptoms set aside when a death explains them.
-
-    ``strong_err`` / ``strong``: specific-class error / any records of one incident window (with
-    ``_sym`` marking peer symptoms); ``weak``: its job-level termination records. Returns the
-    two frames without the symptoms when node-local death evidence exists, and, when the only
-    errors are symptoms and one process was killed by a signal, the kill records (the death
-    whose cause the logs do not give).
-    """
-    sym = pl.col("_sym")
-    if strong_err.filter(~sym & pl.col("cls").is_in(DEATH_CLASSES)).height:
-        return strong_err.filter(~sym), strong.filter(~sym), None
-    if strong_err.filter(~sym).height == 0 and weak is not None:
-        killed = weak.filter(pl.col("rule").is_in(_KILL_RULES) & pl.col("node").is_not_null())
-        if killed.height:
-            return strong_err.filter(~sym), strong.filter(~sym), killed
-    return strong_err, strong, None
-
-
-# Records of a process killed from outside (SIGKILL / exit 137) on one node.
-_KILL_RULES = ("torch-exit-sigkill",)
+# Records of a process killed from outside (SIGKILL / exit 137) on one node. When an incident's
+# only error records are peers' symptoms and such a kill is on record, the kill is the death
+# (whose cause the logs do not give); when node-local death evidence exists, the symptoms are set
+# aside (incidents.py applies both to every incident at once).
+KILL_RULES = ("torch-exit-sigkill",)

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from toranalyze.reconstruct.attribution import demote_peer_symptoms, is_peer_symptom
+from toranalyze.reconstruct.attribution import DEATH_CLASSES, KILL_RULES, PEER_SYMPTOM
 from toranalyze.reconstruct.intervals import in_windows, min_after
 from toranalyze.reconstruct.progress import CLEAN_STATES, is_clean
 from toranalyze.schema import frame_schema
@@ -119,6 +119,31 @@ GENERIC_GPU_RULES = ("torch-cuda-gpu-lost", "nccl-cuda-unknown")
 SIGNAL_RULES = ("torch-exit-sigkill", "torch-signal-exception")
 OOM = ("oom_gpu", "oom_host")
 _PRIO = {name: priority(name) for name in TAXONOMY}
+_PLANNED_OF = {name: bool(c.planned) for name, c in TAXONOMY.items()}
+KEY = ["job", "attempt_idx"]
+
+
+# Flags of an event computed from its message text (with_flags), so that the text itself need
+# not travel through the stages: a peer's symptom, and a scheduler job step's row.
+FLAG_COLUMNS = ("_sym", "_step_row")
+
+
+def with_flags(ev: pl.DataFrame) -> pl.DataFrame:
+    """Add FLAG_COLUMNS (kept when present)."""
+    if all(c in ev.columns for c in FLAG_COLUMNS):
+        return ev
+    # A job step (``.batch``, ``.0``) ends CANCELLED whenever its job is stopped (time limit,
+    # preemption, node failure): only the job's own row says who cancelled. Read on ends only
+    # (the flag is used there), and peers' symptoms on network records only: the patterns skip
+    # the rest of the text.
+    msg = pl.col("message").fill_null("")
+    end_msg = pl.when(pl.col("kind") == "job_end").then(msg)
+    step_row = pl.col("job_id").fill_null("").str.contains(r"\.") | end_msg.str.contains(
+        r"\bJobID=\S+\.(?:batch|extern|\d+)\b|\bStepName="
+    )
+    network = pl.col("failure_class") == "network"
+    sym = network & pl.when(network).then(msg).str.contains(PEER_SYMPTOM)
+    return ev.with_columns(sym.fill_null(False).alias("_sym"), step_row.fill_null(False).alias("_step_row"))
 
 
 def interrupted_attempts(att: pl.DataFrame, ev: pl.DataFrame, stall_us: dict[str, int] | None = None) -> pl.DataFrame:
@@ -209,7 +234,7 @@ def build_incidents(
     stall_lim = {j: int(max(hang_stall_factor * (v or US), hang_min_stall_s * US)) for j, v in ideal_us.items()}
     ia = interrupted_attempts(att, ev, stall_lim)
     if ia.height == 0:
-        return _empty()
+        return _empty(att.schema["job"])
     # Detection: the first scheduler end / launcher restart after the last progress, else the
     # attempt's last record.
     ia = ia.with_columns(pl.coalesce("t_last_step_end", "t_first_step_start", "t_start").alias("t_last_progress"))
@@ -227,12 +252,9 @@ def build_incidents(
         pl.max_horizontal(pl.coalesce("_tdet", "t_end"), "t_last_progress").alias("t_detected")
     )
     # Evidence candidates in each incident's window.
+    ev = with_flags(ev)
     st = pl.col("state").fill_null("")
-    # A job step (``.batch``, ``.0``) ends CANCELLED whenever its job is stopped (time limit,
-    # preemption, node failure): only the job's own row says who cancelled.
-    step_row = pl.col("job_id").fill_null("").str.contains(r"\.") | pl.col("message").fill_null("").str.contains(
-        r"\bJobID=\S+\.(?:batch|extern|\d+)\b|\bStepName="
-    )
+    step_row = pl.col("_step_row")
     state_cls = (
         pl.when(st.str.starts_with("CANCELLED by 0"))
         .then(pl.lit("maintenance"))
@@ -259,7 +281,7 @@ def build_incidents(
         pl.coalesce("failure_class", pl.when(pl.col("kind") == "job_end").then(state_cls)).alias("cls"),
         (pl.col("file").fill_null("?") + pl.lit(":") + pl.col("line").cast(pl.String)).alias("ev"),
         pl.col("rule").fill_null("").is_in(WEAK_RULES).alias("_weak"),
-        is_peer_symptom().fill_null(False).alias("_sym"),
+        pl.col("_sym"),
         pl.col("rule").fill_null(""),
         (
             (pl.col("kind") == "warning")
@@ -269,7 +291,9 @@ def build_incidents(
             )
         ).alias("_soft"),
     ]
-    cand = ev.filter(pl.col("t").is_not_null()).select(cols).filter(pl.col("cls").is_not_null())
+    # Only classified records and scheduler ends can be evidence: filtered before the columns are built.
+    maybe = pl.col("failure_class").is_not_null() | (pl.col("kind") == "job_end")
+    cand = ev.filter(pl.col("t").is_not_null() & maybe).select(cols).filter(pl.col("cls").is_not_null())
     win = ia.select(
         "job",
         "attempt_idx",
@@ -290,179 +314,27 @@ def build_incidents(
         .join(ia.select("job", "attempt_idx"), on=["job", "attempt_idx"], how="semi")
     )
     hits = pl.concat([hits.select(nan.columns), nan]).sort("job", "attempt_idx", "t")
-    by_att = {k: g for k, g in hits.group_by("job", "attempt_idx")}
-    rows = []
-    prev_root: dict[str, tuple[str, set[str], int]] = {}
-    for r in ia.iter_rows(named=True):
-        job, a = r["job"], r["attempt_idx"]
-        g = by_att.get((job, a))
-        ideal = ideal_us.get(job) or US
-        stall_us = r["t_detected"] - r["t_last_progress"]
-        stall_s = stall_us / US
-        long_stall = stall_us > max(hang_stall_factor * ideal, hang_min_stall_s * US)
-        classes: list[str] = []
-        t_first_error = None
-        evidence: list[str] = []
-        nodes: list[str] = []
-        ranks: list[int] = []
-        conf = "high"
-        sel: pl.DataFrame | None = None
-        fail: pl.DataFrame | None = None
-        strong: pl.DataFrame | None = None
-        strong_err: pl.DataFrame | None = None
-        weak: pl.DataFrame | None = None
-        planned_cls: list[str] = []
-        if g is not None and g.height:
-            lp = r["t_last_progress"]
-            near = (pl.col("t") >= lp - int(pre_s * US)) & (pl.col("t") <= lp + int(pre_s * US))
-            # Warnings (non-fatal Xids, link flaps) far from the onset are background noise.
-            g = g.filter(~pl.col("_soft") | near | pl.col("cls").is_in(PLANNED))
-            g = g.with_columns(pl.col("cls").replace_strict(_PRIO, default=99, return_dtype=pl.Int64).alias("_prio"))
-        if g is not None and g.height:
-            classes = g.sort("_weak", "_prio", "t")["cls"].unique(maintain_order=True).to_list()
-            errs = g.filter(pl.col("kind").is_in(("error", "warning")))
-            if errs.height:
-                t_first_error = errs["t"].min()
-            fail = g.filter(~pl.col("cls").is_in(PLANNED) & ~pl.col("_weak"))
-            strong = fail.filter(~pl.col("cls").is_in(("collective_timeout", "hang", "unknown")))
-            strong_err = strong.filter(~pl.col("_soft"))
-            planned_cls = g.filter(pl.col("cls").is_in(PLANNED)).sort("_prio", "t")["cls"].unique(
-                maintain_order=True).to_list()
-            weak = g.filter(pl.col("_weak") & ~pl.col("cls").is_in(PLANNED))
-        outside = [c for c in planned_cls if c in ("walltime", "preemption", "maintenance")]
-        killed = None
-        if strong_err is not None and strong is not None and strong_err.height:
-            # Peers' "remote process exited" / "connection reset" never outrank a death.
-            strong_err, strong, killed = demote_peer_symptoms(strong_err, strong, weak)
-        if killed is not None:
-            root, conf = "unknown", "low"
-            reason = "a process was killed by a signal with no recorded cause; the peers' network errors are symptoms"
-            sel = killed
-        elif strong_err is not None and strong_err.height:
-            root = strong_err.sort("_prio", "t")["cls"][0]
-            reason = f"{root} evidence has the highest causal priority"
-            if len(classes) > 1:
-                reason += " among " + ", ".join(classes)
-            sel = strong_err.filter(pl.col("cls") == root)
-            generic = sel.filter(~pl.col("rule").is_in(GENERIC_GPU_RULES)).height == 0
-            if root in GPU_HW and generic and strong_err.filter(pl.col("cls") == "node_failure").height:
-                # "CUDA error: unknown error" is what every process sees when its node dies; with
-                # the scheduler naming a failed node and no GPU record of its own, the node failed.
-                root = "node_failure"
-                reason = "node failure; the CUDA 'unknown error' records are what its processes saw"
-                sel = strong_err.filter(pl.col("cls") == root)
-            if root == "numerics" and outside:
-                # NaN losses do not stop a job by themselves (a person does, after a while): a
-                # time limit, preemption or maintenance that came first is the interruption.
-                root = outside[0]
-                reason = f"{root.replace('_', ' ')} stopped the attempt while it was logging NaN losses"
-                assert g is not None  # planned classes come from g
-                sel = g.filter(pl.col("cls") == root)
-        elif strong is not None and strong.height:
-            root = strong.sort("_prio", "t")["cls"][0]
-            reason, conf = f"{root} warnings at the onset, no error record", "medium"
-            sel = strong.filter(pl.col("cls") == root)
-        elif fail is not None and fail.filter(pl.col("cls") == "hang").height:
-            root, reason, conf = "hang", "a hang detector fired", "medium"
-            sel = fail.filter(pl.col("cls") == "hang")
-        elif fail is not None and fail.filter(pl.col("cls") == "collective_timeout").height:
-            root = "collective_timeout"
-            reason = "collective timeout with no other evidence"
-            conf = "medium"
-            sel = fail.filter(pl.col("cls") == root)
-        elif planned_cls:
-            assert g is not None  # planned classes come from g
-            root = planned_cls[0]
-            sel = g.filter(pl.col("cls") == root)
-            if root in ("walltime", "user_cancel") and long_stall:
-                reason = (
-                    f"progress stalled {_fmt(stall_s)} (~{stall_us / ideal:.0f} steps) with no error before the "
-                    f"{root.replace('_', ' ')} ended it: a hang detected by the kill"
-                )
-                root, conf = "hang", "medium"
-            else:
-                reason = f"{root.replace('_', ' ')}: planned stop"
-        elif r["state"] in CLEAN or str(r["state"] or "").endswith("Succeeded"):
-            root, reason, conf = "walltime", "attempt exited cleanly and the run was resubmitted", "medium"
-        elif fail is not None and fail.height:
-            root, reason, conf = "unknown", "only records of unknown cause", "low"
-            sel = fail
-        elif long_stall and (weak is None or weak.filter(~pl.col("rule").is_in(SIGNAL_RULES)).height == 0):
-            # Silent stall ended from outside (a kill signal, or nothing at all): a hang.
-            root, conf = "hang", "medium"
-            reason = f"progress stopped {_fmt(stall_s)} before the attempt ended, with no error record"
-            sel = weak
-        elif weak is not None and weak.height:
-            # The processes exited on their own with a failure code: a crash whose cause the logs
-            # do not give.
-            root, conf = "unknown", "low"
-            reason = "only job-level termination records (exit codes, failed states) and no cause"
-            sel = weak
-        else:
-            root, reason, conf = "unknown", "interruption with no usable evidence", "low"
-        if sel is not None and sel.height:
-            # A record that names the failing node beats the host a scheduler banner was printed
-            # on (the batch host of "JOB ... CANCELLED ... DUE TO NODE FAILURE").
-            named = sel.filter((pl.col("kind") != "job_end") & pl.col("node").is_not_null())
-            nodes = sorted(set((named if named.height else sel)["node"].drop_nulls().to_list()))
-            # Ranks: those of the deciding records, else those seen on the deciding nodes.
-            rk = sel["rank"].drop_nulls().unique().to_list()
-            if not rk and nodes and g is not None:
-                rk = g.filter(pl.col("node").is_in(nodes))["rank"].drop_nulls().unique().to_list()
-            ranks = sorted(int(x) for x in rk)
-            evidence = sel.sort("t")["ev"].head(10).to_list()
-        if g is not None and g.height:
-            det = g.filter(pl.col("kind") == "job_end")["ev"].head(1).to_list()
-            evidence += [e for e in det if e not in evidence]
-            if root in GPU_HW and not nodes:
-                conf = "medium"
-        # OOM at start-up right after a GPU hardware incident on the same node.
-        if root in OOM and job in prev_root:
-            p_root, p_nodes, p_att = prev_root[job]
-            no_steps = r["first_step"] is None
-            if p_root in GPU_HW and p_att == a - 1 and no_steps and (not nodes or set(nodes) & p_nodes):
-                reason = (
-                    f"{root} at start-up on {', '.join(sorted(set(nodes) or p_nodes))} right after a {p_root} "
-                    f"incident on the same node: the faulty GPU surfaced as an OOM"
-                )
-                root, conf = p_root, "medium"
-        at_start = str(reason).startswith(root + " at start")
-        if root in OOM and r["first_step"] is None and conf == "high" and not at_start:
-            conf = "medium"
-            reason += "; at start-up, before any step: a faulty GPU can also surface as an out-of-memory error"
-        prev_root[job] = (root, set(nodes), a)
-        if t_first_error is None and TAXONOMY[root].planned and g is not None and g.height:
-            t_first_error = g.filter(pl.col("cls") == root)["t"].min()
-        decided_by = set(sel["cls"].to_list()) if sel is not None and "cls" in sel.columns else set()
-        if root in JOB_WIDE or (decided_by and decided_by <= JOB_WIDE):
-            # A stop of the whole job (or a hang only a job-wide kill revealed) names no culprit:
-            # Slurm prints it on the batch host, Kubernetes on every pod's node; either way the
-            # nodes are where the job ran, not what failed.
-            nodes, ranks = [], []
-        symptoms = [c for c in classes if c != root]
-        rows.append(
-            {
-                "job": job,
-                "attempt": a,
-                "root_cause": root,
-                "planned": bool(TAXONOMY[root].planned),
-                "symptoms": symptoms,
-                "nodes": nodes,
-                "ranks": ranks,
-                "t_last_progress": r["t_last_progress"],
-                "t_first_error": t_first_error,
-                "t_detected": r["t_detected"],
-                "t_restart": r["t_restart"],
-                "t_resumed": r["t_resumed"],
-                "confidence": conf,
-                "reason": reason,
-                "evidence": evidence,
-                "_last_step": r["last_step"],
-                "_next_rf": r["next_resumed_from"],
-                "_job_end": job_end_us.get(job),
-            }
-        )
-    inc = pl.DataFrame(rows, schema=_ROWS_SCHEMA)
+    ideal = pl.col("job").replace_strict(ideal_us, default=None, return_dtype=pl.Int64)
+    ia = ia.with_columns(
+        pl.when(ideal > 0).then(ideal).otherwise(US).alias("_ideal"),
+        (pl.col("t_detected") - pl.col("t_last_progress")).alias("_stall"),
+        pl.col("job").replace_strict(job_end_us, default=None, return_dtype=pl.Int64).alias("_job_end"),
+    ).with_columns(
+        (pl.col("_stall") > pl.max_horizontal(hang_stall_factor * pl.col("_ideal"), hang_min_stall_s * US))
+        .alias("_long")
+    )
+    g = _onset_records(hits, ia, pre_s)
+    inc = _root_causes(ia, g)
+    inc = _selected_evidence(inc, g)
+    inc = _start_up_oom(inc)
+    inc = _final_touches(inc, g)
+    inc = inc.select(
+        "job", pl.col("attempt_idx").alias("attempt"), "root_cause",
+        pl.col("root_cause").replace_strict(_PLANNED_OF, return_dtype=pl.Boolean).alias("planned"),
+        "symptoms", "nodes", "ranks", "t_last_progress", "t_first_error", "t_detected", "t_restart", "t_resumed",
+        "confidence", "reason", "evidence", pl.col("last_step").alias("_last_step"),
+        pl.col("next_resumed_from").alias("_next_rf"), "_job_end",
+    ).cast({k: v for k, v in _ROWS_SCHEMA.items() if k != "job"})
     inc = inc.with_columns(
         pl.when(pl.col("_last_step").is_null() | pl.col("_next_rf").is_null())
         .then(0)
@@ -497,9 +369,282 @@ def build_incidents(
     return inc.drop("_last_step", "_next_rf", "_job_end", "_hi_step")
 
 
-def _empty() -> pl.DataFrame:
+
+def _onset_records(hits: pl.DataFrame, ia: pl.DataFrame, pre_s: float) -> pl.DataFrame:
+    """The records each interruption is judged on, in time order, with the ladder's row flags.
+
+    Warnings (non-fatal Xids, link flaps) farther than ``pre_s`` from the last progress are
+    background noise and dropped. ``_pl`` planned stop, ``_fail`` failure (not planned, not
+    weak), ``_strong`` a failure of a specific class, ``_se`` such an error, ``_wk`` a weak
+    (job-level termination) record, ``_kill`` a weak record of a kill on a named node."""
+    pre = int(pre_s * US)
+    g = hits.join(ia.select(*KEY, "t_last_progress"), on=KEY, how="left")
+    lp, c = pl.col("t_last_progress"), pl.col("cls")
+    near = (pl.col("t") >= lp - pre) & (pl.col("t") <= lp + pre)
+    g = g.filter(~pl.col("_soft") | near | c.is_in(PLANNED)).drop("t_last_progress")
+    fail = ~c.is_in(PLANNED) & ~pl.col("_weak")
+    strong = fail & ~c.is_in(("collective_timeout", "hang", "unknown"))
+    weak = pl.col("_weak") & ~c.is_in(PLANNED)
+    return g.with_columns(
+        c.replace_strict(_PRIO, default=99, return_dtype=pl.Int64).alias("_prio"),
+        c.is_in(PLANNED).alias("_pl"),
+        fail.alias("_fail"),
+        strong.alias("_strong"),
+        (strong & ~pl.col("_soft")).alias("_se"),
+        weak.alias("_wk"),
+        (weak & pl.col("rule").is_in(KILL_RULES) & pl.col("node").is_not_null()).alias("_kill"),
+    )
+
+
+def _root_causes(ia: pl.DataFrame, g: pl.DataFrame) -> pl.DataFrame:
+    """Per interruption: the rung of the ladder (``_rung``), root cause, confidence, reason and
+    the class whose records decide it (``_sel_cls``); the module docstring gives the ladder."""
+    c, sym = pl.col("cls"), pl.col("_sym")
+
+    def first(mask: pl.Expr) -> pl.Expr:  # on rows in (priority, time) order
+        return c.filter(mask).first()
+
+    facts = g.sort(*KEY, "_prio", "t", maintain_order=True).group_by(KEY).agg(
+        pl.len().alias("_n"),
+        pl.col("t").filter(pl.col("kind").is_in(("error", "warning"))).min().alias("t_first_error"),
+        pl.col("_se").any().alias("_se_any"),
+        (pl.col("_se") & ~sym).any().alias("_se_own"),
+        (pl.col("_se") & ~sym & c.is_in(DEATH_CLASSES)).any().alias("_death"),
+        pl.col("_kill").any().alias("_kill_any"),
+        first(pl.col("_se")).alias("_r_se"),
+        first(pl.col("_se") & ~sym).alias("_r_se_own"),
+        first(pl.col("_strong")).alias("_r_st"),
+        first(pl.col("_strong") & ~sym).alias("_r_st_own"),
+        (pl.col("_se") & (c == "node_failure")).any().alias("_nf"),
+        (pl.col("_se") & ~sym & (c == "node_failure")).any().alias("_nf_own"),
+        first(pl.col("_pl") & c.is_in(("walltime", "preemption", "maintenance"))).alias("_outside"),
+        first(pl.col("_pl")).alias("_planned0"),
+        (pl.col("_fail") & (c == "hang")).any().alias("_hang"),
+        (pl.col("_fail") & (c == "collective_timeout")).any().alias("_coll"),
+        pl.col("_fail").any().alias("_fail_any"),
+        pl.col("_wk").any().alias("_weak_any"),
+        (pl.col("_wk") & ~pl.col("rule").is_in(SIGNAL_RULES)).any().alias("_weak_nonsignal"),
+    )
+    classes = (
+        g.sort(*KEY, "_weak", "_prio", "t", maintain_order=True)
+        .group_by(KEY, maintain_order=True)
+        .agg(c.unique(maintain_order=True).alias("_classes"))
+    )
+    d = ia.join(facts, on=KEY, how="left").join(classes, on=KEY, how="left")
+    flags = ["_se_any", "_se_own", "_death", "_kill_any", "_nf", "_nf_own", "_hang", "_coll", "_fail_any",
+             "_weak_any", "_weak_nonsignal"]
+    d = d.with_columns(pl.col(flags).fill_null(False), pl.col("_n").fill_null(0),
+                       pl.col("_classes").fill_null(pl.lit([], pl.List(pl.String))))
+    # Peers' symptoms never outrank a death: with node-local death evidence they are set aside;
+    # when they are the only errors and a kill is on record, the kill decides.
+    killed = pl.col("_se_any") & ~pl.col("_death") & ~pl.col("_se_own") & pl.col("_kill_any")
+    d = d.with_columns(
+        (pl.col("_se_any") & (pl.col("_death") | (~pl.col("_se_own") & pl.col("_kill_any")))).alias("_demoted"),
+        killed.alias("_killed"),
+    )
+    own = pl.col("_demoted")
+    r_se = pl.when(own).then(pl.col("_r_se_own")).otherwise(pl.col("_r_se"))
+    r_st = pl.when(own).then(pl.col("_r_st_own")).otherwise(pl.col("_r_st"))
+    clean = (pl.col("state").is_in(CLEAN) | pl.col("state").str.ends_with("Succeeded")).fill_null(False)
+    rung = (
+        pl.when(pl.col("_killed")).then(pl.lit("killed"))
+        .when(r_se.is_not_null()).then(pl.lit("error"))
+        .when(r_st.is_not_null()).then(pl.lit("warning"))
+        .when(pl.col("_hang")).then(pl.lit("hang"))
+        .when(pl.col("_coll")).then(pl.lit("collective_timeout"))
+        .when(pl.col("_planned0").is_not_null()).then(pl.lit("planned"))
+        .when(clean).then(pl.lit("clean"))
+        .when(pl.col("_fail_any")).then(pl.lit("fail"))
+        .when(pl.col("_long") & ~pl.col("_weak_nonsignal")).then(pl.lit("stall"))
+        .when(pl.col("_weak_any")).then(pl.lit("weak"))
+        .otherwise(pl.lit("none"))
+    )
+    d = d.with_columns(rung.alias("_rung"), r_se.alias("_r1"), r_st.alias("_r_st2"),
+                       pl.when(own).then(pl.col("_nf_own")).otherwise(pl.col("_nf")).alias("_nf2"))
+    # A GPU class whose deciding records are all generic CUDA failures, next to a node failure,
+    # is that node failure.
+    generic_bad = (
+        g.join(d.select(*KEY, "_r1", "_demoted"), on=KEY, how="inner")
+        .filter(pl.col("_se") & (~sym | ~pl.col("_demoted")) & (c == pl.col("_r1"))
+                & ~pl.col("rule").is_in(GENERIC_GPU_RULES))
+        .select(KEY).unique().with_columns(pl.lit(True).alias("_specific"))
+    )
+    d = d.join(generic_bad, on=KEY, how="left").with_columns(pl.col("_specific").fill_null(False))
+    rung = pl.col("_rung")
+    gpu_swap = (rung == "error") & pl.col("_r1").is_in(GPU_HW) & ~pl.col("_specific") & pl.col("_nf2")
+    d = d.with_columns(pl.when(gpu_swap).then(pl.lit("node_failure")).otherwise(pl.col("_r1")).alias("_r1b"),
+                       gpu_swap.alias("_gpu_swap"))
+    # NaN losses stopped by a time limit, preemption or maintenance: that planned stop.
+    nan_stop = (rung == "error") & (pl.col("_r1b") == "numerics") & pl.col("_outside").is_not_null()
+    kill_hang = (rung == "planned") & pl.col("_planned0").is_in(("walltime", "user_cancel")) & pl.col("_long")
+    d = d.with_columns(nan_stop.alias("_nan_stop"), kill_hang.alias("_kill_hang"))
+    sel_cls = (
+        pl.when(rung == "error").then(pl.when(nan_stop).then(pl.col("_outside")).otherwise(pl.col("_r1b")))
+        .when(rung == "warning").then(pl.col("_r_st2"))
+        .when(rung.is_in(("hang", "collective_timeout"))).then(rung)
+        .when(rung == "planned").then(pl.col("_planned0"))
+    )
+    root = (
+        pl.when(rung.is_in(("error", "warning", "hang", "collective_timeout"))).then(pl.col("_sel_cls"))
+        .when(rung == "planned").then(pl.when(kill_hang).then(pl.lit("hang")).otherwise(pl.col("_planned0")))
+        .when(rung == "clean").then(pl.lit("walltime"))
+        .when(rung == "stall").then(pl.lit("hang"))
+        .otherwise(pl.lit("unknown"))
+    )
+    conf = (
+        pl.when(rung.is_in(("killed", "fail", "weak", "none"))).then(pl.lit("low"))
+        .when((rung == "error") | ((rung == "planned") & ~kill_hang)).then(pl.lit("high"))
+        .otherwise(pl.lit("medium"))
+    )
+    d = d.with_columns(sel_cls.alias("_sel_cls")).with_columns(root.alias("root_cause"), conf.alias("confidence"))
+    return d.with_columns(_reasons(d).alias("reason"))
+
+
+def _reasons(d: pl.DataFrame) -> pl.Series:
+    rung, spaced = pl.col("_rung"), pl.col("root_cause").str.replace_all("_", " ")
+    among = pl.when(pl.col("_classes").list.len() > 1).then(pl.lit(" among ") + pl.col("_classes").list.join(", "))
+    # Stall lengths are worded by Python's number formatting, for the few interruptions that need it.
+    stalls = d.select("_stall", "_ideal", "_planned0", "_rung", "_kill_hang")
+    worded = [
+        None if not (k or r == "stall") else (
+            f"progress stalled {_fmt(s / US)} (~{s / i:.0f} steps) with no error before the "
+            f"{p.replace('_', ' ')} ended it: a hang detected by the kill" if k
+            else f"progress stopped {_fmt(s / US)} before the attempt ended, with no error record"
+        )
+        for s, i, p, r, k in stalls.iter_rows()
+    ]
+    return d.select(
+        pl.when(rung == "killed")
+        .then(pl.lit("a process was killed by a signal with no recorded cause; the peers' network errors are symptoms"))
+        .when(pl.col("_nan_stop")).then(spaced + pl.lit(" stopped the attempt while it was logging NaN losses"))
+        .when(pl.col("_gpu_swap"))
+        .then(pl.lit("node failure; the CUDA 'unknown error' records are what its processes saw"))
+        .when(rung == "error")
+        .then(pl.col("_r1") + pl.lit(" evidence has the highest causal priority") + among.fill_null(""))
+        .when(rung == "warning").then(pl.col("root_cause") + pl.lit(" warnings at the onset, no error record"))
+        .when(rung == "hang").then(pl.lit("a hang detector fired"))
+        .when(rung == "collective_timeout").then(pl.lit("collective timeout with no other evidence"))
+        .when((rung == "planned") & ~pl.col("_kill_hang")).then(spaced + pl.lit(": planned stop"))
+        .when(rung == "clean").then(pl.lit("attempt exited cleanly and the run was resubmitted"))
+        .when(rung == "fail").then(pl.lit("only records of unknown cause"))
+        .when(rung == "weak")
+        .then(pl.lit("only job-level termination records (exit codes, failed states) and no cause"))
+        .when(rung == "none").then(pl.lit("interruption with no usable evidence"))
+        .otherwise(pl.Series(worded, dtype=pl.String))
+    ).to_series()
+
+
+def _selected_evidence(d: pl.DataFrame, g: pl.DataFrame) -> pl.DataFrame:
+    """Nodes, ranks and evidence from the deciding records (those of ``_sel_cls`` in the rung's
+    scope); the scheduler's end record is evidence too."""
+    rung, c = pl.col("_rung"), pl.col("cls")
+    in_scope = pl.when(pl.col("_demoted")).then(~pl.col("_sym")).otherwise(True)
+    sel = (
+        pl.when(rung == "killed").then(pl.col("_kill"))
+        .when(pl.col("_nan_stop") | rung.is_in(("planned",))).then(c == pl.col("_sel_cls"))
+        .when(rung == "error").then(pl.col("_se") & in_scope & (c == pl.col("_sel_cls")))
+        .when(rung == "warning").then(pl.col("_strong") & in_scope & (c == pl.col("_sel_cls")))
+        .when(rung.is_in(("hang", "collective_timeout"))).then(pl.col("_fail") & (c == pl.col("_sel_cls")))
+        .when(rung == "fail").then(pl.col("_fail"))
+        .when(rung.is_in(("stall", "weak"))).then(pl.col("_wk"))
+        .otherwise(False)
+    )
+    s = g.join(d.select(*KEY, "_rung", "_sel_cls", "_demoted", "_nan_stop"), on=KEY, how="left").with_columns(
+        sel.fill_null(False).alias("_sel"))
+    node, named = pl.col("node"), pl.col("_sel") & (pl.col("kind") != "job_end") & pl.col("node").is_not_null()
+    picked = s.group_by(KEY, maintain_order=True).agg(
+        pl.col("_sel").any().alias("_sel_any"),
+        node.filter(named).unique().sort().alias("_named"),
+        node.filter(pl.col("_sel")).drop_nulls().unique().sort().alias("_all_nodes"),
+        pl.col("rank").filter(pl.col("_sel")).drop_nulls().unique().sort().alias("_sel_ranks"),
+        pl.col("ev").filter(pl.col("_sel")).head(10).alias("_ev"),
+        (pl.col("_sel") & ~c.is_in(JOB_WIDE)).any().alias("_not_job_wide"),
+        pl.col("ev").filter(pl.col("kind") == "job_end").first().alias("_det"),
+    )
+    empty = pl.lit([], pl.List(pl.String))
+    d = d.join(picked, on=KEY, how="left").with_columns(pl.col("_sel_any", "_not_job_wide").fill_null(False))
+    d = d.with_columns(
+        pl.when(pl.col("_named").list.len() > 0).then(pl.col("_named")).otherwise(pl.col("_all_nodes"))
+        .fill_null(empty).alias("nodes"),
+    )
+    # Ranks: those of the deciding records, else those seen on the deciding nodes.
+    on_nodes = (
+        g.join(d.filter(pl.col("nodes").list.len() > 0).select(*KEY, "nodes"), on=KEY, how="inner")
+        .filter(pl.col("nodes").list.contains(pl.col("node")))
+        .group_by(KEY).agg(pl.col("rank").drop_nulls().unique().sort().alias("_node_ranks"))
+    )
+    d = d.join(on_nodes, on=KEY, how="left")
+    ranks = pl.when(pl.col("_sel_ranks").list.len() > 0).then(pl.col("_sel_ranks")).otherwise(pl.col("_node_ranks"))
+    ev = pl.col("_ev").fill_null(empty)
+    det_new = pl.col("_det").is_not_null() & ~ev.list.contains(pl.col("_det")).fill_null(False)
+    return d.with_columns(
+        ranks.fill_null(pl.lit([], pl.List(pl.Int32))).cast(pl.List(pl.Int32)).alias("ranks"),
+        pl.when(det_new).then(ev.list.concat(pl.concat_list(pl.col("_det")))).otherwise(ev).alias("evidence"),
+        pl.when(pl.col("root_cause").is_in(GPU_HW) & (pl.col("nodes").list.len() == 0) & (pl.col("_n") > 0))
+        .then(pl.lit("medium")).otherwise(pl.col("confidence")).alias("confidence"),
+    )
+
+
+def _start_up_oom(d: pl.DataFrame) -> pl.DataFrame:
+    """An OOM at start-up (no step) right after a GPU-hardware-class incident of the previous
+    attempt on the same node is that hardware class; such OOMs in a row all take it."""
+    d = d.sort(*KEY)
+    prev_nodes = pl.col("nodes").shift(1).over("job")
+    prev_att = pl.col("attempt_idx").shift(1).over("job")
+    follows = (
+        pl.col("root_cause").is_in(OOM) & (prev_att == pl.col("attempt_idx") - 1) & pl.col("first_step").is_null()
+        & ((pl.col("nodes").list.len() == 0) | (pl.col("nodes").list.set_intersection(prev_nodes).list.len() > 0))
+    ).fill_null(False)
+    d = d.with_columns(follows.alias("_follows"), prev_nodes.alias("_prev_nodes")).with_columns(
+        pl.when(~pl.col("_follows")).then(pl.col("root_cause")).forward_fill().over("job").alias("_chain_root")
+    )
+    up = pl.col("_follows") & pl.col("_chain_root").is_in(GPU_HW)
+    where = pl.when(pl.col("nodes").list.len() > 0).then(pl.col("nodes")).otherwise(pl.col("_prev_nodes"))
+    d = d.with_columns(
+        pl.when(up).then(pl.format("{} at start-up on {} right after a {} incident on the same node: the faulty GPU "
+                                   "surfaced as an OOM", "root_cause", where.list.join(", "), "_chain_root"))
+        .otherwise(pl.col("reason")).alias("reason"),
+        pl.when(up).then(pl.col("_chain_root")).otherwise(pl.col("root_cause")).alias("root_cause"),
+        pl.when(up).then(pl.lit("medium")).otherwise(pl.col("confidence")).alias("confidence"),
+    )
+    at_start = pl.col("reason").str.starts_with(pl.col("root_cause") + pl.lit(" at start"))
+    alone = (pl.col("root_cause").is_in(OOM) & pl.col("first_step").is_null() & (pl.col("confidence") == "high")
+             & ~at_start)
+    return d.with_columns(
+        pl.when(alone).then(pl.lit("medium")).otherwise(pl.col("confidence")).alias("confidence"),
+        pl.when(alone)
+        .then(pl.col("reason") + pl.lit("; at start-up, before any step: a faulty GPU can also surface as an "
+                                        "out-of-memory error"))
+        .otherwise(pl.col("reason")).alias("reason"),
+    )
+
+
+def _final_touches(d: pl.DataFrame, g: pl.DataFrame) -> pl.DataFrame:
+    """A planned stop's first record when no error came first; no culprit for a stop of the
+    whole job; the other classes seen are symptoms."""
+    root_t = (
+        g.join(d.select(*KEY, "root_cause"), on=KEY, how="inner").filter(pl.col("cls") == pl.col("root_cause"))
+        .group_by(KEY).agg(pl.col("t").min().alias("_t_root"))
+    )
+    d = d.join(root_t, on=KEY, how="left")
+    planned = pl.col("root_cause").replace_strict(_PLANNED_OF, return_dtype=pl.Boolean)
+    job_wide = pl.col("root_cause").is_in(JOB_WIDE) | (pl.col("_sel_any") & ~pl.col("_not_job_wide"))
+    symptoms = (
+        d.select(*KEY, "root_cause", "_classes").explode("_classes")
+        .group_by(KEY, maintain_order=True)
+        .agg(pl.col("_classes").filter(pl.col("_classes") != pl.col("root_cause")).alias("symptoms"))
+    )
+    return d.join(symptoms, on=KEY, how="left").with_columns(
+        pl.when(pl.col("t_first_error").is_null() & planned & (pl.col("_n") > 0)).then(pl.col("_t_root"))
+        .otherwise(pl.col("t_first_error")).alias("t_first_error"),
+        pl.when(job_wide).then(pl.lit([], pl.List(pl.String))).otherwise(pl.col("nodes")).alias("nodes"),
+        pl.when(job_wide).then(pl.lit([], pl.List(pl.Int32))).otherwise(pl.col("ranks")).alias("ranks"),
+    )
+
+def _empty(job: pl.DataType) -> pl.DataFrame:
     sch: dict[str, pl.DataType] = dict(INCIDENTS_SCHEMA)
     for k, v in list(sch.items()):
         if isinstance(v, pl.Datetime):
             sch[k] = pl.Int64()
+    sch["job"] = job
     return pl.DataFrame(schema=sch)

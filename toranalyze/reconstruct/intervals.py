@@ -103,3 +103,24 @@ def min_after(queries: pl.DataFrame, rows: pl.DataFrame, value: str) -> pl.DataF
         .filter(pl.col(value).is_not_null())
         .cast(out_schema)
     )
+
+
+def packed_key(df: pl.DataFrame, cols: list[str]) -> pl.Expr | None:
+    """Integer columns packed into one Int64 that sorts as they do together (one numeric column
+    to sort or compare instead of several), or None when they hold nulls or their ranges need
+    more than 62 bits."""
+    if df.height == 0 or not all(df.schema[c].is_integer() for c in cols):
+        return None
+    if df.select(pl.any_horizontal(pl.col(cols).is_null().any())).item():
+        return None
+    lo_hi = df.select(*[pl.col(c).min().alias(f"lo{i}") for i, c in enumerate(cols)],
+                      *[pl.col(c).max().alias(f"hi{i}") for i, c in enumerate(cols)]).row(0)
+    lo, hi = lo_hi[: len(cols)], lo_hi[len(cols):]
+    bits = [int(h - low).bit_length() for low, h in zip(lo, hi, strict=True)]
+    if sum(bits) > 62:
+        return None
+    expr, shift = pl.lit(0, pl.Int64), 0
+    for c, low, b in reversed(list(zip(cols, lo, bits, strict=True))):
+        expr = expr + (pl.col(c).cast(pl.Int64) - low) * (1 << shift)
+        shift += b
+    return expr

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from toranalyze.reconstruct.intervals import packed_key
+
 MARKER_KINDS = ("job_start", "init", "restart", "ckpt_load")
 PROGRESS_KINDS = ("step", "job_end")
 # Kinds whose records delimit an attempt's life (kernel chatter does not).
@@ -64,10 +66,12 @@ def _fold_dirs(ev: pl.DataFrame) -> dict[str, str]:
     node kernel logs under ``nodes/gpu-001/``, per-rank trainer logs under ``rank0/``) belongs
     to its nearest ancestor that holds a run; with no such ancestor it stands alone when it
     has training records, else it joins the only run there is.
+
+    ``ev``: ``_dir``, ``_base`` and ``_life`` (a record of a start, an end or training).
     """
     facts = ev.group_by("_dir").agg(
         pl.col("_base").is_not_null().any().alias("ids"),
-        pl.col("kind").is_in(("step", "init", "job_start", "job_end")).any().alias("life"),
+        pl.col("_life").any().alias("life"),
         pl.col("_base").drop_nulls().unique().alias("_idset"),
     )
     with_ids = set(facts.filter(pl.col("ids") & pl.col("life"))["_dir"].to_list())
@@ -75,18 +79,13 @@ def _fold_dirs(ev: pl.DataFrame) -> dict[str, str]:
     # A sub-directory whose ids all belong to an ancestor's run (per-pod YAML under ``pods/``,
     # per-attempt scheduler dumps) is part of that run.
     for d in sorted(with_ids, key=len, reverse=True):
-        anc = [a for a in with_ids if a != d and (a == "" or d.startswith(a + "/")) and idsets[d] <= idsets[a]]
-        if anc:
+        if any(a in with_ids and idsets[d] <= idsets[a] for a in _ancestors(d)):
             with_ids.discard(d)
     alone = set(facts.filter(~pl.col("ids") & pl.col("life"))["_dir"].to_list())
     out: dict[str, str] = {}
 
     def ancestor(d: str, pool: set[str]) -> str | None:
-        best = None
-        for a in pool:
-            if a != d and (a == "" or d.startswith(a + "/")) and (best is None or len(a) > len(best)):
-                best = a
-        return best
+        return next((a for a in _ancestors(d) if a in pool), None)
 
     for d in facts["_dir"].to_list():
         if d in with_ids:
@@ -103,6 +102,11 @@ def _fold_dirs(ev: pl.DataFrame) -> dict[str, str]:
     return out
 
 
+def _ancestors(d: str) -> list[str]:
+    """The directories holding ``d`` (those it starts with followed by '/', and ""), deepest first."""
+    return [d[:i] for i in range(len(d) - 1, 0, -1) if d[i] == "/"] + ([""] if d else [])
+
+
 def with_time(events: pl.DataFrame) -> pl.DataFrame:
     """Add ``t`` (Int64 µs since the epoch) and a stable row id ``_row``."""
     return events.with_columns(
@@ -111,23 +115,44 @@ def with_time(events: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def assign_jobs(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+def assign_jobs(events: pl.DataFrame, coded: bool = False) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Add ``job`` (a stable key) to every event; return (events, jobs).
 
     ``jobs`` has one row per job: ``job``, ``path`` (directory), ``job_ids`` (scheduler ids of
-    its attempts, in order), ``identity`` ("scheduler" | "job-name" | "directory").
+    its attempts, in order), ``identity`` ("scheduler" | "job-name" | "directory"), sorted by
+    ``job``. The events get ``_dir`` and ``_base`` too; with ``coded`` their ``job`` is the
+    job's row in ``jobs`` (UInt32) instead of its name, and ``_dir`` is left out.
     """
-    ev = events.with_columns(
-        _dir_expr().alias("_dir"),
-        pl.col("job_id").str.strip_chars().str.extract(_BASE_RE, 1).alias("_base"),
-        pl.col("message").str.extract(_NAME_RE, 1).alias("_name"),
+    # The rule runs on the few columns it reads, with files, directories, base ids and runs as
+    # integer codes (one hash of each distinct string, then numeric keys over the records); the
+    # names are attached to the events at the end.
+    ev = events.select("file", "job_id", "kind", "t", "_row", pl.col("message").str.extract(_NAME_RE, 1).alias("_name"))
+    files = ev.select(pl.col("file").unique()).with_row_index("_fc").with_columns(_dir_expr().alias("_dir"))
+    ids = ev.select(pl.col("job_id").unique().drop_nulls()).with_columns(
+        pl.col("job_id").str.strip_chars().str.extract(_BASE_RE, 1).alias("_base")
     )
-    ev = ev.with_columns(pl.col("_dir").replace_strict(_fold_dirs(ev), default=pl.col("_dir")).alias("_dir"))
-    step_files = ev.filter(pl.col("kind") == "step").select("file").unique()
-    ev = ev.with_columns(pl.col("file").is_in(step_files["file"].implode()).alias("_trainfile"))
+    bases = ids.select(pl.col("_base").drop_nulls().unique().sort()).with_row_index("_bc")
+    ids = ids.join(bases, on="_base", how="left").select("job_id", "_bc")
+    ev = ev.join(files.select("file", "_fc"), on="file", how="left", nulls_equal=True).join(ids, on="job_id",
+                                                                                          how="left")
+    ev = ev.select("_fc", "_bc", "kind", "t", "_row", "_name")
+    # Directories, folded into the directory of their run.
+    dir0 = files.select(pl.col("_dir").unique().sort()).with_row_index("_d0")
+    files = files.join(dir0, on="_dir", how="left")
+    life = pl.col("kind").is_in(("step", "init", "job_start", "job_end")).any().alias("_life")
+    pre = ev.with_columns(files["_d0"].gather(ev["_fc"]).alias("_d0")).group_by("_d0", "_bc").agg(life)
+    pre = pre.select(dir0["_dir"].gather(pre["_d0"]).alias("_dir"),
+                     bases["_base"].gather(pre["_bc"]).alias("_base"), "_life")
+    files = files.with_columns(pl.col("_dir").replace_strict(_fold_dirs(pre), default=pl.col("_dir")).alias("_dir"))
+    dirs = files.select(pl.col("_dir").unique().sort()).with_row_index("_dc")
+    files = files.join(dirs, on="_dir", how="left").sort("_fc")
+    step_files = ev.filter(pl.col("kind") == "step").select("_fc").unique()
+    files = files.with_columns(pl.col("_fc").is_in(step_files["_fc"].implode()).alias("_trainfile"))
+    ev = ev.with_columns(files["_dc"].gather(ev["_fc"]).alias("_dc"),
+                         files["_trainfile"].gather(ev["_fc"]).alias("_trainfile"))
     ids = (
-        ev.filter(pl.col("_base").is_not_null())
-        .group_by("_dir", "_base")
+        ev.filter(pl.col("_bc").is_not_null())
+        .group_by("_dc", "_bc")
         .agg(
             pl.col("_trainfile").any().alias("train"),
             pl.col("t").min().alias("t0"),
@@ -135,8 +160,10 @@ def assign_jobs(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
             pl.col("_name").drop_nulls().first().alias("name"),
         )
         .with_columns(pl.col("t1").fill_null(pl.col("t0")))
-        .sort("_dir", "t0", "_base", nulls_last=True)
     )
+    ids = ids.with_columns(dirs["_dir"].gather(ids["_dc"]).alias("_dir"),
+                           bases["_base"].gather(ids["_bc"]).alias("_base"))
+    ids = ids.sort("_dir", "t0", "_base", nulls_last=True)
     # Chain ids into runs: a small loop over scheduler ids (not over lines).
     run_of: dict[tuple[str, str], str] = {}
     identity_of: dict[str, str] = {}
@@ -178,62 +205,60 @@ def assign_jobs(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
             else:
                 best[1] = max(x for x in (best[1], t1) if x is not None) if (best[1] or t1) else None
             run_of[(dname, base)] = best[0]
-    if run_of:
-        mapping = pl.DataFrame(
-            {
-                "_dir": [k[0] for k in run_of],
-                "_base": [k[1] for k in run_of],
-                "job": list(run_of.values()),
-            },
-            schema={"_dir": pl.String, "_base": pl.String, "job": pl.String},
-        )
-        ev = ev.join(mapping, on=["_dir", "_base"], how="left")
-    else:
-        ev = ev.with_columns(pl.lit(None, pl.String).alias("job"))
+    # Runs, then each directory's own key ("<dir>::"), coded in name order so that ties between
+    # runs break by name as before.
+    runs = pl.Series("job", sorted(set(run_of.values())), dtype=pl.String)
+    names = pl.concat([runs, dirs["_dir"] + "::"])
+    code = {name: i for i, name in enumerate(runs.to_list())}
+    mapping = pl.DataFrame(
+        {"_dir": [k[0] for k in run_of], "_base": [k[1] for k in run_of], "_rc": [code[v] for v in run_of.values()]},
+        schema={"_dir": pl.String, "_base": pl.String, "_rc": pl.Int64},
+    ).join(dirs, on="_dir").join(bases, on="_base").select("_dc", "_bc", "_rc")
+    ev = ev.join(mapping, on=["_dc", "_bc"], how="left")
     # Events without an id: the file's majority run, else the run spanning their time, else
     # the directory's first run, else the directory itself.
     file_run = (
-        ev.filter(pl.col("job").is_not_null())
-        .group_by("file", "job")
+        ev.filter(pl.col("_rc").is_not_null())
+        .group_by("_fc", "_rc")
         .len()
-        .sort("len", "job", descending=[True, False])
-        .group_by("file", maintain_order=True)
+        .sort("len", "_rc", descending=[True, False])
+        .group_by("_fc", maintain_order=True)
         .first()
-        .select("file", pl.col("job").alias("_file_job"))
+        .select("_fc", pl.col("_rc").alias("_file_job"))
     )
-    ev = ev.join(file_run, on="file", how="left", nulls_equal=True)
+    ev = ev.join(file_run, on="_fc", how="left")
     spans = (
-        ev.filter(pl.col("job").is_not_null())
-        .group_by("_dir", "job")
+        ev.filter(pl.col("_rc").is_not_null())
+        .group_by("_dc", "_rc")
         .agg(pl.col("t").min().alias("_s0"), pl.col("t").max().alias("_s1"))
-        .sort("_s0", "job")
+        .sort("_s0", "_rc")
     )
     # The directory's fallback run: a run known by its job name first, then the one whose
     # records come from the most files, then the one with the most records. Other users' jobs
     # in a shared controller log are nameless, live in that one file and, chained one after the
     # other, can still outnumber the run's own scheduler records.
-    named = [k for k, v in identity_of.items() if v == "job-name"]
+    named = [code[k] for k, v in identity_of.items() if v == "job-name"]
     first_run = (
-        ev.filter(pl.col("job").is_not_null())
-        .group_by("_dir", "job")
-        .agg(pl.len().alias("len"), pl.col("file").n_unique().alias("_nf"))
-        .with_columns(pl.col("job").is_in(named).alias("_named"))
-        .sort("_named", "_nf", "len", "job", descending=[True, True, True, False])
-        .group_by("_dir", maintain_order=True)
-        .agg(pl.col("job").first().alias("_dir_job"))
+        ev.filter(pl.col("_rc").is_not_null())
+        .group_by("_dc", "_rc")
+        .agg(pl.len().alias("len"), pl.col("_fc").n_unique().alias("_nf"))
+        .with_columns(pl.col("_rc").is_in(named).alias("_named"))
+        .sort("_named", "_nf", "len", "_rc", descending=[True, True, True, False])
+        .group_by("_dc", maintain_order=True)
+        .agg(pl.col("_rc").first().alias("_dir_job"))
     )
-    spans = spans.join(first_run, left_on=["_dir", "job"], right_on=["_dir", "_dir_job"], how="semi")
-    ev = ev.join(first_run, on="_dir", how="left")
-    need = ev.filter(pl.col("job").is_null() & pl.col("_file_job").is_null() & pl.col("t").is_not_null())
+    spans = spans.join(first_run, left_on=["_dc", "_rc"], right_on=["_dc", "_dir_job"], how="semi")
+    ev = ev.join(first_run, on="_dc", how="left")
+    need = ev.filter(pl.col("_rc").is_null() & pl.col("_file_job").is_null() & pl.col("t").is_not_null())
     if need.height and spans.height:
         hit = (
-            need.select("_row", "_dir", "t")
+            need.select("_row", "_dc", "t")
             .sort("t")
             .join_asof(
-                spans.rename({"job": "_span_job"}).sort("_s0"),
+                spans.rename({"_rc": "_span_job"}).sort("_s0"),
                 left_on="t",
                 right_on="_s0",
-                by="_dir",
+                by="_dc",
                 check_sortedness=False,
             )
             .filter(pl.col("t") <= pl.col("_s1"))
@@ -241,32 +266,54 @@ def assign_jobs(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         )
         ev = ev.join(hit, on="_row", how="left")
     else:
-        ev = ev.with_columns(pl.lit(None, pl.String).alias("_span_job"))
+        ev = ev.with_columns(pl.lit(None, pl.Int64).alias("_span_job"))
     ev = ev.with_columns(
-        pl.coalesce("job", "_file_job", "_span_job", "_dir_job", pl.lit("") + pl.col("_dir") + pl.lit("::")).alias(
-            "job"
-        )
+        pl.coalesce("_rc", "_file_job", "_span_job", "_dir_job", runs.len() + pl.col("_dc").cast(pl.Int64)).alias("_jc")
     )
-    for key in ev.filter(pl.col("job").str.ends_with("::"))["job"].unique().to_list():
-        identity_of[key] = "directory"
+    for key in names.gather(ev["_jc"].unique()).to_list():
+        if key.endswith("::"):
+            identity_of[key] = "directory"
     jobs = (
-        ev.group_by("job")
+        ev.group_by("_jc")
         .agg(
-            pl.col("_dir").first().alias("path"),
-            pl.col("_base")
+            pl.col("_dc").first().alias("path"),
+            pl.col("_bc")
             .filter(pl.col("t").is_not_null())
             .sort_by(pl.col("t").filter(pl.col("t").is_not_null()))
             .unique(maintain_order=True)
             .drop_nulls()
             .alias("job_ids"),
         )
+    )
+    jobs = jobs.with_columns(names.gather(jobs["_jc"]).alias("job"), dirs["_dir"].gather(jobs["path"]).alias("path"))
+    ids_of = jobs.select("_jc", "job_ids").explode("job_ids")
+    ids_of = (
+        ids_of.with_columns(bases["_base"].gather(ids_of["job_ids"]).alias("job_ids"))
+        .group_by("_jc", maintain_order=True)
+        .agg(pl.col("job_ids").drop_nulls())
+    )
+    jobs = (
+        jobs.drop("job_ids").join(ids_of, on="_jc", how="left")
+        .select("job", "path", "job_ids")
         .with_columns(
             pl.col("job").replace_strict(identity_of, default="directory", return_dtype=pl.String).alias("identity")
         )
         .sort("job")
     )
-    ev = ev.drop("_file_job", "_span_job", "_dir_job", "_name", "_trainfile")
-    return ev, jobs
+    if coded:
+        rank = (
+            names.to_frame().with_row_index("_jc")
+            .join(jobs.select("job").with_row_index("_rank"), on="job", how="left")
+            .sort("_jc")["_rank"]
+        )
+        return events.with_columns(
+            bases["_base"].gather(ev["_bc"]).alias("_base"), rank.gather(ev["_jc"]).alias("job")
+        ), jobs
+    return events.with_columns(
+        dirs["_dir"].gather(ev["_dc"]).alias("_dir"),
+        bases["_base"].gather(ev["_bc"]).alias("_base"),
+        names.gather(ev["_jc"]).alias("job"),
+    ), jobs
 
 
 SAME_MOMENT_US = 5_000_000  # stamps this close may be out of order (resolution, skew between hosts)
@@ -275,10 +322,11 @@ SAME_MOMENT_US = 5_000_000  # stamps this close may be out of order (resolution,
 def _progress_before(markers: pl.DataFrame, progress: pl.DataFrame) -> pl.DataFrame:
     """``_p_old``: how many progress records of the job are stamped more than SAME_MOMENT_US
     before each marker."""
+    last_of_moment = (pl.col("job") != pl.col("job").shift(-1)) | (pl.col("t") != pl.col("t").shift(-1))
     counted = (
         progress.select("job", "t").sort("job", "t")
         .with_columns(pl.int_range(1, pl.len() + 1).over("job").alias("_p_old"))
-        .unique(["job", "t"], keep="last")
+        .filter(last_of_moment.fill_null(True))  # the count at each (job, time): its last row
         .sort("t")
     )
     return (
@@ -298,29 +346,34 @@ def assign_attempts(events: pl.DataFrame) -> pl.DataFrame:
     Events without a time get the attempt of the previous timed event of their file (they
     cannot open an attempt).
     """
-    # At equal times, ends and steps come before starts.
-    timed = (
-        events.filter(pl.col("t").is_not_null())
-        .with_columns(pl.col("kind").is_in(PROGRESS_KINDS).not_().alias("_kord"))
-        .sort("job", "t", "_kord", "_row")
-        .drop("_kord")
-    )
+    # At equal times, ends and steps come before starts. The attempts are found on the columns
+    # they depend on, in that order; the other columns are reordered once, at the end.
+    keys = events.select("job", "t", "kind", "_row", "step").with_row_index("_pos").filter(pl.col("t").is_not_null())
+    later_kind = pl.col("kind").is_in(PROGRESS_KINDS).not_()
+    # Records in row-id order (as they come) sort stably on (job, t, kind order) packed into one
+    # integer, which breaks ties by row id as the four-column sort does.
+    packed = None
+    if keys["_row"].is_sorted():
+        packed = packed_key(keys.with_columns(later_kind.cast(pl.Int8).alias("_ko")), ["job", "t", "_ko"])
+    if packed is None:
+        order = keys.select(pl.arg_sort_by("job", "t", later_kind, "_row"))[:, 0]
+    else:
+        order = keys.with_columns(later_kind.cast(pl.Int8).alias("_ko")).select(
+            pl.arg_sort_by(packed, maintain_order=True))[:, 0]
+    timed = keys[order]
     is_marker = pl.col("kind").is_in(MARKER_KINDS)
     is_prog = pl.col("kind").is_in(PROGRESS_KINDS)
     # A step more than 2 below the previous step record of the job also opens an attempt.
     timed = timed.with_columns(
         is_prog.cast(pl.Int64).cum_sum().over("job").alias("_prog"),
     )
-    steps = (
-        timed.filter((pl.col("kind") == "step") & pl.col("step").is_not_null())
-        .select("_row", "job", "step")
-        .with_columns(pl.col("step").shift(1).over("job").alias("_pmax"))
-        .with_columns((pl.col("step") < pl.col("_pmax") - 2).alias("_back"))
-    )
-    timed = timed.join(steps.select("_row", "_back"), on="_row", how="left").with_columns(
-        pl.col("_back").fill_null(False)
-    )
-    markers = timed.filter(is_marker | pl.col("_back")).select(
+    # (in place: the previous step record's step is the last one before the row, within the job)
+    is_step = (pl.col("kind") == "step") & pl.col("step").is_not_null()
+    prev_step = pl.when(is_step).then(pl.col("step")).shift(1).forward_fill().over("job")
+    timed = timed.with_columns((is_step & (pl.col("step") < prev_step - 2)).fill_null(False).alias("_back"))
+    is_mark = (is_marker | pl.col("_back")).alias("_is_mark")
+    timed = timed.with_columns(is_mark)
+    markers = timed.filter(pl.col("_is_mark")).select(
         "_row", "job", "t", "_prog", pl.col("_back"), pl.col("kind"))
     # For a backward step, "progress since the last marker" counts the step itself.
     markers = markers.with_columns(
@@ -333,10 +386,11 @@ def assign_attempts(events: pl.DataFrame) -> pl.DataFrame:
         (pl.col("_p").shift(1).over("job").is_null()
          | (pl.col("_p_old") > pl.col("_p").shift(1).over("job"))).alias("_new")
     )
-    # A backward step with no marker since the last progress opens an attempt too.
-    timed = timed.join(markers.select("_row", "_new"), on="_row", how="left").with_columns(
-        pl.col("_new").fill_null(False)
-    )
+    # A backward step with no marker since the last progress opens an attempt too. (The markers
+    # are the marked rows in order: their flags go back to those positions.)
+    where = timed.select(pl.col("_is_mark").arg_true())[:, 0]
+    new = pl.repeat(False, timed.height, dtype=pl.Boolean, eager=True).alias("_new").scatter(where, markers["_new"])
+    timed = timed.with_columns(new)
     # The first marker of the job is attempt 0 and so are events before it.
     timed = timed.with_columns((pl.col("_new").cast(pl.Int32).cum_sum().over("job") - 1).clip(0).alias("attempt_idx"))
     # If the first marker of a job comes after progress (more than seconds of it, as above), that
@@ -352,7 +406,7 @@ def assign_attempts(events: pl.DataFrame) -> pl.DataFrame:
         .cast(pl.Int32)
         .alias("attempt_idx")
     )
-    timed = timed.drop("_prog", "_back", "_new", "_fm")
+    timed = events[timed["_pos"]].with_columns(timed["attempt_idx"])
     untimed = events.filter(pl.col("t").is_null())
     if untimed.height:
         ref = timed.select("file", "line", "attempt_idx").sort("line")

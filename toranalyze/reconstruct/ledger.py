@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from toranalyze.reconstruct.progress import make_disjoint
+from toranalyze.reconstruct.progress import make_disjoint, sort_by_key, union_intervals
 from toranalyze.schema import frame_schema
 
 US = 1_000_000
@@ -47,9 +47,9 @@ TOR_SCHEMA = frame_schema(
 )
 
 
-def _empty_iv() -> pl.DataFrame:
+def _empty_iv(job: pl.DataType) -> pl.DataFrame:
     return pl.DataFrame(
-        schema={"job": pl.String, "start": pl.Int64, "end": pl.Int64, "id": pl.Int64, "part": pl.String}
+        schema={"job": job, "start": pl.Int64, "end": pl.Int64, "id": pl.Int64, "part": pl.String}
     )
 
 
@@ -57,12 +57,65 @@ def own(window: pl.DataFrame, families: dict[str, pl.DataFrame]) -> pl.DataFrame
     """Microseconds owned by each interval: rows (family, id, part, owned_us), plus ``other``.
 
     ``window``: job, T0, T1. Each family frame: job, start, end, id, part.
+
+    Step rows (millions in a long run) stay out of the sweep: one owns its length less what the
+    saves and evaluations above it cover, and the sweep that shares the rest sees the steps as
+    their merged runs, which cover the same time.
     """
+    fams = _clipped(window, families)
+    steps = fams["step"]
+    owned = _sweep(window, {**fams, "step": _runs(steps)}).filter(pl.col("family") != "step")
+    above = pl.concat([fams["checkpoint"].select("job", "start", "end"), fams["eval"].select("job", "start", "end")])
+    step_owned = steps.select(
+        "job", pl.lit("step").alias("family"), "id", "part",
+        (pl.col("end") - pl.col("start") - _covered(steps, union_intervals(above))).alias("owned_us"),
+    )
+    return pl.concat([owned, step_owned])
+
+
+def _runs(iv: pl.DataFrame) -> pl.DataFrame:
+    """Disjoint sorted intervals (make_disjoint) merged where one ends as the next starts."""
+    first = (pl.col("start") != pl.col("end").shift(1).over("job")).fill_null(True)
+    last = first.shift(-1).over("job").fill_null(True)
+    starts = iv.filter(first).select("job", "start")
+    return starts.with_columns(
+        iv.filter(last)["end"], pl.lit(None, pl.Int64).alias("id"), pl.lit(None, pl.String).alias("part")
+    )
+
+
+def _covered(iv: pl.DataFrame, cover: pl.DataFrame) -> pl.Series:
+    """Per interval of ``iv`` (job, start, end): how many of its microseconds the disjoint
+    intervals ``cover`` (job, start, end) hold, as C(end) - C(start) where C(x) is the cover's
+    measure before x (the intervals starting at or before x, the last one cut at x)."""
+    if cover.height == 0 or iv.height == 0:
+        return pl.Series([0] * iv.height, dtype=pl.Int64)
+    length = pl.col("end") - pl.col("start")
+    right = (
+        cover.sort("job", "start")
+        .select("job", pl.col("start").alias("_cs"), pl.col("end").alias("_ce"),
+                (length.cum_sum().over("job") - length).alias("_before"))
+        .sort("_cs")
+    )
+
+    def before(col: str) -> pl.Series:
+        left = iv.select("job", pl.col(col).alias("_x")).with_row_index("_i")
+        # As-of keys need order within each job only: step rows made disjoint are in it already.
+        in_order = sort_by_key(left, "job", "_x") is left
+        hit = (left if in_order else left.sort("_x")).join_asof(
+            right, left_on="_x", right_on="_cs", by="job", strategy="backward", check_sortedness=False)
+        part = (pl.min_horizontal("_x", "_ce") - pl.col("_cs")).clip(lower_bound=0)
+        return (hit if in_order else hit.sort("_i")).select((pl.col("_before") + part).fill_null(0))[:, 0]
+
+    return before("end") - before("start")
+
+
+def _clipped(window: pl.DataFrame, families: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+    """Each family's intervals inside its job's window, disjoint (earlier starts win)."""
     fams = {}
     for name in FAMILIES:
         iv = families.get(name)
         if iv is None or iv.height == 0:
-            iv = _empty_iv()
+            iv = _empty_iv(window.schema["job"])
         iv = (
             iv.select("job", "start", "end", "id", "part")
             .join(window, on="job", how="inner")
@@ -74,6 +127,11 @@ def own(window: pl.DataFrame, families: dict[str, pl.DataFrame]) -> pl.DataFrame
             .drop("T0", "T1")
         )
         fams[name] = make_disjoint(iv) if iv.height else iv
+    return fams
+
+
+def _sweep(window: pl.DataFrame, fams: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    """Owned microseconds from the elementary segments between all boundaries."""
     bounds = (
         pl.concat(
             [window.select("job", pl.col("T0").alias("b")), window.select("job", pl.col("T1").alias("b"))]
@@ -125,7 +183,7 @@ def step_jitter(rows: pl.DataFrame) -> pl.DataFrame:
     """
     r = rows.filter(pl.col("rep_us").is_not_null() & (pl.col("d_us") > 0) & (pl.col("n") > 0))
     if r.height == 0:
-        return pl.DataFrame(schema={"job": pl.String, "sigma": pl.Float64})
+        return pl.DataFrame(schema={"job": rows.schema["job"], "sigma": pl.Float64})
     return (
         r.with_columns(pl.col("d_us").cast(pl.Float64).log().alias("_l"))
         .with_columns(

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from toranalyze.reconstruct.intervals import packed_key
 from toranalyze.reconstruct.jobs import LIFECYCLE_KINDS
 
 US = 1_000_000
@@ -43,6 +44,22 @@ def is_clean(state: pl.Expr) -> pl.Expr:
     """A scheduler / pod / operator end state that means success (Slurm COMPLETED, a pod's
     Completed / Succeeded, a training operator's ``<Kind>Succeeded``)."""
     return state.is_in(CLEAN_STATES) | state.str.ends_with("Succeeded")
+
+
+def sort_by_key(df: pl.DataFrame, *keys: str, strict: bool = True) -> pl.DataFrame:
+    """``df.sort(*keys)``, skipped when the rows are already strictly in that order (a linear
+    check; with unique keys the sort could only return them as they are). Millions of step rows
+    are kept in (job, attempt, step) order from stage to stage. ``strict=False`` also skips it
+    for rows in order with equal keys (for callers that aggregate equal keys)."""
+    cols = list(keys)
+    if df.height > 1 and not df.select(pl.any_horizontal(pl.col(cols).is_null().any())).item():
+        last = pl.col(cols[-1])
+        later = last > last.shift(1) if strict else last >= last.shift(1)
+        for k in reversed(cols[:-1]):
+            later = (pl.col(k) > pl.col(k).shift(1)) | ((pl.col(k) == pl.col(k).shift(1)) & later)
+        if df.select(later.slice(1).all()).item():
+            return df
+    return df.sort(*cols)
 
 
 def union_intervals(iv: pl.DataFrame, by: str = "job") -> pl.DataFrame:
@@ -65,7 +82,7 @@ def make_disjoint(iv: pl.DataFrame, by: str = "job") -> pl.DataFrame:
     """Clip each interval's start to the end of the intervals before it (sorted by start)."""
     if iv.height == 0:
         return iv
-    iv = iv.sort(by, "start", "end")
+    iv = sort_by_key(iv, by, "start", "end")
     return (
         iv.with_columns(
             pl.max_horizontal("start", pl.col("end").cum_max().shift(1).over(by).fill_null(-BIG)).alias("start")
@@ -96,19 +113,47 @@ def step_rows(ev: pl.DataFrame) -> pl.DataFrame:
     ``t_log`` is the logged time (earliest report over ranks); ``t_end`` is the same time sharpened
     by :func:`refine_ends` when the log's clock is coarse.
     """
-    s = ev.filter((pl.col("kind") == "step") & pl.col("step").is_not_null() & pl.col("t").is_not_null())
-    rows = (
-        s.group_by("job", "attempt_idx", "step")
-        .agg(
-            pl.col("t").min().alias("t_log"),
-            (pl.col("step_time_s").median() * US).round().cast(pl.Int64).alias("rep_us"),
-            pl.col("loss").first().alias("loss"),
-            pl.len().alias("n_ranks"),
-            (pl.col("file") + pl.lit(":") + pl.col("line").cast(pl.String)).first().alias("evidence"),
-        )
-        .sort("job", "attempt_idx", "step")
+    key = ["job", "attempt_idx", "step"]
+    s = (
+        ev.lazy()  # only the columns read are filtered
+        .filter((pl.col("kind") == "step") & pl.col("step").is_not_null() & pl.col("t").is_not_null())
+        .select(*key, "t", "step_time_s")
+        .collect()
     )
-    return refine_ends(rows)
+    # One integer per (job, attempt, step) when the three fit in 62 bits: one numeric column to
+    # sort and to compare instead of three.
+    packed = packed_key(s, key)
+    if packed is not None:
+        s = s.with_columns(packed.alias("_k"))
+        s = s if s["_k"].is_sorted() else s.sort("_k")
+        same = [pl.col("_k")]
+    else:
+        s = sort_by_key(s, *key, strict=False)
+        same = [pl.col(k) for k in key]
+    # Most steps are reported once (one logging rank): those rows are their own aggregate.
+    alone = pl.all_horizontal((k != k.shift(1)).fill_null(True) for k in same) & pl.all_horizontal(
+        (k != k.shift(-1)).fill_null(True) for k in same)
+    s = s.with_columns(alone.alias("_alone"))
+
+    def rep(x: pl.Expr) -> pl.Expr:  # the median over ranks, in whole µs
+        return (x * US).round().cast(pl.Int64).alias("rep_us")
+
+    many = s.filter(~pl.col("_alone"))
+    if packed is None:
+        many = many.with_columns(pl.lit(0, pl.Int64).alias("_k"))  # (unused: grouped by the columns)
+        s = s.with_columns(pl.lit(0, pl.Int64).alias("_k"))
+    out = [*key, "t_log", "rep_us", "n_ranks", "_k"]
+    rows = pl.concat([
+        s.filter(pl.col("_alone")).select(*key, pl.col("t").alias("t_log"), rep(pl.col("step_time_s")),
+                                          pl.lit(1, pl.UInt32).alias("n_ranks"), "_k"),
+        many.group_by("_k" if packed is not None else key).agg(
+            *[pl.col(c).first() for c in ([*key] if packed is not None else ["_k"])],
+            pl.col("t").min().alias("t_log"), rep(pl.col("step_time_s").median()), pl.len().alias("n_ranks"),
+        ).select(out),
+    ])
+    if packed is not None:  # unique keys: the packed order is the columns' order
+        rows = rows if rows["_k"].is_sorted() else rows.sort("_k")
+    return refine_ends(sort_by_key(rows.drop("_k"), *key))
 
 
 def resolution_us(t: pl.Expr) -> pl.Expr:
@@ -140,39 +185,70 @@ def refine_ends(rows: pl.DataFrame) -> pl.DataFrame:
     if rows.height == 0:
         return rows.with_columns(pl.col("t_log").alias("t_end"))
     grp = ("job", "attempt_idx")
-    r = rows.sort(*grp, "step").with_columns(
+    r = sort_by_key(rows, *grp, "step").with_columns(
         resolution_us(pl.col("t_log")).over(grp).alias("_res"),
         (pl.col("step") - pl.col("step").shift(1).over(grp)).alias("_n"),
         pl.struct(*grp).rle_id().alias("_g"),
     )
     if r.filter(pl.col("_res") > 0).height == 0:
         return r.drop("_res", "_n", "_g").with_columns(pl.col("t_log").alias("t_end"))
-    t = r["t_log"].to_list()
-    res = r["_res"].to_list()
-    rep = r["rep_us"].to_list()
-    n = r["_n"].to_list()
-    g = r["_g"].to_list()
-    out = list(t)
-    cum = [0] * len(t)
+    # A row continues the chain of the row before it only within an attempt, on a coarse clock,
+    # with a reported time; the rest start a chain. Within a run of such rows (a segment) the
+    # offsets are prefix sums: X = τ − C and Y = τ + r − C bound A for each row, a chain
+    # starting at s accepts row i when max(X[s..i]) <= min(max(min Y[s..i-1], max X[s..i-1]), Y[i])
+    # + (tol[i] − tol[s]), and its rows end at max(X[s..]) + C.
+    elig = (
+        (pl.col("_g") == pl.col("_g").shift(1)) & (pl.col("_res") > 0) & (pl.col("rep_us") > 0) & (pl.col("_n") > 0)
+    ).fill_null(False)
+    r = r.with_columns(elig.alias("_el")).with_columns((~pl.col("_el")).cum_sum().alias("_seg"))
+    r = r.with_columns(
+        pl.when(pl.col("_el")).then(pl.col("_n") * pl.col("rep_us")).otherwise(0).cum_sum().over("_seg").alias("_c"),
+        pl.when(pl.col("_el")).then(pl.col("_n") * 60 + 100).otherwise(0).cum_sum().over("_seg").alias("_tol"),
+    ).with_columns(
+        (pl.col("t_log") - pl.col("_c")).alias("_x"),
+        (pl.col("t_log") + pl.col("_res") - pl.col("_c")).alias("_y"),
+    )
+    starts = _chain_starts(r.select("_el", "_seg", "_x", "_y", "_tol"))
+    return (
+        r.with_columns(starts.cum_sum().alias("_ch"))
+        .with_columns((pl.col("_x").max().over("_ch") + pl.col("_c")).alias("t_end"))
+        .drop("_res", "_n", "_g", "_el", "_seg", "_c", "_tol", "_x", "_y", "_ch")
+    )
 
-    def close(i0: int, i1: int, a: int) -> None:
-        for j in range(i0, i1):
-            out[j] = a + cum[j]
 
-    i0, lo, hi, c, tol = 0, t[0], t[0] + res[0], 0, 0
-    for i in range(1, len(t)):
-        if g[i] == g[i - 1] and res[i] > 0 and rep[i] is not None and rep[i] > 0 and n[i] is not None and n[i] > 0:
-            ci = c + n[i] * rep[i]
-            ti = tol + n[i] * 60 + 100  # reported times are rounded (0.1 ms per step and a bit)
-            lo2, hi2 = max(lo, t[i] - ci), min(hi, t[i] + res[i] - ci)
-            if lo2 <= hi2 + ti:
-                lo, hi, c, tol = lo2, max(hi2, lo2), ci, ti
-                cum[i] = ci
-                continue
-        close(i0, i, lo)
-        i0, lo, hi, c, tol = i, t[i], t[i] + res[i], 0, 0
-    close(i0, len(t), lo)
-    return r.with_columns(pl.Series("t_end", out, pl.Int64)).drop("_res", "_n", "_g")
+_BULK_ROUNDS = 2
+
+
+def _chain_starts(r: pl.DataFrame) -> pl.Series:
+    """Which rows start a chain (refine_ends): the fixed point of "a row starts a chain when it
+    cannot continue its predecessor's", found by guessing and correcting. Whether a row continues
+    depends only on the chains before it, so the fixed point is unique and the sequential scan's:
+    after ``_BULK_ROUNDS`` rounds correcting every contradiction, each round corrects the first
+    one per segment only, which settles at least one more row of it."""
+    seg = pl.col("_seg")
+    prev = pl.col("_x").shift(1).over(seg)
+    # Guess: each row tested against its predecessor alone.
+    guess = ~pl.col("_el") | (
+        pl.max_horizontal(prev, "_x") > pl.min_horizontal(pl.col("_y").shift(1).over(seg), "_y")
+        + pl.col("_tol") - pl.col("_tol").shift(1).over(seg)
+    )
+    r = r.with_columns(guess.alias("_s"))
+    lo, mn = pl.col("_x").cum_max().over("_ch"), pl.col("_y").cum_min().over("_ch")
+    rounds = 0
+    while True:
+        c = r.with_columns(pl.col("_s").cum_sum().alias("_ch")).with_columns(
+            lo.alias("_lo"), pl.max_horizontal(mn, lo).alias("_hi"), pl.col("_tol").first().over("_ch").alias("_t0")
+        )
+        accept = pl.max_horizontal(pl.col("_lo").shift(1), "_x") <= pl.min_horizontal(
+            pl.col("_hi").shift(1), "_y"
+        ) + pl.col("_tol") - pl.col("_t0").shift(1)
+        want = (~pl.col("_el") | ~accept.fill_null(False)).alias("_want")
+        c = c.with_columns(want).with_columns((pl.col("_want") != pl.col("_s")).alias("_bad"))
+        if not c["_bad"].any():
+            return r["_s"]
+        rounds += 1
+        fix = pl.col("_bad") if rounds <= _BULK_ROUNDS else pl.col("_bad") & (pl.col("_bad").cum_sum().over(seg) == 1)
+        r = r.with_columns(pl.when(c.select(fix).to_series()).then(c["_want"]).otherwise(pl.col("_s")).alias("_s"))
 
 
 def attempt_table(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
@@ -183,7 +259,8 @@ def attempt_table(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     is_end = pl.col("kind") == "job_end"
     bad_end = is_end & ~is_clean(pl.col("state").fill_null(""))
     att = (
-        ev.filter(pl.col("t").is_not_null())
+        ev.lazy()  # only the columns read are filtered
+        .filter(pl.col("t").is_not_null())
         .group_by("job", "attempt_idx")
         .agg(
             # A start on a node (a pod's container, a Slurm step on its batch host) is when the
@@ -224,6 +301,7 @@ def attempt_table(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
             pl.coalesce("t_job_end", "t_last_record", "_t_any", "t_start").alias("t_end"),
         )
         .drop("_bad_state", "_bad_code", "_last_state", "_last_code", "_t_any")
+        .collect()
     )
     per = steps.group_by("job", "attempt_idx").agg(
         pl.col("step").min().alias("first_step"),
@@ -260,7 +338,7 @@ def attempt_table(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
 def step_intervals(steps: pl.DataFrame, att: pl.DataFrame) -> pl.DataFrame:
     """Add n (steps per row), d_us (per-step µs, null when unknown), prev_step, start, end."""
     a = att.select("job", "attempt_idx", "resumed_from", "t_start")
-    s = steps.join(a, on=["job", "attempt_idx"], how="left").sort("job", "attempt_idx", "step")
+    s = sort_by_key(steps.join(a, on=["job", "attempt_idx"], how="left"), "job", "attempt_idx", "step")
     grp = ("job", "attempt_idx")
     s = s.with_columns(
         pl.col("step").shift(1).over(grp).alias("_ps"),
@@ -330,7 +408,7 @@ def _pair(ev: pl.DataFrame, begin: str, end: str, steps: pl.DataFrame) -> pl.Dat
     if rows.height == 0:
         return pl.DataFrame(
             schema={
-                "job": pl.String,
+                "job": ev.schema["job"],
                 "attempt_idx": pl.Int32,
                 "key": pl.Int64,
                 "b": pl.Int64,
@@ -428,7 +506,7 @@ def checkpoint_intervals(ev: pl.DataFrame, s: pl.DataFrame, typical_us: pl.DataF
     if p.height == 0:
         return pl.DataFrame(
             schema={
-                "job": pl.String,
+                "job": ev.schema["job"],
                 "start": pl.Int64,
                 "end": pl.Int64,
                 "step": pl.Int64,
@@ -482,7 +560,7 @@ def eval_intervals(ev: pl.DataFrame, s: pl.DataFrame | None = None, ckpt: pl.Dat
         .unique(subset=[*grp, "end"], keep="first")
     )
     parts = []
-    paired = pl.DataFrame(schema={"job": pl.String, "attempt_idx": pl.Int32, "end": pl.Int64})
+    paired = pl.DataFrame(schema={"job": ev.schema["job"], "attempt_idx": e.schema["attempt_idx"], "end": pl.Int64})
     if b.height and e.height:
         pb = (
             b.sort("start")
@@ -538,5 +616,5 @@ def eval_intervals(ev: pl.DataFrame, s: pl.DataFrame | None = None, ckpt: pl.Dat
         ).with_columns(_snap("start", "end", "_b", "_e"))
         parts.append(bare.filter(pl.col("start").is_not_null()).select("job", "start", "end"))
     if not parts:
-        return pl.DataFrame(schema={"job": pl.String, "start": pl.Int64, "end": pl.Int64})
+        return pl.DataFrame(schema={"job": ev.schema["job"], "start": pl.Int64, "end": pl.Int64})
     return union_intervals(pl.concat([x.select("job", "start", "end") for x in parts]))

@@ -27,7 +27,7 @@ RESOURCES_SCHEMA = frame_schema(
 def attempt_resources(ev: pl.DataFrame) -> pl.DataFrame:
     """Events with ``job`` and ``attempt_idx`` (after ``assign_attempts``) -> RESOURCES_SCHEMA rows."""
     if "attempt_idx" not in ev.columns or ev.height == 0:
-        return pl.DataFrame(schema=RESOURCES_SCHEMA)
+        return pl.DataFrame(schema={**RESOURCES_SCHEMA, "job": ev.schema.get("job", pl.String)})
     ev = ev.filter(pl.col("job").is_not_null() & pl.col("attempt_idx").is_not_null())
     key = ["job", "attempt_idx"]
     named = ev.filter(pl.col("node").is_not_null()).with_columns((pl.col("source") == "kernel").alias("_kern"))
@@ -53,4 +53,6 @@ def attempt_resources(ev: pl.DataFrame) -> pl.DataFrame:
         )
         .with_columns(pl.when(pl.col("nodes") > 0).then(pl.col("nodes")).alias("nodes"))
     )
-    return out.select([pl.col(c).cast(t) for c, t in RESOURCES_SCHEMA.items()]).sort("job", "attempt")
+    # ``job`` keeps its type (the analysis codes jobs as integers).
+    return out.select([pl.col(c) if c == "job" else pl.col(c).cast(t) for c, t in RESOURCES_SCHEMA.items()]).sort(
+        "job", "attempt")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import polars as pl
 
 from toranalyze.reconstruct.intervals import in_windows
+from toranalyze.reconstruct.progress import sort_by_key
 from toranalyze.schema import frame_schema
 
 SLOW_PERIODS_SCHEMA = frame_schema(
@@ -52,10 +53,11 @@ def detect(
     job → base_us. Returns one row per period: job, attempt_idx, start, end, first_step,
     last_step, steps (total steps), med_us (median per-step µs).
     """
+    cols = ["job", "attempt_idx", "step", "start", "end", "d_us", "n", "prev_step"]
     h = (
-        rows.filter(pl.col("healthy"))
+        rows.select(*cols, "healthy").filter(pl.col("healthy"))
         .join(baseline_us, on="job", how="inner")
-        .sort("job", "attempt_idx", "step")
+        .pipe(sort_by_key, "job", "attempt_idx", "step")
         .with_columns((pl.col("d_us") / pl.col("base_us")).log().alias("_lr"))
     )
     # Windows are counted in steps: a job logging every n steps smooths over smooth / n rows
@@ -75,7 +77,7 @@ def detect(
     if h.height == 0:
         return pl.DataFrame(
             schema={
-                "job": pl.String,
+                "job": rows.schema["job"],
                 "attempt_idx": pl.Int32,
                 "start": pl.Int64,
                 "end": pl.Int64,
@@ -90,11 +92,11 @@ def detect(
     parts = []
     for w, part in h.group_by("_w"):
         parts.append(
-            part.sort("job", "attempt_idx", "step").with_columns(
+            sort_by_key(part, "job", "attempt_idx", "step").with_columns(
                 pl.col("_lr").rolling_median(int(w[0]), center=True, min_samples=1).over(grp).alias("_sm")
             )
         )
-    h = pl.concat(parts).sort("job", "attempt_idx", "step")
+    h = sort_by_key(pl.concat(parts), "job", "attempt_idx", "step")
     h = h.with_columns((pl.col("_sm") >= (1.0 + pl.col("_thr")).log()).alias("_in"))
     h = h.with_columns(pl.int_range(pl.len()).over(grp).alias("_idx"))
     runs = (
@@ -143,10 +145,13 @@ def in_periods(rows: pl.DataFrame, periods: pl.DataFrame) -> pl.Series:
     """Per row: does its step fall inside a slow period of its attempt?"""
     if periods.height == 0 or rows.height == 0:
         return pl.Series("in_slow", [False] * rows.height, pl.Boolean)
-    left = rows.select("job", "attempt_idx", "step").with_columns(pl.int_range(pl.len()).alias("_i")).sort("step")
+    left = rows.select("job", "attempt_idx", "step").with_columns(pl.int_range(pl.len()).alias("_i"))
+    # An as-of join needs its keys in order within each group only: rows in step order (as the
+    # stages keep them) are joined as they are, in place.
+    in_order = sort_by_key(left, "job", "attempt_idx", "step") is left
     right = periods.select("job", "attempt_idx", pl.col("first_step").alias("_f"), pl.col("last_step").alias("_l"))
     hit = (
-        left.join_asof(
+        (left if in_order else left.sort("step")).join_asof(
             right.sort("_f"),
             left_on="step",
             right_on="_f",
@@ -155,9 +160,8 @@ def in_periods(rows: pl.DataFrame, periods: pl.DataFrame) -> pl.Series:
             check_sortedness=False,
         )
         .with_columns((pl.col("step") <= pl.col("_l")).fill_null(False).alias("in_slow"))
-        .sort("_i")
     )
-    return hit["in_slow"]
+    return (hit if in_order else hit.sort("_i"))["in_slow"]
 
 
 def suspects(periods: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:

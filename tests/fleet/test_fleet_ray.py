@@ -1,0 +1,51 @@
+"""``toranalyze fleet --engine ray``: each run analysed as a Ray task gives the local engine's store."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+from pathlib import Path
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+from polars.testing import assert_frame_equal
+
+from toranalyze.cli import cli
+from toranalyze.fleet.build import build
+from toranalyze.fleet.tables import TABLES
+from toranalyze.ingest.pipeline import IngestOptions
+
+HAS_RAY = importlib.util.find_spec("ray") is not None
+
+
+@pytest.mark.slow  # a Ray start-up and two builds of a four-run fleet
+@pytest.mark.skipif(not HAS_RAY, reason="ray is not installed (pip install 'toranalyze[ray]')")
+def test_ray_two_workers_give_the_local_store(tmp_path: Path) -> None:
+    import ray
+
+    fleet = tmp_path / "fleet"
+    res = CliRunner().invoke(cli, ["simulate", "--seed", "7", "--out", str(fleet), "--preset", "fleet",
+                                   "--jobs", "4", "--duration", "40m", "--nodes", "1"])
+    assert res.exit_code == 0, res.output
+    local = build([str(fleet)], tmp_path / "local", IngestOptions(), jobs=1, report=False)
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)  # a local instance, 2 workers
+        dist = build([str(fleet)], tmp_path / "ray", IngestOptions(), jobs=2, report=False, engine="ray")
+    finally:
+        ray.shutdown()
+    assert dist.analyzed == local.analyzed and len(local.analyzed) == 4
+    for t in TABLES:
+        want = pl.read_parquet(tmp_path / "local" / f"{t}.parquet")
+        assert want.height > 0 or t == "incidents"  # 40-minute runs seldom fail
+        assert_frame_equal(pl.read_parquet(tmp_path / "ray" / f"{t}.parquet"), want, check_exact=True)
+    # The parts (each run's tables and status) are byte-identical too.
+    parts = sorted(p.relative_to(tmp_path / "local") for p in (tmp_path / "local").rglob("*") if p.is_file()
+                   and "runs" in p.parts)
+    assert parts
+    for p in parts:
+        assert _sha(tmp_path / "ray" / p) == _sha(tmp_path / "local" / p), p
+
+
+def _sha(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()

@@ -23,7 +23,7 @@ from toranalyze.ingest.derived import loss_spike_events
 from toranalyze.ingest.discover import InputFile, discover
 from toranalyze.ingest.engine import map_ordered
 from toranalyze.ingest.reader import (
-    FileResult,
+    TextEvents,
     looks_binary,
     parsing,
     read_document_events,
@@ -118,14 +118,19 @@ def node_from_path(path: str) -> str | None:
 
 def finalize_file(parsed: pl.DataFrame, file: InputFile, options: IngestOptions) -> pl.DataFrame:
     """RAW rows of one file -> EVENT_SCHEMA rows (unclassified): UTC time, file, node and job fills."""
+    job_ids = parsed["job_id"].drop_nulls().unique().to_list()
+    return _finish(normalize_time(parsed.lazy(), tz=options.tz, year=options.year), file, job_ids)
+
+
+def _finish(lf: pl.LazyFrame, file: InputFile, job_ids: Sequence[str]) -> pl.DataFrame:
+    """Rows with settled times -> EVENT_SCHEMA (+ ``_year_open``, ``_mtime_year``): file, node and
+    job fills (``job_ids``: every job the whole file names)."""
     mtime_year = dt.datetime.fromtimestamp(file.mtime, dt.UTC).year
-    lf = normalize_time(parsed.lazy(), tz=options.tz, year=options.year)
     path_node = node_from_path(file.path)
-    job_ids = parsed["job_id"].drop_nulls().unique()
     fills = [pl.lit(file.path).alias("file")]
     if path_node is not None:
         fills.append(pl.col("node").fill_null(path_node))
-    if job_ids.len() == 1:
+    if len(job_ids) == 1:
         # A file that names exactly one job belongs to it (a Slurm .out, a pod log).
         fills.append(pl.col("job_id").fill_null(job_ids[0]))
     lf = lf.with_columns(fills).with_columns(
@@ -152,35 +157,124 @@ def read_file(
         return events, report
 
 
+def _open(file: InputFile, registry: Registry, options: IngestOptions, report: FileReport) -> tuple[bool, list[Any]]:
+    """(whether one parser reads the file whole, the parsers); no parsers: nothing to read."""
+    head = read_head(file.path)
+    if not head:
+        report.warnings.append("empty file")
+        return False, []
+    if looks_binary(head) and options.parser is None:
+        report.error = "binary data, not a text log: skipped"
+        return False, []
+    text = head.decode("utf-8", errors="replace")
+    mode, parsers = registry.choose(file.path, text, options.parser)
+    document = mode == "document" or (mode == "forced" and parsers[0].sniff(text))
+    if document:
+        report.parser = parsers[0].name
+    return document, parsers
+
+
+def _note_text(report: FileReport, lines: int, covered: int, used: list[str], warnings: list[str]) -> None:
+    report.parser = "text:" + ",".join(used) if used else "text:(nothing recognised)"
+    report.lines, report.covered = lines, covered
+    report.warnings.extend(warnings)
+
+
+def _failed(report: FileReport, exc: Exception) -> None:
+    if isinstance(exc, ToranalyzeError):
+        report.error = exc.message + (f" — {exc.hint}" if exc.hint else "")
+    else:  # a parser bug must not stop the other files
+        report.error = f"internal error while reading: {type(exc).__name__}: {exc}"
+
+
 def _read_file(file: InputFile, registry: Registry, options: IngestOptions) -> tuple[pl.DataFrame | None, FileReport]:
     report = FileReport(file.path)
     try:
-        head = read_head(file.path)
-        if not head:
-            report.warnings.append("empty file")
+        document, parsers = _open(file, registry, options, report)
+        if not parsers:
             return None, report
-        if looks_binary(head) and options.parser is None:
-            report.error = "binary data, not a text log: skipped"
-            return None, report
-        mode, parsers = registry.choose(file.path, head.decode("utf-8", errors="replace"), options.parser)
-        result: FileResult
-        if mode == "document" or (mode == "forced" and parsers[0].sniff(head.decode("utf-8", "replace"))):
+        if document:
             result = read_document_events(file.path, parsers[0])
-            report.parser = parsers[0].name
+            report.lines, report.covered = result.lines, result.covered
+            report.warnings.extend(result.warnings)
         else:
             result = read_text_events(file.path, parsers)
-            report.parser = "text:" + ",".join(result.parsers) if result.parsers else "text:(nothing recognised)"
-        report.lines, report.covered = result.lines, result.covered
-        report.warnings.extend(result.warnings)
+            _note_text(report, result.lines, result.covered, result.parsers, result.warnings)
         events = finalize_file(result.events, file, options)
         report.events = events.height
         return events, report
-    except ToranalyzeError as exc:
-        report.error = exc.message + (f" — {exc.hint}" if exc.hint else "")
+    except Exception as exc:
+        _failed(report, exc)
         return None, report
-    except Exception as exc:  # a parser bug must not stop the other files
-        report.error = f"internal error while reading: {type(exc).__name__}: {exc}"
-        return None, report
+
+
+_TIME_COLUMNS = ("line", "ts", "ts_offset_s", "ts_year_known", "ts_inferred")
+
+
+def _spool_text(file: InputFile, parsers: list[Any], options: IngestOptions, rules: list[Rule], part: str,
+                report: FileReport) -> list[str]:
+    """A text file's classified events as Parquet parts ``part.NNNNN`` without ever holding them all.
+
+    Pass one writes each block's parsed rows to disk and keeps only their time columns; the
+    file-wide time rules (``normalize_time``: years and clocks filled across the whole file) run
+    on those; pass two finishes each block with its slice of the settled times. The parts hold
+    the rows ``read_file`` would return, in the same order."""
+    blocks = TextEvents(file.path, parsers)
+    raw: list[tuple[str, int]] = []
+    times: list[pl.DataFrame] = []
+    job_ids: set[str] = set()
+    try:
+        for k, events in enumerate(blocks):
+            if events.height:
+                raw.append((f"{part}.raw{k:05d}", events.height))
+                events.write_parquet(raw[-1][0])
+                times.append(events.select(_TIME_COLUMNS))
+                job_ids.update(events["job_id"].drop_nulls().unique().to_list())
+        _note_text(report, blocks.lines, blocks.covered, sorted(blocks.used), blocks.warnings)
+        if not raw:
+            return []
+        settled = normalize_time(pl.concat(times).lazy(), tz=options.tz, year=options.year).collect()
+        settled = settled.select("ts", "ts_inferred", "_year_open")
+        del times
+        parts: list[str] = []
+        offset = 0
+        for k, (path, n) in enumerate(raw):
+            events = pl.read_parquet(path).with_columns(settled.slice(offset, n))
+            offset += n
+            block = _finish(events.lazy(), file, sorted(job_ids))
+            parts.append(f"{part}.{k:05d}")
+            classify(block, rules).select(block.columns).collect().write_parquet(parts[-1], row_group_size=ROW_GROUP)
+            report.events += block.height
+        return parts
+    finally:
+        for path, _ in raw:
+            Path(path).unlink(missing_ok=True)
+
+
+def spool_file(
+    file: InputFile, registry: Registry, options: IngestOptions, rules: list[Rule], part: str
+) -> tuple[list[str], FileReport]:
+    """read_file for a streamed table: the file's classified events written to Parquet parts named
+    after ``part`` (none when it has no events); a text file's events are never all in memory."""
+    report = FileReport(file.path)
+    try:
+        with parsing():
+            document, parsers = _open(file, registry, options, report)
+            if not parsers:
+                return [], report
+            if not document:
+                return _spool_text(file, parsers, options, rules, part, report), report
+        events, report = read_file(file, registry, options, rules)
+        if events is None or events.height == 0:
+            return [], report
+        events.write_parquet(part, row_group_size=ROW_GROUP)
+        return [part], report
+    except Exception as exc:
+        for leftover in Path(part).parent.glob(Path(part).name + "*"):
+            leftover.unlink()
+        report.events = 0
+        _failed(report, exc)
+        return [], report
 
 
 @dataclass(frozen=True)
@@ -193,17 +287,17 @@ class _FileTask:
     part: str | None = None
 
 
-def _run(task: _FileTask, registry: Registry) -> tuple[pl.DataFrame | str | None, FileReport]:
+def _run(task: _FileTask, registry: Registry) -> tuple[pl.DataFrame | list[str] | None, FileReport]:
+    if task.part is not None:
+        parts, report = spool_file(task.file, registry, task.options, task.rules, task.part)
+        return parts or None, report
     events, report = read_file(task.file, registry, task.options, task.rules)
     if events is None or events.height == 0:
         return None, report
-    if task.part is None:
-        return events, report
-    events.write_parquet(task.part, row_group_size=ROW_GROUP)
-    return task.part, report
+    return events, report
 
 
-def _run_with_installed_parsers(task: _FileTask) -> tuple[pl.DataFrame | str | None, FileReport]:
+def _run_with_installed_parsers(task: _FileTask) -> tuple[pl.DataFrame | list[str] | None, FileReport]:
     """Worker entry point (module level, so a spawned process can import it)."""
     return _run(task, default_registry())
 
@@ -260,8 +354,8 @@ def ingest(
             tasks = [
                 _FileTask(f, options, rules, str(Path(spool) / f"part-{i:07d}.parquet")) for i, f in enumerate(files)
             ]
-            parts, reports = _run_all(tasks, registry, on_file, jobs, engine, address)
-            _write_events(parts, sink)
+            given, reports = _run_all(tasks, registry, on_file, jobs, engine, address)
+            _write_events([part for parts in given for part in parts], sink)
         return IngestResult(sink, reports, list(input_errors))
     frames, reports = _run_all([_FileTask(f, options, rules) for f in files], registry, on_file, jobs, engine, address)
     if frames:

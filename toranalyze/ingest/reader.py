@@ -307,14 +307,14 @@ class TextEvents:
 
     path: str
     parsers: Sequence[Any]
-    block_bytes: int = BLOCK_BYTES
+    block_bytes: int | None = None  # default: BLOCK_BYTES
     lines: int = 0
     covered: int = 0
     used: set[str] = field(default_factory=set)
     warnings: list[str] = field(default_factory=list)
 
     def __iter__(self) -> Iterator[pl.DataFrame]:
-        chunks = Chunks(self.path, self.block_bytes)
+        chunks = Chunks(self.path, self.block_bytes or BLOCK_BYTES)
         noise = noise_mask(self.parsers)
         priority = {p.name: i for i, p in enumerate(self.parsers)}
         for chunk in chunks:
@@ -340,7 +340,7 @@ class TextEvents:
         return events
 
 
-def read_text_events(path: str, parsers: Sequence[Any], block_bytes: int = BLOCK_BYTES) -> FileResult:
+def read_text_events(path: str, parsers: Sequence[Any], block_bytes: int | None = None) -> FileResult:
     """Run line parsers over a text file, chunk by chunk."""
     blocks = TextEvents(path, parsers, block_bytes)
     frames = list(blocks)

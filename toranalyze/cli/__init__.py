@@ -47,7 +47,7 @@ def ingest_cmd(paths: tuple[str, ...], out_dir: str, tz: str, year: int | None, 
                rules: tuple[str, ...], jobs: int | None, engine: str, ray_address: str | None, quiet: bool,
                no_redact: bool) -> None:
     """Parse logs into DIR/events.parquet and DIR/summary.json (per-file coverage)."""
-    # Streamed to the table file: memory holds one input file's events at a time.
+    # Streamed to the table file block by block: memory does not grow with the input.
     result = run_ingest(paths, tz, year, parser, rules, quiet, jobs, engine, ray_address,
                         sink=Path(out_dir) / "events.parquet")
     write_ingest(result, Path(out_dir), redact=not no_redact)

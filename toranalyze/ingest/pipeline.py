@@ -343,8 +343,8 @@ def ingest(
     ``jobs`` > 1 reads files in that many worker processes, ``engine="ray"`` as Ray tasks
     (``address``: an existing cluster); both with the installed parsers only (see ``engine``).
     With ``sink`` the events are streamed to that Parquet file instead of being held in memory:
-    each file's events go to a part file as soon as it is read, and the table is written from
-    the parts in one streaming pass, so memory holds one file's events at a time.
+    each block of a file is written to a part as soon as it is read and its times are settled
+    (see ``spool_file``), and the table is written from the parts in one streaming pass.
     """
     rules = rules if rules is not None else load_rules(options.rules)
     files, input_errors = discover(paths)

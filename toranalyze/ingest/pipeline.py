@@ -194,18 +194,25 @@ def _read_file(file: InputFile, registry: Registry, options: IngestOptions) -> t
         if not parsers:
             return None, report
         if document:
-            result = read_document_events(file.path, parsers[0])
-            report.lines, report.covered = result.lines, result.covered
-            report.warnings.extend(result.warnings)
-        else:
-            result = read_text_events(file.path, parsers)
-            _note_text(report, result.lines, result.covered, result.parsers, result.warnings)
+            return _document(file, parsers[0], options, report), report
+        result = read_text_events(file.path, parsers)
+        _note_text(report, result.lines, result.covered, result.parsers, result.warnings)
         events = finalize_file(result.events, file, options)
         report.events = events.height
         return events, report
     except Exception as exc:
         _failed(report, exc)
         return None, report
+
+
+def _document(file: InputFile, parser: Any, options: IngestOptions, report: FileReport) -> pl.DataFrame:
+    """The events of a file one parser reads whole (documents are small: read in one go)."""
+    result = read_document_events(file.path, parser)
+    report.lines, report.covered = result.lines, result.covered
+    report.warnings.extend(result.warnings)
+    events = finalize_file(result.events, file, options)
+    report.events = events.height
+    return events
 
 
 _TIME_COLUMNS = ("line", "ts", "ts_offset_s", "ts_year_known", "ts_inferred")
@@ -264,10 +271,10 @@ def spool_file(
                 return [], report
             if not document:
                 return _spool_text(file, parsers, options, rules, part, report), report
-        events, report = read_file(file, registry, options, rules)
-        if events is None or events.height == 0:
-            return [], report
-        events.write_parquet(part, row_group_size=ROW_GROUP)
+            events = _document(file, parsers[0], options, report)
+            if events.height == 0:
+                return [], report
+            classify(events, rules).select(events.columns).collect().write_parquet(part, row_group_size=ROW_GROUP)
         return [part], report
     except Exception as exc:
         for leftover in Path(part).parent.glob(Path(part).name + "*"):

@@ -153,8 +153,13 @@ def read_file(
     with parsing():
         events, report = _read_file(file, registry, options)
         if events is not None and rules is not None:
-            events = classify(events, rules).select(events.columns).collect()
+            events = _classified(events, rules)
         return events, report
+
+
+def _classified(events: pl.DataFrame, rules: list[Rule]) -> pl.DataFrame:
+    """``events`` with failure_class, rule and severity set by ``rules`` (same columns)."""
+    return classify(events, rules).select(events.columns).collect()
 
 
 def _open(file: InputFile, registry: Registry, options: IngestOptions, report: FileReport) -> tuple[bool, list[Any]]:
@@ -250,7 +255,7 @@ def _spool_text(file: InputFile, parsers: list[Any], options: IngestOptions, rul
             offset += n
             block = _finish(events.lazy(), file, sorted(job_ids))
             parts.append(f"{part}.{k:05d}")
-            classify(block, rules).select(block.columns).collect().write_parquet(parts[-1], row_group_size=ROW_GROUP)
+            _classified(block, rules).write_parquet(parts[-1], row_group_size=ROW_GROUP)
             report.events += block.height
         return parts
     finally:
@@ -274,7 +279,7 @@ def spool_file(
             events = _document(file, parsers[0], options, report)
             if events.height == 0:
                 return [], report
-            classify(events, rules).select(events.columns).collect().write_parquet(part, row_group_size=ROW_GROUP)
+            _classified(events, rules).write_parquet(part, row_group_size=ROW_GROUP)
         return [part], report
     except Exception as exc:
         for leftover in Path(part).parent.glob(Path(part).name + "*"):

@@ -17,6 +17,7 @@ from typing import Any
 import polars as pl
 
 from toranalyze.errors import ToranalyzeError
+from toranalyze.ingest.affinity import on_thread
 from toranalyze.ingest.classify import Rule, classify, load_rules
 from toranalyze.ingest.clock import normalize_time, open_year_reference, open_years, resolve_open_years
 from toranalyze.ingest.derived import loss_spike_events
@@ -159,7 +160,7 @@ def read_file(
 
 def _classified(events: pl.DataFrame, rules: list[Rule]) -> pl.DataFrame:
     """``events`` with failure_class, rule and severity set by ``rules`` (same columns)."""
-    return classify(events, rules).select(events.columns).collect()
+    return on_thread("classify", lambda: classify(events, rules).select(events.columns).collect())
 
 
 def _open(file: InputFile, registry: Registry, options: IngestOptions, report: FileReport) -> tuple[bool, list[Any]]:
@@ -232,14 +233,16 @@ def _spool_text(file: InputFile, parsers: list[Any], options: IngestOptions, rul
     on those; pass two finishes each block with its slice of the settled times. The parts hold
     the rows ``read_file`` would return, in the same order."""
     blocks = TextEvents(file.path, parsers)
-    raw: list[tuple[str, int]] = []
+    # Each block's parsed rows: spilled to a part on disk, except the last, kept in memory (a
+    # small file, one block, then never touches the disk before its final part).
+    raw: list[tuple[str | pl.DataFrame, int]] = []
     times: list[pl.DataFrame] = []
     job_ids: set[str] = set()
     try:
-        for k, events in enumerate(blocks):
+        for events in blocks:
             if events.height:
-                raw.append((f"{part}.raw{k:05d}", events.height))
-                events.write_parquet(raw[-1][0])
+                _spill_last(raw, part)
+                raw.append((events, events.height))
                 times.append(events.select(_TIME_COLUMNS))
                 job_ids.update(events["job_id"].drop_nulls().unique().to_list())
         _note_text(report, blocks.lines, blocks.covered, sorted(blocks.used), blocks.warnings)
@@ -250,8 +253,8 @@ def _spool_text(file: InputFile, parsers: list[Any], options: IngestOptions, rul
         del times
         parts: list[str] = []
         offset = 0
-        for k, (path, n) in enumerate(raw):
-            events = pl.read_parquet(path).with_columns(settled.slice(offset, n))
+        for k, (held, n) in enumerate(raw):
+            events = (pl.read_parquet(held) if isinstance(held, str) else held).with_columns(settled.slice(offset, n))
             offset += n
             block = _finish(events.lazy(), file, sorted(job_ids))
             parts.append(f"{part}.{k:05d}")
@@ -259,8 +262,17 @@ def _spool_text(file: InputFile, parsers: list[Any], options: IngestOptions, rul
             report.events += block.height
         return parts
     finally:
-        for path, _ in raw:
-            Path(path).unlink(missing_ok=True)
+        for held, _ in raw:
+            if isinstance(held, str):
+                Path(held).unlink(missing_ok=True)
+
+
+def _spill_last(raw: list[tuple[str | pl.DataFrame, int]], part: str) -> None:
+    """Write the last held block of ``raw`` to disk (``part.rawNNNNN``) and keep only its path."""
+    if raw and isinstance(raw[-1][0], pl.DataFrame):
+        path = f"{part}.raw{len(raw) - 1:05d}"
+        raw[-1][0].write_parquet(path)
+        raw[-1] = (path, raw[-1][1])
 
 
 def spool_file(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -154,6 +155,29 @@ def applicable(rules: list[Rule], events: pl.DataFrame) -> list[Rule]:
     ]
 
 
+def first_rule(rules: Sequence[tuple[int, Rule]]) -> pl.Expr:
+    """The position (as numbered in ``rules``) of the first rule each row meets; null if none.
+    One pass of when-chains."""
+    idx: pl.Expr = pl.lit(None, pl.Int32)
+    for pos, rule in reversed(rules):
+        idx = pl.when(rule.condition()).then(pl.lit(pos, pl.Int32)).otherwise(idx)
+    return idx
+
+
+def labelled(lf: pl.LazyFrame, rules: list[Rule], index: pl.Expr) -> pl.LazyFrame:
+    """failure_class, rule and severity overrides from ``index``, a position in ``rules``."""
+    positions = list(range(len(rules)))
+
+    def of(values: list[str | None]) -> pl.Expr:
+        return index.replace_strict(positions, pl.Series(values, dtype=pl.String), default=None)
+
+    return lf.with_columns(
+        of([r.failure_class for r in rules]).alias("failure_class"),
+        of([r.id for r in rules]).alias("rule"),
+        pl.coalesce(of([r.severity for r in rules]), pl.col("severity")).alias("severity"),
+    )
+
+
 def classify(events: pl.LazyFrame | pl.DataFrame, rules: list[Rule]) -> pl.LazyFrame:
     """Set failure_class, rule (and severity overrides) by the first matching rule."""
     if isinstance(events, pl.DataFrame):
@@ -161,18 +185,5 @@ def classify(events: pl.LazyFrame | pl.DataFrame, rules: list[Rule]) -> pl.LazyF
     lf = events.lazy()
     if not rules:
         return lf.with_columns(pl.lit(None, pl.String).alias("failure_class"), pl.lit(None, pl.String).alias("rule"))
-    # Index of the first matching rule per row, computed in one pass of when-chains.
-    idx: pl.Expr = pl.lit(None, pl.Int32)
-    for i in range(len(rules) - 1, -1, -1):
-        idx = pl.when(rules[i].condition()).then(pl.lit(i, pl.Int32)).otherwise(idx)
-    classes = pl.Series([r.failure_class for r in rules], dtype=pl.String)
-    ids = pl.Series([r.id for r in rules], dtype=pl.String)
-    sevs = pl.Series([r.severity for r in rules], dtype=pl.String)
-    lf = lf.with_columns(idx.alias("_rule_idx"))
-    return lf.with_columns(
-        pl.col("_rule_idx").replace_strict(list(range(len(rules))), classes, default=None).alias("failure_class"),
-        pl.col("_rule_idx").replace_strict(list(range(len(rules))), ids, default=None).alias("rule"),
-        pl.coalesce(
-            pl.col("_rule_idx").replace_strict(list(range(len(rules))), sevs, default=None), pl.col("severity")
-        ).alias("severity"),
-    ).drop("_rule_idx")
+    return labelled(lf.with_columns(first_rule(list(enumerate(rules))).alias("_rule_idx")), rules,
+                    pl.col("_rule_idx")).drop("_rule_idx")

@@ -11,6 +11,7 @@ import datetime as dt
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path, PurePath
 from typing import Any
 
@@ -18,7 +19,7 @@ import polars as pl
 
 from toranalyze.errors import ToranalyzeError
 from toranalyze.ingest.affinity import on_thread
-from toranalyze.ingest.classify import Rule, classify, load_rules
+from toranalyze.ingest.classify import Rule, applicable, classify, first_rule, labelled, load_rules
 from toranalyze.ingest.clock import normalize_time, open_year_reference, open_years, resolve_open_years
 from toranalyze.ingest.derived import loss_spike_events
 from toranalyze.ingest.discover import InputFile, discover
@@ -158,9 +159,27 @@ def read_file(
         return events, report
 
 
+RULES_PER_THREAD = 24  # below the 32 compiled regexes polars keeps per thread (affinity.py)
+
+
 def _classified(events: pl.DataFrame, rules: list[Rule]) -> pl.DataFrame:
-    """``events`` with failure_class, rule and severity set by ``rules`` (same columns)."""
-    return on_thread("classify", lambda: classify(events, rules).select(events.columns).collect())
+    """``events`` with failure_class, rule and severity set by ``rules`` (same columns), as
+    ``classify`` sets them. The rules some row can meet are tried in groups, a group's rules
+    (by position in ``rules``) always on the same thread so their patterns stay compiled from one
+    file to the next; the first group with a match holds the first matching rule."""
+    wanted = {id(r) for r in applicable(rules, events)}
+    groups: dict[int, list[tuple[int, Rule]]] = {}
+    for pos, rule in enumerate(rules):
+        if id(rule) in wanted:
+            groups.setdefault(pos // RULES_PER_THREAD, []).append((pos, rule))
+    if not groups:
+        return classify(events, []).select(events.columns).collect()
+    found = [
+        on_thread(f"classify-{g}", partial(events.select, first_rule(group).alias(f"_rule{g}"))).to_series()
+        for g, group in sorted(groups.items())
+    ]
+    with_index = events.lazy().with_columns(found)
+    return labelled(with_index, rules, pl.coalesce(s.name for s in found)).select(events.columns).collect()
 
 
 def _open(file: InputFile, registry: Registry, options: IngestOptions, report: FileReport) -> tuple[bool, list[Any]]:

@@ -16,10 +16,10 @@ import polars as pl
 
 from toranalyze.reconstruct import incidents as inc_mod
 from toranalyze.reconstruct import ledger, progress, slowness
-from toranalyze.reconstruct.attribution import attribute_nodes
+from toranalyze.reconstruct.attribution import attribute_nodes, pod_bindings
 from toranalyze.reconstruct.incidents import INCIDENTS_SCHEMA
 from toranalyze.reconstruct.intervals import in_windows, packed_key
-from toranalyze.reconstruct.jobs import assign_attempts, assign_jobs, with_time
+from toranalyze.reconstruct.jobs import assign_attempts, assign_jobs, job_name, with_time
 from toranalyze.reconstruct.ledger import TOR_SCHEMA
 from toranalyze.reconstruct.resources import RESOURCES_SCHEMA, attempt_resources
 from toranalyze.reconstruct.slowness import SLOW_PERIODS_SCHEMA
@@ -121,7 +121,8 @@ def _conform(df: pl.DataFrame, schema: pl.Schema) -> pl.DataFrame:
 
 def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None) -> Analysis:
     opts = options or AnalysisOptions()
-    ev = attribute_nodes(with_time(events))  # host from the file's path, pod -> node
+    ev, pods = _prepared(events)
+    ev = attribute_nodes(ev, pods)  # host from the file's path, pod -> node
     # From here on a job is its rank among the sorted names (an integer sorts, joins and groups
     # several times faster than a string, in the same order), and the table holds only the
     # columns the stages read: the message text, half its bytes, is reduced to two flags.
@@ -360,6 +361,20 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     return Analysis(attempts=attempts, incidents=incidents, slow_periods=slow, tor=tor, notes=notes,
                     resources=_named(resources, names), progress=_named(prog, names),
                     checkpoints=_named(ckpt.select("job", "start", "end"), names))
+
+
+def _prepared(events: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, str]]:
+    """The columns the stages read, with the message text reduced to what they read of it (the
+    job name it states, the incident flags and the pod -> node bindings), in one chunk per column.
+
+    A table read from parquet comes in chunks (row groups); a column added to it comes in one, and
+    each filter or gather of a frame whose columns are chunked differently first copies every
+    column it touches into one chunk. Copying the slim columns once here is the cheaper way.
+    """
+    pods = pod_bindings(events)
+    keep = [c for c in events.columns if c in _STAGE_COLUMNS or c == "job_id"]
+    ev = events.select(*keep, job_name().alias("_name"), *inc_mod.flag_exprs())
+    return with_time(ev).rechunk(), pods
 
 
 def _slim(ev: pl.DataFrame, keep: pl.Series | None) -> pl.DataFrame:

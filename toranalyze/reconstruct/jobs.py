@@ -58,6 +58,11 @@ def _dir_expr() -> pl.Expr:
     return pl.when(f.str.contains("/")).then(f.str.replace(r"/[^/]*$", "")).otherwise(pl.lit(""))
 
 
+def job_name() -> pl.Expr:
+    """The job name a record's message states (``JobName=``, ``job-name:``), else null."""
+    return pl.col("message").str.extract(_NAME_RE, 1)
+
+
 def _fold_dirs(ev: pl.DataFrame) -> dict[str, str]:
     """Map each input directory to the directory that holds its run.
 
@@ -125,8 +130,10 @@ def assign_jobs(events: pl.DataFrame, coded: bool = False) -> tuple[pl.DataFrame
     """
     # The rule runs on the few columns it reads, with files, directories, base ids and runs as
     # integer codes (one hash of each distinct string, then numeric keys over the records); the
-    # names are attached to the events at the end.
-    ev = events.select("file", "job_id", "kind", "t", "_row", pl.col("message").str.extract(_NAME_RE, 1).alias("_name"))
+    # names are attached to the events at the end. A ``_name`` column (job_name()) stands in for
+    # the message text.
+    name = pl.col("_name") if "_name" in events.columns else job_name()
+    ev = events.select("file", "job_id", "kind", "t", "_row", name.alias("_name"))
     files = ev.select(pl.col("file").unique()).with_row_index("_fc").with_columns(_dir_expr().alias("_dir"))
     ids = ev.select(pl.col("job_id").unique().drop_nulls()).with_columns(
         pl.col("job_id").str.strip_chars().str.extract(_BASE_RE, 1).alias("_base")

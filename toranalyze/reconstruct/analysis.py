@@ -18,7 +18,7 @@ from toranalyze.reconstruct import incidents as inc_mod
 from toranalyze.reconstruct import ledger, progress, slowness
 from toranalyze.reconstruct.attribution import attribute_nodes, pod_bindings
 from toranalyze.reconstruct.incidents import INCIDENTS_SCHEMA
-from toranalyze.reconstruct.intervals import in_windows, packed_key
+from toranalyze.reconstruct.intervals import attach, in_windows, packed_key
 from toranalyze.reconstruct.jobs import assign_attempts, assign_jobs, job_name, with_time
 from toranalyze.reconstruct.ledger import TOR_SCHEMA
 from toranalyze.reconstruct.resources import RESOURCES_SCHEMA, attempt_resources
@@ -155,8 +155,7 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     blocked = pl.concat([ckpt.select("job", "start", "end"), evals.select("job", "start", "end")])
     blocked = progress.union_intervals(blocked) if blocked.height else blocked
     # Warm-up: the row's first step is among the first ``warmup_steps`` after the resume point.
-    rows0 = rows0.join(att.select("job", "attempt_idx", pl.col("resumed_from").alias("_rf")), on=["job", "attempt_idx"],
-                       how="left")
+    rows0 = attach(rows0, att.select("job", "attempt_idx", pl.col("resumed_from").alias("_rf")), ["job", "attempt_idx"])
     first_rows = pl.col("prev_step") - pl.col("_rf").fill_null(pl.col("prev_step")) < opts.warmup_steps
     rank_in_att = pl.col("step").rank("ordinal").over("job", "attempt_idx")
     rows0 = rows0.with_columns(
@@ -186,7 +185,7 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     # The median of averages over n steps is the steps' mean, exp(sigma^2 (1 - 1/n) / 2) above
     # their median: undo that so t* is the median step time whatever the logging interval.
     ideal = (
-        healthy.join(jitter, on="job", how="left")
+        attach(healthy, jitter, "job")
         .with_columns(
             (
                 pl.col("d_us")

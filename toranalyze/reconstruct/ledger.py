@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from toranalyze.reconstruct.intervals import attach
 from toranalyze.reconstruct.progress import make_disjoint, sort_by_key, union_intervals
 from toranalyze.schema import frame_schema
 
@@ -293,13 +294,12 @@ def compute(
     owned = own(window, fam)
     step_owned = owned.filter(pl.col("family") == "step").select("id", "owned_us")
     rows = (
-        rows.join(step_owned, on="id", how="left")
-        .join(ideal_us, on="job", how="left")
+        attach(attach(rows, step_owned, "id"), ideal_us, "job")
         .with_columns(pl.col("owned_us").fill_null(0))
         .with_columns((pl.col("owned_us") * pl.col("n_lost") // pl.col("n")).alias("rework_us"))
     )
     if jitter is not None and jitter.height and "d_us" in rows.columns:
-        rows = rows.join(jitter, on="job", how="left")
+        rows = attach(rows, jitter, "job")
         u = expected_useful_per_step(
             rows.select(pl.coalesce("d_us", "ideal_us"))[:, 0], rows["n"], rows["ideal_us"], rows["sigma"]
         )

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from toranalyze.reconstruct.intervals import packed_key
+from toranalyze.reconstruct.intervals import attach, in_key_order, packed_key
 from toranalyze.reconstruct.jobs import LIFECYCLE_KINDS
 
 US = 1_000_000
@@ -51,15 +51,7 @@ def sort_by_key(df: pl.DataFrame, *keys: str, strict: bool = True) -> pl.DataFra
     check; with unique keys the sort could only return them as they are). Millions of step rows
     are kept in (job, attempt, step) order from stage to stage. ``strict=False`` also skips it
     for rows in order with equal keys (for callers that aggregate equal keys)."""
-    cols = list(keys)
-    if df.height > 1 and not df.select(pl.any_horizontal(pl.col(cols).is_null().any())).item():
-        last = pl.col(cols[-1])
-        later = last > last.shift(1) if strict else last >= last.shift(1)
-        for k in reversed(cols[:-1]):
-            later = (pl.col(k) > pl.col(k).shift(1)) | ((pl.col(k) == pl.col(k).shift(1)) & later)
-        if df.select(later.slice(1).all()).item():
-            return df
-    return df.sort(*cols)
+    return df if in_key_order(df, *keys, strict=strict) else df.sort(*keys)
 
 
 def union_intervals(iv: pl.DataFrame, by: str = "job") -> pl.DataFrame:
@@ -338,7 +330,7 @@ def attempt_table(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
 def step_intervals(steps: pl.DataFrame, att: pl.DataFrame) -> pl.DataFrame:
     """Add n (steps per row), d_us (per-step µs, null when unknown), prev_step, start, end."""
     a = att.select("job", "attempt_idx", "resumed_from", "t_start")
-    s = sort_by_key(steps.join(a, on=["job", "attempt_idx"], how="left"), "job", "attempt_idx", "step")
+    s = sort_by_key(attach(steps, a, ["job", "attempt_idx"]), "job", "attempt_idx", "step")
     grp = ("job", "attempt_idx")
     s = s.with_columns(
         pl.col("step").shift(1).over(grp).alias("_ps"),
@@ -361,9 +353,8 @@ def step_intervals(steps: pl.DataFrame, att: pl.DataFrame) -> pl.DataFrame:
 
 def place_steps(s: pl.DataFrame, att: pl.DataFrame, ideal_us: pl.DataFrame) -> pl.DataFrame:
     """Fill unknown durations with the job's ideal step time and compute [start, end] per row."""
-    s = s.join(ideal_us, on="job", how="left").join(
-        att.select("job", "attempt_idx", pl.col("t_start").alias("_as")), on=["job", "attempt_idx"], how="left"
-    )
+    s = attach(attach(s, ideal_us, "job"), att.select("job", "attempt_idx", pl.col("t_start").alias("_as")),
+               ["job", "attempt_idx"])
     s = s.with_columns(pl.coalesce("d_us", "ideal_us").alias("d_us"))
     s = s.with_columns(
         pl.max_horizontal(
@@ -386,7 +377,7 @@ def mark_lost(s: pl.DataFrame, att: pl.DataFrame) -> pl.DataFrame:
         .with_columns(pl.col("_r").reverse().cum_min().reverse().over("job").shift(-1).over("job").alias("later_min"))
         .select("job", "attempt_idx", pl.col("later_min").fill_null(BIG))
     )
-    s = s.join(later, on=["job", "attempt_idx"], how="left").with_columns(pl.col("later_min").fill_null(BIG))
+    s = attach(s, later, ["job", "attempt_idx"]).with_columns(pl.col("later_min").fill_null(BIG))
     return s.with_columns(
         (pl.col("step") - pl.max_horizontal("prev_step", "later_min")).clip(0).clip(upper_bound=pl.col("n")).alias(
             "n_lost"
@@ -418,7 +409,7 @@ def _pair(ev: pl.DataFrame, begin: str, end: str, steps: pl.DataFrame) -> pl.Dat
             }
         )
     # Key: the record's step, else the last step completed before it.
-    last = steps.select("job", "attempt_idx", pl.col("t_log").alias("t"), pl.col("step").alias("_ls")).sort("t")
+    last = _asof_ready(steps.select("job", "attempt_idx", pl.col("t_log").alias("t"), pl.col("step").alias("_ls")), "t")
     rows = (
         rows.sort("t")
         .join_asof(last, on="t", by=["job", "attempt_idx"], strategy="backward", check_sortedness=False)
@@ -441,6 +432,13 @@ def _value_res(t: pl.Expr) -> pl.Expr:
     return pl.when(t % US == 0).then(pl.lit(US)).when(t % 1000 == 0).then(pl.lit(1000)).otherwise(pl.lit(0))
 
 
+def _asof_ready(rows: pl.DataFrame, on: str, by: tuple[str, ...] = ("job", "attempt_idx")) -> pl.DataFrame:
+    """``rows`` as the right side of an as-of join on ``on`` by ``by``: sorted on ``on``. The join
+    needs that order within each group only, so rows already in (by, on) order, distinct keys (the
+    step rows as the stages keep them), are taken as they are instead of sorting millions."""
+    return rows if in_key_order(rows, *by, on) else rows.sort(on)
+
+
 def _with_neighbours(p: pl.DataFrame, s: pl.DataFrame) -> pl.DataFrame:
     """Join to intervals keyed by (job, attempt_idx, key step): ``_prev_end``, the end of the last
     step row at or before the key step, and ``_next_start``, the compute start (end − n·d) of the
@@ -449,8 +447,9 @@ def _with_neighbours(p: pl.DataFrame, s: pl.DataFrame) -> pl.DataFrame:
     rows = s.filter(pl.col("d_us").is_not_null()).select(
         *grp, "step", "end", (pl.col("end") - pl.col("n") * pl.col("d_us")).alias("_cs")
     )
-    prev = rows.select(*grp, pl.col("step").alias("_ps"), pl.col("end").alias("_prev_end")).sort("_ps")
-    nxt = rows.select(*grp, pl.col("step").alias("_ns"), pl.col("_cs").alias("_next_start")).sort("_ns")
+    rows = _asof_ready(rows, "step")
+    prev = rows.select(*grp, pl.col("step").alias("_ps"), pl.col("end").alias("_prev_end"))
+    nxt = rows.select(*grp, pl.col("step").alias("_ns"), pl.col("_cs").alias("_next_start"))
     p = p.sort("key").join_asof(
         prev, left_on="key", right_on="_ps", by=grp, strategy="backward", check_sortedness=False
     )
@@ -584,7 +583,7 @@ def eval_intervals(ev: pl.DataFrame, s: pl.DataFrame | None = None, ckpt: pl.Dat
         parts.append(with_dur)
     bare = lone.filter(pl.col("duration_s").is_null())
     if bare.height and s is not None and s.height:
-        rows = s.select(*grp, pl.col("t_log").alias("_k"), "step", "end").sort("_k")
+        rows = _asof_ready(s.select(*grp, pl.col("t_log").alias("_k"), "step", "end"), "_k")
         bare = (
             bare.sort("end")
             .join_asof(rows, left_on="end", right_on="_k", by=grp, strategy="backward", check_sortedness=False)

@@ -137,10 +137,13 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     jobs = jobs.with_columns(pl.col("_trained").any().over("path").alias("_dir_trained"))
     dropped = jobs.filter(~pl.col("_trained") & pl.col("_dir_trained"))
     jobs = jobs.filter(pl.col("_trained") | ~pl.col("_dir_trained")).drop("_trained", "_dir_trained")
-    ev = _slim(ev, jobs["job"] if dropped.height else None)
-    ev, untimed = relative_times(ev)
-    ev = place_untimed_errors(ev)
-    ev = assign_attempts(ev)
+    # The other users' jobs leave with the attempts' reordering of the events (one copy of the
+    # table instead of two); the stages before it pass them over.
+    keep = jobs["job"] if dropped.height else None
+    ev = _slim(ev)
+    ev, untimed = relative_times(ev, keep)
+    ev = place_untimed_errors(ev, keep)
+    ev = assign_attempts(ev, keep)
     resources = attempt_resources(ev)
     # Progress.
     steps = progress.step_rows(ev)
@@ -376,12 +379,10 @@ def _prepared(events: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, str]]:
     return with_time(ev).rechunk(), pods
 
 
-def _slim(ev: pl.DataFrame, keep: pl.Series | None) -> pl.DataFrame:
-    """The events with only the stages' columns (and the incident flags), of the jobs ``keep``
-    (codes; None: all)."""
+def _slim(ev: pl.DataFrame) -> pl.DataFrame:
+    """The events with only the stages' columns (and the incident flags)."""
     ev = inc_mod.with_flags(ev)
-    ev = ev.select([c for c in ev.columns if c in _STAGE_COLUMNS]).with_columns(pl.col("job").cast(JOB_CODE))
-    return ev if keep is None else ev.filter(pl.col("job").is_in(keep.implode()))
+    return ev.select([c for c in ev.columns if c in _STAGE_COLUMNS]).with_columns(pl.col("job").cast(JOB_CODE))
 
 
 def _named(df: pl.DataFrame, names: pl.Series) -> pl.DataFrame:
@@ -389,18 +390,20 @@ def _named(df: pl.DataFrame, names: pl.Series) -> pl.DataFrame:
     return df.with_columns(names.gather(df["job"]).alias("job"))
 
 
-def place_untimed_errors(ev: pl.DataFrame) -> pl.DataFrame:
+def place_untimed_errors(ev: pl.DataFrame, keep: pl.Series | None = None) -> pl.DataFrame:
     """Move an error or warning whose time was inferred past a restart it cannot precede.
 
     A record without a timestamp of its own (a traceback line) is placed at the previous timed
     line of its file, but it lies anywhere up to the next timed line. When the job (re)started
     in between — one pod log spanning several container restarts, whose workers print no timed
     line of their own — the error belongs to the later attempt and is printed as its processes
-    die: it takes the next timed line's time.
+    die: it takes the next timed line's time. Only the events of the jobs ``keep`` (None: all)
+    count.
     """
     if "ts_inferred" not in ev.columns or not ev["ts_inferred"].fill_null(False).any():
         return ev
-    order = ev.filter(pl.col("t").is_not_null()).select("_row", "job", "file", "line", "t", "ts_inferred", "kind")
+    order = ev.select("_row", "job", "file", "line", "t", "ts_inferred", "kind").filter(
+        pl.col("t").is_not_null() & (pl.lit(True) if keep is None else pl.col("job").is_in(keep.implode())))
     # Files as integers (any order will do: the fill stays within a file), so the sort is numeric.
     files = order.select(pl.col("file").unique()).with_row_index("_fc")
     order = order.join(files, on="file", how="left", nulls_equal=True)
@@ -447,14 +450,17 @@ def place_untimed_errors(ev: pl.DataFrame) -> pl.DataFrame:
     return ev.with_columns(pl.col("t").cast(UTC_US).alias("ts"))
 
 
-def relative_times(ev: pl.DataFrame) -> tuple[pl.DataFrame, list[Any]]:
+def relative_times(ev: pl.DataFrame, keep: pl.Series | None = None) -> tuple[pl.DataFrame, list[Any]]:
     """Give a job whose records carry no timestamp at all (a pasted excerpt of a trainer log) a
     relative clock: in file and line order, each step row ends ``n × step_time`` after the previous
     one (``n`` the steps since the previous row, the usual logging interval for the first row),
     and any other record sits at the end of the last step before it, from the epoch on. Returns
-    (events, the jobs so rebuilt); jobs with any timestamp are left alone."""
+    (events, the jobs so rebuilt); jobs with any timestamp, or not among ``keep`` (None: all), are
+    left alone."""
     t = pl.col("t")
     bare = ev.group_by("job").agg(t.is_null().all().alias("_bare"), (pl.col("kind") == "step").any().alias("_steps"))
+    if keep is not None:
+        bare = bare.filter(pl.col("job").is_in(keep.implode()))
     jobs = bare.filter(pl.col("_bare"))["job"].to_list()
     if not jobs:
         return ev, []

@@ -101,6 +101,13 @@ def in_key_order(df: pl.DataFrame, *keys: str, strict: bool = True) -> bool:
     return bool(df.select(later.slice(1).all()).item())
 
 
+def run_id(*keys: str) -> pl.Expr:
+    """Runs of equal ``keys`` numbered 0, 1, ... and flagged sorted, so that ``.over`` on it takes
+    each group as a slice instead of hashing the keys (several times faster on millions of rows).
+    The runs are the keys' groups only when the rows are in key order."""
+    return (pl.col(keys[0]) if len(keys) == 1 else pl.struct(keys)).rle_id().set_sorted()
+
+
 def packed_key(df: pl.DataFrame, cols: list[str]) -> pl.Expr | None:
     """Integer columns packed into one Int64 that sorts as they do together (one numeric column
     to sort or compare instead of several), or None when they hold nulls or their ranges need

@@ -347,15 +347,18 @@ def _progress_before(markers: pl.DataFrame, progress: pl.DataFrame) -> pl.DataFr
     )
 
 
-def assign_attempts(events: pl.DataFrame) -> pl.DataFrame:
-    """Add ``attempt_idx`` (0-based, per job, in time order) to every timed event.
+def assign_attempts(events: pl.DataFrame, keep: pl.Series | None = None) -> pl.DataFrame:
+    """Add ``attempt_idx`` (0-based, per job, in time order) to every timed event, of the jobs
+    ``keep`` (None: all; the others' events are left out).
 
     Events without a time get the attempt of the previous timed event of their file (they
     cannot open an attempt).
     """
+    kept = pl.lit(True) if keep is None else pl.col("job").is_in(keep.implode())
     # At equal times, ends and steps come before starts. The attempts are found on the columns
     # they depend on, in that order; the other columns are reordered once, at the end.
-    keys = events.select("job", "t", "kind", "_row", "step").with_row_index("_pos").filter(pl.col("t").is_not_null())
+    keys = events.select("job", "t", "kind", "_row", "step").with_row_index("_pos").filter(
+        pl.col("t").is_not_null() & kept)
     later_kind = pl.col("kind").is_in(PROGRESS_KINDS).not_()
     # Records in row-id order (as they come) sort stably on (job, t, kind order) packed into one
     # integer, which breaks ties by row id as the four-column sort does.
@@ -368,6 +371,8 @@ def assign_attempts(events: pl.DataFrame) -> pl.DataFrame:
         order = keys.with_columns(later_kind.cast(pl.Int8).alias("_ko")).select(
             pl.arg_sort_by(packed, maintain_order=True))[:, 0]
     timed = keys[order]
+    if timed["job"].null_count() == 0:  # in job order: windows over jobs take slices
+        timed = timed.with_columns(pl.col("job").set_sorted())
     is_marker = pl.col("kind").is_in(MARKER_KINDS)
     is_prog = pl.col("kind").is_in(PROGRESS_KINDS)
     # A step more than 2 below the previous step record of the job also opens an attempt.
@@ -414,7 +419,7 @@ def assign_attempts(events: pl.DataFrame) -> pl.DataFrame:
         .alias("attempt_idx")
     )
     timed = events[timed["_pos"]].with_columns(timed["attempt_idx"])
-    untimed = events.filter(pl.col("t").is_null())
+    untimed = events.filter(pl.col("t").is_null() & kept)
     if untimed.height:
         ref = timed.select("file", "line", "attempt_idx").sort("line")
         untimed = (

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from toranalyze.reconstruct.intervals import attach, in_key_order, packed_key
+from toranalyze.reconstruct.intervals import attach, in_key_order, packed_key, run_id
 from toranalyze.reconstruct.jobs import LIFECYCLE_KINDS
 
 US = 1_000_000
@@ -177,10 +177,11 @@ def refine_ends(rows: pl.DataFrame) -> pl.DataFrame:
     if rows.height == 0:
         return rows.with_columns(pl.col("t_log").alias("t_end"))
     grp = ("job", "attempt_idx")
-    r = sort_by_key(rows, *grp, "step").with_columns(
-        resolution_us(pl.col("t_log")).over(grp).alias("_res"),
-        (pl.col("step") - pl.col("step").shift(1).over(grp)).alias("_n"),
-        pl.struct(*grp).rle_id().alias("_g"),
+    # Rows in (job, attempt, step) order: each attempt is a run of rows (``_g``).
+    r = sort_by_key(rows, *grp, "step").with_columns(run_id(*grp).alias("_g"))
+    r = r.with_columns(
+        resolution_us(pl.col("t_log")).over("_g").alias("_res"),
+        (pl.col("step") - pl.col("step").shift(1).over("_g")).alias("_n"),
     )
     if r.filter(pl.col("_res") > 0).height == 0:
         return r.drop("_res", "_n", "_g").with_columns(pl.col("t_log").alias("t_end"))
@@ -192,7 +193,7 @@ def refine_ends(rows: pl.DataFrame) -> pl.DataFrame:
     elig = (
         (pl.col("_g") == pl.col("_g").shift(1)) & (pl.col("_res") > 0) & (pl.col("rep_us") > 0) & (pl.col("_n") > 0)
     ).fill_null(False)
-    r = r.with_columns(elig.alias("_el")).with_columns((~pl.col("_el")).cum_sum().alias("_seg"))
+    r = r.with_columns(elig.alias("_el")).with_columns((~pl.col("_el")).cum_sum().set_sorted().alias("_seg"))
     r = r.with_columns(
         pl.when(pl.col("_el")).then(pl.col("_n") * pl.col("rep_us")).otherwise(0).cum_sum().over("_seg").alias("_c"),
         pl.when(pl.col("_el")).then(pl.col("_n") * 60 + 100).otherwise(0).cum_sum().over("_seg").alias("_tol"),
@@ -202,7 +203,7 @@ def refine_ends(rows: pl.DataFrame) -> pl.DataFrame:
     )
     starts = _chain_starts(r.select("_el", "_seg", "_x", "_y", "_tol"))
     return (
-        r.with_columns(starts.cum_sum().alias("_ch"))
+        r.with_columns(starts.cum_sum().set_sorted().alias("_ch"))
         .with_columns((pl.col("_x").max().over("_ch") + pl.col("_c")).alias("t_end"))
         .drop("_res", "_n", "_g", "_el", "_seg", "_c", "_tol", "_x", "_y", "_ch")
     )
@@ -228,7 +229,7 @@ def _chain_starts(r: pl.DataFrame) -> pl.Series:
     lo, mn = pl.col("_x").cum_max().over("_ch"), pl.col("_y").cum_min().over("_ch")
     rounds = 0
     while True:
-        c = r.with_columns(pl.col("_s").cum_sum().alias("_ch")).with_columns(
+        c = r.with_columns(pl.col("_s").cum_sum().set_sorted().alias("_ch")).with_columns(
             lo.alias("_lo"), pl.max_horizontal(mn, lo).alias("_hi"), pl.col("_tol").first().over("_ch").alias("_t0")
         )
         accept = pl.max_horizontal(pl.col("_lo").shift(1), "_x") <= pl.min_horizontal(
@@ -250,11 +251,19 @@ def attempt_table(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     non_kernel_err = pl.col("kind").is_in(("error", "warning")) & (pl.col("source").fill_null("") != "kernel")
     is_end = pl.col("kind") == "job_end"
     bad_end = is_end & ~is_clean(pl.col("state").fill_null(""))
+    timed = ev.lazy().filter(pl.col("t").is_not_null())  # only the columns read are filtered
+    # Timed events come in (job, attempt) order from assign_attempts: each attempt a run of rows,
+    # grouped as slices.
+    if in_key_order(ev.select("job", "attempt_idx", "t").filter(pl.col("t").is_not_null()), "job", "attempt_idx",
+                    strict=False):
+        by: list[str | pl.Expr] = [run_id("job", "attempt_idx").alias("_g")]
+        ids = [pl.col("job").first(), pl.col("attempt_idx").first()]
+    else:
+        by, ids = ["job", "attempt_idx"], []
     att = (
-        ev.lazy()  # only the columns read are filtered
-        .filter(pl.col("t").is_not_null())
-        .group_by("job", "attempt_idx")
+        timed.group_by(*by)
         .agg(
+            *ids,
             # A start on a node (a pod's container, a Slurm step on its batch host) is when the
             # processes began; a job-level "started" can precede it by scheduling and image pulls.
             pl.coalesce(
@@ -295,6 +304,7 @@ def attempt_table(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
         .drop("_bad_state", "_bad_code", "_last_state", "_last_code", "_t_any")
         .collect()
     )
+    att = att.drop("_g", strict=False)
     per = steps.group_by("job", "attempt_idx").agg(
         pl.col("step").min().alias("first_step"),
         pl.col("step").max().alias("last_step"),
@@ -331,11 +341,10 @@ def step_intervals(steps: pl.DataFrame, att: pl.DataFrame) -> pl.DataFrame:
     """Add n (steps per row), d_us (per-step µs, null when unknown), prev_step, start, end."""
     a = att.select("job", "attempt_idx", "resumed_from", "t_start")
     s = sort_by_key(attach(steps, a, ["job", "attempt_idx"]), "job", "attempt_idx", "step")
-    grp = ("job", "attempt_idx")
-    s = s.with_columns(
-        pl.col("step").shift(1).over(grp).alias("_ps"),
-        pl.col("t_end").shift(1).over(grp).alias("_pt"),
-    ).with_columns(
+    s = s.with_columns(run_id("job", "attempt_idx").alias("_g")).with_columns(
+        pl.col("step").shift(1).over("_g").alias("_ps"),
+        pl.col("t_end").shift(1).over("_g").alias("_pt"),
+    ).drop("_g").with_columns(
         pl.coalesce("_ps", pl.min_horizontal("resumed_from", pl.col("step") - 1)).alias("prev_step"),
     )
     s = s.with_columns((pl.col("step") - pl.col("prev_step")).clip(lower_bound=1).alias("n"))

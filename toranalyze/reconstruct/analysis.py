@@ -30,8 +30,8 @@ UTC_US = pl.Datetime("us", "UTC")
 JOB_CODE = pl.UInt32
 # Event columns the stages after job assignment read (plus the incident flags).
 _STAGE_COLUMNS = (
-    "ts", "ts_inferred", "t", "_row", "job", "_base", "source", "kind", "severity", "node", "rank", "n_nodes", "n_gpus",
-    "step", "step_time_s", "loss", "duration_s", "code", "state", "failure_class", "rule", "file", "line",
+    "ts", "ts_inferred", "t", "_row", "job", "_base", "_fc", "source", "kind", "severity", "node", "rank", "n_nodes",
+    "n_gpus", "step", "step_time_s", "loss", "duration_s", "code", "state", "failure_class", "rule", "file", "line",
     *inc_mod.FLAG_COLUMNS,
 )
 
@@ -142,7 +142,7 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     keep = jobs["job"] if dropped.height else None
     ev = _slim(ev)
     ev, untimed = relative_times(ev, keep)
-    ev = place_untimed_errors(ev, keep)
+    ev = place_untimed_errors(ev, keep).drop("_fc")
     ev = assign_attempts(ev, keep)
     resources = attempt_resources(ev)
     # Progress.
@@ -402,11 +402,14 @@ def place_untimed_errors(ev: pl.DataFrame, keep: pl.Series | None = None) -> pl.
     """
     if "ts_inferred" not in ev.columns or not ev["ts_inferred"].fill_null(False).any():
         return ev
-    order = ev.select("_row", "job", "file", "line", "t", "ts_inferred", "kind").filter(
+    # Files as integers (any order will do: the fill stays within a file), so the sort is numeric;
+    # assign_jobs numbers them (``_fc``).
+    file = "_fc" if "_fc" in ev.columns else "file"
+    order = ev.select("_row", "job", file, "line", "t", "ts_inferred", "kind").filter(
         pl.col("t").is_not_null() & (pl.lit(True) if keep is None else pl.col("job").is_in(keep.implode())))
-    # Files as integers (any order will do: the fill stays within a file), so the sort is numeric.
-    files = order.select(pl.col("file").unique()).with_row_index("_fc")
-    order = order.join(files, on="file", how="left", nulls_equal=True)
+    if file == "file":
+        files = order.select(pl.col("file").unique()).with_row_index("_fc")
+        order = order.join(files, on="file", how="left", nulls_equal=True)
     packed = packed_key(order, ["_fc", "line", "_row"])  # unique (row ids): the same order, on one column
     order = (
         (order.sort("_fc", "line", "_row") if packed is None else order.sort(packed))

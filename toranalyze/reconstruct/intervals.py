@@ -36,7 +36,11 @@ def in_windows(
     recs = records.drop(key, strict=False).with_row_index("_i")
     recs = recs.filter(pl.all_horizontal(pl.col(c).is_not_null() for c in [*grp, on]))
     solo_w = w.join(clash, on=grp, how="anti")
-    solo_r = recs.join(clash, on=grp, how="anti").sort(on, maintain_order=True)
+    solo_r = recs.join(clash, on=grp, how="anti") if clash.height else recs
+    # (records already in (by, on) order, as step rows are kept, need no sort: the join needs
+    # that order within each group only, and they stay in input order)
+    in_order = in_key_order(solo_r, *grp, on)
+    solo_r = solo_r if in_order else solo_r.sort(on, maintain_order=True)
     hit = solo_r.join_asof(
         solo_w.sort("_lo"), left_on=on, right_on="_lo", by=grp, strategy="backward", check_sortedness=False
     ).filter(pl.col("_hi").is_not_null() & (pl.col(on) <= pl.col("_hi")))
@@ -45,6 +49,8 @@ def in_windows(
         many = w.join(clash, on=grp, how="semi").join(recs.join(clash, on=grp, how="semi"), on=grp)
         out.append(many.filter((pl.col(on) >= pl.col("_lo")) & (pl.col(on) <= pl.col("_hi"))))
     cols = [*windows.columns, *(c for c in recs.columns if c not in windows.columns)]
+    if in_order and len(out) == 1:
+        return hit.select(cols).drop("_i")
     return pl.concat([f.select(cols) for f in out]).sort("_i", key, maintain_order=True).drop("_i")
 
 

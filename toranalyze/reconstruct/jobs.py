@@ -126,7 +126,8 @@ def assign_jobs(events: pl.DataFrame, coded: bool = False) -> tuple[pl.DataFrame
     ``jobs`` has one row per job: ``job``, ``path`` (directory), ``job_ids`` (scheduler ids of
     its attempts, in order), ``identity`` ("scheduler" | "job-name" | "directory"), sorted by
     ``job``. The events get ``_dir`` and ``_base`` too; with ``coded`` their ``job`` is the
-    job's row in ``jobs`` (UInt32) instead of its name, and ``_dir`` is left out.
+    job's row in ``jobs`` (UInt32) instead of its name, ``_dir`` is left out and ``_fc`` numbers
+    their files (any order; a null file too).
     """
     # The rule runs on the few columns it reads, with files, directories, base ids and runs as
     # integer codes (one hash of each distinct string, then numeric keys over the records); the
@@ -314,7 +315,7 @@ def assign_jobs(events: pl.DataFrame, coded: bool = False) -> tuple[pl.DataFrame
             .sort("_jc")["_rank"]
         )
         return events.with_columns(
-            bases["_base"].gather(ev["_bc"]).alias("_base"), rank.gather(ev["_jc"]).alias("job")
+            bases["_base"].gather(ev["_bc"]).alias("_base"), rank.gather(ev["_jc"]).alias("job"), ev["_fc"]
         ), jobs
     return events.with_columns(
         dirs["_dir"].gather(ev["_dc"]).alias("_dir"),

@@ -89,14 +89,18 @@ def overlaps(rows: pl.DataFrame, iv: pl.DataFrame, by: str = "job") -> pl.Series
         return pl.Series("overlap", [], pl.Boolean)
     if iv.height == 0:
         return pl.Series("overlap", [False] * rows.height, pl.Boolean)
-    left = rows.select(by, "start", "end").with_columns(pl.int_range(pl.len()).alias("_i")).sort("start")
+    left = rows.select(by, "start", "end").with_columns(pl.int_range(pl.len()).alias("_i"))
+    # Rows in (by, start) order (step rows mostly are) are looked up as they are: each row's
+    # answer is its own, whatever the order of equal starts.
+    in_order = in_key_order(left, by, "start", strict=False)
+    left = left if in_order else left.sort("start")
     right = iv.select(by, pl.col("start").alias("_is"), pl.col("end").alias("_ie")).sort("_ie")
     hit = left.join_asof(right, left_on="start", right_on="_ie", by=by, strategy="forward", check_sortedness=False)
     # forward on end >= start finds the first interval ending after the row starts.
     hit = hit.with_columns(
         ((pl.col("_is") < pl.col("end")) & (pl.col("_ie") > pl.col("start"))).fill_null(False).alias("overlap")
-    ).sort("_i")
-    return hit["overlap"]
+    )
+    return (hit if in_order else hit.sort("_i"))["overlap"]
 
 
 def step_rows(ev: pl.DataFrame) -> pl.DataFrame:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from toranalyze.reconstruct.intervals import attach, in_windows
+from toranalyze.reconstruct.intervals import attach, in_windows, run_id
 from toranalyze.reconstruct.progress import sort_by_key
 from toranalyze.schema import frame_schema
 
@@ -59,13 +59,16 @@ def detect(
         .pipe(sort_by_key, "job", "attempt_idx", "step")
         .with_columns((pl.col("d_us") / pl.col("base_us")).log().alias("_lr"))
     )
+    # In job order (no null job after the inner join): windows over jobs take slices.
+    h = h.with_columns(pl.col("job").set_sorted())
     # Windows are counted in steps: a job logging every n steps smooths over smooth / n rows
     # (at least 3) and needs min_steps / n rows (at least 2).
     h = h.with_columns(pl.col("n").median().over("job").fill_null(1).clip(lower_bound=1).alias("_nt"))
     # Noise of the job's step times (robust sigma of log ratios); the rolling median over
     # ``smooth`` steps must clear the threshold by 5 of its own standard errors.
+    h = h.with_columns(pl.col("_lr").median().over("job").alias("_sig"))  # (one window at a time: slices)
     h = h.with_columns(
-        ((pl.col("_lr") - pl.col("_lr").median().over("job")).abs().median().over("job") * 1.4826).alias("_sig"),
+        ((pl.col("_lr") - pl.col("_sig")).abs().median().over("job") * 1.4826).alias("_sig"),
         (smooth / pl.col("_nt")).round().cast(pl.Int64).clip(lower_bound=3).alias("_w"),
         (min_steps / pl.col("_nt")).ceil().cast(pl.Int64).clip(lower_bound=2).alias("_minrows"),
     ).with_columns(
@@ -90,7 +93,7 @@ def detect(
     grp = ("job", "attempt_idx")
     h = sort_by_key(h, "job", "attempt_idx", "step")
     h = h.with_columns(_smooth_above(h).alias("_in"))
-    h = h.with_columns(pl.int_range(pl.len()).over(grp).alias("_idx"))
+    h = h.with_columns(pl.int_range(pl.len()).over(run_id(*grp)).alias("_idx"))
     runs = (
         h.filter(pl.col("_in"))
         .with_columns(

@@ -18,7 +18,7 @@ from toranalyze.reconstruct import incidents as inc_mod
 from toranalyze.reconstruct import ledger, progress, slowness
 from toranalyze.reconstruct.attribution import attribute_nodes, pod_bindings
 from toranalyze.reconstruct.incidents import INCIDENTS_SCHEMA
-from toranalyze.reconstruct.intervals import attach, in_windows, packed_key
+from toranalyze.reconstruct.intervals import attach, in_key_order, in_windows, packed_key, run_id
 from toranalyze.reconstruct.jobs import assign_attempts, assign_jobs, job_name, with_time
 from toranalyze.reconstruct.ledger import TOR_SCHEMA
 from toranalyze.reconstruct.resources import RESOURCES_SCHEMA, attempt_resources
@@ -160,7 +160,9 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     # Warm-up: the row's first step is among the first ``warmup_steps`` after the resume point.
     rows0 = attach(rows0, att.select("job", "attempt_idx", pl.col("resumed_from").alias("_rf")), ["job", "attempt_idx"])
     first_rows = pl.col("prev_step") - pl.col("_rf").fill_null(pl.col("prev_step")) < opts.warmup_steps
-    rank_in_att = pl.col("step").rank("ordinal").over("job", "attempt_idx")
+    att_key = ("job", "attempt_idx")
+    by_att = run_id(*att_key) if in_key_order(rows0, *att_key, strict=False) else list(att_key)
+    rank_in_att = pl.col("step").rank("ordinal").over(by_att)
     rows0 = rows0.with_columns(
         progress.overlaps(rows0, blocked).alias("_blocked"),
     ).with_columns(

@@ -107,6 +107,12 @@ def in_key_order(df: pl.DataFrame, *keys: str, strict: bool = True) -> bool:
     return bool(df.select(later.slice(1).all()).item())
 
 
+def flag_sorted(df: pl.DataFrame, col: str = "job") -> pl.DataFrame:
+    """``df`` with ``col`` flagged sorted, for rows known to be in its order (no null): windows
+    and group-bys over it then take slices. A filter keeps the flag; a gather or join drops it."""
+    return df.with_columns(pl.col(col).set_sorted()) if df[col].null_count() == 0 else df
+
+
 def run_id(*keys: str) -> pl.Expr:
     """Runs of equal ``keys`` numbered 0, 1, ... and flagged sorted, so that ``.over`` on it takes
     each group as a slice instead of hashing the keys (several times faster on millions of rows).

@@ -118,8 +118,7 @@ def _clipped(window: pl.DataFrame, families: dict[str, pl.DataFrame]) -> dict[st
         if iv is None or iv.height == 0:
             iv = _empty_iv(window.schema["job"])
         iv = (
-            iv.select("job", "start", "end", "id", "part")
-            .join(window, on="job", how="inner")
+            attach(iv.select("job", "start", "end", "id", "part"), window, "job", how="inner")
             .with_columns(
                 pl.max_horizontal("start", "T0").alias("start"),
                 pl.min_horizontal("end", "T1").alias("end"),

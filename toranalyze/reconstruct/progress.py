@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from toranalyze.reconstruct.intervals import attach, in_key_order, packed_key, run_id
+from toranalyze.reconstruct.intervals import attach, flag_sorted, in_key_order, packed_key, run_id
 from toranalyze.reconstruct.jobs import LIFECYCLE_KINDS
 
 US = 1_000_000
@@ -149,7 +149,7 @@ def step_rows(ev: pl.DataFrame) -> pl.DataFrame:
     ])
     if packed is not None:  # unique keys: the packed order is the columns' order
         rows = rows if rows["_k"].is_sorted() else rows.sort("_k")
-    return refine_ends(sort_by_key(rows.drop("_k"), *key))
+    return flag_sorted(refine_ends(sort_by_key(rows.drop("_k"), *key)))
 
 
 def resolution_us(t: pl.Expr) -> pl.Expr:
@@ -361,7 +361,7 @@ def step_intervals(steps: pl.DataFrame, att: pl.DataFrame) -> pl.DataFrame:
             pl.when(gap > 0).then((gap / pl.col("n")).round().cast(pl.Int64)),
         ).alias("d_us")
     )
-    return s.rename({"_pt": "prev_end"}).drop("_ps", "t_start", "resumed_from")
+    return flag_sorted(s.rename({"_pt": "prev_end"}).drop("_ps", "t_start", "resumed_from"))
 
 
 def place_steps(s: pl.DataFrame, att: pl.DataFrame, ideal_us: pl.DataFrame) -> pl.DataFrame:

@@ -196,7 +196,8 @@ def interrupted_attempts(att: pl.DataFrame, ev: pl.DataFrame, stall_us: dict[str
         .alias("next_resumed_from"),
     )
     errs_after = (
-        ev.filter(pl.col("failure_class").is_not_null() & pl.col("t").is_not_null())
+        ev.select("job", "attempt_idx", "failure_class", "t")
+        .filter(pl.col("failure_class").is_not_null() & pl.col("t").is_not_null())
         .group_by("job", "attempt_idx")
         .agg(pl.col("t").max().alias("_t_last_err"))
     )
@@ -298,7 +299,8 @@ def build_incidents(
     ]
     # Only classified records and scheduler ends can be evidence: filtered before the columns are built.
     maybe = pl.col("failure_class").is_not_null() | (pl.col("kind") == "job_end")
-    cand = ev.filter(pl.col("t").is_not_null() & maybe).select(cols).filter(pl.col("cls").is_not_null())
+    lazy = ev.lazy().filter(pl.col("t").is_not_null() & maybe).select(cols)  # (only the columns read are filtered)
+    cand = lazy.filter(pl.col("cls").is_not_null()).collect()
     win = ia.select(
         "job",
         "attempt_idx",

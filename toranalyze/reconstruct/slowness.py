@@ -218,7 +218,7 @@ def suspects(periods: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
         )
     p = periods.with_columns(pl.int_range(pl.len()).alias("_p"))
     # Records that implicate a node or rank inside [start, end].
-    recs = ev.filter(
+    recs = ev.lazy().filter(  # (only the columns read are filtered)
         pl.col("kind").is_in(("warning", "error"))
         & pl.col("t").is_not_null()
         & (pl.col("node").is_not_null() | pl.col("rank").is_not_null())
@@ -229,7 +229,7 @@ def suspects(periods: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
         "rank",
         "failure_class",
         (pl.col("file") + pl.lit(":") + pl.col("line").cast(pl.String)).alias("ev"),
-    )
+    ).collect()
     hits = (
         p.select("job", "_p", "start", "end")
         .join(recs, on="job", how="inner")
@@ -252,7 +252,8 @@ def suspects(periods: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
     )
     # Per-rank timings: the rank whose median step time in the period is the highest, if it
     # stands out from the median rank by the threshold used for detection.
-    st = ev.filter((pl.col("kind") == "step") & pl.col("rank").is_not_null() & pl.col("step_time_s").is_not_null())
+    st = ev.select("job", "attempt_idx", "kind", "step", "rank", "node", "step_time_s").filter(
+        (pl.col("kind") == "step") & pl.col("rank").is_not_null() & pl.col("step_time_s").is_not_null())
     rank_pick = None
     if st.height and st["rank"].n_unique() > 1:
         r = (

@@ -16,10 +16,10 @@ import polars as pl
 
 from toranalyze.reconstruct import incidents as inc_mod
 from toranalyze.reconstruct import ledger, progress, slowness
-from toranalyze.reconstruct.attribution import attribute_nodes
+from toranalyze.reconstruct.attribution import attribute_nodes, pod_bindings
 from toranalyze.reconstruct.incidents import INCIDENTS_SCHEMA
-from toranalyze.reconstruct.intervals import in_windows, packed_key
-from toranalyze.reconstruct.jobs import assign_attempts, assign_jobs, with_time
+from toranalyze.reconstruct.intervals import attach, in_key_order, in_windows, packed_key, run_id
+from toranalyze.reconstruct.jobs import assign_attempts, assign_jobs, job_name, with_time
 from toranalyze.reconstruct.ledger import TOR_SCHEMA
 from toranalyze.reconstruct.resources import RESOURCES_SCHEMA, attempt_resources
 from toranalyze.reconstruct.slowness import SLOW_PERIODS_SCHEMA
@@ -30,8 +30,8 @@ UTC_US = pl.Datetime("us", "UTC")
 JOB_CODE = pl.UInt32
 # Event columns the stages after job assignment read (plus the incident flags).
 _STAGE_COLUMNS = (
-    "ts", "ts_inferred", "t", "_row", "job", "_base", "source", "kind", "severity", "node", "rank", "n_nodes", "n_gpus",
-    "step", "step_time_s", "loss", "duration_s", "code", "state", "failure_class", "rule", "file", "line",
+    "ts", "ts_inferred", "t", "_row", "job", "_base", "_fc", "source", "kind", "severity", "node", "rank", "n_nodes",
+    "n_gpus", "step", "step_time_s", "loss", "duration_s", "code", "state", "failure_class", "rule", "file", "line",
     *inc_mod.FLAG_COLUMNS,
 )
 
@@ -121,7 +121,8 @@ def _conform(df: pl.DataFrame, schema: pl.Schema) -> pl.DataFrame:
 
 def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None) -> Analysis:
     opts = options or AnalysisOptions()
-    ev = attribute_nodes(with_time(events))  # host from the file's path, pod -> node
+    ev, pods = _prepared(events)
+    ev = attribute_nodes(ev, pods)  # host from the file's path, pod -> node
     # From here on a job is its rank among the sorted names (an integer sorts, joins and groups
     # several times faster than a string, in the same order), and the table holds only the
     # columns the stages read: the message text, half its bytes, is reduced to two flags.
@@ -136,10 +137,13 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     jobs = jobs.with_columns(pl.col("_trained").any().over("path").alias("_dir_trained"))
     dropped = jobs.filter(~pl.col("_trained") & pl.col("_dir_trained"))
     jobs = jobs.filter(pl.col("_trained") | ~pl.col("_dir_trained")).drop("_trained", "_dir_trained")
-    ev = _slim(ev, jobs["job"] if dropped.height else None)
-    ev, untimed = relative_times(ev)
-    ev = place_untimed_errors(ev)
-    ev = assign_attempts(ev)
+    # The other users' jobs leave with the attempts' reordering of the events (one copy of the
+    # table instead of two); the stages before it pass them over.
+    keep = jobs["job"] if dropped.height else None
+    ev = _slim(ev)
+    ev, untimed = relative_times(ev, keep)
+    ev = place_untimed_errors(ev, keep).drop("_fc")
+    ev = assign_attempts(ev, keep)
     resources = attempt_resources(ev)
     # Progress.
     steps = progress.step_rows(ev)
@@ -154,10 +158,11 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     blocked = pl.concat([ckpt.select("job", "start", "end"), evals.select("job", "start", "end")])
     blocked = progress.union_intervals(blocked) if blocked.height else blocked
     # Warm-up: the row's first step is among the first ``warmup_steps`` after the resume point.
-    rows0 = rows0.join(att.select("job", "attempt_idx", pl.col("resumed_from").alias("_rf")), on=["job", "attempt_idx"],
-                       how="left")
+    rows0 = attach(rows0, att.select("job", "attempt_idx", pl.col("resumed_from").alias("_rf")), ["job", "attempt_idx"])
     first_rows = pl.col("prev_step") - pl.col("_rf").fill_null(pl.col("prev_step")) < opts.warmup_steps
-    rank_in_att = pl.col("step").rank("ordinal").over("job", "attempt_idx")
+    att_key = ("job", "attempt_idx")
+    by_att = run_id(*att_key) if in_key_order(rows0, *att_key, strict=False) else list(att_key)
+    rank_in_att = pl.col("step").rank("ordinal").over(by_att)
     rows0 = rows0.with_columns(
         progress.overlaps(rows0, blocked).alias("_blocked"),
     ).with_columns(
@@ -185,7 +190,7 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     # The median of averages over n steps is the steps' mean, exp(sigma^2 (1 - 1/n) / 2) above
     # their median: undo that so t* is the median step time whatever the logging interval.
     ideal = (
-        healthy.join(jitter, on="job", how="left")
+        attach(healthy, jitter, "job")
         .with_columns(
             (
                 pl.col("d_us")
@@ -362,12 +367,24 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
                     checkpoints=_named(ckpt.select("job", "start", "end"), names))
 
 
-def _slim(ev: pl.DataFrame, keep: pl.Series | None) -> pl.DataFrame:
-    """The events with only the stages' columns (and the incident flags), of the jobs ``keep``
-    (codes; None: all)."""
+def _prepared(events: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, str]]:
+    """The columns the stages read, with the message text reduced to what they read of it (the
+    job name it states, the incident flags and the pod -> node bindings), in one chunk per column.
+
+    A table read from parquet comes in chunks (row groups); a column added to it comes in one, and
+    each filter or gather of a frame whose columns are chunked differently first copies every
+    column it touches into one chunk. Copying the slim columns once here is the cheaper way.
+    """
+    pods = pod_bindings(events)
+    keep = [c for c in events.columns if c in _STAGE_COLUMNS or c == "job_id"]
+    ev = events.select(*keep, job_name().alias("_name"), *inc_mod.flag_exprs())
+    return with_time(ev).rechunk(), pods
+
+
+def _slim(ev: pl.DataFrame) -> pl.DataFrame:
+    """The events with only the stages' columns (and the incident flags)."""
     ev = inc_mod.with_flags(ev)
-    ev = ev.select([c for c in ev.columns if c in _STAGE_COLUMNS]).with_columns(pl.col("job").cast(JOB_CODE))
-    return ev if keep is None else ev.filter(pl.col("job").is_in(keep.implode()))
+    return ev.select([c for c in ev.columns if c in _STAGE_COLUMNS]).with_columns(pl.col("job").cast(JOB_CODE))
 
 
 def _named(df: pl.DataFrame, names: pl.Series) -> pl.DataFrame:
@@ -375,21 +392,26 @@ def _named(df: pl.DataFrame, names: pl.Series) -> pl.DataFrame:
     return df.with_columns(names.gather(df["job"]).alias("job"))
 
 
-def place_untimed_errors(ev: pl.DataFrame) -> pl.DataFrame:
+def place_untimed_errors(ev: pl.DataFrame, keep: pl.Series | None = None) -> pl.DataFrame:
     """Move an error or warning whose time was inferred past a restart it cannot precede.
 
     A record without a timestamp of its own (a traceback line) is placed at the previous timed
     line of its file, but it lies anywhere up to the next timed line. When the job (re)started
     in between — one pod log spanning several container restarts, whose workers print no timed
     line of their own — the error belongs to the later attempt and is printed as its processes
-    die: it takes the next timed line's time.
+    die: it takes the next timed line's time. Only the events of the jobs ``keep`` (None: all)
+    count.
     """
     if "ts_inferred" not in ev.columns or not ev["ts_inferred"].fill_null(False).any():
         return ev
-    order = ev.filter(pl.col("t").is_not_null()).select("_row", "job", "file", "line", "t", "ts_inferred", "kind")
-    # Files as integers (any order will do: the fill stays within a file), so the sort is numeric.
-    files = order.select(pl.col("file").unique()).with_row_index("_fc")
-    order = order.join(files, on="file", how="left", nulls_equal=True)
+    # Files as integers (any order will do: the fill stays within a file), so the sort is numeric;
+    # assign_jobs numbers them (``_fc``).
+    file = "_fc" if "_fc" in ev.columns else "file"
+    order = ev.select("_row", "job", file, "line", "t", "ts_inferred", "kind").filter(
+        pl.col("t").is_not_null() & (pl.lit(True) if keep is None else pl.col("job").is_in(keep.implode())))
+    if file == "file":
+        files = order.select(pl.col("file").unique()).with_row_index("_fc")
+        order = order.join(files, on="file", how="left", nulls_equal=True)
     packed = packed_key(order, ["_fc", "line", "_row"])  # unique (row ids): the same order, on one column
     order = (
         (order.sort("_fc", "line", "_row") if packed is None else order.sort(packed))
@@ -433,14 +455,17 @@ def place_untimed_errors(ev: pl.DataFrame) -> pl.DataFrame:
     return ev.with_columns(pl.col("t").cast(UTC_US).alias("ts"))
 
 
-def relative_times(ev: pl.DataFrame) -> tuple[pl.DataFrame, list[Any]]:
+def relative_times(ev: pl.DataFrame, keep: pl.Series | None = None) -> tuple[pl.DataFrame, list[Any]]:
     """Give a job whose records carry no timestamp at all (a pasted excerpt of a trainer log) a
     relative clock: in file and line order, each step row ends ``n × step_time`` after the previous
     one (``n`` the steps since the previous row, the usual logging interval for the first row),
     and any other record sits at the end of the last step before it, from the epoch on. Returns
-    (events, the jobs so rebuilt); jobs with any timestamp are left alone."""
+    (events, the jobs so rebuilt); jobs with any timestamp, or not among ``keep`` (None: all), are
+    left alone."""
     t = pl.col("t")
     bare = ev.group_by("job").agg(t.is_null().all().alias("_bare"), (pl.col("kind") == "step").any().alias("_steps"))
+    if keep is not None:
+        bare = bare.filter(pl.col("job").is_in(keep.implode()))
     jobs = bare.filter(pl.col("_bare"))["job"].to_list()
     if not jobs:
         return ev, []

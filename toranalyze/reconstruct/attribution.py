@@ -66,14 +66,15 @@ def pod_bindings(ev: pl.DataFrame) -> dict[str, str]:
     return dict(zip(pairs["1"].to_list(), pairs["2"].to_list(), strict=True))
 
 
-def attribute_nodes(ev: pl.DataFrame) -> pl.DataFrame:
+def attribute_nodes(ev: pl.DataFrame, pods: dict[str, str] | None = None) -> pl.DataFrame:
     """Fill ``node`` of rows that name none from their file's path (a known node, or a pod bound
-    to one); rows that name a node keep it."""
+    to one); rows that name a node keep it. ``pods``: pod_bindings() of the events, when ``ev``
+    no longer holds their messages."""
     if ev.height == 0 or ev["node"].null_count() == 0:
         return ev
     # Nodes the run names anywhere; a row may list several ('gpu-01,gpu-07').
     known = set(ev["node"].drop_nulls().unique().str.split(",").explode().str.strip_chars().unique().to_list())
-    pods = pod_bindings(ev)
+    pods = pod_bindings(ev) if pods is None else pods
     files = ev.select("node", "file").filter(pl.col("node").is_null())["file"].drop_nulls().unique().to_list()
     mapping: dict[str, str] = {}
     for path in files:  # one pass per file, not per line

@@ -132,6 +132,11 @@ def with_flags(ev: pl.DataFrame) -> pl.DataFrame:
     """Add FLAG_COLUMNS (kept when present)."""
     if all(c in ev.columns for c in FLAG_COLUMNS):
         return ev
+    return ev.with_columns(flag_exprs())
+
+
+def flag_exprs() -> list[pl.Expr]:
+    """FLAG_COLUMNS from the columns message, kind, job_id and failure_class."""
     # A job step (``.batch``, ``.0``) ends CANCELLED whenever its job is stopped (time limit,
     # preemption, node failure): only the job's own row says who cancelled. Read on ends only
     # (the flag is used there), and peers' symptoms on network records only: the patterns skip
@@ -143,7 +148,7 @@ def with_flags(ev: pl.DataFrame) -> pl.DataFrame:
     )
     network = pl.col("failure_class") == "network"
     sym = network & pl.when(network).then(msg).str.contains(PEER_SYMPTOM)
-    return ev.with_columns(sym.fill_null(False).alias("_sym"), step_row.fill_null(False).alias("_step_row"))
+    return [sym.fill_null(False).alias("_sym"), step_row.fill_null(False).alias("_step_row")]
 
 
 def interrupted_attempts(att: pl.DataFrame, ev: pl.DataFrame, stall_us: dict[str, int] | None = None) -> pl.DataFrame:
@@ -191,7 +196,8 @@ def interrupted_attempts(att: pl.DataFrame, ev: pl.DataFrame, stall_us: dict[str
         .alias("next_resumed_from"),
     )
     errs_after = (
-        ev.filter(pl.col("failure_class").is_not_null() & pl.col("t").is_not_null())
+        ev.select("job", "attempt_idx", "failure_class", "t")
+        .filter(pl.col("failure_class").is_not_null() & pl.col("t").is_not_null())
         .group_by("job", "attempt_idx")
         .agg(pl.col("t").max().alias("_t_last_err"))
     )
@@ -293,7 +299,8 @@ def build_incidents(
     ]
     # Only classified records and scheduler ends can be evidence: filtered before the columns are built.
     maybe = pl.col("failure_class").is_not_null() | (pl.col("kind") == "job_end")
-    cand = ev.filter(pl.col("t").is_not_null() & maybe).select(cols).filter(pl.col("cls").is_not_null())
+    lazy = ev.lazy().filter(pl.col("t").is_not_null() & maybe).select(cols)  # (only the columns read are filtered)
+    cand = lazy.filter(pl.col("cls").is_not_null()).collect()
     win = ia.select(
         "job",
         "attempt_idx",

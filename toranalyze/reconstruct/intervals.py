@@ -36,7 +36,11 @@ def in_windows(
     recs = records.drop(key, strict=False).with_row_index("_i")
     recs = recs.filter(pl.all_horizontal(pl.col(c).is_not_null() for c in [*grp, on]))
     solo_w = w.join(clash, on=grp, how="anti")
-    solo_r = recs.join(clash, on=grp, how="anti").sort(on, maintain_order=True)
+    solo_r = recs.join(clash, on=grp, how="anti") if clash.height else recs
+    # (records already in (by, on) order, as step rows are kept, need no sort: the join needs
+    # that order within each group only, and they stay in input order)
+    in_order = in_key_order(solo_r, *grp, on)
+    solo_r = solo_r if in_order else solo_r.sort(on, maintain_order=True)
     hit = solo_r.join_asof(
         solo_w.sort("_lo"), left_on=on, right_on="_lo", by=grp, strategy="backward", check_sortedness=False
     ).filter(pl.col("_hi").is_not_null() & (pl.col(on) <= pl.col("_hi")))
@@ -45,6 +49,8 @@ def in_windows(
         many = w.join(clash, on=grp, how="semi").join(recs.join(clash, on=grp, how="semi"), on=grp)
         out.append(many.filter((pl.col(on) >= pl.col("_lo")) & (pl.col(on) <= pl.col("_hi"))))
     cols = [*windows.columns, *(c for c in recs.columns if c not in windows.columns)]
+    if in_order and len(out) == 1:
+        return hit.select(cols).drop("_i")
     return pl.concat([f.select(cols) for f in out]).sort("_i", key, maintain_order=True).drop("_i")
 
 
@@ -52,57 +58,66 @@ def min_after(queries: pl.DataFrame, rows: pl.DataFrame, value: str) -> pl.DataF
     """For each query (job, attempt, step) the smallest ``value`` of a row of the same job with
     ``attempt_idx > attempt`` and ``step >= step`` (null when none): job, attempt, ``value``.
 
-    The later attempts ``[attempt + 1, ∞)`` are cut into at most one aligned block of 2^k
-    attempts per level k (the binary digits of ``attempt + 1``). Per level, each block's rows
-    become a running minimum of ``value`` from the highest step down, looked up with
-    ``join_asof`` at the query's step: O((rows + queries) · log attempts) rows in all.
+    Per attempt, the rows become a running minimum of ``value`` from the highest step down, so
+    one as-of look-up at the query's step answers for that attempt; each query looks up every
+    later attempt of its job: O(rows + queries · attempts) rows, one pass over the rows.
     """
     out_schema = pl.Schema({"job": queries.schema["job"], "attempt": queries.schema["attempt"],
                             value: rows.schema[value]})
-    # Jobs as integers, so that (job, block) is one integer key: _j · 2^32 + block.
-    codes = pl.concat([rows.select("job"), queries.select("job")]).unique().with_row_index("_j")
-    j = pl.col("_j").cast(pl.Int64) * (1 << 32)
-    r = (
-        rows.filter(pl.col("step").is_not_null() & pl.col(value).is_not_null())
-        .join(codes, on="job")
-        .select(j.alias("_j"), pl.col("attempt_idx").cast(pl.Int64), "step", value)
-        .sort("step", value)  # within any block: step order, the smallest value first among equal steps
-    )
-    q = queries.join(codes, on="job").select(
-        "job", "attempt", "step", j.alias("_j"), (pl.col("attempt").cast(pl.Int64) + 1).alias("_x")
-    )
+    grp = ["job", "attempt_idx"]
+    r = rows.filter(pl.col("step").is_not_null() & pl.col(value).is_not_null()).select(*grp, "step", value)
+    q = queries.select("job", "attempt", "step")
     if r.height == 0 or q.height == 0:
         return pl.DataFrame(schema=out_schema)
-    levels = (int(r.select(pl.col("attempt_idx").max()).item()) + 1).bit_length()
-    found = []
-    for k in range(levels):
-        bit = (pl.col("_x") // (1 << k)) % 2 == 1
-        ask = q.filter(bit).select("job", "attempt", "step", (pl.col("_j") + pl.col("_x") // (1 << k)).alias("_g"))
-        q = q.with_columns(pl.when(bit).then(pl.col("_x") + (1 << k)).otherwise(pl.col("_x")).alias("_x"))
-        if ask.height == 0:
-            continue
-        g = pl.col("_g")
-        block = (
-            r.select((pl.col("_j") + pl.col("attempt_idx") // (1 << k)).alias("_g"), pl.col("step").alias("_s"), value)
-            .sort("_g", maintain_order=True)
-            .with_columns(pl.col(value).cum_min(reverse=True).over("_g"))
-            # one row per (block, step): the first, whose running minimum covers its equals
-            .filter(((g != g.shift(1)) | (pl.col("_s") != pl.col("_s").shift(1))).fill_null(True))
-        )
-        found.append(
-            ask.sort("step").join_asof(
-                block, left_on="step", right_on="_s", by="_g", strategy="forward", check_sortedness=False
-            )
-        )
-    if not found:
-        return pl.DataFrame(schema=out_schema)
+    # Step rows come in (job, attempt, step) order with distinct steps; otherwise the smallest
+    # value first among equal steps, and the first of them kept (its running minimum covers them).
+    if not in_key_order(r, *grp, "step"):
+        r = r.sort(*grp, "step", value)
+        first = pl.any_horizontal((pl.col(c) != pl.col(c).shift(1)).fill_null(True) for c in [*grp, "step"])
+        r = r.with_columns(pl.col(value).reverse().cum_min().reverse().over(grp)).filter(first)
+    else:
+        r = r.with_columns(pl.col(value).reverse().cum_min().reverse().over(grp))
+    later = (
+        q.join(r.select(grp).unique(), on="job")
+        .filter(pl.col("attempt_idx") > pl.col("attempt"))
+        .sort("step")
+        .join_asof(r.rename({"step": "_s"}), left_on="step", right_on="_s", by=grp, strategy="forward",
+                   check_sortedness=False)
+    )
     return (
-        pl.concat([f.select("job", "attempt", value) for f in found])
-        .group_by("job", "attempt")
+        later.group_by("job", "attempt")
         .agg(pl.col(value).min())
         .filter(pl.col(value).is_not_null())
         .cast(out_schema)
     )
+
+
+def in_key_order(df: pl.DataFrame, *keys: str, strict: bool = True) -> bool:
+    """Are the rows in ``keys`` order, strictly (no equal keys) unless ``strict=False``, with no
+    null key? (A linear check.)"""
+    cols = list(keys)
+    if df.height <= 1:
+        return True
+    if df.select(pl.any_horizontal(pl.col(cols).is_null().any())).item():
+        return False
+    last = pl.col(cols[-1])
+    later = last > last.shift(1) if strict else last >= last.shift(1)
+    for k in reversed(cols[:-1]):
+        later = (pl.col(k) > pl.col(k).shift(1)) | ((pl.col(k) == pl.col(k).shift(1)) & later)
+    return bool(df.select(later.slice(1).all()).item())
+
+
+def flag_sorted(df: pl.DataFrame, col: str = "job") -> pl.DataFrame:
+    """``df`` with ``col`` flagged sorted, for rows known to be in its order (no null): windows
+    and group-bys over it then take slices. A filter keeps the flag; a gather or join drops it."""
+    return df.with_columns(pl.col(col).set_sorted()) if df[col].null_count() == 0 else df
+
+
+def run_id(*keys: str) -> pl.Expr:
+    """Runs of equal ``keys`` numbered 0, 1, ... and flagged sorted, so that ``.over`` on it takes
+    each group as a slice instead of hashing the keys (several times faster on millions of rows).
+    The runs are the keys' groups only when the rows are in key order."""
+    return (pl.col(keys[0]) if len(keys) == 1 else pl.struct(keys)).rle_id().set_sorted()
 
 
 def packed_key(df: pl.DataFrame, cols: list[str]) -> pl.Expr | None:
@@ -124,3 +139,52 @@ def packed_key(df: pl.DataFrame, cols: list[str]) -> pl.Expr | None:
         expr = expr + (pl.col(c).cast(pl.Int64) - low) * (1 << shift)
         shift += b
     return expr
+
+
+
+def attach(df: pl.DataFrame, table: pl.DataFrame, on: str | list[str], how: str = "left") -> pl.DataFrame:
+    """``df.join(table, on=on, how=how)`` (left or inner) for a ``table`` with one row per key,
+    as a look-up: keys of small non-negative integers (job codes, attempt indices, row ids)
+    address a slot array, so millions of rows gather their values instead of being hashed. Other
+    keys take the join. The fast path keeps ``df``'s row order."""
+    keys = [on] if isinstance(on, str) else list(on)
+    extra = [c for c in table.columns if c not in keys]
+    slots = None if set(extra) & set(df.columns) else _slots(df, table, keys)
+    if slots is None:
+        return df.join(table, on=keys, how="inner" if how == "inner" else "left")
+    size, index = slots
+    slot = pl.repeat(None, size, dtype=pl.Int64, eager=True).scatter(
+        table.select(index)[:, 0], pl.int_range(table.height, dtype=pl.Int64, eager=True)
+    )
+    if size - slot.null_count() < table.height:  # a key repeated: the join's rows, not a look-up
+        return df.join(table, on=keys, how="inner" if how == "inner" else "left")
+    pos = slot.gather(df.select(index)[:, 0])
+    out = df.with_columns(table[c].gather(pos) for c in extra)
+    return out.filter(pos.is_not_null()) if how == "inner" else out
+
+
+def _slots(df: pl.DataFrame, table: pl.DataFrame, keys: list[str]) -> tuple[int, pl.Expr] | None:
+    """(slot count, slot of a row) when ``keys`` can address a slot array: integers, none negative,
+    no null in ``table``, and not many more slots than table rows."""
+    if table.height == 0 or df.height == 0:
+        return None
+    if not all(df.schema[k].is_integer() and table.schema[k].is_integer() for k in keys):
+        return None
+    lo_hi = pl.concat([df.select(keys).cast(pl.Int64), table.select(keys).cast(pl.Int64)]).select(
+        *[pl.col(k).min().alias(f"lo_{k}") for k in keys], *[pl.col(k).max().alias(f"hi_{k}") for k in keys]
+    ).row(0, named=True)
+    if any(lo_hi[f"lo_{k}"] is None or lo_hi[f"lo_{k}"] < 0 for k in keys):
+        return None
+    if table.select(pl.any_horizontal(pl.col(keys).is_null().any())).item():
+        return None
+    sizes = [int(lo_hi[f"hi_{k}"]) + 1 for k in keys]
+    size = 1
+    for n in sizes:
+        size *= n
+    if size > max(1 << 16, 2 * table.height):
+        return None
+    index, stride = pl.lit(0, pl.Int64), 1
+    for k, n in reversed(list(zip(keys, sizes, strict=True))):
+        index = index + pl.col(k).cast(pl.Int64) * stride
+        stride *= n
+    return size, index

@@ -58,6 +58,11 @@ def _dir_expr() -> pl.Expr:
     return pl.when(f.str.contains("/")).then(f.str.replace(r"/[^/]*$", "")).otherwise(pl.lit(""))
 
 
+def job_name() -> pl.Expr:
+    """The job name a record's message states (``JobName=``, ``job-name:``), else null."""
+    return pl.col("message").str.extract(_NAME_RE, 1)
+
+
 def _fold_dirs(ev: pl.DataFrame) -> dict[str, str]:
     """Map each input directory to the directory that holds its run.
 
@@ -121,12 +126,15 @@ def assign_jobs(events: pl.DataFrame, coded: bool = False) -> tuple[pl.DataFrame
     ``jobs`` has one row per job: ``job``, ``path`` (directory), ``job_ids`` (scheduler ids of
     its attempts, in order), ``identity`` ("scheduler" | "job-name" | "directory"), sorted by
     ``job``. The events get ``_dir`` and ``_base`` too; with ``coded`` their ``job`` is the
-    job's row in ``jobs`` (UInt32) instead of its name, and ``_dir`` is left out.
+    job's row in ``jobs`` (UInt32) instead of its name, ``_dir`` is left out and ``_fc`` numbers
+    their files (any order; a null file too).
     """
     # The rule runs on the few columns it reads, with files, directories, base ids and runs as
     # integer codes (one hash of each distinct string, then numeric keys over the records); the
-    # names are attached to the events at the end.
-    ev = events.select("file", "job_id", "kind", "t", "_row", pl.col("message").str.extract(_NAME_RE, 1).alias("_name"))
+    # names are attached to the events at the end. A ``_name`` column (job_name()) stands in for
+    # the message text.
+    name = pl.col("_name") if "_name" in events.columns else job_name()
+    ev = events.select("file", "job_id", "kind", "t", "_row", name.alias("_name"))
     files = ev.select(pl.col("file").unique()).with_row_index("_fc").with_columns(_dir_expr().alias("_dir"))
     ids = ev.select(pl.col("job_id").unique().drop_nulls()).with_columns(
         pl.col("job_id").str.strip_chars().str.extract(_BASE_RE, 1).alias("_base")
@@ -307,7 +315,7 @@ def assign_jobs(events: pl.DataFrame, coded: bool = False) -> tuple[pl.DataFrame
             .sort("_jc")["_rank"]
         )
         return events.with_columns(
-            bases["_base"].gather(ev["_bc"]).alias("_base"), rank.gather(ev["_jc"]).alias("job")
+            bases["_base"].gather(ev["_bc"]).alias("_base"), rank.gather(ev["_jc"]).alias("job"), ev["_fc"]
         ), jobs
     return events.with_columns(
         dirs["_dir"].gather(ev["_dc"]).alias("_dir"),
@@ -340,15 +348,18 @@ def _progress_before(markers: pl.DataFrame, progress: pl.DataFrame) -> pl.DataFr
     )
 
 
-def assign_attempts(events: pl.DataFrame) -> pl.DataFrame:
-    """Add ``attempt_idx`` (0-based, per job, in time order) to every timed event.
+def assign_attempts(events: pl.DataFrame, keep: pl.Series | None = None) -> pl.DataFrame:
+    """Add ``attempt_idx`` (0-based, per job, in time order) to every timed event, of the jobs
+    ``keep`` (None: all; the others' events are left out).
 
     Events without a time get the attempt of the previous timed event of their file (they
     cannot open an attempt).
     """
+    kept = pl.lit(True) if keep is None else pl.col("job").is_in(keep.implode())
     # At equal times, ends and steps come before starts. The attempts are found on the columns
     # they depend on, in that order; the other columns are reordered once, at the end.
-    keys = events.select("job", "t", "kind", "_row", "step").with_row_index("_pos").filter(pl.col("t").is_not_null())
+    keys = events.select("job", "t", "kind", "_row", "step").with_row_index("_pos").filter(
+        pl.col("t").is_not_null() & kept)
     later_kind = pl.col("kind").is_in(PROGRESS_KINDS).not_()
     # Records in row-id order (as they come) sort stably on (job, t, kind order) packed into one
     # integer, which breaks ties by row id as the four-column sort does.
@@ -361,6 +372,8 @@ def assign_attempts(events: pl.DataFrame) -> pl.DataFrame:
         order = keys.with_columns(later_kind.cast(pl.Int8).alias("_ko")).select(
             pl.arg_sort_by(packed, maintain_order=True))[:, 0]
     timed = keys[order]
+    if timed["job"].null_count() == 0:  # in job order: windows over jobs take slices
+        timed = timed.with_columns(pl.col("job").set_sorted())
     is_marker = pl.col("kind").is_in(MARKER_KINDS)
     is_prog = pl.col("kind").is_in(PROGRESS_KINDS)
     # A step more than 2 below the previous step record of the job also opens an attempt.
@@ -407,7 +420,7 @@ def assign_attempts(events: pl.DataFrame) -> pl.DataFrame:
         .alias("attempt_idx")
     )
     timed = events[timed["_pos"]].with_columns(timed["attempt_idx"])
-    untimed = events.filter(pl.col("t").is_null())
+    untimed = events.filter(pl.col("t").is_null() & kept)
     if untimed.height:
         ref = timed.select("file", "line", "attempt_idx").sort("line")
         untimed = (

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from toranalyze.reconstruct.intervals import attach
 from toranalyze.reconstruct.progress import make_disjoint, sort_by_key, union_intervals
 from toranalyze.schema import frame_schema
 
@@ -117,8 +118,7 @@ def _clipped(window: pl.DataFrame, families: dict[str, pl.DataFrame]) -> dict[st
         if iv is None or iv.height == 0:
             iv = _empty_iv(window.schema["job"])
         iv = (
-            iv.select("job", "start", "end", "id", "part")
-            .join(window, on="job", how="inner")
+            attach(iv.select("job", "start", "end", "id", "part"), window, "job", how="inner")
             .with_columns(
                 pl.max_horizontal("start", "T0").alias("start"),
                 pl.min_horizontal("end", "T1").alias("end"),
@@ -293,13 +293,12 @@ def compute(
     owned = own(window, fam)
     step_owned = owned.filter(pl.col("family") == "step").select("id", "owned_us")
     rows = (
-        rows.join(step_owned, on="id", how="left")
-        .join(ideal_us, on="job", how="left")
+        attach(attach(rows, step_owned, "id"), ideal_us, "job")
         .with_columns(pl.col("owned_us").fill_null(0))
         .with_columns((pl.col("owned_us") * pl.col("n_lost") // pl.col("n")).alias("rework_us"))
     )
     if jitter is not None and jitter.height and "d_us" in rows.columns:
-        rows = rows.join(jitter, on="job", how="left")
+        rows = attach(rows, jitter, "job")
         u = expected_useful_per_step(
             rows.select(pl.coalesce("d_us", "ideal_us"))[:, 0], rows["n"], rows["ideal_us"], rows["sigma"]
         )

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from toranalyze.reconstruct.intervals import packed_key
+from toranalyze.reconstruct.intervals import attach, flag_sorted, in_key_order, packed_key, run_id
 from toranalyze.reconstruct.jobs import LIFECYCLE_KINDS
 
 US = 1_000_000
@@ -51,15 +51,7 @@ def sort_by_key(df: pl.DataFrame, *keys: str, strict: bool = True) -> pl.DataFra
     check; with unique keys the sort could only return them as they are). Millions of step rows
     are kept in (job, attempt, step) order from stage to stage. ``strict=False`` also skips it
     for rows in order with equal keys (for callers that aggregate equal keys)."""
-    cols = list(keys)
-    if df.height > 1 and not df.select(pl.any_horizontal(pl.col(cols).is_null().any())).item():
-        last = pl.col(cols[-1])
-        later = last > last.shift(1) if strict else last >= last.shift(1)
-        for k in reversed(cols[:-1]):
-            later = (pl.col(k) > pl.col(k).shift(1)) | ((pl.col(k) == pl.col(k).shift(1)) & later)
-        if df.select(later.slice(1).all()).item():
-            return df
-    return df.sort(*cols)
+    return df if in_key_order(df, *keys, strict=strict) else df.sort(*keys)
 
 
 def union_intervals(iv: pl.DataFrame, by: str = "job") -> pl.DataFrame:
@@ -97,14 +89,18 @@ def overlaps(rows: pl.DataFrame, iv: pl.DataFrame, by: str = "job") -> pl.Series
         return pl.Series("overlap", [], pl.Boolean)
     if iv.height == 0:
         return pl.Series("overlap", [False] * rows.height, pl.Boolean)
-    left = rows.select(by, "start", "end").with_columns(pl.int_range(pl.len()).alias("_i")).sort("start")
+    left = rows.select(by, "start", "end").with_columns(pl.int_range(pl.len()).alias("_i"))
+    # Rows in (by, start) order (step rows mostly are) are looked up as they are: each row's
+    # answer is its own, whatever the order of equal starts.
+    in_order = in_key_order(left, by, "start", strict=False)
+    left = left if in_order else left.sort("start")
     right = iv.select(by, pl.col("start").alias("_is"), pl.col("end").alias("_ie")).sort("_ie")
     hit = left.join_asof(right, left_on="start", right_on="_ie", by=by, strategy="forward", check_sortedness=False)
     # forward on end >= start finds the first interval ending after the row starts.
     hit = hit.with_columns(
         ((pl.col("_is") < pl.col("end")) & (pl.col("_ie") > pl.col("start"))).fill_null(False).alias("overlap")
-    ).sort("_i")
-    return hit["overlap"]
+    )
+    return (hit if in_order else hit.sort("_i"))["overlap"]
 
 
 def step_rows(ev: pl.DataFrame) -> pl.DataFrame:
@@ -153,7 +149,7 @@ def step_rows(ev: pl.DataFrame) -> pl.DataFrame:
     ])
     if packed is not None:  # unique keys: the packed order is the columns' order
         rows = rows if rows["_k"].is_sorted() else rows.sort("_k")
-    return refine_ends(sort_by_key(rows.drop("_k"), *key))
+    return flag_sorted(refine_ends(sort_by_key(rows.drop("_k"), *key)))
 
 
 def resolution_us(t: pl.Expr) -> pl.Expr:
@@ -185,10 +181,11 @@ def refine_ends(rows: pl.DataFrame) -> pl.DataFrame:
     if rows.height == 0:
         return rows.with_columns(pl.col("t_log").alias("t_end"))
     grp = ("job", "attempt_idx")
-    r = sort_by_key(rows, *grp, "step").with_columns(
-        resolution_us(pl.col("t_log")).over(grp).alias("_res"),
-        (pl.col("step") - pl.col("step").shift(1).over(grp)).alias("_n"),
-        pl.struct(*grp).rle_id().alias("_g"),
+    # Rows in (job, attempt, step) order: each attempt is a run of rows (``_g``).
+    r = sort_by_key(rows, *grp, "step").with_columns(run_id(*grp).alias("_g"))
+    r = r.with_columns(
+        resolution_us(pl.col("t_log")).over("_g").alias("_res"),
+        (pl.col("step") - pl.col("step").shift(1).over("_g")).alias("_n"),
     )
     if r.filter(pl.col("_res") > 0).height == 0:
         return r.drop("_res", "_n", "_g").with_columns(pl.col("t_log").alias("t_end"))
@@ -200,7 +197,7 @@ def refine_ends(rows: pl.DataFrame) -> pl.DataFrame:
     elig = (
         (pl.col("_g") == pl.col("_g").shift(1)) & (pl.col("_res") > 0) & (pl.col("rep_us") > 0) & (pl.col("_n") > 0)
     ).fill_null(False)
-    r = r.with_columns(elig.alias("_el")).with_columns((~pl.col("_el")).cum_sum().alias("_seg"))
+    r = r.with_columns(elig.alias("_el")).with_columns((~pl.col("_el")).cum_sum().set_sorted().alias("_seg"))
     r = r.with_columns(
         pl.when(pl.col("_el")).then(pl.col("_n") * pl.col("rep_us")).otherwise(0).cum_sum().over("_seg").alias("_c"),
         pl.when(pl.col("_el")).then(pl.col("_n") * 60 + 100).otherwise(0).cum_sum().over("_seg").alias("_tol"),
@@ -210,7 +207,7 @@ def refine_ends(rows: pl.DataFrame) -> pl.DataFrame:
     )
     starts = _chain_starts(r.select("_el", "_seg", "_x", "_y", "_tol"))
     return (
-        r.with_columns(starts.cum_sum().alias("_ch"))
+        r.with_columns(starts.cum_sum().set_sorted().alias("_ch"))
         .with_columns((pl.col("_x").max().over("_ch") + pl.col("_c")).alias("t_end"))
         .drop("_res", "_n", "_g", "_el", "_seg", "_c", "_tol", "_x", "_y", "_ch")
     )
@@ -236,7 +233,7 @@ def _chain_starts(r: pl.DataFrame) -> pl.Series:
     lo, mn = pl.col("_x").cum_max().over("_ch"), pl.col("_y").cum_min().over("_ch")
     rounds = 0
     while True:
-        c = r.with_columns(pl.col("_s").cum_sum().alias("_ch")).with_columns(
+        c = r.with_columns(pl.col("_s").cum_sum().set_sorted().alias("_ch")).with_columns(
             lo.alias("_lo"), pl.max_horizontal(mn, lo).alias("_hi"), pl.col("_tol").first().over("_ch").alias("_t0")
         )
         accept = pl.max_horizontal(pl.col("_lo").shift(1), "_x") <= pl.min_horizontal(
@@ -258,11 +255,19 @@ def attempt_table(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     non_kernel_err = pl.col("kind").is_in(("error", "warning")) & (pl.col("source").fill_null("") != "kernel")
     is_end = pl.col("kind") == "job_end"
     bad_end = is_end & ~is_clean(pl.col("state").fill_null(""))
+    timed = ev.lazy().filter(pl.col("t").is_not_null())  # only the columns read are filtered
+    # Timed events come in (job, attempt) order from assign_attempts: each attempt a run of rows,
+    # grouped as slices.
+    if in_key_order(ev.select("job", "attempt_idx", "t").filter(pl.col("t").is_not_null()), "job", "attempt_idx",
+                    strict=False):
+        by: list[str | pl.Expr] = [run_id("job", "attempt_idx").alias("_g")]
+        ids = [pl.col("job").first(), pl.col("attempt_idx").first()]
+    else:
+        by, ids = ["job", "attempt_idx"], []
     att = (
-        ev.lazy()  # only the columns read are filtered
-        .filter(pl.col("t").is_not_null())
-        .group_by("job", "attempt_idx")
+        timed.group_by(*by)
         .agg(
+            *ids,
             # A start on a node (a pod's container, a Slurm step on its batch host) is when the
             # processes began; a job-level "started" can precede it by scheduling and image pulls.
             pl.coalesce(
@@ -303,6 +308,7 @@ def attempt_table(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
         .drop("_bad_state", "_bad_code", "_last_state", "_last_code", "_t_any")
         .collect()
     )
+    att = att.drop("_g", strict=False)
     per = steps.group_by("job", "attempt_idx").agg(
         pl.col("step").min().alias("first_step"),
         pl.col("step").max().alias("last_step"),
@@ -338,12 +344,11 @@ def attempt_table(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
 def step_intervals(steps: pl.DataFrame, att: pl.DataFrame) -> pl.DataFrame:
     """Add n (steps per row), d_us (per-step µs, null when unknown), prev_step, start, end."""
     a = att.select("job", "attempt_idx", "resumed_from", "t_start")
-    s = sort_by_key(steps.join(a, on=["job", "attempt_idx"], how="left"), "job", "attempt_idx", "step")
-    grp = ("job", "attempt_idx")
-    s = s.with_columns(
-        pl.col("step").shift(1).over(grp).alias("_ps"),
-        pl.col("t_end").shift(1).over(grp).alias("_pt"),
-    ).with_columns(
+    s = sort_by_key(attach(steps, a, ["job", "attempt_idx"]), "job", "attempt_idx", "step")
+    s = s.with_columns(run_id("job", "attempt_idx").alias("_g")).with_columns(
+        pl.col("step").shift(1).over("_g").alias("_ps"),
+        pl.col("t_end").shift(1).over("_g").alias("_pt"),
+    ).drop("_g").with_columns(
         pl.coalesce("_ps", pl.min_horizontal("resumed_from", pl.col("step") - 1)).alias("prev_step"),
     )
     s = s.with_columns((pl.col("step") - pl.col("prev_step")).clip(lower_bound=1).alias("n"))
@@ -356,14 +361,13 @@ def step_intervals(steps: pl.DataFrame, att: pl.DataFrame) -> pl.DataFrame:
             pl.when(gap > 0).then((gap / pl.col("n")).round().cast(pl.Int64)),
         ).alias("d_us")
     )
-    return s.rename({"_pt": "prev_end"}).drop("_ps", "t_start", "resumed_from")
+    return flag_sorted(s.rename({"_pt": "prev_end"}).drop("_ps", "t_start", "resumed_from"))
 
 
 def place_steps(s: pl.DataFrame, att: pl.DataFrame, ideal_us: pl.DataFrame) -> pl.DataFrame:
     """Fill unknown durations with the job's ideal step time and compute [start, end] per row."""
-    s = s.join(ideal_us, on="job", how="left").join(
-        att.select("job", "attempt_idx", pl.col("t_start").alias("_as")), on=["job", "attempt_idx"], how="left"
-    )
+    s = attach(attach(s, ideal_us, "job"), att.select("job", "attempt_idx", pl.col("t_start").alias("_as")),
+               ["job", "attempt_idx"])
     s = s.with_columns(pl.coalesce("d_us", "ideal_us").alias("d_us"))
     s = s.with_columns(
         pl.max_horizontal(
@@ -386,7 +390,7 @@ def mark_lost(s: pl.DataFrame, att: pl.DataFrame) -> pl.DataFrame:
         .with_columns(pl.col("_r").reverse().cum_min().reverse().over("job").shift(-1).over("job").alias("later_min"))
         .select("job", "attempt_idx", pl.col("later_min").fill_null(BIG))
     )
-    s = s.join(later, on=["job", "attempt_idx"], how="left").with_columns(pl.col("later_min").fill_null(BIG))
+    s = attach(s, later, ["job", "attempt_idx"]).with_columns(pl.col("later_min").fill_null(BIG))
     return s.with_columns(
         (pl.col("step") - pl.max_horizontal("prev_step", "later_min")).clip(0).clip(upper_bound=pl.col("n")).alias(
             "n_lost"
@@ -418,7 +422,7 @@ def _pair(ev: pl.DataFrame, begin: str, end: str, steps: pl.DataFrame) -> pl.Dat
             }
         )
     # Key: the record's step, else the last step completed before it.
-    last = steps.select("job", "attempt_idx", pl.col("t_log").alias("t"), pl.col("step").alias("_ls")).sort("t")
+    last = _asof_ready(steps.select("job", "attempt_idx", pl.col("t_log").alias("t"), pl.col("step").alias("_ls")), "t")
     rows = (
         rows.sort("t")
         .join_asof(last, on="t", by=["job", "attempt_idx"], strategy="backward", check_sortedness=False)
@@ -441,6 +445,13 @@ def _value_res(t: pl.Expr) -> pl.Expr:
     return pl.when(t % US == 0).then(pl.lit(US)).when(t % 1000 == 0).then(pl.lit(1000)).otherwise(pl.lit(0))
 
 
+def _asof_ready(rows: pl.DataFrame, on: str, by: tuple[str, ...] = ("job", "attempt_idx")) -> pl.DataFrame:
+    """``rows`` as the right side of an as-of join on ``on`` by ``by``: sorted on ``on``. The join
+    needs that order within each group only, so rows already in (by, on) order, distinct keys (the
+    step rows as the stages keep them), are taken as they are instead of sorting millions."""
+    return rows if in_key_order(rows, *by, on) else rows.sort(on)
+
+
 def _with_neighbours(p: pl.DataFrame, s: pl.DataFrame) -> pl.DataFrame:
     """Join to intervals keyed by (job, attempt_idx, key step): ``_prev_end``, the end of the last
     step row at or before the key step, and ``_next_start``, the compute start (end − n·d) of the
@@ -449,8 +460,9 @@ def _with_neighbours(p: pl.DataFrame, s: pl.DataFrame) -> pl.DataFrame:
     rows = s.filter(pl.col("d_us").is_not_null()).select(
         *grp, "step", "end", (pl.col("end") - pl.col("n") * pl.col("d_us")).alias("_cs")
     )
-    prev = rows.select(*grp, pl.col("step").alias("_ps"), pl.col("end").alias("_prev_end")).sort("_ps")
-    nxt = rows.select(*grp, pl.col("step").alias("_ns"), pl.col("_cs").alias("_next_start")).sort("_ns")
+    rows = _asof_ready(rows, "step")
+    prev = rows.select(*grp, pl.col("step").alias("_ps"), pl.col("end").alias("_prev_end"))
+    nxt = rows.select(*grp, pl.col("step").alias("_ns"), pl.col("_cs").alias("_next_start"))
     p = p.sort("key").join_asof(
         prev, left_on="key", right_on="_ps", by=grp, strategy="backward", check_sortedness=False
     )
@@ -584,7 +596,7 @@ def eval_intervals(ev: pl.DataFrame, s: pl.DataFrame | None = None, ckpt: pl.Dat
         parts.append(with_dur)
     bare = lone.filter(pl.col("duration_s").is_null())
     if bare.height and s is not None and s.height:
-        rows = s.select(*grp, pl.col("t_log").alias("_k"), "step", "end").sort("_k")
+        rows = _asof_ready(s.select(*grp, pl.col("t_log").alias("_k"), "step", "end"), "_k")
         bare = (
             bare.sort("end")
             .join_asof(rows, left_on="end", right_on="_k", by=grp, strategy="backward", check_sortedness=False)

@@ -28,7 +28,8 @@ def attempt_resources(ev: pl.DataFrame) -> pl.DataFrame:
     """Events with ``job`` and ``attempt_idx`` (after ``assign_attempts``) -> RESOURCES_SCHEMA rows."""
     if "attempt_idx" not in ev.columns or ev.height == 0:
         return pl.DataFrame(schema={**RESOURCES_SCHEMA, "job": ev.schema.get("job", pl.String)})
-    ev = ev.filter(pl.col("job").is_not_null() & pl.col("attempt_idx").is_not_null())
+    ev = ev.select("job", "attempt_idx", "node", "source", "n_gpus", "n_nodes").filter(
+        pl.col("job").is_not_null() & pl.col("attempt_idx").is_not_null())  # (the columns read, not all)
     key = ["job", "attempt_idx"]
     named = ev.filter(pl.col("node").is_not_null()).with_columns((pl.col("source") == "kernel").alias("_kern"))
     # Per attempt: the nodes of its non-kernel records, else of its kernel records.

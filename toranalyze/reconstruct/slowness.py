@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from toranalyze.reconstruct.intervals import in_windows
+from toranalyze.reconstruct.intervals import attach, in_windows, run_id
 from toranalyze.reconstruct.progress import sort_by_key
 from toranalyze.schema import frame_schema
 
@@ -55,18 +55,20 @@ def detect(
     """
     cols = ["job", "attempt_idx", "step", "start", "end", "d_us", "n", "prev_step"]
     h = (
-        rows.select(*cols, "healthy").filter(pl.col("healthy"))
-        .join(baseline_us, on="job", how="inner")
+        attach(rows.select(*cols, "healthy").filter(pl.col("healthy")), baseline_us, "job", how="inner")
         .pipe(sort_by_key, "job", "attempt_idx", "step")
         .with_columns((pl.col("d_us") / pl.col("base_us")).log().alias("_lr"))
     )
+    # In job order (no null job after the inner join): windows over jobs take slices.
+    h = h.with_columns(pl.col("job").set_sorted())
     # Windows are counted in steps: a job logging every n steps smooths over smooth / n rows
     # (at least 3) and needs min_steps / n rows (at least 2).
     h = h.with_columns(pl.col("n").median().over("job").fill_null(1).clip(lower_bound=1).alias("_nt"))
     # Noise of the job's step times (robust sigma of log ratios); the rolling median over
     # ``smooth`` steps must clear the threshold by 5 of its own standard errors.
+    h = h.with_columns(pl.col("_lr").median().over("job").alias("_sig"))  # (one window at a time: slices)
     h = h.with_columns(
-        ((pl.col("_lr") - pl.col("_lr").median().over("job")).abs().median().over("job") * 1.4826).alias("_sig"),
+        ((pl.col("_lr") - pl.col("_sig")).abs().median().over("job") * 1.4826).alias("_sig"),
         (smooth / pl.col("_nt")).round().cast(pl.Int64).clip(lower_bound=3).alias("_w"),
         (min_steps / pl.col("_nt")).ceil().cast(pl.Int64).clip(lower_bound=2).alias("_minrows"),
     ).with_columns(
@@ -89,16 +91,9 @@ def detect(
             }
         )
     grp = ("job", "attempt_idx")
-    parts = []
-    for w, part in h.group_by("_w"):
-        parts.append(
-            sort_by_key(part, "job", "attempt_idx", "step").with_columns(
-                pl.col("_lr").rolling_median(int(w[0]), center=True, min_samples=1).over(grp).alias("_sm")
-            )
-        )
-    h = sort_by_key(pl.concat(parts), "job", "attempt_idx", "step")
-    h = h.with_columns((pl.col("_sm") >= (1.0 + pl.col("_thr")).log()).alias("_in"))
-    h = h.with_columns(pl.int_range(pl.len()).over(grp).alias("_idx"))
+    h = sort_by_key(h, "job", "attempt_idx", "step")
+    h = h.with_columns(_smooth_above(h).alias("_in"))
+    h = h.with_columns(pl.int_range(pl.len()).over(run_id(*grp)).alias("_idx"))
     runs = (
         h.filter(pl.col("_in"))
         .with_columns(
@@ -141,6 +136,55 @@ def detect(
     return runs
 
 
+def _median_above(h: pl.DataFrame) -> pl.Series:
+    """Per row: is the centered rolling median of ``_lr`` over ``_w`` rows of its attempt (fewer at
+    the attempt's ends) at least ``log(1 + _thr)``? ``h`` in (job, attempt_idx, step) order."""
+    grp = ("job", "attempt_idx")
+    parts = []
+    for w, part in h.with_row_index("_pos").group_by("_w"):
+        parts.append(part.select("_pos", pl.col("_lr").rolling_median(int(w[0]), center=True, min_samples=1)
+                                 .over(grp).alias("_sm"), "_thr"))
+    sm = pl.concat(parts).sort("_pos")
+    return sm.select(pl.col("_sm") >= (1.0 + pl.col("_thr")).log())[:, 0]
+
+
+def _smooth_above(h: pl.DataFrame) -> pl.Series:
+    """:func:`_median_above` without sorting windows: the median of an odd number of values is
+    at least ``c`` exactly when more than half of them are, a count that prefix sums give for
+    every window at once. Windows of even length whose count is exactly half (the median is then
+    the mean of two values either side of ``c``) are settled by the rolling median itself, on
+    their attempts alone; so is any input the count cannot stand for (odd windows only, finite
+    values)."""
+    finite = h.select(pl.col("_lr").is_finite().all() & pl.col("_lr").is_not_null().all()).item()
+    if h.height == 0 or not finite or not h.select((pl.col("_w") % 2 == 1).all()).item():
+        return _median_above(h)
+    pos = pl.int_range(pl.len(), dtype=pl.Int64)
+    first = ((pl.col("job") != pl.col("job").shift(1)) | (pl.col("attempt_idx") != pl.col("attempt_idx").shift(1)))
+    last = ((pl.col("job") != pl.col("job").shift(-1)) | (pl.col("attempt_idx") != pl.col("attempt_idx").shift(-1)))
+    half = (pl.col("_w") - 1) // 2
+    c = h.select(
+        (pl.col("_lr") >= (1.0 + pl.col("_thr")).log()).cast(pl.Int64).alias("_up"),
+        pl.max_horizontal(pos - half, pl.when(first.fill_null(True)).then(pos).forward_fill()).alias("_lo"),
+        pl.min_horizontal(pos + half, pl.when(last.fill_null(True)).then(pos).backward_fill()).alias("_hi"),
+        "job", "attempt_idx",
+    ).with_columns(pl.col("_up").cum_sum().alias("_cum"))
+    cum, lo = pl.col("_cum"), pl.col("_lo")
+    c = c.with_columns(
+        (cum.gather(pl.col("_hi")) - cum.gather(lo) + pl.col("_up").gather(lo)).alias("_k_up"),
+        (pl.col("_hi") - pl.col("_lo") + 1).alias("_k"),
+    )
+    out = c.select(2 * pl.col("_k_up") > pl.col("_k"))[:, 0]
+    tied = c.select(2 * pl.col("_k_up") == pl.col("_k"))[:, 0]
+    if not tied.any():
+        return out
+    # Attempts holding a tie: their medians computed as such.
+    grp = ("job", "attempt_idx")
+    redo = c.filter(tied).select(grp).unique()
+    sub = h.with_row_index("_pos").join(redo, on=grp, how="semi", maintain_order="left")
+    exact = _median_above(sub.drop("_pos"))
+    return out.scatter(sub["_pos"], exact)
+
+
 def in_periods(rows: pl.DataFrame, periods: pl.DataFrame) -> pl.Series:
     """Per row: does its step fall inside a slow period of its attempt?"""
     if periods.height == 0 or rows.height == 0:
@@ -174,7 +218,7 @@ def suspects(periods: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
         )
     p = periods.with_columns(pl.int_range(pl.len()).alias("_p"))
     # Records that implicate a node or rank inside [start, end].
-    recs = ev.filter(
+    recs = ev.lazy().filter(  # (only the columns read are filtered)
         pl.col("kind").is_in(("warning", "error"))
         & pl.col("t").is_not_null()
         & (pl.col("node").is_not_null() | pl.col("rank").is_not_null())
@@ -185,7 +229,7 @@ def suspects(periods: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
         "rank",
         "failure_class",
         (pl.col("file") + pl.lit(":") + pl.col("line").cast(pl.String)).alias("ev"),
-    )
+    ).collect()
     hits = (
         p.select("job", "_p", "start", "end")
         .join(recs, on="job", how="inner")
@@ -208,7 +252,8 @@ def suspects(periods: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
     )
     # Per-rank timings: the rank whose median step time in the period is the highest, if it
     # stands out from the median rank by the threshold used for detection.
-    st = ev.filter((pl.col("kind") == "step") & pl.col("rank").is_not_null() & pl.col("step_time_s").is_not_null())
+    st = ev.select("job", "attempt_idx", "kind", "step", "rank", "node", "step_time_s").filter(
+        (pl.col("kind") == "step") & pl.col("rank").is_not_null() & pl.col("step_time_s").is_not_null())
     rank_pick = None
     if st.height and st["rank"].n_unique() > 1:
         r = (

@@ -155,7 +155,7 @@ def _dedupe_steps(ev: pl.LazyFrame) -> pl.LazyFrame:
     previous = pl.when(records).then(pl.col("step")).shift(1).forward_fill()
     back = (records & (pl.col("step") < previous)).fill_null(False)
     restart = (pl.col("kind").is_in(["init", "init_done", "ckpt_load"]) | back).cast(pl.Int32).cum_sum()
-    first = pl.int_range(pl.len()).over([restart, pl.col("kind"), pl.col("step")]) == 0
+    first = pl.struct(restart.alias("_attempt"), "kind", "step").is_first_distinct()
     return ev.filter((pl.col("kind") != "step") | first)
 
 

@@ -334,7 +334,9 @@ class TextEvents:
         events = _with_prefix_context(_extract_all(prepared, self.parsers, self.path), prepared)
         covered = covered_lines(events)
         if noise is not None:
-            covered = pl.concat([covered, on_thread("noise", lambda: prepared.filter(noise)["line"])])
+            # Noise can add only lines no event covers: the long alternation searches those only.
+            rest = prepared.filter(~pl.col("line").is_in(covered.implode()))
+            covered = pl.concat([covered, on_thread("noise", lambda: rest.filter(noise)["line"])])
         self.covered += covered.unique().len()
         events = (
             events.with_columns(pl.col("parser").replace_strict(priority, default=len(priority)).alias("_prio"))

@@ -259,14 +259,14 @@ def _extract_all(prepared: pl.DataFrame, parsers: Sequence[Any], path: str) -> p
     frames = []
     for parser in gated(prepared, parsers):
         try:
-            out = on_thread(parser.name, partial(parser.extract, prepared.lazy()))
+            out = on_thread(f"parser-{parser.name}", partial(parser.extract, prepared.lazy()))
         except Exception as exc:
             raise ParserError(f"parser {parser.name!r} failed: {exc}", path=path) from exc
         if out is None:
             continue
         validate_raw(out, parser.name)
         try:
-            df = on_thread(parser.name, out.collect)
+            df = on_thread(f"parser-{parser.name}", out.collect)
         except Exception as exc:
             raise ParserError(f"parser {parser.name!r} failed: {exc}", path=path) from exc
         validate_kinds(df, parser.name)

@@ -41,7 +41,10 @@ def prefilter(lines: pl.LazyFrame) -> pl.LazyFrame:
     # NCCL INFO/TRACE chatter is most of a big log; only its comm and COMPLETE lines are records,
     # and a line with a full NCCL head starts a record of its own, so it never continues one.
     chatter = text.str.contains(P.CHATTER) & ~text.str.contains_any(P.INFO_RECORDS)
-    cand = text.str.contains_any(P.ANCHORS, ascii_case_insensitive=True) & ~chatter
+    # A column, then shifted: inside one filter expression the engine evaluated it once per shift.
+    anchor = text.str.contains_any(P.ANCHORS, ascii_case_insensitive=True)
+    lines = lines.with_columns((anchor & ~chatter).alias("_cand"))
+    cand = pl.col("_cand")
     near = cand
     for k in range(1, MAX_WRAP + 1):
         near = near | cand.shift(k, fill_value=False)
@@ -49,7 +52,7 @@ def prefilter(lines: pl.LazyFrame) -> pl.LazyFrame:
     bare = text.str.contains(P.BARE_LAST_ERROR).cast(pl.Int8)
     after_bare = bare.rolling_max(STREAM_GAP, min_samples=1).shift(1, fill_value=0) > 0
     frame = text.str.strip_chars_start().str.starts_with("#")
-    return lines.filter(near | after_bare | frame)
+    return lines.filter(near | after_bare | frame).drop("_cand")
 
 
 def _glue(left: pl.Expr, right: pl.Expr) -> pl.Expr:

@@ -47,9 +47,16 @@ def _events(lf: pl.LazyFrame, cond: pl.Expr, code: pl.Expr, kind: pl.Expr | None
     )
 
 
+# Literals the worker, CUDA and NaN rules need ('(?i)loss' for the NaN rule, whose every branch
+# names a loss; a regex, as Unicode case folding is wider than ASCII's): one pass finds the rows.
+_NEEDS = ["ERROR: Unexpected", "CUDA error: ", "CUDA driver error", "CUDA out of memory", "cudaError", "CUBLAS_STATUS_",
+          "CUDNN_STATUS_", "device-side assert triggered", "uncorrectable ECC error", "GPU is lost"]
+
+
 def line_events(typed: pl.LazyFrame) -> pl.LazyFrame:
-    lf = typed.filter(~pl.col("_rec"))
     text = pl.col("_x")
+    maybe = (pl.col("_t") == SIGLINE) | text.str.contains_any(_NEEDS) | text.str.contains("(?i)loss")
+    lf = typed.filter(~pl.col("_rec") & maybe).collect().lazy()
     worker = text.str.extract(_WORKER_SIGNAL, 1)
     signal_line = pl.col("_t") == SIGLINE
     cuda = text.str.contains(_CUDA) & ~text.str.contains(_NOT_CUDA) & ~signal_line & worker.is_null()

@@ -208,12 +208,15 @@ def _near_literals(enriched: pl.DataFrame) -> pl.DataFrame:
     """The lines the modules can use: lines holding a literal, lines a few lines from one, and
     lines that state a clock (anchors for clock-less records). In a big mixed log that is a small
     share of the lines, and every module then filters a small frame."""
-    hit = pl.col("text").str.contains_any(LITERALS)
     line = pl.col("line")
-    before = pl.when(hit).then(line).forward_fill()
-    after = pl.when(hit).then(line).backward_fill()
-    near = ((line - before) <= NEAR) | ((after - line) <= NEAR)
-    return enriched.filter(near.fill_null(False) | pl.col("clock").is_not_null())
+    hit = pl.when(pl.col("text").str.contains_any(LITERALS)).then(line)
+    # The literal search as a column first: used twice inside one filter, it was searched twice.
+    near = ((line - pl.col("_hit").forward_fill()) <= NEAR) | ((pl.col("_hit").backward_fill() - line) <= NEAR)
+    return (
+        enriched.with_columns(hit.alias("_hit"))
+        .filter(near.fill_null(False) | pl.col("clock").is_not_null())
+        .drop("_hit")
+    )
 
 
 class TrainerParser(Parser):

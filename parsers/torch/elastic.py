@@ -155,7 +155,12 @@ def _blocks(typed: pl.LazyFrame) -> pl.LazyFrame:
     # Only headers and indented lines can be part of a block; a key line whose previous line in
     # its stream is anything else starts no block, so the others are dropped before the regexes.
     maybe = pl.col("_x").str.contains_any(["Rendezvous complete", _LAUNCH]) | pl.col("_x").str.contains(r"^\s\s")
-    lf = typed.with_columns((~maybe).shift(1).over("_s").fill_null(False).alias("_gap")).filter(maybe)
+    lf = (
+        typed.with_columns(maybe.alias("_maybe"))
+        .with_columns((~pl.col("_maybe")).shift(1).over("_s").fill_null(False).alias("_gap"))
+        .filter("_maybe")
+        .drop("_maybe")
+    )
     lf = lf.with_columns(is_hdr.alias("_hdr"), is_kv.alias("_kv"))
     prev = (pl.col("_hdr") | pl.col("_kv")).shift(1).over("_s").fill_null(False)
     link = pl.col("_kv") & ~pl.col("_gap") & prev

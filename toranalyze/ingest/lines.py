@@ -88,36 +88,53 @@ def prepare_lines(chunk: pl.DataFrame) -> pl.DataFrame:
     if not prefixed.any():
         return base
     if prefixed.all():
-        return _peel(base.lazy()).collect()
+        return _peel(base)
     base = base.with_columns(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_r"))
-    peeled = _peel(base.filter(prefixed).lazy(), keep=("_r",)).collect()
+    peeled = _peel(base.filter(prefixed))
     return pl.concat([base.filter(~prefixed), peeled]).sort("_r").drop("_r")
 
 
-def _peel(lf: pl.LazyFrame, keep: tuple[str, ...] = ()) -> pl.LazyFrame:
-    """Strip up to ``_PASSES`` stacked prefixes, filling the ``p_*`` columns from them."""
-    for _ in range(_PASSES):
-        g = pl.col("text").str.extract_groups(_PREFIX)
-        whole = pl.col("text").str.extract(_PREFIX.replace("^(?:", "^((?:") + ")", 1)
-        lf = lf.with_columns(g.alias("_g"), whole.alias("_w")).with_columns(
-            pl.coalesce(ts_iso(pl.col("_g").struct.field("1")), pl.col("p_ts")).alias("p_ts"),
-            pl.coalesce(offset_iso(pl.col("_g").struct.field("1")), pl.col("p_off")).alias("p_off"),
-            pl.coalesce(pl.col("_g").struct.field("2").cast(pl.Int32), pl.col("p_local")).alias("p_local"),
-            pl.coalesce(
-                pl.col("_g").struct.field("3").cast(pl.Int32),
-                pl.col("_g").struct.field("4").cast(pl.Int32),
-                pl.col("_g").struct.field("7").cast(pl.Int32),
-                pl.col("p_rank"),
-            ).alias("p_rank"),
-            pl.coalesce(
-                pl.col("_g").struct.field("5"), pl.col("_g").struct.field("6"), pl.col("p_node")
-            ).alias("p_node"),
-            pl.when(pl.col("_w").is_not_null())
-            .then(pl.col("text").str.slice(pl.col("_w").str.len_chars()))
-            .otherwise(pl.col("text"))
-            .alias("text"),
-        )
-    return lf.select(*LINE_SCHEMA.names(), *keep)
+def _peel(frame: pl.DataFrame) -> pl.DataFrame:
+    """Strip up to ``_PASSES`` stacked prefixes, filling the ``p_*`` columns from them.
+
+    Every row of ``frame`` starts with a prefix. A pass changes only rows whose text starts with
+    one, so each further pass runs on the rows that still do (usually none: one stamp per line).
+    """
+    frame = frame.with_row_index("_p")
+    done: list[pl.DataFrame] = []
+    for k in range(_PASSES):
+        frame = _peel_once(frame.lazy()).collect()
+        more = frame.select(pl.col("text").str.contains(_PREFIX)).to_series() if k < _PASSES - 1 else None
+        if more is None or not more.any():
+            break
+        done.append(frame.filter(~more))
+        frame = frame.filter(more)
+    return (pl.concat([*done, frame]).sort("_p") if done else frame).drop("_p")
+
+
+def _peel_once(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """One layer of prefix off every row that starts with one."""
+    g = pl.col("text").str.extract_groups(_PREFIX)
+    whole = pl.col("text").str.extract(_PREFIX.replace("^(?:", "^((?:") + ")", 1)
+    lf = lf.with_columns(g.alias("_g"), whole.alias("_w")).with_columns(
+        pl.coalesce(ts_iso(pl.col("_g").struct.field("1")), pl.col("p_ts")).alias("p_ts"),
+        pl.coalesce(offset_iso(pl.col("_g").struct.field("1")), pl.col("p_off")).alias("p_off"),
+        pl.coalesce(pl.col("_g").struct.field("2").cast(pl.Int32), pl.col("p_local")).alias("p_local"),
+        pl.coalesce(
+            pl.col("_g").struct.field("3").cast(pl.Int32),
+            pl.col("_g").struct.field("4").cast(pl.Int32),
+            pl.col("_g").struct.field("7").cast(pl.Int32),
+            pl.col("p_rank"),
+        ).alias("p_rank"),
+        pl.coalesce(
+            pl.col("_g").struct.field("5"), pl.col("_g").struct.field("6"), pl.col("p_node")
+        ).alias("p_node"),
+        pl.when(pl.col("_w").is_not_null())
+        .then(pl.col("text").str.slice(pl.col("_w").str.len_chars()))
+        .otherwise(pl.col("text"))
+        .alias("text"),
+    )
+    return lf.drop("_g", "_w")
 
 
 def lines_from_strings(lines: list[str], first_line: int = 1) -> pl.DataFrame:

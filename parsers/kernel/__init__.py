@@ -57,6 +57,10 @@ _KEEP = (
     + r"|^\s+Port \d+:\s*$|^\s*[A-Za-z]\w* : \S+\s*$"  # ibstat ports, fabric manager record fields
 )
 
+# NCCL's own debug lines name mlx5 devices and PCI bus ids but are never kernel records (a big
+# training log holds thousands): they leave before the detectors.
+_NCCL_DEBUG = r"^[\w.\-]+:\d+:\d+ \[\d+\] (?:\S+:\d+ )?NCCL (?:INFO|TRACE) "
+
 # Each detector with a cheap test on the whole chunk: detectors whose fragments never occur
 # are not planned at all (planning a detector costs more than running it on a small chunk).
 _DETECTORS: tuple[tuple[pl.Expr, Callable[[pl.LazyFrame], pl.LazyFrame]], ...] = (
@@ -91,6 +95,7 @@ class KernelParser(Parser):
 
     def extract(self, lines: pl.LazyFrame) -> pl.LazyFrame:
         kept = lines.filter(pl.col("text").str.contains(_KEEP)).collect()
+        kept = kept.filter(~pl.col("text").str.contains(_NCCL_DEBUG))
         if kept.height == 0:  # most non-kernel logs: skip planning a dozen detector queries
             return empty_raw()
         prepared = peel_prefixes(kept.lazy(), journal_json=bool(kept["text"].str.starts_with("{").any())).collect()

@@ -230,7 +230,7 @@ class TrainerParser(Parser):
     def extract(self, lines: pl.LazyFrame) -> pl.LazyFrame:
         # Frames read by several later steps are materialized once: the query optimizer does not
         # always share such sub-plans, and re-running every module per use costs more than memory.
-        enriched = _near_literals(enrich(lines).collect()).lazy()
+        enriched = _near_literals(enrich(lines)).lazy()
         parts = [p for m in _MODULES for p in m.extract(enriched)]
         ev = pl.concat(parts, how="vertical").sort("line", maintain_order=True)
         ev = _dedupe_steps(_fill_steps(_one_step_source(_own_clocks(ev, enriched)))).collect().lazy()

@@ -46,22 +46,37 @@ LEVEL_TQDM = 2
 _US_CLOCK = r"^(\d{2}/\d{2}/\d{4} \d{2}:\d{2}:\d{2}) - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - "
 
 
-def enrich(lines: pl.LazyFrame) -> pl.LazyFrame:
+def enrich(lines: pl.LazyFrame) -> pl.DataFrame:
     """Prepared lines + ANSI-free text + the clock each line states (see module doc)."""
-    text = pl.col("text").str.replace_all(ANSI, "")
-    in_text = pl.coalesce([text.str.extract(p, 1) for p in _CLOCKS])
-    us_clock = text.str.extract(_US_CLOCK, 1).str.strptime(NAIVE_US, "%m/%d/%Y %H:%M:%S", strict=False)
+    df = lines.collect()
+    if df.select(pl.col("text").str.contains("\x1b", literal=True).any()).item():
+        df = df.with_columns(pl.col("text").str.replace_all(ANSI, ""))
     return (
-        lines.with_columns(text.alias("text"))
-        .with_columns(in_text.alias("_clock_text"), us_clock.alias("_us_clock"))
+        df.with_columns(_stated_clock(df))
         .with_columns(
-            pl.coalesce(pl.col("p_ts"), ts_iso(pl.col("_clock_text")), pl.col("_us_clock")).alias("clock"),
+            pl.coalesce(pl.col("p_ts"), pl.col("_stated")).alias("clock"),
             pl.when(pl.col("p_ts").is_not_null()).then(pl.col("p_off")).otherwise(None).alias("clock_off"),
         )
-        .drop("_clock_text", "_us_clock")
+        .drop("_stated")
         .sort("line", maintain_order=True)
         .with_row_index("_i")
     )
+
+
+def _stated_clock(df: pl.DataFrame) -> pl.Series:
+    """The clock stated in each line's text (null where none).
+
+    Every clock pattern needs 'datetime: ' or a line starting with '[' or a digit: the patterns
+    run on those lines only (a big log's NCCL chatter and iteration records hold none)."""
+    text = pl.col("text")
+    may = df.select(text.str.contains("datetime: ", literal=True) | text.str.contains(r"^[\[\d]")).to_series()
+    stated = pl.Series("_stated", [], NAIVE_US).extend_constant(None, df.height)
+    if not may.any():
+        return stated
+    in_text = pl.coalesce([text.str.extract(p, 1) for p in _CLOCKS])
+    us_clock = text.str.extract(_US_CLOCK, 1).str.strptime(NAIVE_US, "%m/%d/%Y %H:%M:%S", strict=False)
+    found = df.filter(may).select(pl.coalesce(ts_iso(in_text), us_clock)).to_series()
+    return stated.scatter(may.arg_true(), found)
 
 
 def field(pattern: str, col: str = "text") -> pl.Expr:

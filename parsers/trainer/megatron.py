@@ -101,9 +101,25 @@ def _ends_record(s: pl.Expr) -> pl.Expr:
 def _joined(lines: pl.LazyFrame) -> pl.LazyFrame:
     """Iteration rows with ``_rec`` = the record text (wrapped lines joined) and ``line_end``."""
     t = pl.col("text")
-    iters = lines.filter(t.str.contains("iteration", literal=True) & t.str.contains(_ITER))
-    whole = iters.filter(_ends_record(t)).with_columns(t.alias("_rec"), pl.lit(None, pl.Int64).alias("line_end"))
-    wrapped = iters.filter(~_ends_record(t))
+    # The step is read here, from the record's first line (where _ITER matched, so joining the
+    # wrapped lines cannot move the match): one regex pass both selects and reads.
+    iters = (
+        lines.filter(t.str.contains("iteration", literal=True))
+        .with_columns(t.str.extract(_ITER, 1).alias("_step"))
+        .filter(pl.col("_step").is_not_null())
+        .with_columns(_ends_record(t).alias("_ends"))
+        .collect()
+    )
+    whole = iters.filter("_ends").with_columns(t.alias("_rec"), pl.lit(None, pl.Int64).alias("line_end"))
+    wrapped = iters.filter(~pl.col("_ends"))
+    if wrapped.height == 0:
+        return whole.drop("_ends").lazy()
+    return _wrapped_joined(lines, whole.drop("_ends"), wrapped.drop("_ends").lazy())
+
+
+def _wrapped_joined(lines: pl.LazyFrame, whole: pl.DataFrame, wrapped: pl.LazyFrame) -> pl.LazyFrame:
+    """``whole`` records and the ``wrapped`` ones with up to _MAX_WRAP following lines joined."""
+    t = pl.col("text")
     # Only wrapped records look ahead: the following lines are fetched by line number.
     need = pl.concat([wrapped.select((pl.col("line") + k).alias("line")) for k in range(1, _MAX_WRAP + 1)])
     following = lines.join(need, on="line", how="semi").unique("line", keep="first").select("line", "text")
@@ -124,7 +140,7 @@ def _joined(lines: pl.LazyFrame) -> pl.LazyFrame:
     wrapped = wrapped.with_columns(rec.alias("_rec"), (pl.col("line") + extra).alias("line_end")).drop(
         [f"_n{k}" for k in range(1, _MAX_WRAP + 1)]
     )
-    return pl.concat([whole, wrapped], how="vertical").sort("_i")
+    return pl.concat([whole.lazy(), wrapped], how="vertical").sort("_i")
 
 
 def _iterations(lines: pl.LazyFrame) -> pl.LazyFrame:
@@ -144,7 +160,7 @@ def _iterations(lines: pl.LazyFrame) -> pl.LazyFrame:
         "p_ts",
         pl.lit("step").alias("kind"),
         pl.lit("info").alias("severity"),
-        to_int(rec.str.extract(_ITER, 1)).alias("step"),
+        to_int(pl.col("_step")).alias("step"),
         secs.alias("step_time_s"),
         loss.alias("loss"),
         rec.str.strip_chars().alias("message"),

@@ -146,6 +146,15 @@ def _error(exc: BaseException, url: str) -> InputError:
                            "stores)")
 
 
+def missing(url: str) -> InputError:
+    """The error for a URL under which nothing is stored: a missing bucket, or a missing key."""
+    scheme, authority, key = _split(url)
+    if key.strip("/") and scheme != "file" and stat(root(url)) is None:
+        return InputError(f"no such bucket or container {authority!r}", path=url,
+                          hint="check the bucket name (and for S3-compatible stores, AWS_ENDPOINT_URL)")
+    return InputError("no such object or prefix", path=url, hint="check the bucket and key")
+
+
 @dataclass(frozen=True)
 class Entry:
     path: str  # path or URL

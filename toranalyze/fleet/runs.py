@@ -63,7 +63,7 @@ def _url_runs(spec: str, skip: Sequence[str]) -> list[Run]:
     url = storage.normalize(spec)
     found = storage.stat(url)
     if found is None:
-        raise InputError("no such object or prefix", path=spec, hint="check the bucket and key")
+        raise storage.missing(spec)
     name = storage.name(url)
     if not found.is_dir:
         return [Run(name, storage.parent(url), (name,))]

@@ -45,7 +45,7 @@ def _discover_url(spec: str) -> tuple[list[InputFile], list[InputError]]:
     try:
         found = storage.stat(spec)
         if found is None:
-            return [], [InputError("no such object or prefix", path=spec, hint="check the bucket and key")]
+            return [], [storage.missing(spec)]
         if not found.is_dir:
             return [InputFile(storage.normalize(spec), found.size, found.mtime)], []
         entries = storage.list_files(storage.normalize(spec))

@@ -149,7 +149,7 @@ def _error(exc: BaseException, url: str) -> InputError:
 def missing(url: str) -> InputError:
     """The error for a URL under which nothing is stored: a missing bucket, or a missing key."""
     scheme, authority, key = _split(url)
-    if key.strip("/") and scheme != "file" and stat(root(url)) is None:
+    if scheme != "file" and (not key.strip("/") or stat(root(url)) is None):
         return InputError(f"no such bucket or container {authority!r}", path=url,
                           hint="check the bucket name (and for S3-compatible stores, AWS_ENDPOINT_URL)")
     return InputError("no such object or prefix", path=url, hint="check the bucket and key")
@@ -286,6 +286,8 @@ def output_dir(spec: str, *, mirror: bool = False, last: tuple[str, ...] = ()) -
         yield Path(spec)
         return
     spec = normalize(spec)
+    if _split(spec)[0] != "file" and stat(root(spec)) is None:  # before the work, not after it
+        raise missing(root(spec))
     with tempfile.TemporaryDirectory(prefix="toranalyze-out-") as tmp:
         stage = Path(tmp)
         if mirror and (found := stat(spec)) is not None and found.is_dir:

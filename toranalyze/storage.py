@@ -117,12 +117,17 @@ def _filesystem(scheme: str, authority: str) -> Any:
 def locate(url: str) -> tuple[Any, str]:
     """The pyarrow filesystem of a URL and the path it knows the object by."""
     scheme, authority, key = _split(url)
-    fs = _filesystem(scheme, authority)
-    if scheme == "file":
-        return fs, key
-    if scheme in ("s3", "gs", "gcs", "az"):  # buckets/containers are the first path component
-        return fs, f"{authority}/{key}".rstrip("/")
-    return fs, "/" + key
+    if scheme in ("file", "s3", "gs", "gcs", "az"):  # one filesystem per bucket, kept
+        fs = _filesystem(scheme, authority)
+        # buckets and containers are the first component of the path the filesystem knows
+        return fs, key if scheme == "file" else f"{authority}/{key}".rstrip("/")
+    import pyarrow.fs as pafs
+
+    try:  # abfs, hdfs...: pyarrow maps the URL to its path (the container may sit in the authority)
+        fs, path = pafs.FileSystem.from_uri(url)
+    except (OSError, ValueError) as exc:
+        raise _error(exc, url) from exc
+    return fs, path
 
 
 def _error(exc: BaseException, url: str) -> InputError:

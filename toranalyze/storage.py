@@ -287,6 +287,8 @@ def output_dir(spec: str, *, mirror: bool = False, last: tuple[str, ...] = ()) -
     the URL, and objects whose local file was deleted are deleted from the store at the end (so
     an incremental store such as the fleet's works unchanged)."""
     if not is_url(spec):
+        if Path(spec).exists() and not Path(spec).is_dir():
+            raise ConfigError("the output is a file, not a directory", path=spec, hint="give a directory with -o")
         Path(spec).mkdir(parents=True, exist_ok=True)
         yield Path(spec)
         return

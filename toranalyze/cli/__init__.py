@@ -7,7 +7,6 @@ Library errors (``ToranalyzeError``) become one user message here, naming
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
@@ -19,6 +18,7 @@ from toranalyze.cli.common import err, ingest_options, out, redact_option, run_i
 from toranalyze.errors import ToranalyzeError
 from toranalyze.ingest.pipeline import IngestResult
 from toranalyze.plugins import default_registry
+from toranalyze.storage import output_dir
 
 
 def _print_files(result: IngestResult) -> None:
@@ -39,21 +39,23 @@ def cli() -> None:
 
 @cli.command("ingest")
 @click.argument("paths", nargs=-1, required=True)
-@click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output directory.")
+@click.option("-o", "--out", "out_dir", required=True, metavar="DIR|URL",
+              help="Output directory, or an object-store URL (s3://bucket/prefix, docs/storage.md).")
 @ingest_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or tables.")
 @redact_option
 def ingest_cmd(paths: tuple[str, ...], out_dir: str, tz: str, year: int | None, parser: str | None,
                rules: tuple[str, ...], jobs: int | None, engine: str, ray_address: str | None, quiet: bool,
                no_redact: bool) -> None:
-    """Parse logs into DIR/events.parquet and DIR/summary.json (per-file coverage)."""
-    # Streamed to the table file block by block: memory does not grow with the input.
-    result = run_ingest(paths, tz, year, parser, rules, quiet, jobs, engine, ray_address,
-                        sink=Path(out_dir) / "events.parquet")
-    write_ingest(result, Path(out_dir), redact=not no_redact)
+    """Parse logs (paths or URLs) into DIR/events.parquet and DIR/summary.json (per-file coverage)."""
+    with output_dir(out_dir) as target:  # a URL: written here, uploaded when complete
+        # Streamed to the table file block by block: memory does not grow with the input.
+        result = run_ingest(paths, tz, year, parser, rules, quiet, jobs, engine, ray_address,
+                            sink=target / "events.parquet")
+        write_ingest(result, target, redact=not no_redact)
+        s = result.summary()  # counts the table's rows: before a staging folder goes
     if not quiet:
         _print_files(result)
-    s = result.summary()
     out.print(f"{s['events']} events from {s['files_read']}/{s['files']} files "
               f"(coverage {s['coverage']:.1%}) -> {out_dir}" if s["coverage"] is not None else f"-> {out_dir}")
 

@@ -56,7 +56,8 @@ def run_ingest(paths: tuple[str, ...], tz: str, year: int | None, parser: str | 
         result = ingest(paths, options, on_file=on_file, jobs=jobs or default_jobs(), engine=engine,
                         address=ray_address, sink=sink)
     for problem in result.input_errors:
-        err.print(f"[yellow]warning[/]: {problem.where()}: {problem.message}")
+        hint = f" — {problem.hint}" if problem.hint else ""
+        err.print(f"[yellow]warning[/]: {problem.where()}: {problem.message}{hint}", highlight=False)
     for f in result.files:
         if f.error:
             err.print(f"[yellow]warning[/]: {f.path}: {f.error}")

@@ -9,11 +9,12 @@ import polars as pl
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from toranalyze import storage
 from toranalyze.cli.common import err, out, redact_option
 from toranalyze.cli.reports import write_fleet_report
 from toranalyze.fleet.build import BuildResult, build
 from toranalyze.fleet.rates import build_rates, dumps
-from toranalyze.fleet.store import write_text
+from toranalyze.fleet.store import MANIFEST, write_text
 from toranalyze.fleet.summary import FleetSummary, summarize
 from toranalyze.fleet.tables import TABLES
 from toranalyze.ingest.engine import default_jobs, import_ray
@@ -33,7 +34,7 @@ def write_fleet_products(store_dir: Path, tables: dict[str, pl.DataFrame], *, re
                               tables["exposure"], doc, title=title, redact=redact)
 
 
-def _print_summary(s: FleetSummary, result: BuildResult, store_dir: Path) -> None:
+def _print_summary(s: FleetSummary, result: BuildResult, store_dir: str) -> None:
     out.print(
         f"[bold]{s.runs}[/] runs ({len(result.analyzed)} analysed, {result.reused} unchanged, "
         f"{len(result.removed)} removed), [bold]{s.jobs}[/] jobs, {s.attempts} attempts"
@@ -63,8 +64,8 @@ def _print_summary(s: FleetSummary, result: BuildResult, store_dir: Path) -> Non
 
 @click.command("fleet")
 @click.argument("paths", nargs=-1, required=True)
-@click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False),
-              help="Fleet store directory (created; updated in place on later runs).")
+@click.option("-o", "--out", "out_dir", required=True, metavar="DIR|URL",
+              help="Fleet store directory or object-store URL (created; updated in place on later runs).")
 @click.option("-j", "--jobs", type=int, default=None,
               help="Runs analysed in parallel, one worker process (or Ray CPU) each [default: the CPUs available].")
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
@@ -85,26 +86,30 @@ def fleet(paths: tuple[str, ...], out_dir: str, jobs: int | None, engine: str, r
     """Analyse many runs (each PATH a run directory or a directory of runs) into the fleet tables
     DIR/jobs, attempts, incidents and exposure (.parquet). Runs whose files did not change since
     the last time are not analysed again."""
-    store_dir = Path(out_dir)
+    out_dir = out_dir.rstrip("/") or out_dir
     options = IngestOptions(tz=tz, year=year, rules=tuple(rules))
     if engine == "ray":
         import_ray()  # fail early when the extra is missing
-    with Progress(TextColumn("[bold]{task.fields[stage]}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.description}"), console=err, transient=True, disable=quiet) as bar:
-        task = bar.add_task("", total=None, stage="finding runs")
+    # A URL: the store is copied here, updated, and its changes uploaded (the manifest last).
+    with storage.output_dir(out_dir, mirror=True, last=(MANIFEST,)) as store_dir:
+        with Progress(TextColumn("[bold]{task.fields[stage]}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), TextColumn("{task.description}"), console=err, transient=True,
+                      disable=quiet) as bar:
+            task = bar.add_task("", total=None, stage="finding runs")
 
-        def progress(stage: str, done: int, total: int, run: str) -> None:
-            bar.update(task, stage=stage, total=total, completed=done, description=run)
+            def progress(stage: str, done: int, total: int, run: str) -> None:
+                bar.update(task, stage=stage, total=total, completed=done, description=run)
 
-        result = build(paths, store_dir, options, jobs=jobs or default_jobs(), progress=progress,
-                       report=not no_report, redact=not no_redact, engine=engine, address=ray_address)
-    for r in result.runs:
-        if r.error:
-            err.print(f"[yellow]warning[/]: run {r.id} ({r.path}): {r.error}")
-    tables = {t: pl.read_parquet(store_dir / f"{t}.parquet") for t in TABLES}
-    page = write_fleet_products(store_dir, tables, report=not no_report, redact=not no_redact,
-                                title=store_dir.resolve().name)
+            result = build(paths, store_dir, options, jobs=jobs or default_jobs(), progress=progress,
+                           report=not no_report, redact=not no_redact, engine=engine, address=ray_address,
+                           skip=[out_dir] if storage.is_url(out_dir) else [])
+        for r in result.runs:
+            if r.error:
+                err.print(f"[yellow]warning[/]: run {r.id} ({r.path}): {r.error}")
+        tables = {t: pl.read_parquet(store_dir / f"{t}.parquet") for t in TABLES}
+        title = storage.name(out_dir) if storage.is_url(out_dir) else store_dir.resolve().name
+        page = write_fleet_products(store_dir, tables, report=not no_report, redact=not no_redact, title=title)
     if not quiet:
-        _print_summary(summarize(len(result.runs), *(tables[t] for t in TABLES)), result, store_dir)
+        _print_summary(summarize(len(result.runs), *(tables[t] for t in TABLES)), result, out_dir)
     if page is not None:
-        out.print(f"report: {page}", highlight=False, soft_wrap=True)
+        out.print(f"report: {storage.join(out_dir, page.name)}", highlight=False, soft_wrap=True)

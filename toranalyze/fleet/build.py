@@ -65,15 +65,16 @@ def _analyze(tasks: Sequence[RunTask], jobs: int, engine: str = "local",
 
 def build(paths: Sequence[str], out: Path, options: IngestOptions, jobs: int = 1,
           progress: Progress | None = None, report: bool = True, redact: bool = True,
-          engine: str = "local", address: str | None = None) -> BuildResult:
+          engine: str = "local", address: str | None = None, skip: Sequence[str] = ()) -> BuildResult:
     """Update the store at ``out`` from the runs under ``paths``. Parts are written as each run
     finishes, so an interrupted build keeps its finished runs; the manifest is written last.
 
     Runs are analysed in ``jobs`` worker processes (``engine="local"``) or as Ray tasks
     (``engine="ray"``, on the cluster at ``address`` or a local one with ``jobs`` CPUs); the
-    store is the same either way."""
+    store is the same either way. ``skip``: more folders or prefixes never searched for runs
+    (the store's URL when ``out`` is its local copy)."""
     out.mkdir(parents=True, exist_ok=True)
-    runs = find_runs(paths, skip=[str(out)])
+    runs = find_runs(paths, skip=[str(out), *skip])
     before = store.read_manifest(out)
     salt = options_salt(options, report, redact)
     hashes: dict[str, str] = {}

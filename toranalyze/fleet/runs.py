@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from toranalyze import storage
 from toranalyze.errors import InputError
 from toranalyze.ingest.discover import _wanted
 
@@ -57,14 +58,54 @@ def _runs_under(d: Path, rel: str, skip: frozenset[Path]) -> Iterable[tuple[str,
             yield from _runs_under(Path(e.path), f"{rel}/{e.name}", skip)
 
 
+def _url_runs(spec: str, skip: Sequence[str]) -> list[Run]:
+    """The runs under a URL, by the rule of local folders applied to the keys under the prefix."""
+    url = storage.normalize(spec)
+    found = storage.stat(url)
+    if found is None:
+        raise storage.missing(spec)
+    name = storage.name(url)
+    if not found.is_dir:
+        return [Run(name, storage.parent(url), (name,))]
+    prefixes = tuple(storage.normalize(s) + "/" for s in skip if storage.is_url(s))
+    rels = [e.path[len(url) + 1:] for e in storage.list_files(url)
+            if not (e.path + "/").startswith(prefixes) and _wanted(Path(storage.key_of(e.path)))]
+    return [Run(rid, storage.join(url, d) if d else url, tuple(sorted(files)))
+            for rid, d, files in _group_runs(rels, name)]
+
+
+def _group_runs(rels: list[str], rel: str, here: str = "") -> Iterable[tuple[str, str, list[str]]]:
+    """(run id, folder relative to the root, files relative to the folder) of the folder ``here``
+    given every file below it (``rels``, relative to it): the folder itself when it holds a file,
+    else each sub-folder by the same rule."""
+    if any("/" not in r for r in rels):
+        yield rel, here, rels
+        return
+    subs: dict[str, list[str]] = {}
+    for r in rels:
+        head, _, tail = r.partition("/")
+        subs.setdefault(head, []).append(tail)
+    for sub in sorted(subs):
+        yield from _group_runs(subs[sub], f"{rel}/{sub}", f"{here}/{sub}".lstrip("/"))
+
+
 def find_runs(paths: Sequence[str], skip: Iterable[str] = ()) -> list[Run]:
-    """Expand input paths into runs, sorted by id. ``skip``: directories never entered (the store).
+    """Expand input paths (or URLs) into runs, sorted by id. ``skip``: directories never entered
+    (the store).
 
     Raises InputError for a path that does not exist or holds no run, and for two runs that
     would get one id."""
-    skipped = frozenset(Path(s).resolve() for s in skip)
+    skip = list(skip)
+    skipped = frozenset(Path(s).resolve() for s in skip if not storage.is_url(s))
     runs: dict[str, Run] = {}
     for spec in paths:
+        if storage.is_url(spec):
+            found_runs = _url_runs(spec, skip)
+            if not found_runs:
+                raise InputError("holds no log file", path=spec, hint="give a run prefix or a prefix of runs")
+            for run in found_runs:
+                _add(runs, run, spec)
+            continue
         p = Path(os.path.normpath(spec))
         if not p.exists():
             raise InputError("no such file or directory", path=spec, hint="check the path")
@@ -78,20 +119,28 @@ def find_runs(paths: Sequence[str], skip: Iterable[str] = ()) -> list[Run]:
             raise InputError("holds no log file", path=spec, hint="give a run directory or a directory of runs")
         for rid, d in found:
             files = (d.name,) if d.is_file() else tuple(_log_files(d, skipped))
-            run = Run(rid, str(d.parent if d.is_file() else d), files)
-            if rid in runs and os.path.realpath(runs[rid].path) != os.path.realpath(run.path):
-                raise InputError(
-                    f"two runs would both be called {rid!r}: {runs[rid].path} and {run.path}",
-                    path=spec,
-                    hint="give the two roots different names (or link them under different names)",
-                )
-            runs[rid] = run
+            _add(runs, Run(rid, str(d.parent if d.is_file() else d), files), spec)
     return [runs[k] for k in sorted(runs)]
 
 
+def _add(runs: dict[str, Run], run: Run, spec: str) -> None:
+    rid = run.id
+    if rid in runs and _real(runs[rid].path) != _real(run.path):
+        raise InputError(
+            f"two runs would both be called {rid!r}: {runs[rid].path} and {run.path}",
+            path=spec,
+            hint="give the two roots different names (or link them under different names)",
+        )
+    runs[rid] = run
+
+
+def _real(path: str) -> str:
+    return storage.normalize(path) if storage.is_url(path) else os.path.realpath(path)
+
+
 def run_files(run: Run) -> list[str]:
-    """The run's files as paths ``ingest`` reads (the run directory joined with each file)."""
-    return [os.path.join(run.path, f) for f in run.files]
+    """The run's files as paths (or URLs) ``ingest`` reads (the run directory joined with each file)."""
+    return [storage.join(run.path, f) for f in run.files]
 
 
 def content_hash(run: Run, salt: str = "") -> str:
@@ -102,7 +151,7 @@ def content_hash(run: Run, salt: str = "") -> str:
     for rel in run.files:
         fh = hashlib.blake2b(digest_size=16)
         size = 0
-        with open(os.path.join(run.path, rel), "rb") as f:
+        with storage.open_input(storage.join(run.path, rel)) as f:
             while chunk := f.read(CHUNK):
                 fh.update(chunk)
                 size += len(chunk)

@@ -8,7 +8,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from toranalyze.errors import InputError
+from toranalyze import storage
+from toranalyze.errors import InputError, ToranalyzeError
 
 # Files that are never logs: the simulator's answer key, our own outputs, VCS/OS litter.
 SKIP_NAMES = frozenset({"truth.json", "summary.json", ".DS_Store", "README.md"})
@@ -36,12 +37,38 @@ def _walk(root: Path) -> Iterable[Path]:
             yield Path(dirpath) / name
 
 
+def _discover_url(spec: str) -> tuple[list[InputFile], list[InputError]]:
+    """A URL: one object, or every object under the prefix, by the rules of a local folder."""
+    if glob.has_magic(storage.key_of(spec)):
+        return [], [InputError("wildcards are not expanded in URLs", path=spec,
+                               hint="give the prefix (a folder) or the object itself")]
+    try:
+        found = storage.stat(spec)
+        if found is None:
+            return [], [storage.missing(spec)]
+        if not found.is_dir:
+            return [InputFile(storage.normalize(spec), found.size, found.mtime)], []
+        entries = storage.list_files(storage.normalize(spec))
+    except ToranalyzeError as exc:
+        return [], [InputError(exc.message, path=spec, hint=exc.hint)]
+    files = [InputFile(e.path, e.size, e.mtime) for e in entries if _wanted(Path(storage.key_of(e.path)))]
+    if not files:
+        return [], [InputError("matched no files", path=spec, hint="check the prefix")]
+    return files, []
+
+
 def discover(paths: Iterable[str]) -> tuple[list[InputFile], list[InputError]]:
-    """Expand inputs; return the files and one error per path that matched nothing."""
+    """Expand inputs (paths, globs or URLs); return the files and one error per input that matched nothing."""
     files: list[InputFile] = []
     problems: list[InputError] = []
     seen: set[str] = set()
     for spec in paths:
+        if storage.is_url(spec):
+            found, failed = _discover_url(spec)
+            problems.extend(failed)
+            files.extend(f for f in found if f.path not in seen)
+            seen.update(f.path for f in found)
+            continue
         matches: list[Path]
         p = Path(spec)
         if p.is_dir():

@@ -17,6 +17,7 @@ from typing import Any
 
 import polars as pl
 
+from toranalyze import storage
 from toranalyze.errors import ToranalyzeError
 from toranalyze.ingest.affinity import on_thread
 from toranalyze.ingest.classify import Rule, applicable, classify, first_rule, labelled, load_rules
@@ -110,8 +111,9 @@ class IngestResult:
 
 
 def node_from_path(path: str) -> str | None:
-    """'run/nodes/gpu-007/kern.log' -> 'gpu-007' (a folder under nodes/ or hosts/ names the node)."""
-    parts = PurePath(path).parts
+    """'run/nodes/gpu-007/kern.log' -> 'gpu-007' (a folder under nodes/ or hosts/ names the node;
+    of a URL, the folders of its key)."""
+    parts = PurePath(storage.key_of(path)).parts
     for parent, child in zip(parts, parts[1:-1], strict=False):
         if parent.lower() in NODE_DIRS:
             return child

@@ -18,6 +18,7 @@ from typing import IO, Any
 
 import polars as pl
 
+from toranalyze import storage
 from toranalyze.errors import InputError, ParserError, SchemaError
 from toranalyze.ingest.affinity import on_thread
 from toranalyze.ingest.lines import prepare_lines
@@ -76,8 +77,9 @@ class _GzipReader(io.RawIOBase):
 
 
 def _open_stream(path: str) -> IO[bytes]:
+    """The file's decompressed bytes as a stream; a URL is read in ranged requests (storage.py)."""
     name = path.lower()
-    raw = open(path, "rb")  # noqa: SIM115 - closed by the caller through the wrapper
+    raw = storage.open_input(path)
     if name.endswith(".gz"):
         return _GzipReader(raw)  # type: ignore[return-value]
     if name.endswith(".bz2"):

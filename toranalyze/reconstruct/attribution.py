@@ -21,6 +21,8 @@ from pathlib import PurePath
 
 import polars as pl
 
+from toranalyze import storage
+
 # Messages that only say a peer went away: never a cause when a death is in evidence.
 PEER_SYMPTOM = (
     r"(?i)ncclRemoteError|remote process exited|connection reset by peer|connection closed by (?:remote )?peer"
@@ -42,8 +44,8 @@ def is_peer_symptom() -> pl.Expr:
 
 def path_candidates(path: str) -> list[str]:
     """Names a path could give its host by: every folder, the file stem, and the stem's pieces
-    once log words ('dmesg', 'kern', 'log') are cut off at '.', '-' or '_'."""
-    p = PurePath(path)
+    once log words ('dmesg', 'kern', 'log') are cut off at '.', '-' or '_' (of a URL: its key's)."""
+    p = PurePath(storage.key_of(path))
     names = [*p.parts[:-1], p.name, p.name.split(".")[0]]
     pieces = [w for w in re.split(r"[._]", p.name) if w and not re.match(_LOG_WORDS, w)]
     names += pieces

@@ -10,16 +10,35 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import posixpath
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
 import polars as pl
 
+from toranalyze import storage
 from toranalyze.reconstruct.analysis import Analysis
 
 
+def _is_dir(spec: str) -> bool:
+    if storage.is_url(spec):
+        found = storage.stat(spec)
+        return found is not None and found.is_dir
+    return Path(spec).is_dir()
+
+
 def input_root(inputs: Sequence[str]) -> str:
+    """The inputs' common folder (of URLs: the common prefix, a URL; mixed with paths: '')."""
+    if any(storage.is_url(p) for p in inputs):
+        if not all(storage.is_url(p) for p in inputs):
+            return ""
+        urls = [storage.normalize(p) for p in inputs]
+        dirs = [u if _is_dir(u) else storage.parent(u) for u in urls]
+        if len({storage.root(d) for d in dirs}) != 1:  # other buckets or hosts
+            return ""
+        common = posixpath.commonpath(["/" + storage.key_of(d) for d in dirs]).strip("/")
+        return storage.join(storage.root(dirs[0]), common) if common else storage.root(dirs[0])
     dirs = [str(Path(p)) if Path(p).is_dir() else str(Path(p).parent) for p in inputs] or ["."]
     try:
         return os.path.commonpath(dirs)
@@ -29,14 +48,15 @@ def input_root(inputs: Sequence[str]) -> str:
 
 def short_job_names(jobs: Sequence[str], inputs: Sequence[str]) -> dict[str, str]:
     root = input_root(inputs)
-    single_file = len(inputs) == 1 and Path(inputs[0]).is_file()
+    single_file = len(inputs) == 1 and not _is_dir(inputs[0]) and (storage.is_url(inputs[0])
+                                                                   or Path(inputs[0]).is_file())
     parts: dict[str, tuple[str, str]] = {}
     for key in jobs:
         folder, _, name = key.rpartition("::")
         rel = os.path.relpath(folder, root) if root and folder else folder
         rel = "" if rel == "." else rel
         if not name:
-            name = Path(inputs[0]).stem if single_file else (Path(folder).name or "run")
+            name = Path(storage.name(inputs[0])).stem if single_file else (storage.name(folder) or "run")
         parts[key] = (rel, name)
     counts: dict[str, int] = {}
     for _, name in parts.values():

@@ -227,6 +227,7 @@ def test_file_urls_equal_local_paths(tmp_path: Path) -> None:
 # --- Ray ----------------------------------------------------------------------------------------
 
 @needs_moto  # a Ray start-up, then ingest and a fleet through Ray tasks that read s3:// themselves (12 s)
+@pytest.mark.slow  # a Ray start-up; CI's slow pass installs the ray extra
 @pytest.mark.skipif(not HAS_RAY, reason="ray is not installed (pip install 'toranalyze[ray]')")
 def test_ray_tasks_read_urls_themselves(s3: str, local_tree: Path, tmp_path: Path) -> None:
     import ray

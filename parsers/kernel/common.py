@@ -6,6 +6,8 @@ import re
 
 import polars as pl
 
+from toranalyze.plugins import contains_any
+
 # A PCI address as drivers print it: 0000:3b:00, 0000:3b:00.0, PCI:0000:3b:00, 00000000:3B:00.0.
 PCI = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
 _PCI_PARTS = r"([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})"
@@ -24,10 +26,7 @@ def norm_pci(expr: pl.Expr) -> pl.Expr:
 
 def has(*fragments: str) -> pl.Expr:
     """Literal prefilter on ``body``: any of the fragments occurs."""
-    expr = pl.lit(False)
-    for f in fragments:
-        expr = expr | pl.col("body").str.contains(f, literal=True)
-    return expr
+    return contains_any(pl.col("body"), fragments)
 
 
 def event(

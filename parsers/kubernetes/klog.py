@@ -26,6 +26,7 @@ import polars as pl
 from toranalyze_parsers.kubernetes.common import conform_ev
 
 from toranalyze.ingest.clock import offset_iso, ts_epoch_ms, ts_glog, ts_iso
+from toranalyze.plugins import contains_any
 
 _KLOG = (
     r"(?:^|[\s\":])(?P<sev>[IWEF])(?P<mmdd>\d{4}) (?P<hms>\d{2}:\d{2}:\d{2}\.\d{6})\s+\d+ "
@@ -201,7 +202,7 @@ _PHASE = {
 def extract_operator(lines: pl.LazyFrame) -> pl.LazyFrame:
     """EV_SCHEMA rows for training-operator lifecycle lines (logrus text/JSON, zap JSON)."""
     text = pl.col("text")
-    cand = lines.filter(text.str.contains_any(["msg=", '"msg":', "INFO[", "WARN[", "ERRO[", '"reason": "']))
+    cand = lines.filter(contains_any(text, ["msg=", '"msg":', "INFO[", "WARN[", "ERRO[", '"reason": "']))
     logrus_msg = text.str.extract(rf"(?:^|\s)msg={_Q}", 1).str.replace_all(r'\"', '"', literal=True)
     json_msg = text.str.extract(rf'"msg":\s*{_Q}', 1).str.replace_all(r'\"', '"', literal=True)
     # logrus on a terminal: 'INFO[0289] <msg>  key=value ...'; zap console (controller-runtime

@@ -22,6 +22,8 @@ import polars as pl
 from toranalyze_parsers.nccl import patterns as P
 from toranalyze_parsers.nccl.tags import tag
 
+from toranalyze.plugins import contains_any
+
 MAX_WRAP = 3  # continuation lines joined onto one hard-wrapped record
 
 _TIMEOUT_TAGS = ["wd_timeout", "wd_terminated", "comm_aborted"]
@@ -40,9 +42,9 @@ def prefilter(lines: pl.LazyFrame) -> pl.LazyFrame:
     text = pl.col("text")
     # NCCL INFO/TRACE chatter is most of a big log; only its comm and COMPLETE lines are records,
     # and a line with a full NCCL head starts a record of its own, so it never continues one.
-    chatter = text.str.contains(P.CHATTER) & ~text.str.contains_any(P.INFO_RECORDS)
+    chatter = text.str.contains(P.CHATTER) & ~contains_any(text, P.INFO_RECORDS)
     # A column, then shifted: inside one filter expression the engine evaluated it once per shift.
-    anchor = text.str.contains_any(P.ANCHORS, ascii_case_insensitive=True)
+    anchor = contains_any(text, P.ANCHORS, ignore_case=True)
     lines = lines.with_columns((anchor & ~chatter).alias("_cand"))
     cand = pl.col("_cand")
     near = cand

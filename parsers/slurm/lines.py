@@ -27,6 +27,7 @@ from toranalyze_parsers.slurm.common import (
 )
 
 from toranalyze.ingest.clock import ts_iso, ts_month_name
+from toranalyze.plugins import contains_any
 from toranalyze.schema import NAIVE_US
 
 # Reasons Slurm itself gives a node it takes out of service (sinfo -R, scontrol show node).
@@ -409,7 +410,7 @@ def extract_slurm_lines(lines: pl.LazyFrame) -> pl.LazyFrame:
     The keyword filter and the line clock run over the whole column; the rules then run eagerly
     on the few lines left (most rules find their literal absent and cost nothing more).
     """
-    base = _with_line_clock(lines.filter(pl.col("text").str.contains_any(KEYWORDS))).collect()
+    base = _with_line_clock(lines.filter(contains_any(pl.col("text"), KEYWORDS))).collect()
     joined = _Base.of(base)
     frames = [f for family in _FAMILIES for f in family(joined) if f is not None and f.height]
     specific = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame(schema=_OUT_SCHEMA)

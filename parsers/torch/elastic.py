@@ -15,6 +15,7 @@ from __future__ import annotations
 import polars as pl
 from toranalyze_parsers.torch.common import GLOG, glog_ts, signal_code, signal_name
 
+from toranalyze.plugins import contains_any
 from toranalyze.schema import conform_raw
 
 _FAILED = r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\) of binary: (\S+)"
@@ -154,7 +155,7 @@ def _blocks(typed: pl.LazyFrame) -> pl.LazyFrame:
     is_kv = pl.col("_x").str.contains(_KV)
     # Only headers and indented lines can be part of a block; a key line whose previous line in
     # its stream is anything else starts no block, so the others are dropped before the regexes.
-    maybe = pl.col("_x").str.contains_any(["Rendezvous complete", _LAUNCH]) | pl.col("_x").str.contains(r"^\s\s")
+    maybe = contains_any(pl.col("_x"), ["Rendezvous complete", _LAUNCH]) | pl.col("_x").str.contains(r"^\s\s")
     lf = (
         typed.with_columns(maybe.alias("_maybe"))
         .with_columns((~pl.col("_maybe")).shift(1).over("_s").fill_null(False).alias("_gap"))
@@ -224,5 +225,5 @@ def elastic_events(typed: pl.DataFrame) -> pl.LazyFrame:
     # Lines inside a crash record (the ChildFailedError block) are that record's. Blocks need
     # every row: they link a line to the one before it in the stream. The one-line rules each
     # filter on a literal of _FRAGMENTS: one pass over every line finds the few that hold any.
-    lf = typed.lazy().filter(~pl.col("_rec") & pl.col("_x").str.contains_any(_FRAGMENTS)).collect().lazy()
+    lf = typed.lazy().filter(~pl.col("_rec") & contains_any(pl.col("_x"), _FRAGMENTS)).collect().lazy()
     return pl.concat([conform_raw(f) for f in [*_one_liners(lf), _blocks(typed.lazy())]], how="vertical")

@@ -10,6 +10,7 @@ import polars as pl
 from toranalyze_parsers.torch.common import signal_of_words
 from toranalyze_parsers.torch.records import NCCL_OWNED, SIGLINE
 
+from toranalyze.plugins import contains_any
 from toranalyze.schema import conform_raw
 
 # torch's DataLoader worker signal handler, printed by each dying worker.
@@ -55,7 +56,7 @@ _NEEDS = ["ERROR: Unexpected", "CUDA error: ", "CUDA driver error", "CUDA out of
 
 def line_events(typed: pl.LazyFrame) -> pl.LazyFrame:
     text = pl.col("_x")
-    maybe = (pl.col("_t") == SIGLINE) | text.str.contains_any(_NEEDS) | text.str.contains("(?i)loss")
+    maybe = (pl.col("_t") == SIGLINE) | contains_any(text, _NEEDS) | text.str.contains("(?i)loss")
     lf = typed.filter(~pl.col("_rec") & maybe).collect().lazy()
     worker = text.str.extract(_WORKER_SIGNAL, 1)
     signal_line = pl.col("_t") == SIGLINE

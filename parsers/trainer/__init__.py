@@ -40,7 +40,7 @@ import polars as pl
 from toranalyze_parsers.trainer import deepspeed, hf, lightning, m4, megatron, mlperf, titan, tqdm
 from toranalyze_parsers.trainer.common import LEVEL_TQDM, enrich
 
-from toranalyze.plugins import Parser, literal_gate
+from toranalyze.plugins import Parser, contains_any, literal_gate
 from toranalyze.schema import conform_raw
 
 _MODULES = (
@@ -209,7 +209,7 @@ def _near_literals(enriched: pl.DataFrame) -> pl.DataFrame:
     lines that state a clock (anchors for clock-less records). In a big mixed log that is a small
     share of the lines, and every module then filters a small frame."""
     line = pl.col("line")
-    hit = pl.when(pl.col("text").str.contains_any(LITERALS)).then(line)
+    hit = pl.when(contains_any(pl.col("text"), LITERALS)).then(line)
     # The literal search as a column first: used twice inside one filter, it was searched twice.
     near = ((line - pl.col("_hit").forward_fill()) <= NEAR) | ((pl.col("_hit").backward_fill() - line) <= NEAR)
     return (

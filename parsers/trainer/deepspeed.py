@@ -18,6 +18,8 @@ from __future__ import annotations
 import polars as pl
 from toranalyze_parsers.trainer.common import LEVEL_DEEPSPEED, NUM, NUM_OR_NAN, field, message, part, to_int
 
+from toranalyze.plugins import contains_any
+
 _STEP = r"\bstep=(\d+), skipped=(\d+), lr="
 _TIMER_STEP = r"/global_step=(\d+), RunningAvgSamplesPerSec="
 _PIPE_STEP = rf"\bsteps: (\d+) loss: ({NUM_OR_NAN}) .*?iter time \(s\): ({NUM}) samples/sec:"
@@ -43,14 +45,8 @@ NOISE: tuple[str, ...] = (
 
 def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
     t = pl.col("text")
-    prefilter = (
-        t.str.contains("step=", literal=True)
-        | t.str.contains("iter time (s)", literal=True)
-        | t.str.contains("heckpoint", literal=True)
-        | t.str.contains("[Torch]", literal=True)
-        | t.str.contains("verflow", literal=True)
-        | t.str.contains("OVERFLOW", literal=True)
-        | t.str.contains("decrease scale", literal=True)
+    prefilter = contains_any(
+        t, ["step=", "iter time (s)", "heckpoint", "[Torch]", "verflow", "OVERFLOW", "decrease scale"]
     )
     kind = (
         pl.when(t.str.contains(_STEP) | t.str.contains(_TIMER_STEP) | t.str.contains(_PIPE_STEP)).then(pl.lit("step"))

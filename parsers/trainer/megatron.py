@@ -28,6 +28,8 @@ from __future__ import annotations
 import polars as pl
 from toranalyze_parsers.trainer.common import NUM, NUM_OR_NAN, add_seconds, field, message, part, to_int
 
+from toranalyze.plugins import contains_any
+
 _ITER = r"(?:^|\s)iteration\s+(\d+)\s*/\s*(\d+|infinity)\s*\|"
 # A line that starts a record of its own is never a continuation of a wrapped iteration line.
 _NEW_RECORD = (
@@ -226,20 +228,10 @@ def _simple(lines: pl.LazyFrame) -> pl.LazyFrame:
         .when(t.str.contains(_EXIT)).then(pl.lit("info"))
         .when(t.str.contains(_BAD_GRAD)).then(pl.lit("warning"))
     )
-    prefilter = (
-        t.str.contains("grad_norm", literal=True)
-        | t.str.contains("gradnorm", literal=True)
-        |
-        t.str.contains("loss at iteration", literal=True)
-        | t.str.contains("checkpoint", literal=True)
-        | t.str.contains("datetime:", literal=True)
-        | t.str.contains("training ...", literal=True)
-        | t.str.contains("> initiali", literal=True)
-        | t.str.contains("world size", literal=True)
-        | t.str.contains("model ...", literal=True)
-        | t.str.contains("kill switch", literal=True)
-        | t.str.contains("exiting program", literal=True)
-    )
+    prefilter = contains_any(t, [
+        "grad_norm", "gradnorm", "loss at iteration", "checkpoint", "datetime:", "training ...", "> initiali",
+        "world size", "model ...", "kill switch", "exiting program",
+    ])
     # 'could not find the metadata file …' continues on the next line
     after_no_ckpt = lines.filter(t.str.contains(_NO_CKPT)).select((pl.col("line") + 1).alias("line"))
     following = (

@@ -150,13 +150,8 @@ def _iterations(lines: pl.LazyFrame) -> pl.LazyFrame:
     el = rec.str.extract_groups(_ELAPSED)
     per = pl.when(el.struct.field("1") == "ms").then(1000.0).otherwise(1.0)
     secs = (el.struct.field("2").cast(pl.Float64) / per).round(9)  # ms -> s without binary noise
-    # Megatron leaves the loss out when no iteration of the interval produced one: NaN iterations
-    # (loss NaN) or fp16-overflow skips (loss unknown, null: a skipped step is no numerics failure).
-    nan_its = field(r"number of nan\s*iterations:\s*(\d+)", "_rec")
-    skipped = field(r"number of skipped\s*iterations:\s*(\d+)", "_rec")
-    dropped = pl.when((nan_its.fill_null(0) == 0) & (skipped.fill_null(0) > 0)).then(None).otherwise(float("nan"))
-    loss = pl.coalesce(field(_LM_LOSS, "_rec"), field(_ANY_LOSS, "_rec"), dropped)
-    return _joined(lines).select(
+    records = _joined(lines).collect()
+    return records.with_columns(_loss(records)).lazy().select(
         "line",
         "line_end",
         "p_ts",
@@ -164,9 +159,27 @@ def _iterations(lines: pl.LazyFrame) -> pl.LazyFrame:
         pl.lit("info").alias("severity"),
         to_int(pl.col("_step")).alias("step"),
         secs.alias("step_time_s"),
-        loss.alias("loss"),
+        "loss",
         rec.str.strip_chars().alias("message"),
     )
+
+
+def _loss(records: pl.DataFrame) -> pl.Series:
+    """'lm loss', else any '| loss', else what the dropped-loss rule gives; each fallback is
+    searched only in the records the previous one left without a loss (usually none)."""
+    # Megatron leaves the loss out when no iteration of the interval produced one: NaN iterations
+    # (loss NaN) or fp16-overflow skips (loss unknown, null: a skipped step is no numerics failure).
+    nan_its = field(r"number of nan\s*iterations:\s*(\d+)", "_rec")
+    skipped = field(r"number of skipped\s*iterations:\s*(\d+)", "_rec")
+    dropped = pl.when((nan_its.fill_null(0) == 0) & (skipped.fill_null(0) > 0)).then(None).otherwise(float("nan"))
+    loss = records.select(field(_LM_LOSS, "_rec").alias("loss")).to_series()
+    for fallback in (field(_ANY_LOSS, "_rec"), dropped):
+        missing = loss.is_null()
+        if not missing.any():
+            break
+        found = records.filter(missing).select(fallback.cast(pl.Float64)).to_series()
+        loss = loss.scatter(missing.arg_true(), found)
+    return loss
 
 
 def _save_timers(lines: pl.LazyFrame) -> pl.LazyFrame:

@@ -178,8 +178,9 @@ def validate_raw(frame: pl.LazyFrame | pl.DataFrame, parser: str) -> None:
 
 def validate_kinds(frame: pl.DataFrame, parser: str) -> None:
     """Raise SchemaError when a parser emitted an unknown kind/severity or null required fields."""
-    bad_kind = frame.filter(~pl.col("kind").is_in(KINDS))["kind"].unique().to_list()
-    bad_sev = frame.filter(~pl.col("severity").is_in(SEVERITIES))["severity"].unique().to_list()
+    kind_ok, sev_ok = frame.select(pl.col("kind").is_in(KINDS).all(), pl.col("severity").is_in(SEVERITIES).all()).row(0)
+    bad_kind = [] if kind_ok else frame.filter(~pl.col("kind").is_in(KINDS))["kind"].unique().to_list()
+    bad_sev = [] if sev_ok else frame.filter(~pl.col("severity").is_in(SEVERITIES))["severity"].unique().to_list()
     nulls = [c for c in RAW_REQUIRED if frame[c].null_count()]
     problems = []
     if bad_kind:

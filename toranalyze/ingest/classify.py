@@ -24,6 +24,7 @@ import re
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
@@ -158,6 +159,13 @@ def applicable(rules: list[Rule], events: pl.DataFrame) -> list[Rule]:
 def first_rule(rules: Sequence[tuple[int, Rule]]) -> pl.Expr:
     """The position (as numbered in ``rules``) of the first rule each row meets; null if none.
     One pass of when-chains."""
+    return _first_rule(tuple(rules))
+
+
+@lru_cache(maxsize=512)
+def _first_rule(rules: tuple[tuple[int, Rule], ...]) -> pl.Expr:
+    # Cached: the files of one run meet the same few rule chains, and building a chain of
+    # hundreds of conditions in Python cost more than matching a small file's events.
     idx: pl.Expr = pl.lit(None, pl.Int32)
     for pos, rule in reversed(rules):
         idx = pl.when(rule.condition()).then(pl.lit(pos, pl.Int32)).otherwise(idx)
@@ -166,15 +174,26 @@ def first_rule(rules: Sequence[tuple[int, Rule]]) -> pl.Expr:
 
 def labelled(lf: pl.LazyFrame, rules: list[Rule], index: pl.Expr) -> pl.LazyFrame:
     """failure_class, rule and severity overrides from ``index``, a position in ``rules``."""
-    positions = list(range(len(rules)))
+    positions, classes, ids, severities = _lookups(tuple(rules))
 
-    def of(values: list[str | None]) -> pl.Expr:
-        return index.replace_strict(positions, pl.Series(values, dtype=pl.String), default=None)
+    def of(values: pl.Series) -> pl.Expr:
+        return index.replace_strict(positions, values, default=None)
 
     return lf.with_columns(
-        of([r.failure_class for r in rules]).alias("failure_class"),
-        of([r.id for r in rules]).alias("rule"),
-        pl.coalesce(of([r.severity for r in rules]), pl.col("severity")).alias("severity"),
+        of(classes).alias("failure_class"),
+        of(ids).alias("rule"),
+        pl.coalesce(of(severities), pl.col("severity")).alias("severity"),
+    )
+
+
+@lru_cache(maxsize=8)
+def _lookups(rules: tuple[Rule, ...]) -> tuple[pl.Series, pl.Series, pl.Series, pl.Series]:
+    """Positions and the class, id and severity at each, as Series built once per rule list."""
+    return (
+        pl.Series(range(len(rules)), dtype=pl.Int32),
+        pl.Series([r.failure_class for r in rules], dtype=pl.String),
+        pl.Series([r.id for r in rules], dtype=pl.String),
+        pl.Series([r.severity for r in rules], dtype=pl.String),
     )
 
 

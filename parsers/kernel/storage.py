@@ -31,14 +31,21 @@ _LUSTRE_BACK = r"^Lustre: .*Connection restored to"
 _LUSTRE_SLOW = r"^(?:Lustre|LNet): .*(?:Request sent has (?:timed out|failed due to network error)|Timed out tx for)"
 
 
+# A literal every pattern above needs ('I/O error' or ' error, dev' for block errors, the
+# subsystem's name for the rest): bare 'error', common in other kernel lines, runs nothing here.
+FRAGMENTS = (
+    "I/O error", "I/O Error", " error, dev", "nvme", "nfs", "Lustre", "LNet", "Aborting journal", "XFS", "EXT4-fs",
+    "JBD2", "BTRFS",
+)
+
+
 def storage_events(lf: pl.LazyFrame) -> pl.LazyFrame:
     body = pl.col("body")
     nvme = body.str.extract_groups(_NVME)
     what = nvme.struct.field("what")
     nfs = body.str.extract_groups(_NFS)
     lustre_error = body.str.starts_with("LustreError: ") & ~body.str.contains(r"Skipped \d+ previous similar")
-    fragments = ("error", "Error", "nvme", "nfs", "Lustre", "LNet", "Aborting journal", "XFS", "EXT4-fs")
-    s = lf.filter(has(*fragments)).with_columns(
+    s = lf.filter(has(*FRAGMENTS)).with_columns(
         first_of_burst(body.str.contains(_BLOCK), 50).alias("_block"),
         first_of_burst(body.str.contains(_FS), 50).alias("_fs"),
         what.str.contains(_NVME_FATAL).fill_null(False).alias("_nvme_fatal"),

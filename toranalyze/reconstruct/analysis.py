@@ -239,7 +239,7 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
         pl.col("t").min().alias("_e0"), pl.col("t").max().alias("_e1")
     )
     window = window.join(span, on="job", how="left")
-    bad = window.filter((pl.col("T0") < pl.col("_e0")) | (pl.col("T1") > pl.col("_e1")))
+    bad = window.filter((pl.col("T0") < pl.col("_e0")) | (pl.col("T1") > pl.col("_e1"))).sort("job")
     notes_guard = [f"job {names[j]!r}: window clipped to the span of its records" for j in bad["job"].to_list()]
     window = window.with_columns(
         pl.col("T0").clip(pl.col("_e0"), pl.col("_e1")).alias("T0"),
@@ -466,7 +466,7 @@ def relative_times(ev: pl.DataFrame, keep: pl.Series | None = None) -> tuple[pl.
     bare = ev.group_by("job").agg(t.is_null().all().alias("_bare"), (pl.col("kind") == "step").any().alias("_steps"))
     if keep is not None:
         bare = bare.filter(pl.col("job").is_in(keep.implode()))
-    jobs = bare.filter(pl.col("_bare"))["job"].to_list()
+    jobs = sorted(bare.filter(pl.col("_bare"))["job"].to_list())  # in job order: the notes' order
     if not jobs:
         return ev, []
     part = ev.filter(pl.col("job").is_in(jobs)).sort("job", "file", "line", "_row")
@@ -513,7 +513,7 @@ def relative_times(ev: pl.DataFrame, keep: pl.Series | None = None) -> tuple[pl.
     # (when the steps state their times at all).
     first = (
         part.filter(is_step & pl.col("step_time_s").is_not_null())
-        .group_by("job")
+        .group_by("job", maintain_order=True)
         .agg(pl.all().first())
         .with_columns(
             pl.lit("init").alias("kind"),

@@ -383,22 +383,16 @@ SAME_MOMENT_US = 5_000_000  # stamps this close may be out of order (resolution,
 
 def _progress_before(markers: pl.DataFrame, progress: pl.DataFrame) -> pl.DataFrame:
     """``_p_old``: how many progress records of the job are stamped more than SAME_MOMENT_US
-    before each marker."""
-    last_of_moment = (pl.col("job") != pl.col("job").shift(-1)) | (pl.col("t") != pl.col("t").shift(-1))
-    counted = (
-        progress.select("job", "t").sort("job", "t")
-        .with_columns(pl.int_range(1, pl.len() + 1).over("job").alias("_p_old"))
-        .filter(last_of_moment.fill_null(True))  # the count at each (job, time): its last row
-        .sort("t")
-    )
+    before each marker. Both frames are in (job, t) order and ``progress`` counts its records
+    per job in ``_prog`` (1, 2, ...): the count at the last one stamped before is the answer."""
+    # An as-of join by job needs its keys sorted within each job only: no sort of either side.
     return (
-        markers.with_row_index("_seq")  # the markers' time order, kept
-        .with_columns((pl.col("t") - SAME_MOMENT_US).alias("_t_old")).sort("_t_old")
-        .join_asof(counted.rename({"t": "_t_prog"}), left_on="_t_old", right_on="_t_prog", by="job",
-                   strategy="backward", allow_exact_matches=False, check_sortedness=False)
+        markers.with_columns((pl.col("t") - SAME_MOMENT_US).alias("_t_old"))
+        .join_asof(progress.select("job", pl.col("t").alias("_t_prog"), pl.col("_prog").alias("_p_old")),
+                   left_on="_t_old", right_on="_t_prog", by="job", strategy="backward",
+                   allow_exact_matches=False, check_sortedness=False)
         .with_columns(pl.col("_p_old").fill_null(0))
-        .sort("_seq")
-        .drop("_seq", "_t_old", "_t_prog")
+        .drop("_t_old", "_t_prog")
     )
 
 
@@ -410,11 +404,32 @@ def assign_attempts(events: pl.DataFrame, keep: pl.Series | None = None) -> pl.D
     cannot open an attempt).
     """
     kept = pl.lit(True) if keep is None else pl.col("job").is_in(keep.implode())
-    # At equal times, ends and steps come before starts. The attempts are found on the columns
-    # they depend on, in that order; the other columns are reordered once, at the end.
-    keys = events.select("job", "t", "kind", "_row", "step").with_row_index("_pos").filter(
-        pl.col("t").is_not_null() & kept)
-    later_kind = pl.col("kind").is_in(PROGRESS_KINDS).not_()
+    # The attempts are found on the few columns they depend on, in time order; the other
+    # columns are reordered once, at the end.
+    timed = _attempt_numbers(_in_attempt_order(events, kept))
+    timed = events[timed["_pos"]].with_columns(timed["attempt_idx"])
+    untimed = events.filter(pl.col("t").is_null() & kept)
+    if untimed.height:
+        ref = timed.select("file", "line", "attempt_idx").sort("line")
+        untimed = (
+            untimed.sort("line")
+            .join_asof(ref, on="line", by="file", strategy="backward", check_sortedness=False)
+            .with_columns(pl.col("attempt_idx").fill_null(0).cast(pl.Int32))
+        )
+        return pl.concat([timed, untimed.select(timed.columns)], how="vertical")
+    return timed
+
+
+def _in_attempt_order(events: pl.DataFrame, kept: pl.Expr) -> pl.DataFrame:
+    """The timed records of the kept jobs in (job, t) order, ends and steps before starts at
+    equal times, then as they come: ``_pos`` (row in ``events``), ``job``, ``t``, ``_ip`` (a
+    progress record), ``_im`` (a start marker) and ``_st`` (the step of a step record)."""
+    kind = pl.col("kind")
+    keys = events.select(
+        "job", "t", "_row", kind.is_in(PROGRESS_KINDS).alias("_ip"), kind.is_in(MARKER_KINDS).alias("_im"),
+        pl.when((kind == "step") & pl.col("step").is_not_null()).then(pl.col("step")).alias("_st"),
+    ).with_row_index("_pos").filter(pl.col("t").is_not_null() & kept)
+    later_kind = pl.col("_ip").not_()
     # Records in row-id order (as they come) sort stably on (job, t, kind order) packed into one
     # integer, which breaks ties by row id as the four-column sort does.
     packed = None
@@ -425,23 +440,18 @@ def assign_attempts(events: pl.DataFrame, keep: pl.Series | None = None) -> pl.D
     else:
         order = keys.with_columns(later_kind.cast(pl.Int8).alias("_ko")).select(
             pl.arg_sort_by(packed, maintain_order=True))[:, 0]
-    timed = keys[order]
+    timed = keys.drop("_row")[order]
     if timed["job"].null_count() == 0:  # in job order: windows over jobs take slices
         timed = timed.with_columns(pl.col("job").set_sorted())
-    is_marker = pl.col("kind").is_in(MARKER_KINDS)
-    is_prog = pl.col("kind").is_in(PROGRESS_KINDS)
-    # A step more than 2 below the previous step record of the job also opens an attempt.
-    timed = timed.with_columns(
-        is_prog.cast(pl.Int64).cum_sum().over("job").alias("_prog"),
-    )
-    # (in place: the previous step record's step is the last one before the row, within the job)
-    is_step = (pl.col("kind") == "step") & pl.col("step").is_not_null()
-    prev_step = pl.when(is_step).then(pl.col("step")).shift(1).forward_fill().over("job")
-    timed = timed.with_columns((is_step & (pl.col("step") < prev_step - 2)).fill_null(False).alias("_back"))
-    is_mark = (is_marker | pl.col("_back")).alias("_is_mark")
-    timed = timed.with_columns(is_mark)
-    markers = timed.filter(pl.col("_is_mark")).select(
-        "_row", "job", "t", "_prog", pl.col("_back"), pl.col("kind"))
+    return timed
+
+
+def _attempt_numbers(timed: pl.DataFrame) -> pl.DataFrame:
+    """``attempt_idx`` of the records (``_in_attempt_order``)."""
+    is_prog = pl.col("_ip")
+    timed = timed.with_columns(is_prog.cast(pl.Int64).cum_sum().over("job").alias("_prog"), _step_back())
+    timed = timed.with_columns((pl.col("_im") | pl.col("_back")).alias("_is_mark"))
+    markers = timed.filter(pl.col("_is_mark")).select("job", "t", "_prog", "_back")
     # For a backward step, "progress since the last marker" counts the step itself.
     markers = markers.with_columns(
         pl.when(pl.col("_back")).then(pl.col("_prog") - 1).otherwise(pl.col("_prog")).alias("_p")
@@ -463,7 +473,7 @@ def assign_attempts(events: pl.DataFrame, keep: pl.Series | None = None) -> pl.D
     # If the first marker of a job comes after progress (more than seconds of it, as above), that
     # progress was an attempt of its own.
     first_marker_prog = markers.group_by("job").agg(pl.col("_p_old").first().alias("_fm"))
-    timed = timed.join(first_marker_prog, on="job", how="left").with_columns(
+    return timed.join(first_marker_prog, on="job", how="left").with_columns(
         pl.when(pl.col("_fm") > 0)
         .then(
             pl.col("attempt_idx")
@@ -473,14 +483,15 @@ def assign_attempts(events: pl.DataFrame, keep: pl.Series | None = None) -> pl.D
         .cast(pl.Int32)
         .alias("attempt_idx")
     )
-    timed = events[timed["_pos"]].with_columns(timed["attempt_idx"])
-    untimed = events.filter(pl.col("t").is_null() & kept)
-    if untimed.height:
-        ref = timed.select("file", "line", "attempt_idx").sort("line")
-        untimed = (
-            untimed.sort("line")
-            .join_asof(ref, on="line", by="file", strategy="backward", check_sortedness=False)
-            .with_columns(pl.col("attempt_idx").fill_null(0).cast(pl.Int32))
-        )
-        return pl.concat([timed, untimed.select(timed.columns)], how="vertical")
-    return timed
+
+
+def _step_back() -> pl.Expr:
+    """``_back``: a step more than 2 below the previous step record of the job (which also opens
+    an attempt); rows in job order."""
+    # Over the whole table, then kept where the previous step record is of the same job (the
+    # runs of equal jobs number them): no window per job.
+    step = pl.col("_st")
+    grp = pl.col("job").rle_id()
+    prev = pl.when(pl.when(step.is_not_null()).then(grp).shift(1).forward_fill() == grp).then(
+        step.shift(1).forward_fill())
+    return (step.is_not_null() & (step < prev - 2)).fill_null(False).alias("_back")

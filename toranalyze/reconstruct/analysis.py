@@ -413,8 +413,13 @@ def place_untimed_errors(ev: pl.DataFrame, keep: pl.Series | None = None) -> pl.
         files = order.select(pl.col("file").unique()).with_row_index("_fc")
         order = order.join(files, on="file", how="left", nulls_equal=True)
     packed = packed_key(order, ["_fc", "line", "_row"])  # unique (row ids): the same order, on one column
+    if packed is None:
+        order = order.sort("_fc", "line", "_row")
+    else:  # records come in file and line order, files numbered as they come: often sorted already
+        order = order.with_columns(packed.alias("_k"))
+        order = order if order["_k"].is_sorted() else order.sort("_k")
     order = (
-        (order.sort("_fc", "line", "_row") if packed is None else order.sort(packed))
+        order.with_columns(pl.col("_fc").set_sorted())  # windows over files take slices
         .with_columns(pl.when(~pl.col("ts_inferred").fill_null(False)).then(pl.col("t")).alias("_hi"))
         .with_columns(pl.col("_hi").backward_fill().over("_fc").alias("_hi"))
     )
@@ -450,7 +455,7 @@ def place_untimed_errors(ev: pl.DataFrame, keep: pl.Series | None = None) -> pl.
     )
     if hit.height == 0:
         return ev
-    hi = ev.select("_row").join(hit, on="_row", how="left")["_hi"]
+    hi = attach(ev.select("_row"), hit, "_row")["_hi"]
     ev = ev.with_columns(pl.coalesce(hi, "t").alias("t"))
     return ev.with_columns(pl.col("t").cast(UTC_US).alias("ts"))
 

@@ -126,7 +126,7 @@ def assign_jobs(events: pl.DataFrame, coded: bool = False) -> tuple[pl.DataFrame
     its attempts, in order), ``identity`` ("scheduler" | "job-name" | "directory"), sorted by
     ``job``. The events get ``_dir`` and ``_base`` too; with ``coded`` their ``job`` is the
     job's row in ``jobs`` (UInt32) instead of its name, ``_dir`` is left out and ``_fc`` numbers
-    their files (any order; a null file too).
+    their files in the order they first come (a null file too).
     """
     # Every record of a (file, scheduler id) pair gets the same job: the rule is decided on the
     # pairs (a few thousand rows however many records), which are summed up from blocks of
@@ -195,7 +195,9 @@ def _coded_blocks(blocks: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.
     """The blocks with ``_fc`` (file code) and ``_bc`` (base id code, null without an id), the
     files (``_fc``, ``file``, ``_dir``; in code order) and the base ids (``_bc``, ``_base``;
     sorted)."""
-    files = blocks.select(pl.col("file").unique()).with_row_index("_fc").with_columns(_dir_expr().alias("_dir"))
+    # Files numbered as they first come: rows in file and line order are then in code order too.
+    files = blocks.select(pl.col("file").unique(maintain_order=True)).with_row_index("_fc").with_columns(
+        _dir_expr().alias("_dir"))
     ids = blocks.select(pl.col("job_id").unique().drop_nulls()).with_columns(
         pl.col("job_id").str.strip_chars().str.extract(_BASE_RE, 1).alias("_base")
     )

@@ -157,3 +157,38 @@ def test_excerpt_without_timestamps_gets_a_relative_clock():
     assert t["t_obs_s"] == pytest.approx(1020.0) and t["useful_s"] == pytest.approx(1000.0)
     assert an.incidents["root_cause"].to_list() == ["gpu_memory"]
     assert any("no record has a timestamp" in n for n in an.notes)
+
+
+def test_interleaved_records_get_the_jobs_of_their_file_and_id():
+    # Job assignment sums records up by runs of the same file and id: records of several files
+    # interleaved line by line (many short runs) must get what the files one after the other get.
+    from toranalyze.reconstruct.jobs import assign_jobs, with_time
+
+    a = [dict(ts=0, kind="job_start", job_id="10", file="r/sacct", message="JobName=pretrain")]
+    a += [dict(ts=400, kind="job_end", job_id="10", state="NODE_FAIL", file="r/sacct")]
+    a += [dict(ts=500, kind="job_start", job_id="12", file="r/sacct", message="JobName=pretrain")]
+    a += [dict(ts=900, kind="job_end", job_id="12", state="COMPLETED", file="r/sacct")]
+    a += [dict(ts=950, kind="job_start", job_id="30", file="r/sacct")]  # another user's job
+    b = _steps(0, 1, 30, file="r/train.log") + _steps(500, 31, 60, file="r/train.log")
+    c = [dict(ts=5 + 20 * i, kind="info", file="r/nodes/gpu-01/kern.log") for i in range(30)]
+    for recs in (a, b, c):  # line numbers within each file, whatever the order of the table
+        for i, r in enumerate(recs, 1):
+            r["line"] = i
+    apart = events_frame(a + b + c)
+    mixed = [r for trio in zip(b, c, a + [None] * 30, strict=False) for r in trio if r is not None]
+    mixed = events_frame(mixed + b[len(c):])
+    out = []
+    for ev in (apart, mixed):
+        ev, jobs = assign_jobs(with_time(ev))
+        out.append((ev.select("file", "line", "job", "_base").sort("file", "line"), jobs))
+    assert out[0][0].equals(out[1][0])
+    assert out[0][1].equals(out[1][1])
+    assert out[0][1].select("job", "job_ids").rows() == [("r::30", ["30"]), ("r::pretrain", ["10", "12"])]
+
+
+def test_notes_of_jobs_without_timestamps_come_in_job_order():
+    rec = []
+    for d in ("c", "a", "b"):
+        rec += [dict(ts=None, kind="step", step=s, step_time_s=1.0, file=f"{d}/train.log") for s in range(1, 6)]
+    notes = [n for n in analyze_events(events_frame(rec)).notes if "no record has a timestamp" in n]
+    assert notes == sorted(notes) and len(notes) == 3

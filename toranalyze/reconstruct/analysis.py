@@ -239,7 +239,7 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
         pl.col("t").min().alias("_e0"), pl.col("t").max().alias("_e1")
     )
     window = window.join(span, on="job", how="left")
-    bad = window.filter((pl.col("T0") < pl.col("_e0")) | (pl.col("T1") > pl.col("_e1")))
+    bad = window.filter((pl.col("T0") < pl.col("_e0")) | (pl.col("T1") > pl.col("_e1"))).sort("job")
     notes_guard = [f"job {names[j]!r}: window clipped to the span of its records" for j in bad["job"].to_list()]
     window = window.with_columns(
         pl.col("T0").clip(pl.col("_e0"), pl.col("_e1")).alias("T0"),
@@ -413,8 +413,13 @@ def place_untimed_errors(ev: pl.DataFrame, keep: pl.Series | None = None) -> pl.
         files = order.select(pl.col("file").unique()).with_row_index("_fc")
         order = order.join(files, on="file", how="left", nulls_equal=True)
     packed = packed_key(order, ["_fc", "line", "_row"])  # unique (row ids): the same order, on one column
+    if packed is None:
+        order = order.sort("_fc", "line", "_row")
+    else:  # records come in file and line order, files numbered as they come: often sorted already
+        order = order.with_columns(packed.alias("_k"))
+        order = order if order["_k"].is_sorted() else order.sort("_k")
     order = (
-        (order.sort("_fc", "line", "_row") if packed is None else order.sort(packed))
+        order.with_columns(pl.col("_fc").set_sorted())  # windows over files take slices
         .with_columns(pl.when(~pl.col("ts_inferred").fill_null(False)).then(pl.col("t")).alias("_hi"))
         .with_columns(pl.col("_hi").backward_fill().over("_fc").alias("_hi"))
     )
@@ -450,7 +455,7 @@ def place_untimed_errors(ev: pl.DataFrame, keep: pl.Series | None = None) -> pl.
     )
     if hit.height == 0:
         return ev
-    hi = ev.select("_row").join(hit, on="_row", how="left")["_hi"]
+    hi = attach(ev.select("_row"), hit, "_row")["_hi"]
     ev = ev.with_columns(pl.coalesce(hi, "t").alias("t"))
     return ev.with_columns(pl.col("t").cast(UTC_US).alias("ts"))
 
@@ -466,7 +471,7 @@ def relative_times(ev: pl.DataFrame, keep: pl.Series | None = None) -> tuple[pl.
     bare = ev.group_by("job").agg(t.is_null().all().alias("_bare"), (pl.col("kind") == "step").any().alias("_steps"))
     if keep is not None:
         bare = bare.filter(pl.col("job").is_in(keep.implode()))
-    jobs = bare.filter(pl.col("_bare"))["job"].to_list()
+    jobs = sorted(bare.filter(pl.col("_bare"))["job"].to_list())  # in job order: the notes' order
     if not jobs:
         return ev, []
     part = ev.filter(pl.col("job").is_in(jobs)).sort("job", "file", "line", "_row")
@@ -513,7 +518,7 @@ def relative_times(ev: pl.DataFrame, keep: pl.Series | None = None) -> tuple[pl.
     # (when the steps state their times at all).
     first = (
         part.filter(is_step & pl.col("step_time_s").is_not_null())
-        .group_by("job")
+        .group_by("job", maintain_order=True)
         .agg(pl.all().first())
         .with_columns(
             pl.lit("init").alias("kind"),

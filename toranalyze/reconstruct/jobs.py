@@ -14,9 +14,8 @@ A **job** is one training run however many attempts it took. The identity rule, 
    never continues a run known by its name, and only numeric (Slurm) ids chain in time: a
    Kubernetes owner keeps its name across restarts, so another name is another job.
 4. Events without a scheduler id take the run of their file (the id most of the file's events
-   carry), else the run whose time span contains them, else the directory's main run (a run
-   known by its name first, then the one whose records come from the most files, then the one
-   with the most records).
+   carry), else the directory's main run (a run known by its name first, then the one whose
+   records come from the most files, then the one with the most records).
    When no event of a directory names a scheduler id, the whole directory is one job
    (``identity = "directory"``).
 
@@ -127,187 +126,31 @@ def assign_jobs(events: pl.DataFrame, coded: bool = False) -> tuple[pl.DataFrame
     its attempts, in order), ``identity`` ("scheduler" | "job-name" | "directory"), sorted by
     ``job``. The events get ``_dir`` and ``_base`` too; with ``coded`` their ``job`` is the
     job's row in ``jobs`` (UInt32) instead of its name, ``_dir`` is left out and ``_fc`` numbers
-    their files (any order; a null file too).
+    their files in the order they first come (a null file too).
     """
-    # The rule runs on the few columns it reads, with files, directories, base ids and runs as
-    # integer codes (one hash of each distinct string, then numeric keys over the records); the
-    # names are attached to the events at the end. A ``_name`` column (job_name()) stands in for
-    # the message text.
-    name = pl.col("_name") if "_name" in events.columns else job_name()
-    ev = events.select("file", "job_id", "kind", "t", "_row", name.alias("_name"))
-    files = ev.select(pl.col("file").unique()).with_row_index("_fc").with_columns(_dir_expr().alias("_dir"))
-    ids = ev.select(pl.col("job_id").unique().drop_nulls()).with_columns(
-        pl.col("job_id").str.strip_chars().str.extract(_BASE_RE, 1).alias("_base")
-    )
-    bases = ids.select(pl.col("_base").drop_nulls().unique().sort()).with_row_index("_bc")
-    ids = ids.join(bases, on="_base", how="left").select("job_id", "_bc")
-    ev = ev.join(files.select("file", "_fc"), on="file", how="left", nulls_equal=True).join(ids, on="job_id",
-                                                                                          how="left")
-    ev = ev.select("_fc", "_bc", "kind", "t", "_row", "_name")
-    # Directories, folded into the directory of their run.
-    dir0 = files.select(pl.col("_dir").unique().sort()).with_row_index("_d0")
-    files = files.join(dir0, on="_dir", how="left")
-    life = pl.col("kind").is_in(("step", "init", "job_start", "job_end")).any().alias("_life")
-    pre = ev.with_columns(files["_d0"].gather(ev["_fc"]).alias("_d0")).group_by("_d0", "_bc").agg(life)
-    pre = pre.select(dir0["_dir"].gather(pre["_d0"]).alias("_dir"),
-                     bases["_base"].gather(pre["_bc"]).alias("_base"), "_life")
-    files = files.with_columns(pl.col("_dir").replace_strict(_fold_dirs(pre), default=pl.col("_dir")).alias("_dir"))
-    dirs = files.select(pl.col("_dir").unique().sort()).with_row_index("_dc")
-    files = files.join(dirs, on="_dir", how="left").sort("_fc")
-    step_files = ev.filter(pl.col("kind") == "step").select("_fc").unique()
-    files = files.with_columns(pl.col("_fc").is_in(step_files["_fc"].implode()).alias("_trainfile"))
-    ev = ev.with_columns(files["_dc"].gather(ev["_fc"]).alias("_dc"),
-                         files["_trainfile"].gather(ev["_fc"]).alias("_trainfile"))
-    ids = (
-        ev.filter(pl.col("_bc").is_not_null())
-        .group_by("_dc", "_bc")
-        .agg(
-            pl.col("_trainfile").any().alias("train"),
-            pl.col("t").min().alias("t0"),
-            pl.col("t").filter(pl.col("kind").is_in(LIFECYCLE_KINDS)).max().alias("t1"),
-            pl.col("_name").drop_nulls().first().alias("name"),
-        )
-        .with_columns(pl.col("t1").fill_null(pl.col("t0")))
-    )
-    ids = ids.with_columns(dirs["_dir"].gather(ids["_dc"]).alias("_dir"),
-                           bases["_base"].gather(ids["_bc"]).alias("_base"))
-    ids = ids.sort("_dir", "t0", "_base", nulls_last=True)
-    # Chain ids into runs: a small loop over scheduler ids (not over lines).
-    run_of: dict[tuple[str, str], str] = {}
-    identity_of: dict[str, str] = {}
-    for d, grp in ids.group_by("_dir", maintain_order=True):
-        dname = d[0]
-        open_runs: list[list] = []  # [key, end]
-        by_name: dict[str, list] = {}
-        for row in grp.iter_rows(named=True):
-            base, name, t0, t1 = row["_base"], row["name"], row["t0"], row["t1"]
-            if name is not None:
-                run = by_name.get(name)
-                if run is None:
-                    run = [f"{dname}::{name}", t1]
-                    by_name[name] = run
-                    open_runs.append(run)
-                    identity_of[run[0]] = "job-name"
-                else:
-                    run[1] = max(x for x in (run[1], t1, t0) if x is not None) if (run[1] or t1) else None
-                run_of[(dname, base)] = run[0]
-                continue
-            best = None
-            # Only numeric (Slurm) ids are resubmitted under a new id; a Kubernetes owner keeps
-            # its name across pod restarts, so another name is another job.
-            chainable = base is not None and base.split("_")[0].isdigit()
-            for run in open_runs if chainable else []:
-                if not run[0].rsplit("::", 1)[-1].split("_")[0].isdigit():
-                    continue
-                # A nameless id seen only in scheduler files (another user's job in a shared
-                # controller log) never continues a run known by its name.
-                if not row["train"] and identity_of.get(run[0]) == "job-name":
-                    continue
-                if t0 is None or run[1] is None or run[1] <= t0 + 1_000_000:
-                    if best is None or (run[1] or 0) > (best[1] or 0):
-                        best = run
-            if best is None:
-                best = [f"{dname}::{base}", t1]
-                open_runs.append(best)
-                identity_of[best[0]] = "scheduler"
-            else:
-                best[1] = max(x for x in (best[1], t1) if x is not None) if (best[1] or t1) else None
-            run_of[(dname, base)] = best[0]
+    # Every record of a (file, scheduler id) pair gets the same job: the rule is decided on the
+    # pairs (a few thousand rows however many records), which are summed up from blocks of
+    # consecutive records with the same file and id (a log's records come together), with
+    # files, directories, base ids and runs as integer codes. Each record takes its block's job
+    # by a slot look-up at the end. A ``_name`` column (job_name()) stands in for the message.
+    block, blocks = _blocks(events)
+    blocks, files, bases = _coded_blocks(blocks)
+    pairs = _pairs(blocks)
+    files, dirs = _folded_files(files, pairs, bases)
+    pairs = pairs.with_columns(files["_dc"].gather(pairs["_fc"]).alias("_dc"))
+    run_of, identity_of = _chain_ids(_id_facts(pairs, files, dirs, bases))
     # Runs, then each directory's own key ("<dir>::"), coded in name order so that ties between
-    # runs break by name as before.
+    # runs break by name.
     runs = pl.Series("job", sorted(set(run_of.values())), dtype=pl.String)
     names = pl.concat([runs, dirs["_dir"] + "::"])
-    code = {name: i for i, name in enumerate(runs.to_list())}
-    mapping = pl.DataFrame(
-        {"_dir": [k[0] for k in run_of], "_base": [k[1] for k in run_of], "_rc": [code[v] for v in run_of.values()]},
-        schema={"_dir": pl.String, "_base": pl.String, "_rc": pl.Int64},
-    ).join(dirs, on="_dir").join(bases, on="_base").select("_dc", "_bc", "_rc")
-    ev = ev.join(mapping, on=["_dc", "_bc"], how="left")
-    # Events without an id: the file's majority run, else the run spanning their time, else
-    # the directory's first run, else the directory itself.
-    file_run = (
-        ev.filter(pl.col("_rc").is_not_null())
-        .group_by("_fc", "_rc")
-        .len()
-        .sort("len", "_rc", descending=[True, False])
-        .group_by("_fc", maintain_order=True)
-        .first()
-        .select("_fc", pl.col("_rc").alias("_file_job"))
-    )
-    ev = ev.join(file_run, on="_fc", how="left")
-    spans = (
-        ev.filter(pl.col("_rc").is_not_null())
-        .group_by("_dc", "_rc")
-        .agg(pl.col("t").min().alias("_s0"), pl.col("t").max().alias("_s1"))
-        .sort("_s0", "_rc")
-    )
-    # The directory's fallback run: a run known by its job name first, then the one whose
-    # records come from the most files, then the one with the most records. Other users' jobs
-    # in a shared controller log are nameless, live in that one file and, chained one after the
-    # other, can still outnumber the run's own scheduler records.
-    named = [code[k] for k, v in identity_of.items() if v == "job-name"]
-    first_run = (
-        ev.filter(pl.col("_rc").is_not_null())
-        .group_by("_dc", "_rc")
-        .agg(pl.len().alias("len"), pl.col("_fc").n_unique().alias("_nf"))
-        .with_columns(pl.col("_rc").is_in(named).alias("_named"))
-        .sort("_named", "_nf", "len", "_rc", descending=[True, True, True, False])
-        .group_by("_dc", maintain_order=True)
-        .agg(pl.col("_rc").first().alias("_dir_job"))
-    )
-    spans = spans.join(first_run, left_on=["_dc", "_rc"], right_on=["_dc", "_dir_job"], how="semi")
-    ev = ev.join(first_run, on="_dc", how="left")
-    need = ev.filter(pl.col("_rc").is_null() & pl.col("_file_job").is_null() & pl.col("t").is_not_null())
-    if need.height and spans.height:
-        hit = (
-            need.select("_row", "_dc", "t")
-            .sort("t")
-            .join_asof(
-                spans.rename({"_rc": "_span_job"}).sort("_s0"),
-                left_on="t",
-                right_on="_s0",
-                by="_dc",
-                check_sortedness=False,
-            )
-            .filter(pl.col("t") <= pl.col("_s1"))
-            .select("_row", "_span_job")
-        )
-        ev = ev.join(hit, on="_row", how="left")
-    else:
-        ev = ev.with_columns(pl.lit(None, pl.Int64).alias("_span_job"))
-    ev = ev.with_columns(
-        pl.coalesce("_rc", "_file_job", "_span_job", "_dir_job", runs.len() + pl.col("_dc").cast(pl.Int64)).alias("_jc")
-    )
-    for key in names.gather(ev["_jc"].unique()).to_list():
+    pairs = _pair_jobs(pairs, dirs, bases, run_of, identity_of, runs)
+    for key in names.gather(pairs["_jc"].unique()).to_list():
         if key.endswith("::"):
             identity_of[key] = "directory"
-    jobs = (
-        ev.group_by("_jc")
-        .agg(
-            pl.col("_dc").first().alias("path"),
-            pl.col("_bc")
-            .filter(pl.col("t").is_not_null())
-            .sort_by(pl.col("t").filter(pl.col("t").is_not_null()))
-            .unique(maintain_order=True)
-            .drop_nulls()
-            .alias("job_ids"),
-        )
-    )
-    jobs = jobs.with_columns(names.gather(jobs["_jc"]).alias("job"), dirs["_dir"].gather(jobs["path"]).alias("path"))
-    ids_of = jobs.select("_jc", "job_ids").explode("job_ids")
-    ids_of = (
-        ids_of.with_columns(bases["_base"].gather(ids_of["job_ids"]).alias("job_ids"))
-        .group_by("_jc", maintain_order=True)
-        .agg(pl.col("job_ids").drop_nulls())
-    )
-    jobs = (
-        jobs.drop("job_ids").join(ids_of, on="_jc", how="left")
-        .select("job", "path", "job_ids")
-        .with_columns(
-            pl.col("job").replace_strict(identity_of, default="directory", return_dtype=pl.String).alias("identity")
-        )
-        .sort("job")
-    )
+    jobs = _job_table(pairs, names, dirs, bases, identity_of)
+    blocks = blocks.join(pairs.select("_fc", "_bc", "_jc"), on=["_fc", "_bc"], how="left", nulls_equal=True,
+                         maintain_order="left")
+    base = bases["_base"].gather(blocks["_bc"]).gather(block).alias("_base")
     if coded:
         rank = (
             names.to_frame().with_row_index("_jc")
@@ -315,13 +158,226 @@ def assign_jobs(events: pl.DataFrame, coded: bool = False) -> tuple[pl.DataFrame
             .sort("_jc")["_rank"]
         )
         return events.with_columns(
-            bases["_base"].gather(ev["_bc"]).alias("_base"), rank.gather(ev["_jc"]).alias("job"), ev["_fc"]
+            base, rank.gather(blocks["_jc"]).gather(block).alias("job"), blocks["_fc"].gather(block)
         ), jobs
     return events.with_columns(
-        dirs["_dir"].gather(ev["_dc"]).alias("_dir"),
-        bases["_base"].gather(ev["_bc"]).alias("_base"),
-        names.gather(ev["_jc"]).alias("job"),
+        dirs["_dir"].gather(files["_dc"].gather(blocks["_fc"])).gather(block).alias("_dir"),
+        base,
+        names.gather(blocks["_jc"]).gather(block).alias("job"),
     ), jobs
+
+
+# Kinds that tell a directory holds a run (rather than kernel logs of its nodes).
+_RUN_KINDS = ("step", "init", "job_start", "job_end")
+
+
+def _blocks(events: pl.DataFrame) -> tuple[pl.Series, pl.DataFrame]:
+    """(each record's block, the blocks): a block is a stretch of consecutive records with the
+    same file and scheduler id. Per block: ``file``, ``job_id``, ``n`` records, ``t_min``,
+    ``t_life`` (last lifecycle record), ``_life`` (a record of a run kind), ``_steps`` and the
+    first ``_name`` stated; ``_blk`` numbers the blocks in record order."""
+    name = pl.col("_name") if "_name" in events.columns else job_name()
+    kind = pl.col("kind")
+    # Two non-decreasing run ids: their sum grows where either does (by 1 or 2, hence rle_id).
+    blk = (pl.col("file").rle_id() + pl.col("job_id").rle_id()).rle_id().alias("_blk")
+    ev = events.select(
+        blk, "file", "job_id", "t", pl.when(kind.is_in(LIFECYCLE_KINDS)).then(pl.col("t")).alias("_t_life"),
+        kind.is_in(_RUN_KINDS).alias("_life"), (kind == "step").alias("_steps"), name.alias("_name"),
+    )
+    blocks = ev.group_by("_blk", maintain_order=True).agg(
+        pl.col("file").first(), pl.col("job_id").first(), pl.len().alias("n"), pl.col("t").min().alias("t_min"),
+        pl.col("_t_life").max(), pl.col("_life").any(), pl.col("_steps").any(), pl.col("_name").drop_nulls().first(),
+    )
+    return ev["_blk"], blocks
+
+
+def _coded_blocks(blocks: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The blocks with ``_fc`` (file code) and ``_bc`` (base id code, null without an id), the
+    files (``_fc``, ``file``, ``_dir``; in code order) and the base ids (``_bc``, ``_base``;
+    sorted)."""
+    # Files numbered as they first come: rows in file and line order are then in code order too.
+    files = blocks.select(pl.col("file").unique(maintain_order=True)).with_row_index("_fc").with_columns(
+        _dir_expr().alias("_dir"))
+    ids = blocks.select(pl.col("job_id").unique().drop_nulls()).with_columns(
+        pl.col("job_id").str.strip_chars().str.extract(_BASE_RE, 1).alias("_base")
+    )
+    bases = ids.select(pl.col("_base").drop_nulls().unique().sort()).with_row_index("_bc")
+    ids = ids.join(bases, on="_base", how="left").select("job_id", "_bc")
+    blocks = blocks.join(files.select("file", "_fc"), on="file", how="left", nulls_equal=True,
+                         maintain_order="left").join(ids, on="job_id", how="left", maintain_order="left")
+    return blocks, files, bases
+
+
+def _pairs(blocks: pl.DataFrame) -> pl.DataFrame:
+    """One row per (``_fc``, ``_bc``): its blocks summed up. ``_name`` is the first name stated
+    and ``_name_at`` its block; ``_t_at`` is the first block holding the earliest time."""
+    return blocks.group_by("_fc", "_bc", maintain_order=True).agg(
+        pl.col("n").sum(), pl.col("t_min").min(), pl.col("_t_life").max(), pl.col("_life").any(),
+        pl.col("_steps").any(), pl.col("_name").drop_nulls().first(),
+        pl.col("_blk").filter(pl.col("_name").is_not_null()).first().alias("_name_at"),
+        pl.col("_blk").filter(pl.col("t_min") == pl.col("t_min").min()).first().alias("_t_at"),
+    )
+
+
+def _folded_files(files: pl.DataFrame, pairs: pl.DataFrame, bases: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The files with ``_dir`` folded into the directory of their run (``_fold_dirs``), its code
+    ``_dc`` and ``_trainfile`` (a step record in the file); the folded directories (``_dc``,
+    ``_dir``; sorted)."""
+    dir0 = files.select(pl.col("_dir").unique().sort()).with_row_index("_d0")
+    files = files.join(dir0, on="_dir", how="left").sort("_fc")
+    pre = pairs.with_columns(files["_d0"].gather(pairs["_fc"]).alias("_d0")).group_by("_d0", "_bc").agg(
+        pl.col("_life").any())
+    pre = pre.select(dir0["_dir"].gather(pre["_d0"]).alias("_dir"),
+                     bases["_base"].gather(pre["_bc"]).alias("_base"), "_life")
+    files = files.with_columns(pl.col("_dir").replace_strict(_fold_dirs(pre), default=pl.col("_dir")).alias("_dir"))
+    dirs = files.select(pl.col("_dir").unique().sort()).with_row_index("_dc")
+    step_files = pairs.filter(pl.col("_steps"))["_fc"].unique()
+    files = files.join(dirs, on="_dir", how="left").sort("_fc").with_columns(
+        pl.col("_fc").is_in(step_files.implode()).alias("_trainfile"))
+    return files, dirs
+
+
+def _id_facts(pairs: pl.DataFrame, files: pl.DataFrame, dirs: pl.DataFrame, bases: pl.DataFrame) -> pl.DataFrame:
+    """One row per base id of a directory (``_dir``, ``_base``), in time order within the
+    directory: ``train`` (seen in a file with steps), ``t0``/``t1`` (first record, last
+    lifecycle record or else ``t0``) and the first job ``name`` its records state."""
+    ids = (
+        pairs.with_columns(files["_trainfile"].gather(pairs["_fc"]).alias("train"))
+        .filter(pl.col("_bc").is_not_null())
+        .group_by("_dc", "_bc")
+        .agg(
+            pl.col("train").any(),
+            pl.col("t_min").min().alias("t0"),
+            pl.col("_t_life").max().alias("t1"),
+            pl.col("_name").sort_by("_name_at").drop_nulls().first().alias("name"),
+        )
+        .with_columns(pl.col("t1").fill_null(pl.col("t0")))
+    )
+    ids = ids.with_columns(dirs["_dir"].gather(ids["_dc"]).alias("_dir"),
+                           bases["_base"].gather(ids["_bc"]).alias("_base"))
+    return ids.sort("_dir", "t0", "_base", nulls_last=True)
+
+
+def _chain_ids(ids: pl.DataFrame) -> tuple[dict[tuple[str, str], str], dict[str, str]]:
+    """Chain the base ids of each directory into runs: ({(dir, base): run key}, {run key:
+    identity}). A small loop over scheduler ids (not over records)."""
+    run_of: dict[tuple[str, str], str] = {}
+    identity_of: dict[str, str] = {}
+    for d, grp in ids.group_by("_dir", maintain_order=True):
+        _chain_dir(str(d[0]), grp, run_of, identity_of)
+    return run_of, identity_of
+
+
+def _chain_dir(dname: str, ids: pl.DataFrame, run_of: dict[tuple[str, str], str], identity_of: dict[str, str]) -> None:
+    """``_chain_ids`` for the ids of one directory, in time order; a run is [key, end]."""
+    open_runs: list[list] = []
+    by_name: dict[str, list] = {}
+    for row in ids.iter_rows(named=True):
+        base, name, t0, t1 = row["_base"], row["name"], row["t0"], row["t1"]
+        if name is not None:
+            run = by_name.get(name)
+            if run is None:
+                run = [f"{dname}::{name}", t1]
+                by_name[name] = run
+                open_runs.append(run)
+                identity_of[run[0]] = "job-name"
+            else:
+                run[1] = max(x for x in (run[1], t1, t0) if x is not None) if (run[1] or t1) else None
+            run_of[(dname, base)] = run[0]
+            continue
+        best = _run_continued(open_runs, base, t0, row["train"], identity_of)
+        if best is None:
+            best = [f"{dname}::{base}", t1]
+            open_runs.append(best)
+            identity_of[best[0]] = "scheduler"
+        else:
+            best[1] = max(x for x in (best[1], t1) if x is not None) if (best[1] or t1) else None
+        run_of[(dname, base)] = best[0]
+
+
+def _run_continued(open_runs: list[list], base: str | None, t0: int | None, train: bool,
+                   identity_of: dict[str, str]) -> list | None:
+    """The open run a nameless id starting at ``t0`` continues (the latest ending before it), if any."""
+    # Only numeric (Slurm) ids are resubmitted under a new id; a Kubernetes owner keeps its name
+    # across pod restarts, so another name is another job.
+    if base is None or not base.split("_")[0].isdigit():
+        return None
+    best = None
+    for run in open_runs:
+        if not run[0].rsplit("::", 1)[-1].split("_")[0].isdigit():
+            continue
+        # A nameless id seen only in scheduler files (another user's job in a shared controller
+        # log) never continues a run known by its name.
+        if not train and identity_of.get(run[0]) == "job-name":
+            continue
+        if t0 is None or run[1] is None or run[1] <= t0 + 1_000_000:
+            if best is None or (run[1] or 0) > (best[1] or 0):
+                best = run
+    return best
+
+
+def _pair_jobs(pairs: pl.DataFrame, dirs: pl.DataFrame, bases: pl.DataFrame, run_of: dict[tuple[str, str], str],
+               identity_of: dict[str, str], runs: pl.Series) -> pl.DataFrame:
+    """The pairs with ``_jc``, their job's code (``runs`` then the directories' own keys).
+
+    A pair with an id takes its run; one without takes the run most of its file's records
+    belong to, else the directory's main run: a run known by its job name first, then the one
+    whose records come from the most files, then the one with the most records (other users'
+    jobs in a shared controller log are nameless, live in that one file and, chained one after
+    the other, can still outnumber the run's own scheduler records), else the directory itself.
+    (The time spans of runs are not consulted: a look-up limited to the main run, as this one
+    was, can only give the main run.)
+    """
+    code = {name: i for i, name in enumerate(runs.to_list())}
+    mapping = pl.DataFrame(
+        {"_dir": [k[0] for k in run_of], "_base": [k[1] for k in run_of], "_rc": [code[v] for v in run_of.values()]},
+        schema={"_dir": pl.String, "_base": pl.String, "_rc": pl.Int64},
+    ).join(dirs, on="_dir").join(bases, on="_base").select("_dc", "_bc", "_rc")
+    pairs = pairs.join(mapping, on=["_dc", "_bc"], how="left", maintain_order="left")
+    with_run = pairs.filter(pl.col("_rc").is_not_null())
+    file_run = (
+        with_run.group_by("_fc", "_rc").agg(pl.col("n").sum().alias("len"))
+        .sort("len", "_rc", descending=[True, False])
+        .group_by("_fc", maintain_order=True)
+        .first()
+        .select("_fc", pl.col("_rc").alias("_file_job"))
+    )
+    named = [code[k] for k, v in identity_of.items() if v == "job-name"]
+    first_run = (
+        with_run.group_by("_dc", "_rc")
+        .agg(pl.col("n").sum().alias("len"), pl.col("_fc").n_unique().alias("_nf"))
+        .with_columns(pl.col("_rc").is_in(named).alias("_named"))
+        .sort("_named", "_nf", "len", "_rc", descending=[True, True, True, False])
+        .group_by("_dc", maintain_order=True)
+        .agg(pl.col("_rc").first().alias("_dir_job"))
+    )
+    pairs = pairs.join(file_run, on="_fc", how="left", maintain_order="left").join(
+        first_run, on="_dc", how="left", maintain_order="left")
+    return pairs.with_columns(
+        pl.coalesce("_rc", "_file_job", "_dir_job", runs.len() + pl.col("_dc").cast(pl.Int64)).alias("_jc")
+    )
+
+
+def _job_table(pairs: pl.DataFrame, names: pl.Series, dirs: pl.DataFrame, bases: pl.DataFrame,
+               identity_of: dict[str, str]) -> pl.DataFrame:
+    """One row per job: ``job``, ``path``, ``job_ids`` (base ids by their first timed record)
+    and ``identity``, sorted by ``job``."""
+    timed_id = pl.col("_bc").is_not_null() & pl.col("t_min").is_not_null()
+    pairs = pairs.sort("t_min", "_t_at", nulls_last=True)
+    jobs = (
+        pairs.with_columns(bases["_base"].gather(pairs["_bc"]).alias("job_ids"))
+        .group_by("_jc")
+        .agg(pl.col("_dc").first().alias("path"), pl.col("job_ids").filter(timed_id).unique(maintain_order=True))
+        .with_columns(pl.when(pl.col("job_ids").list.len() > 0).then(pl.col("job_ids")).alias("job_ids"))  # none: null
+    )
+    return (
+        jobs.with_columns(names.gather(jobs["_jc"]).alias("job"), dirs["_dir"].gather(jobs["path"]).alias("path"))
+        .select("job", "path", "job_ids")
+        .with_columns(
+            pl.col("job").replace_strict(identity_of, default="directory", return_dtype=pl.String).alias("identity")
+        )
+        .sort("job")
+    )
 
 
 SAME_MOMENT_US = 5_000_000  # stamps this close may be out of order (resolution, skew between hosts)
@@ -329,22 +385,16 @@ SAME_MOMENT_US = 5_000_000  # stamps this close may be out of order (resolution,
 
 def _progress_before(markers: pl.DataFrame, progress: pl.DataFrame) -> pl.DataFrame:
     """``_p_old``: how many progress records of the job are stamped more than SAME_MOMENT_US
-    before each marker."""
-    last_of_moment = (pl.col("job") != pl.col("job").shift(-1)) | (pl.col("t") != pl.col("t").shift(-1))
-    counted = (
-        progress.select("job", "t").sort("job", "t")
-        .with_columns(pl.int_range(1, pl.len() + 1).over("job").alias("_p_old"))
-        .filter(last_of_moment.fill_null(True))  # the count at each (job, time): its last row
-        .sort("t")
-    )
+    before each marker. Both frames are in (job, t) order and ``progress`` counts its records
+    per job in ``_prog`` (1, 2, ...): the count at the last one stamped before is the answer."""
+    # An as-of join by job needs its keys sorted within each job only: no sort of either side.
     return (
-        markers.with_row_index("_seq")  # the markers' time order, kept
-        .with_columns((pl.col("t") - SAME_MOMENT_US).alias("_t_old")).sort("_t_old")
-        .join_asof(counted.rename({"t": "_t_prog"}), left_on="_t_old", right_on="_t_prog", by="job",
-                   strategy="backward", allow_exact_matches=False, check_sortedness=False)
+        markers.with_columns((pl.col("t") - SAME_MOMENT_US).alias("_t_old"))
+        .join_asof(progress.select("job", pl.col("t").alias("_t_prog"), pl.col("_prog").alias("_p_old")),
+                   left_on="_t_old", right_on="_t_prog", by="job", strategy="backward",
+                   allow_exact_matches=False, check_sortedness=False)
         .with_columns(pl.col("_p_old").fill_null(0))
-        .sort("_seq")
-        .drop("_seq", "_t_old", "_t_prog")
+        .drop("_t_old", "_t_prog")
     )
 
 
@@ -356,11 +406,32 @@ def assign_attempts(events: pl.DataFrame, keep: pl.Series | None = None) -> pl.D
     cannot open an attempt).
     """
     kept = pl.lit(True) if keep is None else pl.col("job").is_in(keep.implode())
-    # At equal times, ends and steps come before starts. The attempts are found on the columns
-    # they depend on, in that order; the other columns are reordered once, at the end.
-    keys = events.select("job", "t", "kind", "_row", "step").with_row_index("_pos").filter(
-        pl.col("t").is_not_null() & kept)
-    later_kind = pl.col("kind").is_in(PROGRESS_KINDS).not_()
+    # The attempts are found on the few columns they depend on, in time order; the other
+    # columns are reordered once, at the end.
+    timed = _attempt_numbers(_in_attempt_order(events, kept))
+    timed = events[timed["_pos"]].with_columns(timed["attempt_idx"])
+    untimed = events.filter(pl.col("t").is_null() & kept)
+    if untimed.height:
+        ref = timed.select("file", "line", "attempt_idx").sort("line")
+        untimed = (
+            untimed.sort("line")
+            .join_asof(ref, on="line", by="file", strategy="backward", check_sortedness=False)
+            .with_columns(pl.col("attempt_idx").fill_null(0).cast(pl.Int32))
+        )
+        return pl.concat([timed, untimed.select(timed.columns)], how="vertical")
+    return timed
+
+
+def _in_attempt_order(events: pl.DataFrame, kept: pl.Expr) -> pl.DataFrame:
+    """The timed records of the kept jobs in (job, t) order, ends and steps before starts at
+    equal times, then as they come: ``_pos`` (row in ``events``), ``job``, ``t``, ``_ip`` (a
+    progress record), ``_im`` (a start marker) and ``_st`` (the step of a step record)."""
+    kind = pl.col("kind")
+    keys = events.select(
+        "job", "t", "_row", kind.is_in(PROGRESS_KINDS).alias("_ip"), kind.is_in(MARKER_KINDS).alias("_im"),
+        pl.when((kind == "step") & pl.col("step").is_not_null()).then(pl.col("step")).alias("_st"),
+    ).with_row_index("_pos").filter(pl.col("t").is_not_null() & kept)
+    later_kind = pl.col("_ip").not_()
     # Records in row-id order (as they come) sort stably on (job, t, kind order) packed into one
     # integer, which breaks ties by row id as the four-column sort does.
     packed = None
@@ -371,23 +442,18 @@ def assign_attempts(events: pl.DataFrame, keep: pl.Series | None = None) -> pl.D
     else:
         order = keys.with_columns(later_kind.cast(pl.Int8).alias("_ko")).select(
             pl.arg_sort_by(packed, maintain_order=True))[:, 0]
-    timed = keys[order]
+    timed = keys.drop("_row")[order]
     if timed["job"].null_count() == 0:  # in job order: windows over jobs take slices
         timed = timed.with_columns(pl.col("job").set_sorted())
-    is_marker = pl.col("kind").is_in(MARKER_KINDS)
-    is_prog = pl.col("kind").is_in(PROGRESS_KINDS)
-    # A step more than 2 below the previous step record of the job also opens an attempt.
-    timed = timed.with_columns(
-        is_prog.cast(pl.Int64).cum_sum().over("job").alias("_prog"),
-    )
-    # (in place: the previous step record's step is the last one before the row, within the job)
-    is_step = (pl.col("kind") == "step") & pl.col("step").is_not_null()
-    prev_step = pl.when(is_step).then(pl.col("step")).shift(1).forward_fill().over("job")
-    timed = timed.with_columns((is_step & (pl.col("step") < prev_step - 2)).fill_null(False).alias("_back"))
-    is_mark = (is_marker | pl.col("_back")).alias("_is_mark")
-    timed = timed.with_columns(is_mark)
-    markers = timed.filter(pl.col("_is_mark")).select(
-        "_row", "job", "t", "_prog", pl.col("_back"), pl.col("kind"))
+    return timed
+
+
+def _attempt_numbers(timed: pl.DataFrame) -> pl.DataFrame:
+    """``attempt_idx`` of the records (``_in_attempt_order``)."""
+    is_prog = pl.col("_ip")
+    timed = timed.with_columns(is_prog.cast(pl.Int64).cum_sum().over("job").alias("_prog"), _step_back())
+    timed = timed.with_columns((pl.col("_im") | pl.col("_back")).alias("_is_mark"))
+    markers = timed.filter(pl.col("_is_mark")).select("job", "t", "_prog", "_back")
     # For a backward step, "progress since the last marker" counts the step itself.
     markers = markers.with_columns(
         pl.when(pl.col("_back")).then(pl.col("_prog") - 1).otherwise(pl.col("_prog")).alias("_p")
@@ -409,7 +475,7 @@ def assign_attempts(events: pl.DataFrame, keep: pl.Series | None = None) -> pl.D
     # If the first marker of a job comes after progress (more than seconds of it, as above), that
     # progress was an attempt of its own.
     first_marker_prog = markers.group_by("job").agg(pl.col("_p_old").first().alias("_fm"))
-    timed = timed.join(first_marker_prog, on="job", how="left").with_columns(
+    return timed.join(first_marker_prog, on="job", how="left").with_columns(
         pl.when(pl.col("_fm") > 0)
         .then(
             pl.col("attempt_idx")
@@ -419,14 +485,15 @@ def assign_attempts(events: pl.DataFrame, keep: pl.Series | None = None) -> pl.D
         .cast(pl.Int32)
         .alias("attempt_idx")
     )
-    timed = events[timed["_pos"]].with_columns(timed["attempt_idx"])
-    untimed = events.filter(pl.col("t").is_null() & kept)
-    if untimed.height:
-        ref = timed.select("file", "line", "attempt_idx").sort("line")
-        untimed = (
-            untimed.sort("line")
-            .join_asof(ref, on="line", by="file", strategy="backward", check_sortedness=False)
-            .with_columns(pl.col("attempt_idx").fill_null(0).cast(pl.Int32))
-        )
-        return pl.concat([timed, untimed.select(timed.columns)], how="vertical")
-    return timed
+
+
+def _step_back() -> pl.Expr:
+    """``_back``: a step more than 2 below the previous step record of the job (which also opens
+    an attempt); rows in job order."""
+    # Over the whole table, then kept where the previous step record is of the same job (the
+    # runs of equal jobs number them): no window per job.
+    step = pl.col("_st")
+    grp = pl.col("job").rle_id()
+    prev = pl.when(pl.when(step.is_not_null()).then(grp).shift(1).forward_fill() == grp).then(
+        step.shift(1).forward_fill())
+    return (step.is_not_null() & (step < prev - 2)).fill_null(False).alias("_back")

@@ -36,6 +36,8 @@ from toranalyze.reconstruct.jobs import LIFECYCLE_KINDS
 
 US = 1_000_000
 BIG = 2**62
+# Kinds whose records the attempt table reads beyond times: starts, ends and checkpoint loads.
+_ATTEMPT_KINDS = ("job_start", "init", "restart", "ckpt_load", "job_end", "init_done")
 
 CLEAN_STATES = ("COMPLETED", "Completed", "Succeeded", "SUCCEEDED", "PyTorchJobSucceeded", "JobSucceeded")
 
@@ -264,51 +266,54 @@ def attempt_table(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
         ids = [pl.col("job").first(), pl.col("attempt_idx").first()]
     else:
         by, ids = ["job", "attempt_idx"], []
+    # Every record counts for the attempt's first and last records and its scheduler id; the few
+    # records of starts, ends and loads for the rest, aggregated apart (a filter per aggregation
+    # over millions of records costs more than the aggregations).
+    common = timed.group_by(*by).agg(
+        *ids,
+        pl.col("t").filter(life).min().alias("_t_life"),
+        pl.col("t").min().alias("_t_min"),
+        # A heartbeat (a cluster watchdog's "still running") keeps the attempt alive too.
+        pl.col("t").filter(life | non_kernel_err | (pl.col("kind") == "heartbeat")).max().alias("t_last_record"),
+        pl.col("_base").drop_nulls().first().alias("job_id"),
+        pl.col("t").max().alias("_t_any"),
+    ).drop("_g", strict=False)
+    rare = timed.filter(pl.col("kind").is_in(_ATTEMPT_KINDS)).group_by("job", "attempt_idx").agg(
+        # A start on a node (a pod's container, a Slurm step on its batch host) is when the
+        # processes began; a job-level "started" can precede it by scheduling and image pulls.
+        pl.col("t").filter((pl.col("kind") == "job_start") & pl.col("node").is_not_null()).min().alias("_t_node"),
+        pl.col("t").filter(marker).min().alias("_t_marker"),
+        pl.col("t").filter(pl.col("kind") == "job_start").min().alias("t_sched_start"),
+        pl.col("t").filter(pl.col("kind").is_in(("init", "restart"))).min().alias("t_init"),
+        pl.col("t").filter(is_end).max().alias("t_job_end"),
+        pl.col("t").filter(pl.col("kind") == "restart").min().alias("t_restart_evt"),
+        pl.col("state").filter(bad_end).first().alias("_bad_state"),
+        pl.col("code").filter(bad_end).first().alias("_bad_code"),
+        pl.col("state").filter(is_end).last().alias("_last_state"),
+        pl.col("code").filter(is_end).last().alias("_last_code"),
+        pl.col("step").filter(pl.col("kind") == "ckpt_load").min().alias("ckpt_loaded"),
+        pl.col("t").filter(pl.col("kind") == "ckpt_load").min().alias("t_ckpt_load"),
+        (pl.col("duration_s").filter(pl.col("kind") == "ckpt_load").max() * US).round().cast(pl.Int64)
+        .alias("ckpt_load_us"),
+        pl.col("t").filter(pl.col("kind") == "init_done").min().alias("t_init_done"),
+    )
     att = (
-        timed.group_by(*by)
-        .agg(
-            *ids,
-            # A start on a node (a pod's container, a Slurm step on its batch host) is when the
-            # processes began; a job-level "started" can precede it by scheduling and image pulls.
-            pl.coalesce(
-                pl.col("t").filter((pl.col("kind") == "job_start") & pl.col("node").is_not_null()).min(),
-                pl.col("t").filter(marker).min(),
-                pl.col("t").filter(life).min(),
-                pl.col("t").min(),
-            ).alias("t_start"),
-            pl.col("t").filter(pl.col("kind") == "job_start").min().alias("t_sched_start"),
-            pl.col("t").filter(pl.col("kind").is_in(("init", "restart"))).min().alias("t_init"),
-            pl.col("t").filter(is_end).max().alias("t_job_end"),
-            # A heartbeat (a cluster watchdog's "still running") keeps the attempt alive too.
-            pl.col("t").filter(life | non_kernel_err | (pl.col("kind") == "heartbeat")).max().alias("t_last_record"),
-            pl.col("t").filter(pl.col("kind") == "restart").min().alias("t_restart_evt"),
-            pl.col("state").filter(bad_end).first().alias("_bad_state"),
-            pl.col("code").filter(bad_end).first().alias("_bad_code"),
-            pl.col("state").filter(is_end).last().alias("_last_state"),
-            pl.col("code").filter(is_end).last().alias("_last_code"),
-            pl.col("_base").drop_nulls().first().alias("job_id"),
-            pl.col("step").filter(pl.col("kind") == "ckpt_load").min().alias("ckpt_loaded"),
-            pl.col("t").filter(pl.col("kind") == "ckpt_load").min().alias("t_ckpt_load"),
-            (pl.col("duration_s").filter(pl.col("kind") == "ckpt_load").max() * US)
-            .round()
-            .cast(pl.Int64)
-            .alias("ckpt_load_us"),
-            pl.col("t").filter(pl.col("kind") == "init_done").min().alias("t_init_done"),
-            pl.col("t").max().alias("_t_any"),
-        )
+        common.join(rare, on=["job", "attempt_idx"], how="left", maintain_order="left")
         .with_columns(
+            pl.coalesce("_t_node", "_t_marker", "_t_life", "_t_min").alias("t_start"),
             pl.coalesce("_bad_state", "_last_state").alias("state"),
             pl.when(pl.col("_bad_state").is_not_null())
             .then(pl.col("_bad_code"))
             .otherwise(pl.col("_last_code"))
             .alias("exit_code"),
-            # An attempt with no lifecycle record (only kernel lines, say) ends at its last record.
-            pl.coalesce("t_job_end", "t_last_record", "_t_any", "t_start").alias("t_end"),
         )
-        .drop("_bad_state", "_bad_code", "_last_state", "_last_code", "_t_any")
+        # An attempt with no lifecycle record (only kernel lines, say) ends at its last record.
+        .with_columns(pl.coalesce("t_job_end", "t_last_record", "_t_any", "t_start").alias("t_end"))
+        .select("job", "attempt_idx", "t_start", "t_sched_start", "t_init", "t_job_end", "t_last_record",
+                "t_restart_evt", "job_id", "ckpt_loaded", "t_ckpt_load", "ckpt_load_us", "t_init_done", "state",
+                "exit_code", "t_end")
         .collect()
     )
-    att = att.drop("_g", strict=False)
     per = steps.group_by("job", "attempt_idx").agg(
         pl.col("step").min().alias("first_step"),
         pl.col("step").max().alias("last_step"),

@@ -48,15 +48,15 @@ def _events(lf: pl.LazyFrame, cond: pl.Expr, code: pl.Expr, kind: pl.Expr | None
     )
 
 
-# Literals the worker, CUDA and NaN rules need ('(?i)loss' for the NaN rule, whose every branch
-# names a loss; a regex, as Unicode case folding is wider than ASCII's): one pass finds the rows.
+# Literals the worker and CUDA rules need; with the NaN rule's own pattern (a looser 'loss' test
+# would keep every iteration record of a trainer log) one pass finds the rows any rule can use.
 _NEEDS = ["ERROR: Unexpected", "CUDA error: ", "CUDA driver error", "CUDA out of memory", "cudaError", "CUBLAS_STATUS_",
           "CUDNN_STATUS_", "device-side assert triggered", "uncorrectable ECC error", "GPU is lost"]
 
 
 def line_events(typed: pl.LazyFrame) -> pl.LazyFrame:
     text = pl.col("_x")
-    maybe = (pl.col("_t") == SIGLINE) | contains_any(text, _NEEDS) | text.str.contains("(?i)loss")
+    maybe = (pl.col("_t") == SIGLINE) | contains_any(text, _NEEDS) | text.str.contains(_NAN)
     lf = typed.filter(~pl.col("_rec") & maybe).collect().lazy()
     worker = text.str.extract(_WORKER_SIGNAL, 1)
     signal_line = pl.col("_t") == SIGLINE

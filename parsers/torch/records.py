@@ -120,7 +120,7 @@ _MAY_TYPE_LITERALS = [
 ]
 _MAY_TYPE_START = (
     r"^(?:\s+(?:time|host|rank|exitcode|error_file|traceback)|\s*[=\-]|\s*what\(|\s*(?:" + _SIG_WORDS + r")"
-    r"|\s?[A-Za-z_][\w.]*(?::|$)| {4}|\t|\s+[\^~]|\[|\. This|Root Cause|CUDA kernel|For debugging|Compile with"
+    r"|\s?[A-Za-z_][\w.]*(?::|\s*$)| {4}|\t|\s+[\^~]|\[|\. This|Root Cause|CUDA kernel|For debugging|Compile with"
     r"|Search for|Device-side|nccl|Last error|Including|Of the|Python runtime|Extension modules|Failures"
     r"|Exception raised|frame #|Fatal Python|Current thread|Thread 0x|line |[\w:<>]+')"
 )
@@ -154,6 +154,23 @@ def _unprefixed() -> pl.Expr:
     prefix = pl.col("raw").str.slice(0, pl.col("raw").str.len_chars() - pl.col("text").str.len_chars())
     spaced = prefix.str.contains(r"\[[Rr]ank\s?\d+\]:$") & pl.col("text").str.starts_with(" ")
     return pl.when(spaced).then(pl.col("text").str.slice(1)).otherwise(pl.col("text"))
+
+
+def _keyed(lines: pl.DataFrame) -> pl.DataFrame:
+    """Lines + ``_i`` (row order), ``_s`` (stream) and ``_x`` (text, rank tag space dropped).
+
+    Most blocks name no writer and hold no '[rank N]:' tag: then every stream key is the same
+    and ``_x`` is ``text``, and the per-line expressions are skipped."""
+    names_writer, tagged = lines.select(
+        pl.any_horizontal(pl.col("p_node", "p_rank", "p_local").is_not_null().any())
+        | pl.col("raw").str.starts_with("(").any(),
+        pl.col("raw").str.contains(r"\[[Rr]ank").any(),
+    ).row(0)
+    return lines.with_columns(
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("_i"),
+        (stream_key() if names_writer else pl.lit("|||")).alias("_s"),
+        (_unprefixed() if tagged else pl.col("text")).alias("_x"),
+    )
 
 
 def _line_type() -> pl.Expr:
@@ -210,9 +227,7 @@ def typed_lines(lines: pl.LazyFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     its neighbours: a row whose previous line in its stream was dropped links to nothing, exactly
     as it would not link to that OTHER line.
     """
-    base = lines.with_columns(
-        pl.int_range(pl.len(), dtype=pl.Int64).alias("_i"), stream_key().alias("_s"), _unprefixed().alias("_x")
-    ).collect()
+    base = _keyed(lines.collect())
     lf = base.with_columns(_typed(base)).lazy()
     # A line after a bare 'Last error:' continues it whatever it looks like; a code line right
     # before an exception is its HEAD: both may be OTHER on their own, so they are kept too.

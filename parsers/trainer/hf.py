@@ -25,6 +25,8 @@ import polars as pl
 from toranalyze_parsers.trainer.common import LEVEL_TQDM, NUM, NUM_OR_NAN, field, message, part, to_int
 from toranalyze_parsers.trainer.tqdm import bars
 
+from toranalyze.plugins import contains_any
+
 _DICT = r"(\{'(?:loss|eval_loss|train_runtime)'[^}]*\})"
 _Q = r"'?"  # newer versions quote formatted numbers: {'loss': '2.345', …}
 _TOTAL = r"Total optimization steps = ([\d,]+)"
@@ -59,12 +61,10 @@ def _records(lines: pl.LazyFrame) -> pl.LazyFrame:
         t.str.extract(r"checkpoint-(\d+)", 1), t.str.extract(r"Continuing training from global step (\d+)", 1)
     )
     pre = lines.filter(
-        t.str.contains("*****", literal=True)
-        | t.str.contains("checkpoint", literal=True)
-        | t.str.contains("Continuing training from global step", literal=True)
-        | t.str.contains("setting up devices", literal=True)
-        | t.str.contains("Process rank:", literal=True)
-        | t.str.contains("Training completed", literal=True)
+        contains_any(t, [
+            "*****", "checkpoint", "Continuing training from global step", "setting up devices", "Process rank:",
+            "Training completed",
+        ])
     )
     return (
         pre.with_columns(kind.alias("kind"))

@@ -26,6 +26,7 @@ from toranalyze_parsers.trainer.common import NUM, add_seconds, message, part, t
 from toranalyze_parsers.trainer.tqdm import bars, post_field
 
 from toranalyze.ingest.clock import ts_epoch_ms
+from toranalyze.plugins import contains_any
 
 _GLOBAL_SAVE = (
     r"Global Checkpoint Save : Rank: \d+ : (?:Iteration: (\d+) : )?Start time: (" + NUM + r")s : Save duration: ("
@@ -100,12 +101,7 @@ def _records(lines: pl.LazyFrame) -> pl.LazyFrame:
         t.str.extract(r"[-_/=]step=(\d+)", 1),
     )
     pre = lines.filter(
-        t.str.contains("heckpoint", literal=True)
-        | t.str.contains("saving model to", literal=True)
-        | t.str.contains("GLOBAL_RANK", literal=True)
-        | t.str.contains("GPU available", literal=True)
-        | t.str.contains("params size", literal=True)
-        | t.str.contains("Trainer.fit", literal=True)
+        contains_any(t, ["heckpoint", "saving model to", "GLOBAL_RANK", "GPU available", "params size", "Trainer.fit"])
     )
     simple = (
         pre.filter(~t.str.contains(_GLOBAL_SAVE))

@@ -63,3 +63,14 @@ _PIECES = [
 def test_superset_on_generated_lines(pieces: list[str]) -> None:
     line = "".join(pieces)
     assert _missed(pl.Series([line, line.strip(), " " + line])) == []
+
+
+def test_superset_on_every_pair_of_pieces() -> None:
+    """Every piece and every ordered pair, bare, stripped, indented and with trailing blanks."""
+    lines = [
+        variant
+        for a in _PIECES
+        for b in ["", *_PIECES]
+        for variant in (a + b, (a + b).strip(), " " + a + b, a + b + "  ", "    " + a + b, "\t" + a + b)
+    ]
+    assert _missed(pl.Series(lines)) == []

@@ -29,6 +29,7 @@ import polars as pl
 from toranalyze_parsers.trainer.common import NUM, NUM_OR_NAN, add_seconds, field, message, part, to_int
 
 from toranalyze.plugins import contains_any
+from toranalyze.schema import NAIVE_US
 
 _ITER = r"(?:^|\s)iteration\s+(\d+)\s*/\s*(\d+|infinity)\s*\|"
 # A line that starts a record of its own is never a continuation of a wrapped iteration line.
@@ -145,12 +146,12 @@ def _wrapped_joined(lines: pl.LazyFrame, whole: pl.DataFrame, wrapped: pl.LazyFr
     return pl.concat([whole.lazy(), wrapped], how="vertical").sort("_i")
 
 
-def _iterations(lines: pl.LazyFrame) -> pl.LazyFrame:
+def _iterations(records: pl.DataFrame) -> pl.LazyFrame:
+    """Step rows of the iteration ``records`` (``_joined``)."""
     rec = pl.col("_rec")
     el = rec.str.extract_groups(_ELAPSED)
     per = pl.when(el.struct.field("1") == "ms").then(1000.0).otherwise(1.0)
     secs = (el.struct.field("2").cast(pl.Float64) / per).round(9)  # ms -> s without binary noise
-    records = _joined(lines).collect()
     return records.with_columns(_loss(records)).lazy().select(
         "line",
         "line_end",
@@ -210,10 +211,9 @@ def _start_times(lines: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def _iteration_index(lines: pl.LazyFrame) -> pl.LazyFrame:
+def _iteration_index(records: pl.DataFrame) -> pl.LazyFrame:
     """(line, _block): how many iteration records start at or before each iteration line."""
-    t = pl.col("text")
-    its = lines.filter(t.str.contains("iteration", literal=True) & t.str.contains(_ITER)).select("line").unique()
+    its = records.lazy().select("line").unique()
     return its.sort("line").with_row_index("_block", offset=1).with_columns(pl.col("_block").cast(pl.Int64))
 
 
@@ -223,8 +223,9 @@ def _block_of(frame: pl.LazyFrame, index: pl.LazyFrame, name: str) -> pl.LazyFra
     )
 
 
-def _simple(lines: pl.LazyFrame) -> pl.LazyFrame:
-    """One-line records: validation, checkpoints, start-up and exit banners."""
+def _simple(lines: pl.LazyFrame, records: pl.DataFrame) -> pl.LazyFrame:
+    """One-line records: validation, checkpoints, start-up and exit banners (``records``: the
+    iteration records, which delimit start-ups)."""
     t = pl.col("text")
     step_of = pl.coalesce(
         t.str.extract(_EVAL, 1), t.str.extract(_SAVE_BEGIN, 1), t.str.extract(_SAVE_END, 1),
@@ -261,7 +262,7 @@ def _simple(lines: pl.LazyFrame) -> pl.LazyFrame:
     )
     # A save's duration is printed by the timer just after it; an init banner takes the start time
     # derived later in the same start-up (no iteration in between).
-    index = _iteration_index(lines)
+    index = _iteration_index(records)
     started = _block_of(_start_times(lines).sort("line"), index, "_sblock")
     rows = (
         _block_of(rows, index, "_block")
@@ -323,7 +324,7 @@ def _with_inferred_time(lines: pl.LazyFrame, steps: pl.LazyFrame, simple: pl.Laz
         .otherwise(pl.min_horizontal(pl.col("step"), pl.lit(1)).clip(lower_bound=1))
     )
     spent = pl.when(is_step & pl.col("p_ts").is_null()).then(pl.col("step_time_s") * span).otherwise(0.0)
-    group = is_anchor.cum_sum()
+    group = is_anchor.cum_sum().set_sorted()  # a running count: the window takes slices, not a hash
     return (
         both.with_columns(
             group.alias("_group"),
@@ -339,5 +340,11 @@ def _with_inferred_time(lines: pl.LazyFrame, steps: pl.LazyFrame, simple: pl.Laz
 
 
 def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
-    simple = _simple(lines).collect().lazy()  # used twice
-    return [part(_with_inferred_time(lines, _iterations(lines), simple)), part(simple)]
+    records = _joined(lines).collect()  # the iteration records, read once for steps and the index
+    simple = _simple(lines, records).collect().lazy()  # used twice
+    steps = _iterations(records)
+    if records["p_ts"].null_count() == 0:  # every record dated by its prefix: nothing to place
+        steps = steps.with_columns(pl.lit(None, NAIVE_US).alias("ts"), pl.lit(False).alias("ts_inferred")).drop("p_ts")
+    else:
+        steps = _with_inferred_time(lines, steps, simple)
+    return [part(steps), part(simple)]

@@ -40,21 +40,24 @@ def _stream() -> pl.Expr:
 def prefilter(lines: pl.LazyFrame) -> pl.LazyFrame:
     """Keep candidate lines, the lines that may continue them, and flight-recorder frames."""
     text = pl.col("text")
+    frame = lines.collect()
     # NCCL INFO/TRACE chatter is most of a big log; only its comm and COMPLETE lines are records,
     # and a line with a full NCCL head starts a record of its own, so it never continues one.
     chatter = text.str.contains(P.CHATTER) & ~contains_any(text, P.INFO_RECORDS)
-    # A column, then shifted: inside one filter expression the engine evaluated it once per shift.
-    anchor = contains_any(text, P.ANCHORS, ignore_case=True)
-    lines = lines.with_columns((anchor & ~chatter).alias("_cand"))
-    cand = pl.col("_cand")
-    near = cand
+    talk = frame.select(~chatter).to_series()
+    # The case-blind anchor search (the slowest test) runs on the other lines only.
+    cand = pl.Series("_cand", [], pl.Boolean).extend_constant(False, frame.height)
+    if talk.any():
+        found = frame.filter(talk).select(contains_any(text, P.ANCHORS, ignore_case=True)).to_series()
+        cand = cand.scatter(talk.arg_true(), found)
+    near = pl.col("_cand")
     for k in range(1, MAX_WRAP + 1):
-        near = near | cand.shift(k, fill_value=False)
+        near = near | pl.col("_cand").shift(k, fill_value=False)
     # the text after a bare `Last error:` may come a few lines later when ranks interleave
     bare = text.str.contains(P.BARE_LAST_ERROR).cast(pl.Int8)
     after_bare = bare.rolling_max(STREAM_GAP, min_samples=1).shift(1, fill_value=0) > 0
-    frame = text.str.strip_chars_start().str.starts_with("#")
-    return lines.filter(near | after_bare | frame).drop("_cand")
+    hash_frame = text.str.contains(r"^\s*#")  # as strip_chars_start().starts_with('#'): \s is Unicode White_Space
+    return frame.lazy().with_columns(cand).filter(near | after_bare | hash_frame).drop("_cand")
 
 
 def _glue(left: pl.Expr, right: pl.Expr) -> pl.Expr:

@@ -1,7 +1,9 @@
 """The ingest speed harness end to end on a small corpus: every figure is reported, and ingest keeps
-its speed ratios against the baselines measured in the same run (machines are shared and noisy,
-so no absolute time is asserted). The floors are half of what this corpus gave on a loaded
-2-core machine; the figures for a 1 GB corpus are in docs/speed.md."""
+its speed ratios against the baselines measured in the same run (no absolute time is asserted).
+One ingest worker, like the baselines: with two, the ratio also follows what else holds the
+second core. The floors catch a threefold slowdown: on a shared 2-core machine at load 4-9 this
+corpus gave 0.067-0.092x baseline B and 0.015-0.016x baseline A (baseline B alone moved between
+1.3 and 2.8 s). The figures for a 1 GB corpus are in docs/speed.md."""
 
 from __future__ import annotations
 
@@ -14,16 +16,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Measured on this corpus (96 MB, 207 files, -j 2) at load 4-7: 0.158x baseline B, 0.022x baseline A.
-FLOOR_B = 0.08
-FLOOR_A = 0.01
+FLOOR_B = 0.03
+FLOOR_A = 0.005
 
 
 @pytest.mark.slow  # simulates a corpus and reads it three ways (about a minute)
 def test_harness_reports_every_figure_and_ingest_keeps_its_ratios(tmp_path: Path) -> None:
     out = tmp_path / "speed.json"
     subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "ingest_speed.py"), "--size-mb", "96", "--small-files", "40",
+        [sys.executable, str(ROOT / "benchmarks" / "ingest_speed.py"), "--size-mb", "96", "--small-files", "40", "--jobs", "1",
          "--work", str(tmp_path / "work"), "--only", "ingest,baseline_a,baseline_b,per_file", "--json", str(out)],
         check=True, capture_output=True, text=True, cwd=ROOT,
     )

@@ -193,11 +193,12 @@ def _startup_clocks(ev: pl.LazyFrame, lines: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-# What every framework module's rules filter on first.
+# What every framework module's rules filter on first. HF's banners as '***** Running': a bare
+# '*****' is also torchrun's OMP_NUM_THREADS banner, which ran this parser on every launcher log.
 LITERALS = [
     "iteration", "heckpoint", "step", "datetime:", "training ...", "> initiali", "world size", "model ...",
     "kill switch", "exiting program", "iter time (s)", "[Torch]", "verflow", "OVERFLOW", "decrease scale",
-    "*****", "setting up devices", "Process rank:", "Training completed", "{'", "%|", "it [",
+    "***** Running", "setting up devices", "Process rank:", "Training completed", "{'", "%|", "it [",
     "saving model to", "GLOBAL_RANK", "GPU available", "params size", "Trainer.fit", "Starting job",
     ":::MLLOG", "validation **", "grad_norm", "gradnorm",
 ]

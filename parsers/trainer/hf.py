@@ -62,7 +62,7 @@ def _records(lines: pl.LazyFrame) -> pl.LazyFrame:
     )
     pre = lines.filter(
         contains_any(t, [
-            "*****", "checkpoint", "Continuing training from global step", "setting up devices", "Process rank:",
+            "***** Running", "checkpoint", "Continuing training from global step", "setting up devices", "Process rank:",
             "Training completed",
         ])
     )

@@ -50,9 +50,9 @@ class TorchParser(Parser):
         # Three extractors read the typed lines, materialised once (each lazy branch would
         # derive the windows again); records read only the lines of kept records.
         typed, recs = typed_lines(lines)
-        return pl.concat(
-            [records(recs.lazy()), elastic_events(typed), line_events(typed.lazy())], how="vertical"
-        )
+        # No record lines (most blocks): the record summary is not planned at all.
+        found = [records(recs.lazy())] if recs.height else []
+        return pl.concat([*found, elastic_events(typed), line_events(typed.lazy())], how="vertical")
 
 
 parser = TorchParser()

@@ -16,7 +16,7 @@ import polars as pl
 from toranalyze_parsers.torch.common import GLOG, glog_ts, signal_code, signal_name
 
 from toranalyze.plugins import contains_any
-from toranalyze.schema import conform_raw
+from toranalyze.schema import conform_raw, empty_raw
 
 _FAILED = r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\) of binary: (\S+)"
 _SENDING = r"Sending process (\d+) closing signal (\w+)"
@@ -225,5 +225,11 @@ def elastic_events(typed: pl.DataFrame) -> pl.LazyFrame:
     # Lines inside a crash record (the ChildFailedError block) are that record's. Blocks need
     # every row: they link a line to the one before it in the stream. The one-line rules each
     # filter on a literal of _FRAGMENTS: one pass over every line finds the few that hold any.
-    lf = typed.lazy().filter(~pl.col("_rec") & contains_any(pl.col("_x"), _FRAGMENTS)).collect().lazy()
-    return pl.concat([conform_raw(f) for f in [*_one_liners(lf), _blocks(typed.lazy())]], how="vertical")
+    rows = typed.filter(~pl.col("_rec") & contains_any(pl.col("_x"), _FRAGMENTS))
+    one_liners = _one_liners(rows.lazy()) if rows.height else []  # none: not planned at all
+    # A block needs a header line: without one, blocks are not planned either.
+    headed = typed.select(contains_any(pl.col("_x"), ["Rendezvous complete", _LAUNCH]).any()).item()
+    blocks = [_blocks(typed.lazy())] if headed else []
+    if not one_liners and not blocks:
+        return empty_raw()
+    return pl.concat([conform_raw(f) for f in [*one_liners, *blocks]], how="vertical")

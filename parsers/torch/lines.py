@@ -11,7 +11,7 @@ from toranalyze_parsers.torch.common import signal_of_words
 from toranalyze_parsers.torch.records import NCCL_OWNED, SIGLINE
 
 from toranalyze.plugins import contains_any
-from toranalyze.schema import conform_raw
+from toranalyze.schema import conform_raw, empty_raw
 
 # torch's DataLoader worker signal handler, printed by each dying worker.
 _WORKER_SIGNAL = r"^ERROR: Unexpected (bus error|segmentation fault|floating-point exception) encountered in worker"
@@ -57,7 +57,10 @@ _NEEDS = ["ERROR: Unexpected", "CUDA error: ", "CUDA driver error", "CUDA out of
 def line_events(typed: pl.LazyFrame) -> pl.LazyFrame:
     text = pl.col("_x")
     maybe = (pl.col("_t") == SIGLINE) | contains_any(text, _NEEDS) | text.str.contains(_NAN)
-    lf = typed.filter(~pl.col("_rec") & maybe).collect().lazy()
+    rows = typed.filter(~pl.col("_rec") & maybe).collect()
+    if rows.height == 0:  # most blocks: the four rules are not planned
+        return empty_raw()
+    lf = rows.lazy()
     worker = text.str.extract(_WORKER_SIGNAL, 1)
     signal_line = pl.col("_t") == SIGLINE
     cuda = text.str.contains(_CUDA) & ~text.str.contains(_NOT_CUDA) & ~signal_line & worker.is_null()

@@ -36,6 +36,8 @@ a record whose context lies in the previous block (a very long file) loses that 
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 from toranalyze_parsers.trainer import deepspeed, hf, lightning, m4, megatron, mlperf, titan, tqdm
 from toranalyze_parsers.trainer.common import LEVEL_TQDM, enrich
@@ -220,6 +222,16 @@ def _near_literals(enriched: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _active(enriched: pl.LazyFrame) -> list[Any]:
+    """The framework modules that can find something here: a module declaring ``NEEDS`` (literals
+    every row of its comes from) runs only when a line holds one; planning it costs more than
+    a small file's whole read."""
+    gated = [m for m in _MODULES if hasattr(m, "NEEDS")]
+    held = enriched.select(contains_any(pl.col("text"), m.NEEDS).any().alias(m.__name__) for m in gated)
+    skip = {m for m, found in zip(gated, held.collect().row(0), strict=True) if not found}
+    return [m for m in _MODULES if m not in skip]
+
+
 class TrainerParser(Parser):
     name = "trainer"
     source = "trainer"
@@ -232,7 +244,7 @@ class TrainerParser(Parser):
         # Frames read by several later steps are materialized once: the query optimizer does not
         # always share such sub-plans, and re-running every module per use costs more than memory.
         enriched = _near_literals(enrich(lines)).lazy()
-        parts = [p for m in _MODULES for p in m.extract(enriched)]
+        parts = [p for m in _active(enriched) for p in m.extract(enriched)]
         ev = pl.concat(parts, how="vertical").sort("line", maintain_order=True)
         ev = _dedupe_steps(_fill_steps(_one_step_source(_own_clocks(ev, enriched)))).collect().lazy()
         ev = _collapse(ev).collect().lazy()

@@ -43,11 +43,13 @@ NOISE: tuple[str, ...] = (
 )
 
 
+# Every row comes from a line holding one of these (the trainer skips the module without one).
+NEEDS = ("step=", "iter time (s)", "heckpoint", "[Torch]", "verflow", "OVERFLOW", "decrease scale")
+
+
 def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
     t = pl.col("text")
-    prefilter = contains_any(
-        t, ["step=", "iter time (s)", "heckpoint", "[Torch]", "verflow", "OVERFLOW", "decrease scale"]
-    )
+    prefilter = contains_any(t, NEEDS)
     kind = (
         pl.when(t.str.contains(_STEP) | t.str.contains(_TIMER_STEP) | t.str.contains(_PIPE_STEP)).then(pl.lit("step"))
         .when(t.str.contains(_SAVE_BEGIN)).then(pl.lit("ckpt_save_begin"))

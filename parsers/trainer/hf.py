@@ -62,8 +62,8 @@ def _records(lines: pl.LazyFrame) -> pl.LazyFrame:
     )
     pre = lines.filter(
         contains_any(t, [
-            "***** Running", "checkpoint", "Continuing training from global step", "setting up devices", "Process rank:",
-            "Training completed",
+            "***** Running", "checkpoint", "Continuing training from global step", "setting up devices",
+            "Process rank:", "Training completed",
         ])
     )
     return (

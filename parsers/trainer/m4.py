@@ -24,6 +24,11 @@ _PID = r"^PID \d+:\s"
 NOISE: tuple[str, ...] = (_PID, r"^Validation logs: ")
 
 
+# Steps need 'iteration:', the validation and optimizer marks their literals (the trainer skips
+# the module when a block holds none).
+NEEDS = ("iteration:", "validation **", "opt_step")
+
+
 def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
     t = pl.col("text")
     iters = lines.filter(t.str.contains("iteration:", literal=True) & t.str.contains(_ITER)).with_columns(

@@ -30,6 +30,10 @@ _KEYS = ["init_start", "init_stop", "init_checkpoint_step", "tracked_stats", "ev
          "run_stop", "block_start", "block_stop"]
 
 
+# Every row comes from a line holding this (the trainer skips the module without one).
+NEEDS = (":::MLLOG",)
+
+
 def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
     t = pl.col("text")
     js = pl.col("_json")

@@ -19,6 +19,8 @@ from __future__ import annotations
 import polars as pl
 from toranalyze_parsers.trainer.common import NUM, NUM_OR_NAN, field, message, part, to_int
 
+from toranalyze.plugins import contains_any
+
 _STEP = rf"(?:^|\s|- )step:\s*(\d+)(?:/\d+[^l]*?)?\s+loss:\s*({NUM_OR_NAN})"
 _VALIDATE = rf"validate step:\s*(\d+)\s+loss:\s*({NUM_OR_NAN})"
 _SAVE_BEGIN = r"Saving the checkpoint|Saving a (?:full|model[\w ]*?) checkpoint"
@@ -33,6 +35,10 @@ NOISE: tuple[str, ...] = (
     r"Sleeping \d+ seconds for other ranks to complete",
     r"(?:^|\[titan\] )\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d+ - root - INFO - ",
 )
+
+
+# Every row comes from a line holding one of these (the trainer skips the module without one).
+NEEDS = ("step", "heckpoint", "Starting job", "Training completed")
 
 
 def _rows(lines: pl.LazyFrame) -> pl.LazyFrame:
@@ -57,12 +63,7 @@ def _rows(lines: pl.LazyFrame) -> pl.LazyFrame:
     )
     loss = pl.coalesce(field(_VALIDATE.replace(r"(\d+)", r"\d+", 1)), field(_STEP.replace(r"(\d+)", r"\d+", 1)))
     duration = pl.coalesce(field(_SAVED), field(_SAVED_LAST), field(_LOADED))
-    pre = lines.filter(
-        t.str.contains("step", literal=True)
-        | t.str.contains("heckpoint", literal=True)
-        | t.str.contains("Starting job", literal=True)
-        | t.str.contains("Training completed", literal=True)
-    )
+    pre = lines.filter(contains_any(t, NEEDS))
     return (
         pre.with_columns(kind.alias("kind"))
         .filter(pl.col("kind").is_not_null())

@@ -23,7 +23,7 @@ from toranalyze.reconstruct.jobs import assign_attempts, assign_jobs, job_name, 
 from toranalyze.reconstruct.ledger import TOR_SCHEMA
 from toranalyze.reconstruct.resources import RESOURCES_SCHEMA, attempt_resources
 from toranalyze.reconstruct.slowness import SLOW_PERIODS_SCHEMA
-from toranalyze.schema import frame_schema
+from toranalyze.schema import KINDS, frame_schema
 
 US = 1_000_000
 UTC_US = pl.Datetime("us", "UTC")
@@ -378,7 +378,17 @@ def _prepared(events: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, str]]:
     pods = pod_bindings(events)
     keep = [c for c in events.columns if c in _STAGE_COLUMNS or c == "job_id"]
     ev = events.select(*keep, job_name().alias("_name"), *inc_mod.flag_exprs())
-    return with_time(ev).rechunk(), pods
+    return with_time(ev).with_columns(coded_kind(ev["kind"])).rechunk(), pods
+
+
+def coded_kind(kind: pl.Series) -> pl.Series:
+    """``kind`` as an enum of KINDS (then any other kind met, sorted): one byte a record, compared
+    and gathered as an integer while ``== "step"`` and ``is_in(...)`` read as before."""
+    coded = kind.cast(pl.Enum(KINDS), strict=False)
+    if coded.null_count() > kind.null_count():
+        extra = sorted(set(kind.drop_nulls().unique().to_list()) - set(KINDS))
+        coded = kind.cast(pl.Enum([*KINDS, *extra]))
+    return coded
 
 
 def _slim(ev: pl.DataFrame) -> pl.DataFrame:
@@ -521,7 +531,7 @@ def relative_times(ev: pl.DataFrame, keep: pl.Series | None = None) -> tuple[pl.
         .group_by("job", maintain_order=True)
         .agg(pl.all().first())
         .with_columns(
-            pl.lit("init").alias("kind"),
+            pl.lit("init").cast(part.schema["kind"]).alias("kind"),
             pl.lit(0, pl.Int64).alias("t"),
             pl.lit(0, pl.Int64).cast(UTC_US).alias("ts"),
             pl.lit(None, pl.Int64).alias("step"),

@@ -23,14 +23,14 @@ from toranalyze.reconstruct.jobs import assign_attempts, assign_jobs, job_name, 
 from toranalyze.reconstruct.ledger import TOR_SCHEMA
 from toranalyze.reconstruct.resources import RESOURCES_SCHEMA, attempt_resources
 from toranalyze.reconstruct.slowness import SLOW_PERIODS_SCHEMA
-from toranalyze.schema import KINDS, frame_schema
+from toranalyze.schema import KINDS, SEVERITIES, SOURCES, frame_schema
 
 US = 1_000_000
 UTC_US = pl.Datetime("us", "UTC")
 JOB_CODE = pl.UInt32
 # Event columns the stages after job assignment read (plus the incident flags).
 _STAGE_COLUMNS = (
-    "ts", "ts_inferred", "t", "_row", "job", "_base", "_fc", "source", "kind", "severity", "node", "rank", "n_nodes",
+    "ts_inferred", "t", "_row", "job", "_base", "_fc", "source", "kind", "severity", "node", "rank", "n_nodes",
     "n_gpus", "step", "step_time_s", "loss", "duration_s", "code", "state", "failure_class", "rule", "file", "line",
     *inc_mod.FLAG_COLUMNS,
 )
@@ -376,18 +376,25 @@ def _prepared(events: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, str]]:
     column it touches into one chunk. Copying the slim columns once here is the cheaper way.
     """
     pods = pod_bindings(events)
-    keep = [c for c in events.columns if c in _STAGE_COLUMNS or c == "job_id"]
+    keep = [c for c in events.columns if c in _STAGE_COLUMNS or c in ("job_id", "ts")]
     ev = events.select(*keep, job_name().alias("_name"), *inc_mod.flag_exprs())
-    return with_time(ev).with_columns(coded_kind(ev["kind"])).rechunk(), pods
+    # (``ts`` is read no further: ``t`` holds the same time.)
+    coded = [coded_words(ev[c], words) for c, words in _CODED.items() if c in ev.columns]
+    return with_time(ev).drop("ts").with_columns(coded).rechunk(), pods
 
 
-def coded_kind(kind: pl.Series) -> pl.Series:
-    """``kind`` as an enum of KINDS (then any other kind met, sorted): one byte a record, compared
-    and gathered as an integer while ``== "step"`` and ``is_in(...)`` read as before."""
-    coded = kind.cast(pl.Enum(KINDS), strict=False)
-    if coded.null_count() > kind.null_count():
-        extra = sorted(set(kind.drop_nulls().unique().to_list()) - set(KINDS))
-        coded = kind.cast(pl.Enum([*KINDS, *extra]))
+# String columns of a fixed vocabulary (plugins may add words) that the stages compare.
+_CODED = {"kind": KINDS, "source": SOURCES, "severity": SEVERITIES}
+
+
+def coded_words(col: pl.Series, words: tuple[str, ...]) -> pl.Series:
+    """``col`` as an enum of ``words`` (then any other word met, sorted): one byte a record,
+    compared and reordered as an integer while ``== "step"`` and ``is_in(...)`` read as before.
+    (Nulls stay null; a ``fill_null`` with a word outside the enum would not fill.)"""
+    coded = col.cast(pl.Enum(words), strict=False)
+    if coded.null_count() > col.null_count():
+        extra = sorted(set(col.drop_nulls().unique().to_list()) - set(words))
+        coded = col.cast(pl.Enum([*words, *extra]))
     return coded
 
 
@@ -467,7 +474,7 @@ def place_untimed_errors(ev: pl.DataFrame, keep: pl.Series | None = None) -> pl.
         return ev
     hi = attach(ev.select("_row"), hit, "_row")["_hi"]
     ev = ev.with_columns(pl.coalesce(hi, "t").alias("t"))
-    return ev.with_columns(pl.col("t").cast(UTC_US).alias("ts"))
+    return ev.with_columns(pl.col("t").cast(UTC_US).alias("ts")) if "ts" in ev.columns else ev
 
 
 def relative_times(ev: pl.DataFrame, keep: pl.Series | None = None) -> tuple[pl.DataFrame, list[Any]]:

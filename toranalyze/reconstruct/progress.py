@@ -262,7 +262,7 @@ def attempt_table(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """One row per (job, attempt_idx) with start/end, state, step range and resume point (µs)."""
     life = pl.col("kind").is_in(LIFECYCLE_KINDS)
     marker = pl.col("kind").is_in(("job_start", "init", "restart", "ckpt_load"))
-    non_kernel_err = pl.col("kind").is_in(("error", "warning")) & (pl.col("source").fill_null("") != "kernel")
+    non_kernel_err = pl.col("kind").is_in(("error", "warning")) & pl.col("source").ne_missing("kernel")
     is_end = pl.col("kind") == "job_end"
     bad_end = is_end & ~is_clean(pl.col("state").fill_null(""))
     timed = ev.lazy().filter(pl.col("t").is_not_null())  # only the columns read are filtered

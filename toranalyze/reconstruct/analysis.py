@@ -19,7 +19,7 @@ from toranalyze.reconstruct import ledger, progress, slowness
 from toranalyze.reconstruct.attribution import attribute_nodes, pod_bindings
 from toranalyze.reconstruct.incidents import INCIDENTS_SCHEMA
 from toranalyze.reconstruct.intervals import attach, in_key_order, in_windows, packed_key, run_id
-from toranalyze.reconstruct.jobs import assign_attempts, assign_jobs, job_name, with_time
+from toranalyze.reconstruct.jobs import assign_attempts, assign_jobs, job_name
 from toranalyze.reconstruct.ledger import TOR_SCHEMA
 from toranalyze.reconstruct.resources import RESOURCES_SCHEMA, attempt_resources
 from toranalyze.reconstruct.slowness import SLOW_PERIODS_SCHEMA
@@ -376,11 +376,16 @@ def _prepared(events: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, str]]:
     column it touches into one chunk. Copying the slim columns once here is the cheaper way.
     """
     pods = pod_bindings(events)
-    keep = [c for c in events.columns if c in _STAGE_COLUMNS or c in ("job_id", "ts")]
-    ev = events.select(*keep, job_name().alias("_name"), *inc_mod.flag_exprs())
-    # (``ts`` is read no further: ``t`` holds the same time.)
-    coded = [coded_words(ev[c], words) for c, words in _CODED.items() if c in ev.columns]
-    return with_time(ev).drop("ts").with_columns(coded).rechunk(), pods
+    # The vocabulary columns are cast before the copy into one chunk (a byte a record to copy
+    # instead of a string view), and ``ts`` is read no further than ``t`` (with_time's columns).
+    cols = [pl.col(c).cast(pl.Enum(_CODED[c]), strict=False) if c in _CODED else c
+            for c in events.columns if c in _STAGE_COLUMNS or c == "job_id"]
+    ev = events.select(*cols, job_name().alias("_name"), *inc_mod.flag_exprs(), pl.col("ts").dt.epoch("us").alias("t"),
+                       pl.int_range(pl.len(), dtype=pl.Int64).alias("_row"))
+    # A word outside the vocabulary (a plugin's own) became null: the enum takes it too.
+    ev = ev.with_columns(coded_words(events[c], words) for c, words in _CODED.items()
+                         if c in ev.columns and ev[c].null_count() > events[c].null_count())
+    return ev.rechunk(), pods
 
 
 # String columns of a fixed vocabulary (plugins may add words) that the stages compare.

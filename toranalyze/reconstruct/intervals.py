@@ -167,29 +167,36 @@ def attach(df: pl.DataFrame, table: pl.DataFrame, on: str | list[str], how: str 
 
 def _slots(df: pl.DataFrame, table: pl.DataFrame, keys: list[str]) -> tuple[int, pl.Expr] | None:
     """(slot count, slot of a row) when ``keys`` can address a slot array: integers, none negative,
-    no null in ``table``, and not many more slots than table rows."""
+    no null in ``table``, and not many more slots than table rows or rows looked up."""
     if table.height == 0 or df.height == 0:
         return None
     if not all(df.schema[k].is_integer() and table.schema[k].is_integer() for k in keys):
         return None
-    lo_hi = pl.concat([df.select(keys).cast(pl.Int64), table.select(keys).cast(pl.Int64)]).select(
-        *[pl.col(k).min().alias(f"lo_{k}") for k in keys], *[pl.col(k).max().alias(f"hi_{k}") for k in keys]
-    ).row(0, named=True)
-    if any(lo_hi[f"lo_{k}"] is None or lo_hi[f"lo_{k}"] < 0 for k in keys):
-        return None
     if table.select(pl.any_horizontal(pl.col(keys).is_null().any())).item():
         return None
-    sizes = [int(lo_hi[f"hi_{k}"]) + 1 for k in keys]
+    # The keys' range over both frames, each reduced on its own (no copy of millions of keys);
+    # ``table``'s have no null.
+    def ranges(f: pl.DataFrame) -> tuple[int | None, ...]:
+        return f.select(*[pl.col(k).min().alias(f"lo_{k}") for k in keys],
+                        *[pl.col(k).max().alias(f"hi_{k}") for k in keys]).row(0)
+
+    own, other = ranges(table), ranges(df)
+    lo = [min(x for x in (a, b) if x is not None) for a, b in zip(own[: len(keys)], other[: len(keys)], strict=True)]
+    hi = [max(x for x in (a, b) if x is not None) for a, b in zip(own[len(keys):], other[len(keys):], strict=True)]
+    if min(lo) < 0:
+        return None
+    sizes = [int(h) + 1 for h in hi]
     size = 1
     for n in sizes:
         size *= n
-    if size > max(1 << 16, 2 * table.height):
+    # (a slot array no longer than the rows looked up, or twice the table: its cost stays linear)
+    if size > max(1 << 16, 2 * table.height, df.height):
         return None
-    index, stride = pl.lit(0, pl.Int64), 1
+    terms, stride = [], 1
     for k, n in reversed(list(zip(keys, sizes, strict=True))):
-        index = index + pl.col(k).cast(pl.Int64) * stride
+        terms.append(pl.col(k).cast(pl.Int64) * stride if stride > 1 else pl.col(k).cast(pl.Int64))
         stride *= n
-    return size, index
+    return size, terms[0] if len(terms) == 1 else pl.sum_horizontal(terms, ignore_nulls=False)
 
 
 

@@ -18,7 +18,7 @@ from toranalyze.reconstruct import incidents as inc_mod
 from toranalyze.reconstruct import ledger, progress, slowness
 from toranalyze.reconstruct.attribution import attribute_nodes, pod_bindings
 from toranalyze.reconstruct.incidents import INCIDENTS_SCHEMA
-from toranalyze.reconstruct.intervals import attach, in_key_order, in_windows, packed_key, run_id
+from toranalyze.reconstruct.intervals import attach, group_keys, in_key_order, in_windows, packed_key, run_id
 from toranalyze.reconstruct.jobs import assign_attempts, assign_jobs, job_name
 from toranalyze.reconstruct.ledger import TOR_SCHEMA
 from toranalyze.reconstruct.resources import RESOURCES_SCHEMA, attempt_resources
@@ -221,7 +221,9 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     # Final placement with the ideal filling unknown durations.
     rows = progress.place_steps(rows, att, ideal_us)
     rows = progress.mark_lost(rows, att)
-    first_start = rows.group_by("job", "attempt_idx").agg(pl.col("start").min().alias("t_first_step_start"))
+    by, ids = group_keys(rows, "job", "attempt_idx")  # (rows in (job, attempt) order: slices)
+    first_start = rows.group_by(*by).agg(*ids, pl.col("start").min().alias("t_first_step_start")).drop(
+        "_g", strict=False)
     att = att.join(first_start, on=["job", "attempt_idx"], how="left")
     # An attempt that never logged a step started training (if at all) when its set-up finished.
     att = att.with_columns(
@@ -282,7 +284,8 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
             .drop("_lt")
         )
     # Tables.
-    lost_per_att = rows.group_by("job", "attempt_idx").agg(pl.col("n_lost").sum().alias("steps_lost"))
+    by, ids = group_keys(rows, "job", "attempt_idx")
+    lost_per_att = rows.group_by(*by).agg(*ids, pl.col("n_lost").sum().alias("steps_lost")).drop("_g", strict=False)
     attempts = (
         att.join(lost_per_att, on=["job", "attempt_idx"], how="left")
         .with_columns(pl.col("steps_lost").fill_null(0), pl.col("attempt_idx").alias("attempt"))

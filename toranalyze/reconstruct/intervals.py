@@ -122,6 +122,15 @@ def run_id(*keys: str) -> pl.Expr:
     return (pl.col(keys[0]) if len(keys) == 1 else pl.struct(keys)).rle_id().set_sorted()
 
 
+
+def group_keys(df: pl.DataFrame, *keys: str) -> tuple[list[str | pl.Expr], list[pl.Expr]]:
+    """(the ``group_by`` keys, the key columns to aggregate with them) for ``df``: the runs of equal
+    keys (``_g``, taken as slices; the caller drops it) when the rows are in key order, as step
+    rows are kept, else the keys themselves (hashed). The groups come in either order."""
+    if in_key_order(df, *keys, strict=False):
+        return [run_id(*keys).alias("_g")], [pl.col(k).first() for k in keys]
+    return list(keys), []
+
 def packed_key(df: pl.DataFrame, cols: list[str]) -> pl.Expr | None:
     """Integer columns packed into one Int64 that sorts as they do together (one numeric column
     to sort or compare instead of several), or None when they hold nulls or their ranges need

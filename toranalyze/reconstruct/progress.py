@@ -36,6 +36,7 @@ from toranalyze.reconstruct.intervals import (
     asof_in_order,
     attach,
     flag_sorted,
+    group_keys,
     in_key_order,
     packed_key,
     run_id,
@@ -322,7 +323,9 @@ def attempt_table(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
                 "exit_code", "t_end")
         .collect()
     )
-    per = steps.group_by("job", "attempt_idx").agg(
+    by, ids = group_keys(steps, "job", "attempt_idx")  # (step rows in (job, attempt) order: slices)
+    per = steps.group_by(*by).agg(
+        *ids,
         pl.col("step").min().alias("first_step"),
         pl.col("step").max().alias("last_step"),
         pl.len().alias("n_step_rows"),
@@ -331,8 +334,9 @@ def attempt_table(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     )
     att = att.join(per, on=["job", "attempt_idx"], how="left")
     # The usual logging interval of the job (1 when every step is logged).
+    within = run_id("job", "attempt_idx") if ids else ["job", "attempt_idx"]
     interval = (
-        steps.with_columns((pl.col("step") - pl.col("step").shift(1).over("job", "attempt_idx")).alias("_d"))
+        steps.with_columns((pl.col("step") - pl.col("step").shift(1).over(within)).alias("_d"))
         .filter(pl.col("_d") > 0)
         .group_by("job")
         .agg(pl.col("_d").mode().min().alias("log_interval"))

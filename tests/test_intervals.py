@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toranalyze.reconstruct.analysis import analyze_events, events_frame
-from toranalyze.reconstruct.intervals import in_windows, min_after
+from toranalyze.reconstruct.intervals import OrderedKeys, asof_in_order, in_windows, min_after
 
 JOBS = st.sampled_from(["a", "b"])
 WINDOWS = st.lists(st.tuples(JOBS, st.integers(0, 60), st.integers(-5, 30)), max_size=8)
@@ -59,6 +59,29 @@ def test_min_after_is_the_pairwise_minimum(rows: list[Any], qs: list[Any]) -> No
     got = min_after(q, r, "t_end")
     assert got.schema == want.schema
     assert got.sort("job", "attempt").equals(want.sort("job", "attempt"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2), st.integers(-20, 40)), max_size=40, unique=True),
+    st.lists(st.tuples(st.one_of(st.none(), st.integers(0, 5)), st.integers(-1, 3),
+                       st.one_of(st.none(), st.integers(-30, 50))), max_size=12),
+    st.sampled_from(["backward", "forward"]),
+    st.booleans(),
+)
+def test_asof_in_order_is_the_asof_join(rows: list[Any], left: list[Any], strategy: str, exact: bool) -> None:
+    right = pl.DataFrame(sorted(rows), schema={"job": pl.UInt32, "attempt_idx": pl.Int32, "_s": pl.Int64},
+                         orient="row").with_columns((pl.col("_s") * 10).alias("v"), pl.col("_s").alias("step"))
+    q = pl.DataFrame(left, schema={"job": pl.UInt32, "attempt_idx": pl.Int32, "step": pl.Int64},
+                     orient="row").sort("step", nulls_last=True)
+    by = ["job", "attempt_idx"]
+    want = q.join_asof(right, left_on="step", right_on="_s", by=by, strategy=strategy,  # type: ignore[arg-type]
+                       allow_exact_matches=exact, check_sortedness=False)
+    keys = OrderedKeys(right, by, "_s")
+    assert keys.ok == (right.height > 0)
+    if keys.ok:
+        got = asof_in_order(q, right, "step", "_s", by, keys, strategy, exact)
+        assert got.equals(want)
 
 
 def _run(n_attempts: int, steps_per_attempt: int) -> list[dict[str, Any]]:

@@ -192,3 +192,16 @@ def test_notes_of_jobs_without_timestamps_come_in_job_order():
         rec += [dict(ts=None, kind="step", step=s, step_time_s=1.0, file=f"{d}/train.log") for s in range(1, 6)]
     notes = [n for n in analyze_events(events_frame(rec)).notes if "no record has a timestamp" in n]
     assert notes == sorted(notes) and len(notes) == 3
+
+
+def test_words_outside_the_vocabulary_and_null_sources_read_as_text():
+    """kind, source and severity become enums for the stages: a plugin's own words still count,
+    and an error without a source still ends its attempt (it is not a kernel record)."""
+    rec = [dict(ts=0, kind="init", file="p/train.log", source="trainer")]
+    rec += _steps(0, 1, 10, file="p/train.log", source="trainer")
+    rec += [dict(ts=150, kind="probe", source="my-plugin", severity="notice", file="p/probe.log"),
+            dict(ts=160, kind="error", source=None, severity="error", file="p/train.log"),
+            dict(ts=170, kind="error", source="kernel", severity="error", file="p/kern.log")]
+    an = analyze_events(events_frame(rec))
+    assert an.attempts.height == 1
+    assert int(an.tor["t_obs_us"][0]) == 160_000_000

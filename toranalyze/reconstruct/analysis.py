@@ -18,19 +18,19 @@ from toranalyze.reconstruct import incidents as inc_mod
 from toranalyze.reconstruct import ledger, progress, slowness
 from toranalyze.reconstruct.attribution import attribute_nodes, pod_bindings
 from toranalyze.reconstruct.incidents import INCIDENTS_SCHEMA
-from toranalyze.reconstruct.intervals import attach, in_key_order, in_windows, packed_key, run_id
-from toranalyze.reconstruct.jobs import assign_attempts, assign_jobs, job_name, with_time
+from toranalyze.reconstruct.intervals import attach, group_keys, in_key_order, in_windows, packed_key, run_id
+from toranalyze.reconstruct.jobs import assign_attempts, assign_jobs, job_name
 from toranalyze.reconstruct.ledger import TOR_SCHEMA
 from toranalyze.reconstruct.resources import RESOURCES_SCHEMA, attempt_resources
 from toranalyze.reconstruct.slowness import SLOW_PERIODS_SCHEMA
-from toranalyze.schema import frame_schema
+from toranalyze.schema import KINDS, SEVERITIES, SOURCES, frame_schema
 
 US = 1_000_000
 UTC_US = pl.Datetime("us", "UTC")
 JOB_CODE = pl.UInt32
 # Event columns the stages after job assignment read (plus the incident flags).
 _STAGE_COLUMNS = (
-    "ts", "ts_inferred", "t", "_row", "job", "_base", "_fc", "source", "kind", "severity", "node", "rank", "n_nodes",
+    "ts_inferred", "t", "_row", "job", "_base", "_fc", "source", "kind", "severity", "node", "rank", "n_nodes",
     "n_gpus", "step", "step_time_s", "loss", "duration_s", "code", "state", "failure_class", "rule", "file", "line",
     *inc_mod.FLAG_COLUMNS,
 )
@@ -221,7 +221,9 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     # Final placement with the ideal filling unknown durations.
     rows = progress.place_steps(rows, att, ideal_us)
     rows = progress.mark_lost(rows, att)
-    first_start = rows.group_by("job", "attempt_idx").agg(pl.col("start").min().alias("t_first_step_start"))
+    by, ids = group_keys(rows, "job", "attempt_idx")  # (rows in (job, attempt) order: slices)
+    first_start = rows.group_by(*by).agg(*ids, pl.col("start").min().alias("t_first_step_start")).drop(
+        "_g", strict=False)
     att = att.join(first_start, on=["job", "attempt_idx"], how="left")
     # An attempt that never logged a step started training (if at all) when its set-up finished.
     att = att.with_columns(
@@ -282,7 +284,8 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
             .drop("_lt")
         )
     # Tables.
-    lost_per_att = rows.group_by("job", "attempt_idx").agg(pl.col("n_lost").sum().alias("steps_lost"))
+    by, ids = group_keys(rows, "job", "attempt_idx")
+    lost_per_att = rows.group_by(*by).agg(*ids, pl.col("n_lost").sum().alias("steps_lost")).drop("_g", strict=False)
     attempts = (
         att.join(lost_per_att, on=["job", "attempt_idx"], how="left")
         .with_columns(pl.col("steps_lost").fill_null(0), pl.col("attempt_idx").alias("attempt"))
@@ -376,9 +379,31 @@ def _prepared(events: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, str]]:
     column it touches into one chunk. Copying the slim columns once here is the cheaper way.
     """
     pods = pod_bindings(events)
-    keep = [c for c in events.columns if c in _STAGE_COLUMNS or c == "job_id"]
-    ev = events.select(*keep, job_name().alias("_name"), *inc_mod.flag_exprs())
-    return with_time(ev).rechunk(), pods
+    # The vocabulary columns are cast before the copy into one chunk (a byte a record to copy
+    # instead of a string view), and ``ts`` is read no further than ``t`` (with_time's columns).
+    cols = [pl.col(c).cast(pl.Enum(_CODED[c]), strict=False) if c in _CODED else c
+            for c in events.columns if c in _STAGE_COLUMNS or c == "job_id"]
+    ev = events.select(*cols, job_name().alias("_name"), *inc_mod.flag_exprs(), pl.col("ts").dt.epoch("us").alias("t"),
+                       pl.int_range(pl.len(), dtype=pl.Int64).alias("_row"))
+    # A word outside the vocabulary (a plugin's own) became null: the enum takes it too.
+    ev = ev.with_columns(coded_words(events[c], words) for c, words in _CODED.items()
+                         if c in ev.columns and ev[c].null_count() > events[c].null_count())
+    return ev.rechunk(), pods
+
+
+# String columns of a fixed vocabulary (plugins may add words) that the stages compare.
+_CODED = {"kind": KINDS, "source": SOURCES, "severity": SEVERITIES}
+
+
+def coded_words(col: pl.Series, words: tuple[str, ...]) -> pl.Series:
+    """``col`` as an enum of ``words`` (then any other word met, sorted): one byte a record,
+    compared and reordered as an integer while ``== "step"`` and ``is_in(...)`` read as before.
+    (Nulls stay null; a ``fill_null`` with a word outside the enum would not fill.)"""
+    coded = col.cast(pl.Enum(words), strict=False)
+    if coded.null_count() > col.null_count():
+        extra = sorted(set(col.drop_nulls().unique().to_list()) - set(words))
+        coded = col.cast(pl.Enum([*words, *extra]))
+    return coded
 
 
 def _slim(ev: pl.DataFrame) -> pl.DataFrame:
@@ -457,7 +482,7 @@ def place_untimed_errors(ev: pl.DataFrame, keep: pl.Series | None = None) -> pl.
         return ev
     hi = attach(ev.select("_row"), hit, "_row")["_hi"]
     ev = ev.with_columns(pl.coalesce(hi, "t").alias("t"))
-    return ev.with_columns(pl.col("t").cast(UTC_US).alias("ts"))
+    return ev.with_columns(pl.col("t").cast(UTC_US).alias("ts")) if "ts" in ev.columns else ev
 
 
 def relative_times(ev: pl.DataFrame, keep: pl.Series | None = None) -> tuple[pl.DataFrame, list[Any]]:
@@ -521,7 +546,7 @@ def relative_times(ev: pl.DataFrame, keep: pl.Series | None = None) -> tuple[pl.
         .group_by("job", maintain_order=True)
         .agg(pl.all().first())
         .with_columns(
-            pl.lit("init").alias("kind"),
+            pl.lit("init").cast(part.schema["kind"]).alias("kind"),
             pl.lit(0, pl.Int64).alias("t"),
             pl.lit(0, pl.Int64).cast(UTC_US).alias("ts"),
             pl.lit(None, pl.Int64).alias("step"),

@@ -316,7 +316,7 @@ def build_incidents(
         .sort("t")
         .group_by("job", "attempt_idx")
         .agg(pl.all().first())
-        .with_columns(pl.lit("error").alias("kind"), pl.lit("numerics").alias("failure_class"))
+        .with_columns(pl.lit("error").cast(ev.schema["kind"]).alias("kind"), pl.lit("numerics").alias("failure_class"))
         .select(cols)
         .join(ia.select("job", "attempt_idx"), on=["job", "attempt_idx"], how="semi")
     )

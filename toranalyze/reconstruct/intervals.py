@@ -7,6 +7,8 @@ billion rows. The functions here give the same rows without forming those pairs.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import polars as pl
 
 
@@ -120,6 +122,15 @@ def run_id(*keys: str) -> pl.Expr:
     return (pl.col(keys[0]) if len(keys) == 1 else pl.struct(keys)).rle_id().set_sorted()
 
 
+
+def group_keys(df: pl.DataFrame, *keys: str) -> tuple[list[str | pl.Expr], list[pl.Expr]]:
+    """(the ``group_by`` keys, the key columns to aggregate with them) for ``df``: the runs of equal
+    keys (``_g``, taken as slices; the caller drops it) when the rows are in key order, as step
+    rows are kept, else the keys themselves (hashed). The groups come in either order."""
+    if in_key_order(df, *keys, strict=False):
+        return [run_id(*keys).alias("_g")], [pl.col(k).first() for k in keys]
+    return list(keys), []
+
 def packed_key(df: pl.DataFrame, cols: list[str]) -> pl.Expr | None:
     """Integer columns packed into one Int64 that sorts as they do together (one numeric column
     to sort or compare instead of several), or None when they hold nulls or their ranges need
@@ -165,26 +176,112 @@ def attach(df: pl.DataFrame, table: pl.DataFrame, on: str | list[str], how: str 
 
 def _slots(df: pl.DataFrame, table: pl.DataFrame, keys: list[str]) -> tuple[int, pl.Expr] | None:
     """(slot count, slot of a row) when ``keys`` can address a slot array: integers, none negative,
-    no null in ``table``, and not many more slots than table rows."""
+    no null in ``table``, and not many more slots than table rows or rows looked up."""
     if table.height == 0 or df.height == 0:
         return None
     if not all(df.schema[k].is_integer() and table.schema[k].is_integer() for k in keys):
         return None
-    lo_hi = pl.concat([df.select(keys).cast(pl.Int64), table.select(keys).cast(pl.Int64)]).select(
-        *[pl.col(k).min().alias(f"lo_{k}") for k in keys], *[pl.col(k).max().alias(f"hi_{k}") for k in keys]
-    ).row(0, named=True)
-    if any(lo_hi[f"lo_{k}"] is None or lo_hi[f"lo_{k}"] < 0 for k in keys):
-        return None
     if table.select(pl.any_horizontal(pl.col(keys).is_null().any())).item():
         return None
-    sizes = [int(lo_hi[f"hi_{k}"]) + 1 for k in keys]
+    # The keys' range over both frames, each reduced on its own (no copy of millions of keys);
+    # ``table``'s have no null.
+    def ranges(f: pl.DataFrame) -> tuple[int | None, ...]:
+        return f.select(*[pl.col(k).min().alias(f"lo_{k}") for k in keys],
+                        *[pl.col(k).max().alias(f"hi_{k}") for k in keys]).row(0)
+
+    own, other = ranges(table), ranges(df)
+    lo = [min(x for x in (a, b) if x is not None) for a, b in zip(own[: len(keys)], other[: len(keys)], strict=True)]
+    hi = [max(x for x in (a, b) if x is not None) for a, b in zip(own[len(keys):], other[len(keys):], strict=True)]
+    if min(lo) < 0:
+        return None
+    sizes = [int(h) + 1 for h in hi]
     size = 1
     for n in sizes:
         size *= n
-    if size > max(1 << 16, 2 * table.height):
+    # (a slot array no longer than the rows looked up, or twice the table: its cost stays linear)
+    if size > max(1 << 16, 2 * table.height, df.height):
         return None
-    index, stride = pl.lit(0, pl.Int64), 1
+    terms, stride = [], 1
     for k, n in reversed(list(zip(keys, sizes, strict=True))):
-        index = index + pl.col(k).cast(pl.Int64) * stride
+        terms.append(pl.col(k).cast(pl.Int64) * stride if stride > 1 else pl.col(k).cast(pl.Int64))
         stride *= n
-    return size, index
+    return size, terms[0] if len(terms) == 1 else pl.sum_horizontal(terms, ignore_nulls=False)
+
+
+
+def _shifted(v: pl.Expr, bits: int) -> pl.Expr:
+    return v * (1 << bits) if bits else v
+
+
+class OrderedKeys:
+    """The keys of rows strictly in (by, on) order (step rows as the stages keep them), packed
+    into one integer for as-of look-ups by binary search: an as-of join by groups hashes every
+    right row into its group, millions of step rows for a few hundred saves. ``ok`` is False
+    when the keys are not integers, hold a null, need more than 62 bits, or are not in that
+    order (``checked``: the caller knows they are); the caller then takes the join."""
+
+    def __init__(self, rows: pl.DataFrame, by: list[str], on: str, checked: bool = False) -> None:
+        self.cols, self.height = [*by, on], rows.height
+        self.ok = rows.height > 0 and all(rows.schema[c].is_integer() for c in self.cols)
+        self.ok = self.ok and (checked or in_key_order(rows, *self.cols))
+        if not self.ok:
+            return
+        lo_hi = rows.select(*[pl.col(c).min().alias(f"lo{i}") for i, c in enumerate(self.cols)],
+                            *[pl.col(c).max().alias(f"hi{i}") for i, c in enumerate(self.cols)]).row(0)
+        n = len(self.cols)
+        # ``on`` one below and one above its range: a left value beyond it looks up as those do.
+        self.lo = [int(x) for x in lo_hi[: n - 1]] + [int(lo_hi[n - 1]) - 1]
+        self.hi = [int(x) for x in lo_hi[n: 2 * n - 1]] + [int(lo_hi[-1]) + 1]
+        self.bits = [(h - low).bit_length() for low, h in zip(self.lo, self.hi, strict=True)]
+        self.ok = sum(self.bits) <= 62
+        if self.ok:
+            self.group, self.key = self._packed(rows, self.cols, inside=True)
+
+    def _packed(self, df: pl.DataFrame, cols: list[str], inside: bool = False) -> tuple[pl.Series, pl.Series]:
+        """(group part, whole key) of ``df``'s ``cols``: null when a group column is null or out
+        of range (no row of that group), ``on`` clipped to one beyond the range (``inside``: the
+        values are the rows' own, in range)."""
+        terms, shift = [], 0
+        for c, low, high, b in reversed(list(zip(cols[:-1], self.lo[:-1], self.hi[:-1], self.bits[:-1], strict=True))):
+            v = pl.col(c).cast(pl.Int64)
+            v = v if inside else pl.when(v.is_between(low, high)).then(v)
+            terms.append(_shifted(v - low if low else v, shift))
+            shift += b
+        on = pl.col(cols[-1]).cast(pl.Int64)
+        on = (on if inside else on.clip(self.lo[-1], self.hi[-1])) - self.lo[-1]
+        grp = pl.sum_horizontal(terms, ignore_nulls=False) if terms else pl.lit(0, pl.Int64)
+        out = df.select(grp.alias("g"), on.alias("_on"))
+        out = out.select("g", (_shifted(pl.col("g"), self.bits[-1]) + pl.col("_on")).alias("k"))
+        return out["g"], out["k"]
+
+    def lookup(self, left: pl.DataFrame, left_on: str, strategy: str = "backward",
+               allow_exact_matches: bool = True) -> pl.Series:
+        """Per left row (its ``by`` columns and ``left_on``), the position of the row an as-of
+        join would pair it with (null: none)."""
+        group, key = self._packed(left, [*self.cols[:-1], left_on])
+        side: Literal["left", "right"] = "right" if (strategy == "backward") == allow_exact_matches else "left"
+        pos = self.key.search_sorted(key.fill_null(0), side=side).cast(pl.Int64)
+        pos = pos - 1 if strategy == "backward" else pos
+        pos = pl.select(pl.when(key.is_not_null() & pos.is_between(0, self.height - 1)).then(pos))[:, 0]
+        return pl.select(pl.when(self.group.gather(pos.fill_null(0)) == group).then(pos))[:, 0]
+
+
+def asof_in_order(
+    left: pl.DataFrame,
+    right: pl.DataFrame,
+    left_on: str,
+    right_on: str,
+    by: list[str],
+    keys: OrderedKeys,
+    strategy: str = "backward",
+    allow_exact_matches: bool = True,
+) -> pl.DataFrame:
+    """``left.join_asof(right, left_on=left_on, right_on=right_on, by=by, ...)`` for a ``right``
+    whose keys are ``keys`` (``ok``; built on its ``by`` and ``right_on`` columns): the same rows
+    and columns (a right column whose name the left has takes the suffix ``_right``), in left's
+    order."""
+    pos = keys.lookup(left, left_on, strategy, allow_exact_matches)
+    skip = set(by) | ({left_on} if right_on == left_on else set())
+    return left.with_columns(
+        right[c].gather(pos).alias(f"{c}_right" if c in left.columns else c) for c in right.columns if c not in skip
+    )

@@ -15,7 +15,7 @@ from __future__ import annotations
 import polars as pl
 
 from toranalyze.reconstruct.intervals import attach
-from toranalyze.reconstruct.progress import make_disjoint, sort_by_key, union_intervals
+from toranalyze.reconstruct.progress import make_disjoint, overlaps, sort_by_key, union_intervals
 from toranalyze.schema import frame_schema
 
 US = 1_000_000
@@ -90,6 +90,19 @@ def _covered(iv: pl.DataFrame, cover: pl.DataFrame) -> pl.Series:
     measure before x (the intervals starting at or before x, the last one cut at x)."""
     if cover.height == 0 or iv.height == 0:
         return pl.Series([0] * iv.height, dtype=pl.Int64)
+    # Only the intervals that meet the cover hold any of it (saves and evaluations overlap few of
+    # millions of step rows): the look-ups run on those alone.
+    meets = overlaps(iv, cover)
+    where = meets.arg_true()
+    if where.len() == iv.height:
+        return _measure_before(iv, cover, "end") - _measure_before(iv, cover, "start")
+    sub = iv[where]
+    held = _measure_before(sub, cover, "end") - _measure_before(sub, cover, "start")
+    return pl.zeros(iv.height, pl.Int64, eager=True).scatter(where, held)
+
+
+def _measure_before(iv: pl.DataFrame, cover: pl.DataFrame, col: str) -> pl.Series:
+    """C(``col``) per interval of ``iv`` (``_covered``)."""
     length = pl.col("end") - pl.col("start")
     right = (
         cover.sort("job", "start")
@@ -97,17 +110,13 @@ def _covered(iv: pl.DataFrame, cover: pl.DataFrame) -> pl.Series:
                 (length.cum_sum().over("job") - length).alias("_before"))
         .sort("_cs")
     )
-
-    def before(col: str) -> pl.Series:
-        left = iv.select("job", pl.col(col).alias("_x")).with_row_index("_i")
-        # As-of keys need order within each job only: step rows made disjoint are in it already.
-        in_order = sort_by_key(left, "job", "_x") is left
-        hit = (left if in_order else left.sort("_x")).join_asof(
-            right, left_on="_x", right_on="_cs", by="job", strategy="backward", check_sortedness=False)
-        part = (pl.min_horizontal("_x", "_ce") - pl.col("_cs")).clip(lower_bound=0)
-        return (hit if in_order else hit.sort("_i")).select((pl.col("_before") + part).fill_null(0))[:, 0]
-
-    return before("end") - before("start")
+    left = iv.select("job", pl.col(col).alias("_x")).with_row_index("_i")
+    # As-of keys need order within each job only: step rows made disjoint are in it already.
+    in_order = sort_by_key(left, "job", "_x") is left
+    hit = (left if in_order else left.sort("_x")).join_asof(
+        right, left_on="_x", right_on="_cs", by="job", strategy="backward", check_sortedness=False)
+    part = (pl.min_horizontal("_x", "_ce") - pl.col("_cs")).clip(lower_bound=0)
+    return (hit if in_order else hit.sort("_i")).select((pl.col("_before") + part).fill_null(0))[:, 0]
 
 
 def _clipped(window: pl.DataFrame, families: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:

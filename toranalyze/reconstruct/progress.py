@@ -31,7 +31,16 @@ from __future__ import annotations
 
 import polars as pl
 
-from toranalyze.reconstruct.intervals import attach, flag_sorted, in_key_order, packed_key, run_id
+from toranalyze.reconstruct.intervals import (
+    OrderedKeys,
+    asof_in_order,
+    attach,
+    flag_sorted,
+    group_keys,
+    in_key_order,
+    packed_key,
+    run_id,
+)
 from toranalyze.reconstruct.jobs import LIFECYCLE_KINDS
 
 US = 1_000_000
@@ -254,7 +263,7 @@ def attempt_table(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """One row per (job, attempt_idx) with start/end, state, step range and resume point (µs)."""
     life = pl.col("kind").is_in(LIFECYCLE_KINDS)
     marker = pl.col("kind").is_in(("job_start", "init", "restart", "ckpt_load"))
-    non_kernel_err = pl.col("kind").is_in(("error", "warning")) & (pl.col("source").fill_null("") != "kernel")
+    non_kernel_err = pl.col("kind").is_in(("error", "warning")) & pl.col("source").ne_missing("kernel")
     is_end = pl.col("kind") == "job_end"
     bad_end = is_end & ~is_clean(pl.col("state").fill_null(""))
     timed = ev.lazy().filter(pl.col("t").is_not_null())  # only the columns read are filtered
@@ -314,7 +323,9 @@ def attempt_table(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
                 "exit_code", "t_end")
         .collect()
     )
-    per = steps.group_by("job", "attempt_idx").agg(
+    by, ids = group_keys(steps, "job", "attempt_idx")  # (step rows in (job, attempt) order: slices)
+    per = steps.group_by(*by).agg(
+        *ids,
         pl.col("step").min().alias("first_step"),
         pl.col("step").max().alias("last_step"),
         pl.len().alias("n_step_rows"),
@@ -323,8 +334,9 @@ def attempt_table(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     )
     att = att.join(per, on=["job", "attempt_idx"], how="left")
     # The usual logging interval of the job (1 when every step is logged).
+    within = run_id("job", "attempt_idx") if ids else ["job", "attempt_idx"]
     interval = (
-        steps.with_columns((pl.col("step") - pl.col("step").shift(1).over("job", "attempt_idx")).alias("_d"))
+        steps.with_columns((pl.col("step") - pl.col("step").shift(1).over(within)).alias("_d"))
         .filter(pl.col("_d") > 0)
         .group_by("job")
         .agg(pl.col("_d").mode().min().alias("log_interval"))
@@ -427,12 +439,9 @@ def _pair(ev: pl.DataFrame, begin: str, end: str, steps: pl.DataFrame) -> pl.Dat
             }
         )
     # Key: the record's step, else the last step completed before it.
-    last = _asof_ready(steps.select("job", "attempt_idx", pl.col("t_log").alias("t"), pl.col("step").alias("_ls")), "t")
-    rows = (
-        rows.sort("t")
-        .join_asof(last, on="t", by=["job", "attempt_idx"], strategy="backward", check_sortedness=False)
-        .with_columns(pl.coalesce("step", "_ls", pl.lit(-1, pl.Int64)).alias("key"))
-    )
+    last = steps.select("job", "attempt_idx", pl.col("t_log").alias("t"), pl.col("step").alias("_ls"))
+    rows = _asof(rows.sort("t"), last, "t", "t").with_columns(
+        pl.coalesce("step", "_ls", pl.lit(-1, pl.Int64)).alias("key"))
     return (
         rows.group_by("job", "attempt_idx", "key")
         .agg(
@@ -450,11 +459,21 @@ def _value_res(t: pl.Expr) -> pl.Expr:
     return pl.when(t % US == 0).then(pl.lit(US)).when(t % 1000 == 0).then(pl.lit(1000)).otherwise(pl.lit(0))
 
 
-def _asof_ready(rows: pl.DataFrame, on: str, by: tuple[str, ...] = ("job", "attempt_idx")) -> pl.DataFrame:
-    """``rows`` as the right side of an as-of join on ``on`` by ``by``: sorted on ``on``. The join
-    needs that order within each group only, so rows already in (by, on) order, distinct keys (the
-    step rows as the stages keep them), are taken as they are instead of sorting millions."""
-    return rows if in_key_order(rows, *by, on) else rows.sort(on)
+def _asof(left: pl.DataFrame, right: pl.DataFrame, left_on: str, right_on: str, strategy: str = "backward",
+          allow_exact_matches: bool = True, keys: OrderedKeys | None = None) -> pl.DataFrame:
+    """``left.join_asof(right, ...)`` by (job, attempt_idx) with step rows on the right. The join
+    needs right sorted on ``right_on`` within each group only, so rows already in (job, attempt,
+    on) order, distinct keys (the step rows as the stages keep them), are taken as they are and
+    looked up by binary search (``keys``: right's, when the caller has them); others are sorted on
+    ``on``."""
+    by = ["job", "attempt_idx"]
+    keys = OrderedKeys(right, by, right_on) if keys is None else keys
+    if keys.ok:
+        return asof_in_order(left, right, left_on, right_on, by, keys, strategy, allow_exact_matches)
+    ordered = in_key_order(right, *by, right_on)
+    return left.join_asof(right if ordered else right.sort(right_on), left_on=left_on, right_on=right_on, by=by,
+                          strategy=strategy, allow_exact_matches=allow_exact_matches,  # type: ignore[arg-type]
+                          check_sortedness=False)
 
 
 def _with_neighbours(p: pl.DataFrame, s: pl.DataFrame) -> pl.DataFrame:
@@ -465,21 +484,11 @@ def _with_neighbours(p: pl.DataFrame, s: pl.DataFrame) -> pl.DataFrame:
     rows = s.filter(pl.col("d_us").is_not_null()).select(
         *grp, "step", "end", (pl.col("end") - pl.col("n") * pl.col("d_us")).alias("_cs")
     )
-    rows = _asof_ready(rows, "step")
+    keys = OrderedKeys(rows, grp, "step")  # (the same keys for both look-ups)
     prev = rows.select(*grp, pl.col("step").alias("_ps"), pl.col("end").alias("_prev_end"))
     nxt = rows.select(*grp, pl.col("step").alias("_ns"), pl.col("_cs").alias("_next_start"))
-    p = p.sort("key").join_asof(
-        prev, left_on="key", right_on="_ps", by=grp, strategy="backward", check_sortedness=False
-    )
-    p = p.sort("key").join_asof(
-        nxt,
-        left_on="key",
-        right_on="_ns",
-        by=grp,
-        strategy="forward",
-        allow_exact_matches=False,
-        check_sortedness=False,
-    )
+    p = _asof(p.sort("key"), prev, "key", "_ps", keys=keys)
+    p = _asof(p.sort("key"), nxt, "key", "_ns", "forward", allow_exact_matches=False, keys=keys)
     return p.drop("_ps", "_ns")
 
 
@@ -601,10 +610,9 @@ def eval_intervals(ev: pl.DataFrame, s: pl.DataFrame | None = None, ckpt: pl.Dat
         parts.append(with_dur)
     bare = lone.filter(pl.col("duration_s").is_null())
     if bare.height and s is not None and s.height:
-        rows = _asof_ready(s.select(*grp, pl.col("t_log").alias("_k"), "step", "end"), "_k")
+        rows = s.select(*grp, pl.col("t_log").alias("_k"), "step", "end")
         bare = (
-            bare.sort("end")
-            .join_asof(rows, left_on="end", right_on="_k", by=grp, strategy="backward", check_sortedness=False)
+            _asof(bare.sort("end"), rows, "end", "_k")
             .with_columns(pl.coalesce("step_right", "step", pl.lit(-1, pl.Int64)).alias("key"))
             .drop("_k", "step_right")
             .rename({"end_right": "_step_end"})

@@ -228,12 +228,16 @@ def suspects(periods: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
         "node",
         "rank",
         "failure_class",
-        (pl.col("file") + pl.lit(":") + pl.col("line").cast(pl.String)).alias("ev"),
+        "file",
+        "line",
     ).collect()
     hits = (
         p.select("job", "_p", "start", "end")
         .join(recs, on="job", how="inner")
         .filter((pl.col("t") >= pl.col("start") - 60_000_000) & (pl.col("t") <= pl.col("end")))
+        # (the evidence text of the records kept only)
+        .with_columns((pl.col("file") + pl.lit(":") + pl.col("line").cast(pl.String)).alias("ev"))
+        .drop("file", "line")
     )
     node_pick = (
         hits.filter(pl.col("node").is_not_null())

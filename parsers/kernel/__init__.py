@@ -119,21 +119,29 @@ class KernelParser(Parser):
         plans = [detect(prepared.lazy()) for (_, detect), on in zip(_DETECTORS, _wanted(prepared), strict=True) if on]
         if not plans:
             return empty_raw()
-        # One call for the detectors: each small query alone pays its own planning and start-up.
         found = _with_gpu_index(pl.concat([p.collect() for p in plans], how="diagonal_relaxed"))
-        ctx = prepared.lazy().select("line", "k_ts", "k_off", "k_year", "k_inferred", "k_node", "p_ts", "p_off")
-        own = pl.col("ts").is_not_null()
-        kernel = pl.col("k_ts").is_not_null()
-        events = found.join(ctx.unique("line", keep="first"), on="line", how="left").with_columns(
-            pl.coalesce("ts", "k_ts", "p_ts").alias("ts"),
-            pl.when(own).then(None).when(kernel).then(pl.col("k_off")).otherwise(pl.col("p_off")).alias("ts_offset_s"),
-            pl.when(~own & kernel).then(pl.col("k_year")).otherwise(True).alias("ts_year_known"),
-            pl.when(~own & kernel).then(pl.col("k_inferred")).otherwise(False).alias("ts_inferred"),
-            pl.coalesce("node", "k_node").alias("node"),
-        )
+        ctx = prepared.lazy().select(_CONTEXT).unique("line", keep="first")
+        events = found.join(ctx, on="line", how="left").with_columns(_FROM_CONTEXT)
         return conform_raw(events.sort("line", maintain_order=True))
 
 
+_CONTEXT = ("line", "k_ts", "k_off", "k_year", "k_inferred", "k_node", "p_ts", "p_off")
+
+
+def _from_context() -> list[pl.Expr]:
+    """Time and node of an event from its line's kernel prefix, where the detector set none."""
+    own = pl.col("ts").is_not_null()
+    kernel = pl.col("k_ts").is_not_null()
+    return [
+        pl.coalesce("ts", "k_ts", "p_ts").alias("ts"),
+        pl.when(own).then(None).when(kernel).then(pl.col("k_off")).otherwise(pl.col("p_off")).alias("ts_offset_s"),
+        pl.when(~own & kernel).then(pl.col("k_year")).otherwise(True).alias("ts_year_known"),
+        pl.when(~own & kernel).then(pl.col("k_inferred")).otherwise(False).alias("ts_inferred"),
+        pl.coalesce("node", "k_node").alias("node"),
+    ]
+
+
+_FROM_CONTEXT = _from_context()
 _GPU_INDEX_COLUMNS: dict[str, pl.DataType] = {
     "gpu": pl.Int32(), "device": pl.String(), "uuid": pl.String(), "node": pl.String(), "ts": pl.Datetime("us")
 }

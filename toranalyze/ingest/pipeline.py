@@ -176,12 +176,16 @@ def _classified(events: pl.DataFrame, rules: list[Rule]) -> pl.DataFrame:
             groups.setdefault(pos // RULES_PER_THREAD, []).append((pos, rule))
     if not groups:
         return classify(events, []).select(events.columns).collect()
+    *first, (last, last_group) = sorted(groups.items())
     found = [
         on_thread(f"classify-{g}", partial(events.select, first_rule(group).alias(f"_rule{g}"))).to_series()
-        for g, group in sorted(groups.items())
+        for g, group in first
     ]
-    with_index = events.lazy().with_columns(found)
-    return labelled(with_index, rules, pl.coalesce(s.name for s in found)).select(events.columns).collect()
+    names = [s.name for s in found] + [f"_rule{last}"]
+    # The last group runs in the query that labels the rows (one query fewer per file).
+    with_index = events.lazy().with_columns(found).with_columns(first_rule(last_group).alias(f"_rule{last}"))
+    labels = labelled(with_index, rules, pl.coalesce(names)).select(events.columns)
+    return on_thread(f"classify-{last}", labels.collect)
 
 
 def _open(file: InputFile, registry: Registry, options: IngestOptions, report: FileReport) -> tuple[bool, list[Any]]:
@@ -262,13 +266,18 @@ def _spool_text(file: InputFile, parsers: list[Any], options: IngestOptions, rul
     try:
         for events in blocks:
             if events.height:
-                _spill_last(raw, part)
+                _spill_last(raw, times, part)
                 raw.append((events, events.height))
-                times.append(events.select(_TIME_COLUMNS))
                 job_ids.update(events["job_id"].drop_nulls().unique().to_list())
         _note_text(report, blocks.lines, blocks.covered, sorted(blocks.used), blocks.warnings)
         if not raw:
             return []
+        if len(raw) == 1:  # one block, in memory: its times are settled in the query that finishes it
+            held = raw[0][0]
+            assert isinstance(held, pl.DataFrame)
+            settled_block = normalize_time(held.lazy(), tz=options.tz, year=options.year)
+            return [_write_part(_finish(settled_block, file, sorted(job_ids)), rules, f"{part}.00000", report)]
+        times.append(_times(raw[-1][0]))
         settled = normalize_time(pl.concat(times).lazy(), tz=options.tz, year=options.year).collect()
         settled = settled.select("ts", "ts_inferred", "_year_open")
         del times
@@ -278,9 +287,7 @@ def _spool_text(file: InputFile, parsers: list[Any], options: IngestOptions, rul
             events = (pl.read_parquet(held) if isinstance(held, str) else held).with_columns(settled.slice(offset, n))
             offset += n
             block = _finish(events.lazy(), file, sorted(job_ids))
-            parts.append(f"{part}.{k:05d}")
-            _classified(block, rules).write_parquet(parts[-1], row_group_size=ROW_GROUP)
-            report.events += block.height
+            parts.append(_write_part(block, rules, f"{part}.{k:05d}", report))
         return parts
     finally:
         for held, _ in raw:
@@ -288,9 +295,23 @@ def _spool_text(file: InputFile, parsers: list[Any], options: IngestOptions, rul
                 Path(held).unlink(missing_ok=True)
 
 
-def _spill_last(raw: list[tuple[str | pl.DataFrame, int]], part: str) -> None:
-    """Write the last held block of ``raw`` to disk (``part.rawNNNNN``) and keep only its path."""
+def _times(held: str | pl.DataFrame) -> pl.DataFrame:
+    assert isinstance(held, pl.DataFrame)
+    return held.select(_TIME_COLUMNS)
+
+
+def _write_part(block: pl.DataFrame, rules: list[Rule], path: str, report: FileReport) -> str:
+    """A finished block classified and written to ``path``; its rows counted in ``report``."""
+    _classified(block, rules).write_parquet(path, row_group_size=ROW_GROUP)
+    report.events += block.height
+    return path
+
+
+def _spill_last(raw: list[tuple[str | pl.DataFrame, int]], times: list[pl.DataFrame], part: str) -> None:
+    """Write the last held block of ``raw`` to disk (``part.rawNNNNN``) and keep only its path
+    (and its time columns, in ``times``)."""
     if raw and isinstance(raw[-1][0], pl.DataFrame):
+        times.append(_times(raw[-1][0]))
         path = f"{part}.raw{len(raw) - 1:05d}"
         raw[-1][0].write_parquet(path)
         raw[-1] = (path, raw[-1][1])

@@ -176,16 +176,12 @@ def _classified(events: pl.DataFrame, rules: list[Rule]) -> pl.DataFrame:
             groups.setdefault(pos // RULES_PER_THREAD, []).append((pos, rule))
     if not groups:
         return classify(events, []).select(events.columns).collect()
-    *first, (last, last_group) = sorted(groups.items())
     found = [
         on_thread(f"classify-{g}", partial(events.select, first_rule(group).alias(f"_rule{g}"))).to_series()
-        for g, group in first
+        for g, group in sorted(groups.items())
     ]
-    names = [s.name for s in found] + [f"_rule{last}"]
-    # The last group runs in the query that labels the rows (one query fewer per file).
-    with_index = events.lazy().with_columns(found).with_columns(first_rule(last_group).alias(f"_rule{last}"))
-    labels = labelled(with_index, rules, pl.coalesce(names)).select(events.columns)
-    return on_thread(f"classify-{last}", labels.collect)
+    with_index = events.lazy().with_columns(found)
+    return labelled(with_index, rules, pl.coalesce(s.name for s in found)).select(events.columns).collect()
 
 
 def _open(file: InputFile, registry: Registry, options: IngestOptions, report: FileReport) -> tuple[bool, list[Any]]:

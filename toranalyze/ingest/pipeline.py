@@ -137,12 +137,13 @@ def _finish(lf: pl.LazyFrame, file: InputFile, job_ids: Sequence[str]) -> pl.Dat
     if len(job_ids) == 1:
         # A file that names exactly one job belongs to it (a Slurm .out, a pod log).
         fills.append(pl.col("job_id").fill_null(job_ids[0]))
-    lf = lf.with_columns(fills).with_columns(
-        pl.lit(None, pl.String).alias("failure_class"), pl.lit(None, pl.String).alias("rule")
-    )
-    return lf.select(
-        *[pl.col(c).cast(t) for c, t in EVENT_SCHEMA.items()], "_year_open", pl.lit(mtime_year).alias("_mtime_year")
-    ).collect()
+    lf = lf.with_columns(fills).with_columns(_NO_CLASS)
+    return lf.select(*_EVENT_CASTS, "_year_open", pl.lit(mtime_year).alias("_mtime_year")).collect()
+
+
+# Built once: every file's rows are finished with them.
+_NO_CLASS = (pl.lit(None, pl.String).alias("failure_class"), pl.lit(None, pl.String).alias("rule"))
+_EVENT_CASTS = tuple(pl.col(c).cast(t) for c, t in EVENT_SCHEMA.items())
 
 
 def read_file(

@@ -63,27 +63,45 @@ _NCCL_DEBUG = r"^[\w.\-]+:\d+:\d+ \[\d+\] (?:\S+:\d+ )?NCCL (?:INFO|TRACE) "
 
 # Each detector with a cheap test on the whole chunk: detectors whose fragments never occur
 # are not planned at all (planning a detector costs more than running it on a small chunk).
-_DETECTORS: tuple[tuple[pl.Expr, Callable[[pl.LazyFrame], pl.LazyFrame]], ...] = (
-    (has("NVRM: Xid"), gpu.xid_events),
-    (has("NVRM"), gpu.nvrm_events),
-    (has("(UUID: GPU-", "|"), gpu.smi_events),
-    (has("SXid"), gpu.sxid_events),
-    (pl.col("k_fm"), gpu.fabric_manager_events),
-    (has("Link", "link", "carrier"), net.link_events),
-    (has("mlx5", "Port module event", "PCIe slot"), net.mlx5_events),
-    (has("State:", " ==> "), net.ibstat_events),
-    (has(*tools.FRAGMENTS), tools.tool_events),
-    (has("EDAC", "Machine", "Hardware Error", "Memory failure", "temperature above", "hardware memory error"),
+# The test is a literal search of ``body`` for any of the fragments; no fragments: the line
+# is a fabric manager record (``k_fm``).
+_DETECTORS: tuple[tuple[tuple[str, ...], Callable[[pl.LazyFrame], pl.LazyFrame]], ...] = (
+    (("NVRM: Xid",), gpu.xid_events),
+    (("NVRM",), gpu.nvrm_events),
+    (("(UUID: GPU-", "|"), gpu.smi_events),
+    (("SXid",), gpu.sxid_events),
+    ((), gpu.fabric_manager_events),
+    (("Link", "link", "carrier"), net.link_events),
+    (("mlx5", "Port module event", "PCIe slot"), net.mlx5_events),
+    (("State:", " ==> "), net.ibstat_events),
+    (tools.FRAGMENTS, tools.tool_events),
+    (("EDAC", "Machine", "Hardware Error", "Memory failure", "temperature above", "hardware memory error"),
      host.memory_cpu_events),
-    (has("[Hardware Error]"), host.ghes_events),
-    (has("AER", "DPC", "pciehp", "pcie"), host.pcie_events),
-    (has("Asserted", "Deasserted"), host.sel_events),
-    (has("Linux version ", "reboot: "), host.boot_events),
-    (has(*storage.FRAGMENTS), storage.storage_events),
-    (has("blocked for more than", "lockup", "LOCKUP", "rcu_", "Kernel panic", "BUG", "general protection",
-         "Oops", "WARNING: CPU"), proc.trace_events),
-    (has("oom-kill", "Killed process", "invoked oom-killer", "Out of memory"), proc.oom_events),
+    (("[Hardware Error]",), host.ghes_events),
+    (("AER", "DPC", "pciehp", "pcie"), host.pcie_events),
+    (("Asserted", "Deasserted"), host.sel_events),
+    (("Linux version ", "reboot: "), host.boot_events),
+    (storage.FRAGMENTS, storage.storage_events),
+    (("blocked for more than", "lockup", "LOCKUP", "rcu_", "Kernel panic", "BUG", "general protection",
+      "Oops", "WARNING: CPU"), proc.trace_events),
+    (("oom-kill", "Killed process", "invoked oom-killer", "Out of memory"), proc.oom_events),
 )
+_GATES = tuple((has(*frags) if frags else pl.col("k_fm")).any() for frags, _ in _DETECTORS)
+_PYTHON_GATES = 4096  # rows up to which the tests are Python substring searches (see _wanted)
+
+
+def _wanted(prepared: pl.DataFrame) -> list[bool]:
+    """Per detector: whether its test holds on some line of ``prepared``.
+
+    A small chunk is searched as one Python string: the same literal test without a regex per
+    detector, whose compiling, on a thread that also runs the detectors' own patterns, would
+    push those out of polars' cache of 32 compiled patterns (and each file would compile all
+    of them again). Fragments hold no newline, so joining the lines adds no match."""
+    if prepared.height > _PYTHON_GATES:
+        return [bool(v) for v in prepared.select(g.alias(str(i)) for i, g in enumerate(_GATES)).row(0)]
+    text = "\n".join(prepared["body"].drop_nulls().to_list())
+    fabric = bool(prepared["k_fm"].any())
+    return [any(f in text for f in frags) if frags else fabric for frags, _ in _DETECTORS]
 
 
 class KernelParser(Parser):
@@ -98,35 +116,46 @@ class KernelParser(Parser):
         if kept.height == 0:  # most non-kernel logs: skip planning a dozen detector queries
             return empty_raw()
         prepared = peel_prefixes(kept.lazy(), journal_json=bool(kept["text"].str.starts_with("{").any())).collect()
-        wanted = prepared.select(gate.any().alias(str(i)) for i, (gate, _) in enumerate(_DETECTORS)).row(0)
-        frames = [detect(prepared.lazy()).collect() for (_, detect), on in zip(_DETECTORS, wanted, strict=True) if on]
-        if not frames:
+        plans = [detect(prepared.lazy()) for (_, detect), on in zip(_DETECTORS, _wanted(prepared), strict=True) if on]
+        if not plans:
             return empty_raw()
-        found = _with_gpu_index(pl.concat(frames, how="diagonal_relaxed"))
-        ctx = prepared.select("line", "k_ts", "k_off", "k_year", "k_inferred", "k_node", "p_ts", "p_off").unique(
-            "line", keep="first"
-        )
-        own = pl.col("ts").is_not_null()
-        kernel = pl.col("k_ts").is_not_null()
-        events = found.join(ctx, on="line", how="left").lazy().with_columns(
-            pl.coalesce("ts", "k_ts", "p_ts").alias("ts"),
-            pl.when(own).then(None).when(kernel).then(pl.col("k_off")).otherwise(pl.col("p_off")).alias("ts_offset_s"),
-            pl.when(~own & kernel).then(pl.col("k_year")).otherwise(True).alias("ts_year_known"),
-            pl.when(~own & kernel).then(pl.col("k_inferred")).otherwise(False).alias("ts_inferred"),
-            pl.coalesce("node", "k_node").alias("node"),
-        )
+        found = _with_gpu_index(pl.concat([p.collect() for p in plans], how="diagonal_relaxed"))
+        ctx = prepared.lazy().select(_CONTEXT).unique("line", keep="first")
+        events = found.join(ctx, on="line", how="left").with_columns(_FROM_CONTEXT)
         return conform_raw(events.sort("line", maintain_order=True))
 
 
-def _with_gpu_index(events: pl.DataFrame) -> pl.DataFrame:
+_CONTEXT = ("line", "k_ts", "k_off", "k_year", "k_inferred", "k_node", "p_ts", "p_off")
+
+
+def _from_context() -> list[pl.Expr]:
+    """Time and node of an event from its line's kernel prefix, where the detector set none."""
+    own = pl.col("ts").is_not_null()
+    kernel = pl.col("k_ts").is_not_null()
+    return [
+        pl.coalesce("ts", "k_ts", "p_ts").alias("ts"),
+        pl.when(own).then(None).when(kernel).then(pl.col("k_off")).otherwise(pl.col("p_off")).alias("ts_offset_s"),
+        pl.when(~own & kernel).then(pl.col("k_year")).otherwise(True).alias("ts_year_known"),
+        pl.when(~own & kernel).then(pl.col("k_inferred")).otherwise(False).alias("ts_inferred"),
+        pl.coalesce("node", "k_node").alias("node"),
+    ]
+
+
+_FROM_CONTEXT = _from_context()
+_GPU_INDEX_COLUMNS: dict[str, pl.DataType] = {
+    "gpu": pl.Int32(), "device": pl.String(), "uuid": pl.String(), "node": pl.String(), "ts": pl.Datetime("us")
+}
+
+
+def _with_gpu_index(events: pl.DataFrame) -> pl.LazyFrame:
     """Fill ``gpu`` from the PCI-address -> index map the file itself states."""
-    wanted: dict[str, pl.DataType] = {
-        "gpu": pl.Int32(), "device": pl.String(), "uuid": pl.String(), "node": pl.String(), "ts": pl.Datetime("us")
-    }
-    events = events.with_columns(pl.lit(None, dtype).alias(c) for c, dtype in wanted.items() if c not in events.columns)
-    index = gpu.gpu_index_map(events.lazy()).collect()
+    missing = [pl.lit(None, dtype).alias(c) for c, dtype in _GPU_INDEX_COLUMNS.items() if c not in events.columns]
+    lf = events.lazy().with_columns(missing) if missing else events.lazy()
+    if "gpu" not in events.columns or events["gpu"].null_count() == events.height:
+        return lf.drop("uuid")  # no row states an index: the map is empty (most files)
+    index = gpu.gpu_index_map(lf)
     return (
-        events.join(index, on="device", how="left")
+        lf.join(index, on="device", how="left")
         .with_columns(pl.coalesce("gpu", "_gpu_map").alias("gpu"))
         .drop("_gpu_map", "uuid")
     )

@@ -205,17 +205,23 @@ def sxid_events(lf: pl.LazyFrame) -> pl.LazyFrame:
     One event per record; a ``Severity``/``Data`` line that does not follow its own record's line
     (a grep) stands alone.
     """
-    g = pl.col("body").str.extract_groups(_SXID)
-    s = (
-        lf.filter(has("SXid"))
-        .with_columns(g.alias("_s"))
-        .with_columns(
-            pl.col("_s").struct.field("code").alias("_code"),
-            norm_pci(pl.col("_s").struct.field("pci")).alias("_dev"),
-            pl.col("_s").struct.field("rest").alias("_rest"),
-        )
-        .with_columns(pl.col("_code").is_not_null().alias("_is"))
-    )
+    s = lf.filter(_SXID_HAS).with_columns(_SXID_GROUPS).with_columns(_SXID_FIELDS).with_columns(_SXID_IS)
+    recs = s.with_columns(_SXID_REC).filter(pl.col("_rec").is_not_null()).group_by("_rec").agg(_SXID_AGG)
+    return recs.select(_SXID_EVENT)
+
+
+# sxid_events' expressions, built once: building them cost more than running them on a small file.
+_SXID_HAS = has("SXid")
+_SXID_GROUPS = pl.col("body").str.extract_groups(_SXID).alias("_s")
+_SXID_FIELDS = [
+    pl.col("_s").struct.field("code").alias("_code"),
+    norm_pci(pl.col("_s").struct.field("pci")).alias("_dev"),
+    pl.col("_s").struct.field("rest").alias("_rest"),
+]
+_SXID_IS = pl.col("_code").is_not_null().alias("_is")
+
+
+def _sxid_rec() -> pl.Expr:
     is_desc = pl.col("_rest").str.contains(r"^(?:Non-fatal|Fatal|Nonfatal)\b")
     same_as_prev = (
         pl.col("_is").shift(1).fill_null(False)
@@ -224,35 +230,35 @@ def sxid_events(lf: pl.LazyFrame) -> pl.LazyFrame:
         & (pl.col("_dev").shift(1) == pl.col("_dev"))
     ).fill_null(False)
     start = pl.col("_is") & (is_desc | ~same_as_prev)
-    rec = runs(start, pl.col("_is") & ~is_desc)
-    recs = (
-        s.with_columns(rec.alias("_rec"))
-        .filter(pl.col("_rec").is_not_null())
-        .group_by("_rec")
-        .agg(
-            pl.col("line").min(),
-            pl.col("line").max().alias("_last"),
-            pl.col("_code").first(),
-            pl.col("_dev").first(),
-            pl.col("_rest").first(),
-            pl.col("msg").first(),
-            pl.col("_rest").filter(pl.col("_rest").str.starts_with("Severity ")).str.join("; ").alias("_sev"),
-        )
-    )
+    return runs(start, pl.col("_is") & ~is_desc).alias("_rec")
+
+
+def _sxid_event() -> list[pl.Expr]:
     fatal = pl.col("_rest").str.starts_with("Fatal")
     nonfatal = pl.col("_rest").str.contains(r"^Non-?fatal")
-    return recs.select(
-        event(
-            pl.when(nonfatal).then(pl.lit("warning")).otherwise(pl.lit("error")),
-            pl.when(fatal).then(pl.lit("critical")).when(nonfatal).then(pl.lit("warning")).otherwise(pl.lit("error")),
-            message=pl.when(pl.col("_sev") != "")
-            .then(pl.format("{} [{}]", pl.col("msg"), pl.col("_sev")))
-            .otherwise(pl.col("msg")),
-            code=pl.format("SX{}", pl.col("_code")),
-            device=pl.col("_dev"),
-            line_end=pl.when(pl.col("_last") > pl.col("line")).then(pl.col("_last")),
-        )
+    return event(
+        pl.when(nonfatal).then(pl.lit("warning")).otherwise(pl.lit("error")),
+        pl.when(fatal).then(pl.lit("critical")).when(nonfatal).then(pl.lit("warning")).otherwise(pl.lit("error")),
+        message=pl.when(pl.col("_sev") != "")
+        .then(pl.format("{} [{}]", pl.col("msg"), pl.col("_sev")))
+        .otherwise(pl.col("msg")),
+        code=pl.format("SX{}", pl.col("_code")),
+        device=pl.col("_dev"),
+        line_end=pl.when(pl.col("_last") > pl.col("line")).then(pl.col("_last")),
     )
+
+
+_SXID_REC = _sxid_rec()
+_SXID_AGG = [
+    pl.col("line").min(),
+    pl.col("line").max().alias("_last"),
+    pl.col("_code").first(),
+    pl.col("_dev").first(),
+    pl.col("_rest").first(),
+    pl.col("msg").first(),
+    pl.col("_rest").filter(pl.col("_rest").str.starts_with("Severity ")).str.join("; ").alias("_sev"),
+]
+_SXID_EVENT = _sxid_event()
 
 
 _FM_NVSWITCH = r"detected NVSwitch (?P<fatal>fatal|non-fatal) error (?P<code>\d+) "

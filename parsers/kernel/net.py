@@ -7,6 +7,8 @@ downs and ups into flaps. ``device`` is the NIC's PCI address when the line prin
 
 from __future__ import annotations
 
+from functools import cache
+
 import polars as pl
 from toranalyze_parsers.kernel.common import PCI, event, first_of_burst, has, norm_pci
 
@@ -51,14 +53,22 @@ def _link_event(state: pl.Expr, **cols: pl.Expr) -> list[pl.Expr]:
 
 
 def link_events(lf: pl.LazyFrame) -> pl.LazyFrame:
+    cand_filter, groups, branches = _link_parts()
+    cand = lf.filter(cand_filter).with_columns(groups)
+    return pl.concat([cand.filter(keep).select(row) for keep, row in branches], how="diagonal_relaxed")
+
+
+@cache
+def _link_parts() -> tuple[pl.Expr, list[pl.Expr], list[tuple[pl.Expr, list[pl.Expr]]]]:
+    """link_events' expressions, built once (building them cost more than running them on a
+    small file): the candidate filter, the pattern groups, and each kind's (filter, row)."""
     body = pl.col("body")
-    ib = body.str.extract_groups(_IB_PORT)
-    nd = body.str.extract_groups(_NETDEV)
-    bond = body.str.extract_groups(_BOND)
-    ipoib = body.str.extract_groups(_IPOIB)
-    cand = lf.filter(has("Link", "link", "carrier")).with_columns(
-        ib.alias("_ib"), nd.alias("_nd"), bond.alias("_bond"), ipoib.alias("_ipoib")
-    )
+    groups = [
+        body.str.extract_groups(_IB_PORT).alias("_ib"),
+        body.str.extract_groups(_NETDEV).alias("_nd"),
+        body.str.extract_groups(_BOND).alias("_bond"),
+        body.str.extract_groups(_IPOIB).alias("_ipoib"),
+    ]
     f = pl.col("_nd").struct
     netdev_ok = (
         f.field("st").is_not_null()
@@ -67,23 +77,18 @@ def link_events(lf: pl.LazyFrame) -> pl.LazyFrame:
     )
     ready = has("ADDRCONF(NETDEV_CHANGE)") & body.str.contains(r"link becomes ready")
     bst = pl.coalesce(pl.col("_bond").struct.field("st"), pl.col("_bond").struct.field("st2"))
-    return pl.concat(
-        [
-            cand.filter(pl.col("_ib").struct.field("st").is_not_null()).select(
-                _link_event(
-                    _state(pl.col("_ib").struct.field("st")),
-                    device=norm_pci(pl.col("_ib").struct.field("pci")),
-                )
-            ),
-            cand.filter(netdev_ok).select(_link_event(_state(f.field("st")), device=norm_pci(f.field("pci")))),
-            cand.filter(bst.is_not_null()).select(_link_event(_state(bst))),
-            cand.filter(pl.col("_ipoib").struct.field("st").is_not_null() & pl.col("k_ctx")).select(
-                _link_event(_state(pl.col("_ipoib").struct.field("st")))
-            ),
-            cand.filter(ready & pl.col("k_ctx")).select(_link_event(pl.lit("UP"))),
-        ],
-        how="diagonal_relaxed",
-    )
+    ib = pl.col("_ib").struct
+    branches = [
+        (ib.field("st").is_not_null(), _link_event(_state(ib.field("st")), device=norm_pci(ib.field("pci")))),
+        (netdev_ok, _link_event(_state(f.field("st")), device=norm_pci(f.field("pci")))),
+        (bst.is_not_null(), _link_event(_state(bst))),
+        (
+            pl.col("_ipoib").struct.field("st").is_not_null() & pl.col("k_ctx"),
+            _link_event(_state(pl.col("_ipoib").struct.field("st"))),
+        ),
+        (ready & pl.col("k_ctx"), _link_event(pl.lit("UP"))),
+    ]
+    return has("Link", "link", "carrier"), groups, branches
 
 
 def mlx5_events(lf: pl.LazyFrame) -> pl.LazyFrame:

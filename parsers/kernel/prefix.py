@@ -22,6 +22,8 @@ patterns (a netdev ``Link down``) require so that other logs cannot trigger them
 
 from __future__ import annotations
 
+from functools import cache
+
 import polars as pl
 
 from toranalyze.ingest.clock import ISO_PATTERN, offset_iso, ts_iso, ts_month_name
@@ -64,15 +66,16 @@ _TAG = (
 _MONO = r"^(?P<all>(?:<\d>)?\[\s*(?P<mono>\d+\.\d+)(?:\s*<\s*\d+\.\d+>)?\]\s*)"
 
 
-def _peel(lf: pl.LazyFrame, pattern: str, name: str, when: pl.Expr | None = None) -> pl.LazyFrame:
+def _peel(pattern: str, name: str, when: pl.Expr | None = None) -> list[list[pl.Expr]]:
     """Match ``pattern`` at the start of ``body``; store its groups in ``name``, cut the match."""
     groups = pl.col("body").str.extract_groups(pattern)
     if when is not None:
         groups = pl.when(when).then(groups)
     whole = pl.col(name).struct.field("all")
-    return lf.with_columns(groups.alias(name)).with_columns(
-        pl.when(whole.is_not_null()).then(pl.col("body").str.slice(whole.str.len_chars())).otherwise(pl.col("body"))
-    )
+    return [
+        [groups.alias(name)],
+        [pl.when(whole.is_not_null()).then(pl.col("body").str.slice(whole.str.len_chars())).otherwise(pl.col("body"))],
+    ]
 
 
 def _hm_to_hms(hm: pl.Expr) -> pl.Expr:
@@ -86,21 +89,33 @@ def peel_prefixes(lines: pl.LazyFrame, journal_json: bool = False) -> pl.LazyFra
     ``journal_json`` asks to look for ``journalctl -o json`` records (JSON parsing is skipped
     for chunks without any line starting with ``{``).
     """
-    lf = lines.with_columns(pl.col("text").alias("body"))
+    lf = lines
+    for exprs in _steps(journal_json):
+        lf = lf.with_columns(exprs)
+    return lf.drop(
+        "_fac", "_clk", "_tag", "_tag2", "_mono", "_hdr_ts", "_delta", "_delta_ts", "_j_ts", "_j_host", "_j_kern"
+    )
+
+
+@cache
+def _steps(journal_json: bool) -> tuple[list[pl.Expr], ...]:
+    """The ``with_columns`` steps of ``peel_prefixes``, built once (building them in Python cost
+    about as much as running them on a small file)."""
+    steps = [[pl.col("text").alias("body")]]
     if journal_json:
-        lf = _journal_json(lf)
+        steps.append(_journal_json())
     else:
-        lf = lf.with_columns(
+        steps.append([
             pl.lit(None, NAIVE_US).alias("_j_ts"),
             pl.lit(None, pl.String).alias("_j_host"),
             pl.lit(False).alias("_j_kern"),
-        )
-    lf = _peel(lf, _FACILITY, "_fac")
-    lf = _peel(lf, _CLOCK, "_clk")
-    lf = _peel(lf, _TAG, "_tag")
-    lf = _peel(lf, _MONO, "_mono")
+        ])
+    steps += _peel(_FACILITY, "_fac")
+    steps += _peel(_CLOCK, "_clk")
+    steps += _peel(_TAG, "_tag")
+    steps += _peel(_MONO, "_mono")
     # ``journalctl -o short-monotonic`` puts the monotonic clock before the host.
-    lf = _peel(lf, _TAG, "_tag2", when=pl.col("_tag").struct.field("all").is_null())
+    steps += _peel(_TAG, "_tag2", when=pl.col("_tag").struct.field("all").is_null())
     clk = pl.col("_clk").struct
     tag = pl.coalesce(pl.col("_tag").struct.field("tag"), pl.col("_tag2").struct.field("tag"))
     host = pl.coalesce(
@@ -110,7 +125,7 @@ def peel_prefixes(lines: pl.LazyFrame, journal_json: bool = False) -> pl.LazyFra
         pl.col("_j_host"),
     )
     header_ts = ts_month_name(clk.field("hh_mon"), clk.field("hh_day"), _hm_to_hms(clk.field("hh_hm")))
-    lf = lf.with_columns(
+    steps.append([
         pl.col("_mono").struct.field("mono").alias("mono"),
         header_ts.alias("_hdr_ts"),
         clk.field("delta").cast(pl.Float64).alias("_delta"),
@@ -127,8 +142,8 @@ def peel_prefixes(lines: pl.LazyFrame, journal_json: bool = False) -> pl.LazyFra
         clk.field("fm_lvl").is_not_null().alias("k_fm"),
         clk.field("fm_lvl").alias("k_fm_lvl"),
         host.alias("k_node"),
-    )
-    lf = _delta_clock(lf)
+    ])
+    steps.append([_delta_clock()])
     iso = pl.coalesce(clk.field("iso"), clk.field("ta_ts"))
     # journalctl -o short-full: 'Tue 2024-06-18 02:41:07 UTC'; a zone name other than UTC/GMT
     # says nothing we can convert, so it leaves the offset to --tz.
@@ -140,7 +155,7 @@ def peel_prefixes(lines: pl.LazyFrame, journal_json: bool = False) -> pl.LazyFra
     )
     epoch = clk.field("epoch").cast(pl.Float64)
     epoch_ts = pl.from_epoch((epoch * 1e6).round(0).cast(pl.Int64), time_unit="us").cast(NAIVE_US)
-    lf = lf.with_columns(
+    steps.append([
         pl.coalesce(
             ts_iso(iso),
             ts_iso(clk.field("sf_ts")),
@@ -165,13 +180,11 @@ def peel_prefixes(lines: pl.LazyFrame, journal_json: bool = False) -> pl.LazyFra
         .then(pl.format("[{}] {}", pl.col("mono"), pl.col("body")))
         .otherwise(pl.col("body"))
         .alias("msg"),
-    )
-    return lf.drop(
-        "_fac", "_clk", "_tag", "_tag2", "_mono", "_hdr_ts", "_delta", "_delta_ts", "_j_ts", "_j_host", "_j_kern"
-    )
+    ])
+    return tuple(steps)
 
 
-def _journal_json(lf: pl.LazyFrame) -> pl.LazyFrame:
+def _journal_json() -> list[pl.Expr]:
     """``{"__REALTIME_TIMESTAMP":"1718678467123456","_HOSTNAME":"n3","MESSAGE":"NVRM: …",…}``."""
     text = pl.col("text")
     field = text.str.json_path_match
@@ -179,15 +192,15 @@ def _journal_json(lf: pl.LazyFrame) -> pl.LazyFrame:
     message = pl.when(is_journal).then(field("$.MESSAGE"))
     usec = pl.when(is_journal).then(field("$.__REALTIME_TIMESTAMP")).cast(pl.Int64, strict=False)
     kernel = (field("$._TRANSPORT") == "kernel") | (field("$.SYSLOG_IDENTIFIER") == "kernel")
-    return lf.with_columns(
+    return [
         pl.coalesce(message, pl.col("body")).alias("body"),
         pl.from_epoch(usec, time_unit="us").cast(NAIVE_US).alias("_j_ts"),
         pl.when(is_journal).then(field("$._HOSTNAME")).alias("_j_host"),
         (is_journal & kernel).fill_null(False).alias("_j_kern"),
-    )
+    ]
 
 
-def _delta_clock(lf: pl.LazyFrame) -> pl.LazyFrame:
+def _delta_clock() -> pl.Expr:
     """``dmesg -H``: a ``[Mon D HH:MM]`` header each new minute, then ``[  +s.us]`` deltas.
 
     A delta line's time is the header plus the deltas since; the header drops the seconds, so
@@ -198,4 +211,4 @@ def _delta_clock(lf: pl.LazyFrame) -> pl.LazyFrame:
     since = pl.col("_delta").fill_null(0.0).cum_sum().over(seg)
     ts = base + pl.duration(microseconds=(since * 1e6).round(0).cast(pl.Int64))
     delta_ts = pl.when(pl.col("_delta").is_not_null()).then(ts).otherwise(None).cast(NAIVE_US)
-    return lf.with_columns(delta_ts.alias("_delta_ts"))
+    return delta_ts.alias("_delta_ts")

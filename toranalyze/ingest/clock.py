@@ -17,6 +17,7 @@ written. Zones and years are settled later, once, by ``normalize_time``:
 from __future__ import annotations
 
 import datetime as dt
+from functools import lru_cache
 
 import polars as pl
 
@@ -78,6 +79,14 @@ def normalize_time(
     Expects the frame of a single input file, ordered by ``line``.
     """
     lf = raw.sort("line", maintain_order=True)
+    for step in _time_steps(tz, year, mtime_year):
+        lf = lf.with_columns(step)
+    return lf
+
+
+@lru_cache(maxsize=16)
+def _time_steps(tz: str, year: int | None, mtime_year: int | None) -> tuple[list[pl.Expr], ...]:
+    """normalize_time's ``with_columns`` steps, built once per setting (every file uses them)."""
     known = pl.col("ts").is_not_null() & pl.col("ts_year_known")
     anchor_year = pl.when(known).then(pl.col("ts").dt.year()).otherwise(None).forward_fill().backward_fill()
     fallback_year = year if year is not None else mtime_year
@@ -93,28 +102,29 @@ def normalize_time(
         .then(with_year.dt.offset_by("-1y"))
         .otherwise(with_year)
     )
-    lf = lf.with_columns(
+    years = [
         pl.when(needs_year & chosen.is_not_null()).then(rolled).otherwise(pl.col("ts")).alias("ts"),
         (pl.col("ts_inferred") | needs_year).alias("ts_inferred"),
         # Still on the placeholder year: resolve_open_years settles it against the other files.
         pl.when(pl.col("ts").is_not_null()).then(needs_year & chosen.is_null()).alias("_year_open"),
-    )
+    ]
     stated = pl.col("ts") - pl.duration(seconds=pl.col("ts_offset_s"))
     utc_stated = stated.dt.replace_time_zone("UTC")
     utc_local = (
         pl.col("ts").dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null").dt.convert_time_zone("UTC")
     )
-    lf = lf.with_columns(
+    zones = [
         pl.when(pl.col("ts_offset_s").is_not_null()).then(utc_stated).otherwise(utc_local).cast(UTC_US).alias("ts")
-    )
+    ]
     filled = pl.col("ts").forward_fill().backward_fill()
-    return lf.with_columns(
+    fills = [
         # A record with no clock of its own is flagged, placed from its neighbours or (a pasted
         # fragment with no clock at all) left null: it is still classified, just not on a timeline.
         (pl.col("ts_inferred") | pl.col("ts").is_null()).alias("ts_inferred"),
         filled.alias("ts"),
         pl.col("_year_open").forward_fill().backward_fill().fill_null(False),
-    )
+    ]
+    return years, zones, fills
 
 
 def open_year_reference(events: pl.LazyFrame) -> dt.datetime | None:

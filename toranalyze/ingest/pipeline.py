@@ -137,12 +137,13 @@ def _finish(lf: pl.LazyFrame, file: InputFile, job_ids: Sequence[str]) -> pl.Dat
     if len(job_ids) == 1:
         # A file that names exactly one job belongs to it (a Slurm .out, a pod log).
         fills.append(pl.col("job_id").fill_null(job_ids[0]))
-    lf = lf.with_columns(fills).with_columns(
-        pl.lit(None, pl.String).alias("failure_class"), pl.lit(None, pl.String).alias("rule")
-    )
-    return lf.select(
-        *[pl.col(c).cast(t) for c, t in EVENT_SCHEMA.items()], "_year_open", pl.lit(mtime_year).alias("_mtime_year")
-    ).collect()
+    lf = lf.with_columns(fills).with_columns(_NO_CLASS)
+    return lf.select(*_EVENT_CASTS, "_year_open", pl.lit(mtime_year).alias("_mtime_year")).collect()
+
+
+# Built once: every file's rows are finished with them.
+_NO_CLASS = (pl.lit(None, pl.String).alias("failure_class"), pl.lit(None, pl.String).alias("rule"))
+_EVENT_CASTS = tuple(pl.col(c).cast(t) for c, t in EVENT_SCHEMA.items())
 
 
 def read_file(
@@ -262,13 +263,18 @@ def _spool_text(file: InputFile, parsers: list[Any], options: IngestOptions, rul
     try:
         for events in blocks:
             if events.height:
-                _spill_last(raw, part)
+                _spill_last(raw, times, part)
                 raw.append((events, events.height))
-                times.append(events.select(_TIME_COLUMNS))
                 job_ids.update(events["job_id"].drop_nulls().unique().to_list())
         _note_text(report, blocks.lines, blocks.covered, sorted(blocks.used), blocks.warnings)
         if not raw:
             return []
+        if len(raw) == 1:  # one block, in memory: its times are settled in the query that finishes it
+            held = raw[0][0]
+            assert isinstance(held, pl.DataFrame)
+            settled_block = normalize_time(held.lazy(), tz=options.tz, year=options.year)
+            return [_write_part(_finish(settled_block, file, sorted(job_ids)), rules, f"{part}.00000", report)]
+        times.append(_times(raw[-1][0]))
         settled = normalize_time(pl.concat(times).lazy(), tz=options.tz, year=options.year).collect()
         settled = settled.select("ts", "ts_inferred", "_year_open")
         del times
@@ -278,9 +284,7 @@ def _spool_text(file: InputFile, parsers: list[Any], options: IngestOptions, rul
             events = (pl.read_parquet(held) if isinstance(held, str) else held).with_columns(settled.slice(offset, n))
             offset += n
             block = _finish(events.lazy(), file, sorted(job_ids))
-            parts.append(f"{part}.{k:05d}")
-            _classified(block, rules).write_parquet(parts[-1], row_group_size=ROW_GROUP)
-            report.events += block.height
+            parts.append(_write_part(block, rules, f"{part}.{k:05d}", report))
         return parts
     finally:
         for held, _ in raw:
@@ -288,9 +292,23 @@ def _spool_text(file: InputFile, parsers: list[Any], options: IngestOptions, rul
                 Path(held).unlink(missing_ok=True)
 
 
-def _spill_last(raw: list[tuple[str | pl.DataFrame, int]], part: str) -> None:
-    """Write the last held block of ``raw`` to disk (``part.rawNNNNN``) and keep only its path."""
+def _times(held: str | pl.DataFrame) -> pl.DataFrame:
+    assert isinstance(held, pl.DataFrame)
+    return held.select(_TIME_COLUMNS)
+
+
+def _write_part(block: pl.DataFrame, rules: list[Rule], path: str, report: FileReport) -> str:
+    """A finished block classified and written to ``path``; its rows counted in ``report``."""
+    _classified(block, rules).write_parquet(path, row_group_size=ROW_GROUP)
+    report.events += block.height
+    return path
+
+
+def _spill_last(raw: list[tuple[str | pl.DataFrame, int]], times: list[pl.DataFrame], part: str) -> None:
+    """Write the last held block of ``raw`` to disk (``part.rawNNNNN``) and keep only its path
+    (and its time columns, in ``times``)."""
     if raw and isinstance(raw[-1][0], pl.DataFrame):
+        times.append(_times(raw[-1][0]))
         path = f"{part}.raw{len(raw) - 1:05d}"
         raw[-1][0].write_parquet(path)
         raw[-1] = (path, raw[-1][1])

@@ -22,7 +22,7 @@ import polars as pl
 from toranalyze_parsers.nccl import patterns as P
 from toranalyze_parsers.nccl.tags import tag
 
-from toranalyze.plugins import contains_any
+from toranalyze.plugins import contains_any, fill_where
 
 MAX_WRAP = 3  # continuation lines joined onto one hard-wrapped record
 
@@ -46,10 +46,8 @@ def prefilter(lines: pl.LazyFrame) -> pl.LazyFrame:
     chatter = text.str.contains(P.CHATTER) & ~contains_any(text, P.INFO_RECORDS)
     talk = frame.select(~chatter).to_series()
     # The case-blind anchor search (the slowest test) runs on the other lines only.
-    cand = pl.Series("_cand", [], pl.Boolean).extend_constant(False, frame.height)
-    if talk.any():
-        found = frame.filter(talk).select(contains_any(text, P.ANCHORS, ignore_case=True)).to_series()
-        cand = cand.scatter(talk.arg_true(), found)
+    none = pl.Series("_cand", [], pl.Boolean).extend_constant(False, frame.height)
+    cand = fill_where(none, frame, talk, contains_any(text, P.ANCHORS, ignore_case=True))
     near = pl.col("_cand")
     for k in range(1, MAX_WRAP + 1):
         near = near | pl.col("_cand").shift(k, fill_value=False)

@@ -19,7 +19,7 @@ import polars as pl
 from polars.expr.whenthen import ChainedThen, Then
 from toranalyze_parsers.torch.common import SIGNAL_WORDS, basename, signal_name, signal_of_words, stream_key
 
-from toranalyze.plugins import contains_any
+from toranalyze.plugins import contains_any, fill_where
 from toranalyze.schema import NAIVE_US, conform_raw
 
 # Lexical line types:
@@ -133,10 +133,8 @@ def may_type() -> pl.Expr:
 
 def _typed(lines: pl.DataFrame) -> pl.Series:
     """``_line_type`` of every row, evaluated only on the rows ``may_type`` keeps."""
-    maybe = lines.select(may_type()).to_series()
-    types = pl.Series("_t", [], pl.Int8).extend_constant(OTHER, lines.height)
-    some = lines.filter(maybe).select(_line_type()).to_series()
-    return types.scatter(maybe.arg_true(), some) if some.len() else types
+    others = pl.Series("_t", [], pl.Int8).extend_constant(OTHER, lines.height)
+    return fill_where(others, lines, lines.select(may_type()).to_series(), _line_type())
 
 
 def _has(pattern: str) -> pl.Expr:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import polars as pl
 
 from toranalyze.ingest.clock import ts_iso
+from toranalyze.plugins import fill_where
 from toranalyze.schema import NAIVE_US, conform_raw
 
 ANSI = r"\x1b\[[0-9;?]*[A-Za-z]"
@@ -70,13 +71,10 @@ def _stated_clock(df: pl.DataFrame) -> pl.Series:
     run on those lines only (a big log's NCCL chatter and iteration records hold none)."""
     text = pl.col("text")
     may = df.select(text.str.contains("datetime: ", literal=True) | text.str.contains(r"^[\[\d]")).to_series()
-    stated = pl.Series("_stated", [], NAIVE_US).extend_constant(None, df.height)
-    if not may.any():
-        return stated
     in_text = pl.coalesce([text.str.extract(p, 1) for p in _CLOCKS])
     us_clock = text.str.extract(_US_CLOCK, 1).str.strptime(NAIVE_US, "%m/%d/%Y %H:%M:%S", strict=False)
-    found = df.filter(may).select(pl.coalesce(ts_iso(in_text), us_clock)).to_series()
-    return stated.scatter(may.arg_true(), found)
+    none = pl.Series("_stated", [], NAIVE_US).extend_constant(None, df.height)
+    return fill_where(none, df, may, pl.coalesce(ts_iso(in_text), us_clock))
 
 
 def field(pattern: str, col: str = "text") -> pl.Expr:

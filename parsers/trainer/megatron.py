@@ -28,7 +28,7 @@ from __future__ import annotations
 import polars as pl
 from toranalyze_parsers.trainer.common import NUM, NUM_OR_NAN, add_seconds, field, message, part, to_int
 
-from toranalyze.plugins import contains_any
+from toranalyze.plugins import contains_any, fill_where
 from toranalyze.schema import NAIVE_US
 
 _ITER = r"(?:^|\s)iteration\s+(\d+)\s*/\s*(\d+|infinity)\s*\|"
@@ -175,11 +175,7 @@ def _loss(records: pl.DataFrame) -> pl.Series:
     dropped = pl.when((nan_its.fill_null(0) == 0) & (skipped.fill_null(0) > 0)).then(None).otherwise(float("nan"))
     loss = records.select(field(_LM_LOSS, "_rec").alias("loss")).to_series()
     for fallback in (field(_ANY_LOSS, "_rec"), dropped):
-        missing = loss.is_null()
-        if not missing.any():
-            break
-        found = records.filter(missing).select(fallback.cast(pl.Float64)).to_series()
-        loss = loss.scatter(missing.arg_true(), found)
+        loss = fill_where(loss, records, loss.is_null(), fallback.cast(pl.Float64))
     return loss
 
 

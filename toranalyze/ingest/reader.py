@@ -257,7 +257,7 @@ def _gate_test(patterns: Sequence[str], raw: pl.Series, text: pl.Series) -> bool
     string cost about 30 ms per search on a 32 MB block whatever it found: polars handles the
     32 MB value as a whole.)
     """
-    return any(_holds(text if "^" in pattern else raw, pattern) for pattern in patterns)
+    return any(_holds(text if _searched_in(pattern) == "text" else raw, pattern) for pattern in patterns)
 
 
 def gated(prepared: pl.DataFrame, parsers: Sequence[Any]) -> list[Any]:
@@ -273,14 +273,18 @@ def gated(prepared: pl.DataFrame, parsers: Sequence[Any]) -> list[Any]:
 def _gated_small(prepared: pl.DataFrame, parsers: Sequence[Any]) -> list[Any]:
     """``gated`` for a block of at most ``_GATE_PROBE`` lines: every gate searched in one query
     (the same tests as ``_gate_test``; a query per pattern cost more than the searches)."""
-    tests = {(g, "text" if "^" in g else "raw") for p in parsers for g in getattr(p, "gates", ()) or ()}
-    order = sorted(tests)
-    found = prepared.select(pl.col(c).str.contains(g).any().alias(str(i)) for i, (g, c) in enumerate(order)).row(0)
-    holds = {t for t, hit in zip(order, found, strict=True) if hit}
-    return [
-        p for p in parsers
-        if not getattr(p, "gates", ()) or any((g, "text" if "^" in g else "raw") in holds for g in p.gates)
-    ]
+    order = sorted({g for p in parsers for g in getattr(p, "gates", ()) or ()})
+    found = prepared.select(
+        pl.col(_searched_in(g)).str.contains(g).any().alias(str(i)) for i, g in enumerate(order)
+    ).row(0)
+    holds = {g for g, hit in zip(order, found, strict=True) if hit}
+    return [p for p in parsers if not getattr(p, "gates", ()) or any(g in holds for g in p.gates)]
+
+
+def _searched_in(pattern: str) -> str:
+    """The column a gate is searched in: the peeled ``text`` for an anchored pattern, else ``raw``
+    (an unanchored match in ``text`` is one in ``raw`` too: ``text`` is a suffix of it)."""
+    return "text" if "^" in pattern else "raw"
 
 
 def _extract_all(prepared: pl.DataFrame, parsers: Sequence[Any], path: str) -> pl.DataFrame:

@@ -197,8 +197,12 @@ def _startup_clocks(ev: pl.LazyFrame, lines: pl.LazyFrame) -> pl.LazyFrame:
 
 # What every framework module's rules filter on first. HF's banners as '***** Running': a bare
 # '*****' is also torchrun's OMP_NUM_THREADS banner, which ran this parser on every launcher log.
+# 'step' only as the modules write it ('step: N', 'step=N', 'at step N', 'global step N', 'steps',
+# m4's 'opt_step'): a bare 'step' ran the parser on every kernel OOM report of a Slurm step
+# ('cpuset=step_0').
+STEP_LITERALS = ("step:", "step=", "step ", "steps", "opt_step")
 LITERALS = [
-    "iteration", "heckpoint", "step", "datetime:", "training ...", "> initiali", "world size", "model ...",
+    "iteration", "heckpoint", *STEP_LITERALS, "datetime:", "training ...", "> initiali", "world size", "model ...",
     "kill switch", "exiting program", "iter time (s)", "[Torch]", "verflow", "OVERFLOW", "decrease scale",
     "***** Running", "setting up devices", "Process rank:", "Training completed", "{'", "%|", "it [",
     "saving model to", "GLOBAL_RANK", "GPU available", "params size", "Trainer.fit", "Starting job",

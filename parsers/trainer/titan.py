@@ -38,7 +38,7 @@ NOISE: tuple[str, ...] = (
 
 
 # Every row comes from a line holding one of these (the trainer skips the module without one).
-NEEDS = ("step", "heckpoint", "Starting job", "Training completed")
+NEEDS = ("step:", "at step", "heckpoint", "Starting job", "Training completed")
 
 
 def _rows(lines: pl.LazyFrame) -> pl.LazyFrame:

@@ -76,3 +76,21 @@ def test_the_block_test_decides_as_the_line_test(name):
             lines = prepare_lines(chunk)
             expected = lines.select(gate.any()).item()
             assert (parser in gated(lines, [parser])) == expected, f"{path.name}: {name} gated {not expected}"
+
+
+_OOM = ("[ 9612.112] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=step_0,mems_allowed=0-1,"
+        "oom_memcg=/slurm/uid_1000/job_731451/step_0,task_memcg=/slurm/uid_1000/job_731451/step_0/task_0")
+
+
+@pytest.mark.parametrize("line, runs", [
+    (_OOM, False),  # a Slurm step's cgroup name is not a training step
+    ("[titan] 2024-05-01 10:00:00,123 - root - INFO - step:  10  loss:  7.9  memory: 30GiB", True),
+    ("[titan] 2024-05-01 10:00:00,123 - root - INFO - Training starts at step 1.", True),
+    ("Continuing training from global step 500", True),
+    ("  Total optimization steps = 1,000", True),
+    ("[Rank 0] step=100, skipped=0, lr=[1e-4], mom=[(0.9, 0.95)]", True),
+    ("opt_step: 12 | loss: 2.1", True),
+])
+def test_trainer_gate_reads_step_only_as_trainers_write_it(line, runs):
+    lines = prepare_lines(pl.DataFrame({"line": [1], "raw": [line]}))
+    assert (default_registry().get("trainer") in gated(lines, default_registry().line_parsers())) is runs

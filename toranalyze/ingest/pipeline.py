@@ -25,6 +25,7 @@ from toranalyze.ingest.clock import normalize_time, open_year_reference, open_ye
 from toranalyze.ingest.derived import loss_spike_events
 from toranalyze.ingest.discover import InputFile, discover
 from toranalyze.ingest.engine import map_ordered
+from toranalyze.ingest.groups import grouped
 from toranalyze.ingest.reader import (
     TextEvents,
     looks_binary,
@@ -342,27 +343,84 @@ def spool_file(
 
 @dataclass(frozen=True)
 class _FileTask:
-    """One file to read; with ``part``, its events are written there instead of returned."""
+    """Files to read (one, or a group of small ones: ``groups``); with ``part``, their events are
+    written there instead of returned."""
 
-    file: InputFile
+    files: tuple[InputFile, ...]
     options: IngestOptions
     rules: list[Rule]
     part: str | None = None
 
 
-def _run(task: _FileTask, registry: Registry) -> tuple[pl.DataFrame | list[str] | None, FileReport]:
+_Given = pl.DataFrame | list[str] | None
+
+
+def _run(task: _FileTask, registry: Registry) -> tuple[_Given, list[FileReport]]:
+    if len(task.files) > 1:
+        return _run_group(task, registry)
+    file = task.files[0]
     if task.part is not None:
-        parts, report = spool_file(task.file, registry, task.options, task.rules, task.part)
-        return parts or None, report
-    events, report = read_file(task.file, registry, task.options, task.rules)
+        parts, report = spool_file(file, registry, task.options, task.rules, task.part)
+        return parts or None, [report]
+    events, report = read_file(file, registry, task.options, task.rules)
     if events is None or events.height == 0:
-        return None, report
-    return events, report
+        return None, [report]
+    return events, [report]
 
 
-def _run_with_installed_parsers(task: _FileTask) -> tuple[pl.DataFrame | list[str] | None, FileReport]:
+def _run_group(task: _FileTask, registry: Registry) -> tuple[_Given, list[FileReport]]:
+    """Small files, each read alone, their events classified together and returned or written as
+    one part (see ``groups``)."""
+    read: list[tuple[pl.DataFrame, FileReport]] = []
+    reports: list[FileReport] = []
+    with parsing():
+        for file in task.files:
+            events, report = _read_file(file, registry, task.options)
+            reports.append(report)
+            if events is not None and events.height:
+                read.append((events, report))
+        if not read:
+            return None, reports
+        try:
+            events = _classified(pl.concat([e for e, _ in read], how="vertical"), task.rules)
+        except Exception:  # find the file whose rows fail; the others keep their events
+            events = _classified_each(read, task.rules)
+    if task.part is None or events.height == 0:
+        return (events if events.height else None), reports
+    try:
+        events.write_parquet(task.part, row_group_size=ROW_GROUP)
+    except Exception as exc:
+        Path(task.part).unlink(missing_ok=True)
+        for _, report in read:
+            report.events = 0
+            _failed(report, exc)
+        return None, reports
+    return [task.part], reports
+
+
+def _classified_each(read: list[tuple[pl.DataFrame, FileReport]], rules: list[Rule]) -> pl.DataFrame:
+    """The files' events classified one file at a time; a file that fails reports why and gives none."""
+    kept = []
+    for events, report in read:
+        try:
+            kept.append(_classified(events, rules))
+        except Exception as exc:
+            report.events = 0
+            _failed(report, exc)
+    return pl.concat(kept, how="vertical") if kept else read[0][0].clear()
+
+
+def _run_with_installed_parsers(task: _FileTask) -> tuple[_Given, list[FileReport]]:
     """Worker entry point (module level, so a spawned process can import it)."""
     return _run(task, default_registry())
+
+
+def _tasks(files: Sequence[InputFile], options: IngestOptions, rules: list[Rule], spool: str | None) -> list[_FileTask]:
+    """One task per group of small files or other file; with ``spool``, each writes its parts there."""
+    return [
+        _FileTask(g, options, rules, None if spool is None else str(Path(spool) / f"part-{i:07d}.parquet"))
+        for i, g in enumerate(grouped(files))
+    ]
 
 
 def _run_all(
@@ -373,18 +431,20 @@ def _run_all(
     engine: str,
     address: str | None,
 ) -> tuple[list[Any], list[FileReport]]:
-    """Every task in input order: what each file gave (frames or part paths) and every report."""
+    """Every task in input order: what each gave (frames or part paths) and every file's report."""
     if registry is None and (jobs > 1 or engine != "local"):
         results = map_ordered(_run_with_installed_parsers, tasks, engine, jobs, address)
     else:
         reg = registry or default_registry()
         results = (_run(t, reg) for t in tasks)
+    n_files = sum(len(t.files) for t in tasks)
     given: list[Any] = []
     reports: list[FileReport] = []
-    for i, (out, report) in enumerate(results):
-        if on_file:
-            on_file(i + 1, len(tasks), report.path)
-        reports.append(report)
+    for out, task_reports in results:
+        for report in task_reports:
+            reports.append(report)
+            if on_file:
+                on_file(len(reports), n_files, report.path)
         if out is not None:
             given.append(out)
     return given, reports
@@ -414,13 +474,10 @@ def ingest(
     if sink is not None:
         sink.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=".ingest-", dir=sink.parent) as spool:
-            tasks = [
-                _FileTask(f, options, rules, str(Path(spool) / f"part-{i:07d}.parquet")) for i, f in enumerate(files)
-            ]
-            given, reports = _run_all(tasks, registry, on_file, jobs, engine, address)
+            given, reports = _run_all(_tasks(files, options, rules, spool), registry, on_file, jobs, engine, address)
             _write_events([part for parts in given for part in parts], sink)
         return IngestResult(sink, reports, list(input_errors))
-    frames, reports = _run_all([_FileTask(f, options, rules) for f in files], registry, on_file, jobs, engine, address)
+    frames, reports = _run_all(_tasks(files, options, rules, None), registry, on_file, jobs, engine, address)
     if frames:
         events = resolve_open_years(pl.concat(frames, how="vertical"), pl.col("_mtime_year")).drop("_mtime_year")
     else:

@@ -1,0 +1,43 @@
+"""Small files read in groups: one task, one classification and one Parquet part per group.
+
+What a small file costs is mostly fixed: planning the queries that classify its events, writing
+and reading back its part, one task's round trip to a worker. Consecutive small files (in input
+order, so the table's row order is unchanged) share those; each is still parsed on its own, so
+no parser sees lines of two files together. Classifying a group's events at once gives each row
+the class it gets alone (a rule reads only its own row).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from toranalyze.ingest.discover import InputFile
+
+SMALL_FILE = 1 << 20  # estimated text below this: grouped
+GROUP_TEXT = 16 << 20  # estimated text of one group at most (bounds a worker's memory)
+GROUP_FILES = 64  # files of one group at most (keeps several groups for the workers to share)
+# Compressed inputs are estimated at ten times their size on disk.
+_PACKED = (".gz", ".bz2", ".zst", ".zstd", ".xz", ".lz4")
+
+
+def text_size(file: InputFile) -> int:
+    """The text a file is estimated to hold."""
+    return file.size * 10 if file.path.lower().endswith(_PACKED) else file.size
+
+
+def grouped(files: Sequence[InputFile]) -> list[tuple[InputFile, ...]]:
+    """``files`` in order, consecutive small ones in groups; every other file alone."""
+    out: list[list[InputFile]] = []
+    open_text = -1  # text of the group still open; -1: none open
+    for f in files:
+        size = text_size(f)
+        if size >= SMALL_FILE:
+            out.append([f])
+            open_text = -1
+        elif open_text >= 0 and open_text + size <= GROUP_TEXT and len(out[-1]) < GROUP_FILES:
+            out[-1].append(f)
+            open_text += size
+        else:
+            out.append([f])
+            open_text = size
+    return [tuple(g) for g in out]

@@ -33,7 +33,7 @@ from toranalyze_parsers.kernel import proc as proc
 from toranalyze_parsers.kernel import storage as storage
 from toranalyze_parsers.kernel import tools as tools
 from toranalyze_parsers.kernel.common import has
-from toranalyze_parsers.kernel.prefix import peel_prefixes
+from toranalyze_parsers.kernel.prefix import peeled
 
 from toranalyze.plugins import Parser
 from toranalyze.schema import conform_raw, empty_raw
@@ -115,7 +115,7 @@ class KernelParser(Parser):
         kept = kept.filter(~pl.col("text").str.contains(_NCCL_DEBUG))
         if kept.height == 0:  # most non-kernel logs: skip planning a dozen detector queries
             return empty_raw()
-        prepared = peel_prefixes(kept.lazy(), journal_json=bool(kept["text"].str.starts_with("{").any())).collect()
+        prepared = peeled(kept)
         plans = [detect(prepared.lazy()) for (_, detect), on in zip(_DETECTORS, _wanted(prepared), strict=True) if on]
         if not plans:
             return empty_raw()

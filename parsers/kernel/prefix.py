@@ -82,6 +82,13 @@ def _hm_to_hms(hm: pl.Expr) -> pl.Expr:
     return pl.when(hm.str.len_chars() == 5).then(hm + ":00").otherwise(hm)
 
 
+_SCRATCH = ("_fac", "_clk", "_tag", "_tag2", "_mono", "_hdr_ts", "_delta", "_delta_ts", "_j_ts", "_j_host", "_j_kern")
+# The clock layouts of ``_CLOCK``, each by a group that is set whenever the layout matched.
+CLOCKS = ("iso", "sf_ts", "epoch", "ct_mon", "fm_lvl", "sy_mon", "ta_ts", "hh_mon", "delta")
+# What a block can hold: the clock layouts and the other layers ("journal": journalctl JSON).
+ALL_LAYERS = frozenset((*CLOCKS, "_fac", "_mono", "_tag", "_tag2", "journal"))
+
+
 def peel_prefixes(lines: pl.LazyFrame, journal_json: bool = False) -> pl.LazyFrame:
     """Add ``body``, ``mono``, ``k_ts``, ``k_off``, ``k_year``, ``k_inferred``, ``k_node``,
     ``k_ctx``, ``k_fm``, ``k_fm_lvl`` and ``msg`` to prepared lines.
@@ -90,17 +97,41 @@ def peel_prefixes(lines: pl.LazyFrame, journal_json: bool = False) -> pl.LazyFra
     for chunks without any line starting with ``{``).
     """
     lf = lines
-    for exprs in _steps(journal_json):
+    for exprs in _peel_steps(journal_json) + _finish_steps(ALL_LAYERS):
         lf = lf.with_columns(exprs)
-    return lf.drop(
-        "_fac", "_clk", "_tag", "_tag2", "_mono", "_hdr_ts", "_delta", "_delta_ts", "_j_ts", "_j_host", "_j_kern"
-    )
+    return lf.drop(_SCRATCH)
+
+
+def peeled(lines: pl.DataFrame) -> pl.DataFrame:
+    """``peel_prefixes`` of a materialized block, whose clock conversions are planned only for the
+    layouts its lines hold. A layout no line holds gives only nulls, so leaving its conversion out
+    changes nothing; on a small file those conversions cost more than the rest of the peeling."""
+    journal = bool(lines["text"].str.starts_with("{").any())
+    lf = lines.lazy()
+    for exprs in _peel_steps(journal):
+        lf = lf.with_columns(exprs)
+    layers = lf.collect()
+    lf = layers.lazy()
+    for exprs in _finish_steps(_held(layers, journal)):
+        lf = lf.with_columns(exprs)
+    return lf.drop(_SCRATCH).collect()
+
+
+def _held(layers: pl.DataFrame, journal: bool) -> frozenset[str]:
+    """The layers some line of ``layers`` (peeled, not finished) holds."""
+    def some(s: pl.Series) -> bool:
+        return s.null_count() < s.len()
+
+    clk = layers["_clk"].struct
+    held = {c for c in CLOCKS if some(clk.field(c))}
+    held |= {c for c in ("_fac", "_mono", "_tag", "_tag2") if some(layers[c].struct.field("all"))}
+    return frozenset(held | ({"journal"} if journal else set()))
 
 
 @cache
-def _steps(journal_json: bool) -> tuple[list[pl.Expr], ...]:
-    """The ``with_columns`` steps of ``peel_prefixes``, built once (building them in Python cost
-    about as much as running them on a small file)."""
+def _peel_steps(journal_json: bool) -> tuple[list[pl.Expr], ...]:
+    """The ``with_columns`` steps that cut the layers off ``body``, built once (building them in
+    Python cost about as much as running them on a small file)."""
     steps = [[pl.col("text").alias("body")]]
     if journal_json:
         steps.append(_journal_json())
@@ -116,6 +147,22 @@ def _steps(journal_json: bool) -> tuple[list[pl.Expr], ...]:
     steps += _peel(_MONO, "_mono")
     # ``journalctl -o short-monotonic`` puts the monotonic clock before the host.
     steps += _peel(_TAG, "_tag2", when=pl.col("_tag").struct.field("all").is_null())
+    return tuple(steps)
+
+
+def _any_of(terms: list[pl.Expr], empty: bool) -> pl.Expr:
+    """The disjunction of (never null) ``terms``; ``empty`` when there are none."""
+    return pl.any_horizontal(terms) if terms else pl.lit(empty)
+
+
+def _first_of(args: list[pl.Expr], dtype: pl.DataType) -> pl.Expr:
+    return pl.coalesce(args) if args else pl.lit(None, dtype)
+
+
+@cache
+def _finish_steps(held: frozenset[str]) -> tuple[list[pl.Expr], ...]:
+    """The steps that read the layers cut off: times, offsets, node, kernel context, message.
+    Terms of a layer not in ``held`` are left out (they would be null or false on every line)."""
     clk = pl.col("_clk").struct
     tag = pl.coalesce(pl.col("_tag").struct.field("tag"), pl.col("_tag2").struct.field("tag"))
     host = pl.coalesce(
@@ -124,27 +171,34 @@ def _steps(journal_json: bool) -> tuple[list[pl.Expr], ...]:
         clk.field("ta_host"),
         pl.col("_j_host"),
     )
+    headers = "hh_mon" in held
+    deltas = headers and "delta" in held  # a delta line has a time only after a header
     header_ts = ts_month_name(clk.field("hh_mon"), clk.field("hh_day"), _hm_to_hms(clk.field("hh_hm")))
-    steps.append([
+    context = [
+        *([pl.col("_fac").struct.field("all").is_not_null()] if "_fac" in held else []),
+        *[clk.field(c).is_not_null() for c in ("ct_mon", "ta_ts", "hh_mon", "delta") if c in held],
+        *([pl.col("_mono").struct.field("all").is_not_null()] if "_mono" in held else []),
+        *([(tag == "kernel").fill_null(False)] if held & {"_tag", "_tag2"} else []),
+        *([pl.col("_j_kern")] if "journal" in held else []),
+    ]
+    steps = [[
         pl.col("_mono").struct.field("mono").alias("mono"),
-        header_ts.alias("_hdr_ts"),
-        clk.field("delta").cast(pl.Float64).alias("_delta"),
-        (
-            pl.col("_fac").struct.field("all").is_not_null()
-            | clk.field("ct_mon").is_not_null()
-            | clk.field("ta_ts").is_not_null()
-            | clk.field("hh_mon").is_not_null()
-            | clk.field("delta").is_not_null()
-            | pl.col("_mono").struct.field("all").is_not_null()
-            | (tag == "kernel").fill_null(False)
-            | pl.col("_j_kern")
-        ).alias("k_ctx"),
-        clk.field("fm_lvl").is_not_null().alias("k_fm"),
+        (header_ts if headers else pl.lit(None, NAIVE_US)).alias("_hdr_ts"),
+        (clk.field("delta").cast(pl.Float64) if "delta" in held else pl.lit(None, pl.Float64)).alias("_delta"),
+        _any_of(context, False).alias("k_ctx"),
+        (clk.field("fm_lvl").is_not_null() if "fm_lvl" in held else pl.lit(False)).alias("k_fm"),
         clk.field("fm_lvl").alias("k_fm_lvl"),
         host.alias("k_node"),
-    ])
-    steps.append([_delta_clock()])
+    ]]
+    steps.append([_delta_clock() if deltas else pl.lit(None, NAIVE_US).alias("_delta_ts")])
+    steps.append(_times(held, clk, headers, deltas))
+    return tuple(steps)
+
+
+def _times(held: frozenset[str], clk: pl.expr.struct.ExprStructNameSpace, headers: bool, deltas: bool) -> list[pl.Expr]:
+    """k_ts, k_off, k_year, k_inferred and msg from the layouts ``held``."""
     iso = pl.coalesce(clk.field("iso"), clk.field("ta_ts"))
+    has_iso = bool(held & {"iso", "ta_ts"})
     # journalctl -o short-full: 'Tue 2024-06-18 02:41:07 UTC'; a zone name other than UTC/GMT
     # says nothing we can convert, so it leaves the offset to --tz.
     sf_tz = clk.field("sf_tz")
@@ -155,33 +209,41 @@ def _steps(journal_json: bool) -> tuple[list[pl.Expr], ...]:
     )
     epoch = clk.field("epoch").cast(pl.Float64)
     epoch_ts = pl.from_epoch((epoch * 1e6).round(0).cast(pl.Int64), time_unit="us").cast(NAIVE_US)
-    steps.append([
-        pl.coalesce(
-            ts_iso(iso),
-            ts_iso(clk.field("sf_ts")),
-            epoch_ts,
-            ts_month_name(clk.field("ct_mon"), clk.field("ct_day"), clk.field("ct_hms"), clk.field("ct_year")),
-            ts_month_name(clk.field("fm_mon"), clk.field("fm_day"), clk.field("fm_hms"), clk.field("fm_year")),
-            ts_month_name(clk.field("sy_mon"), clk.field("sy_day"), clk.field("sy_hms")),
-            pl.col("_hdr_ts"),
-            pl.col("_delta_ts"),
-            pl.col("_j_ts"),
-        ).alias("k_ts"),
-        pl.coalesce(
-            offset_iso(iso),
-            sf_off,
-            pl.when(epoch.is_not_null() | pl.col("_j_ts").is_not_null()).then(pl.lit(0, pl.Int32)),
-        ).alias("k_off"),
-        ~(
-            clk.field("sy_mon").is_not_null() | pl.col("_hdr_ts").is_not_null() | pl.col("_delta_ts").is_not_null()
-        ).alias("k_year"),
+    stamps = [
+        (has_iso, ts_iso(iso)),
+        ("sf_ts" in held, ts_iso(clk.field("sf_ts"))),
+        ("epoch" in held, epoch_ts),
+        ("ct_mon" in held,
+         ts_month_name(clk.field("ct_mon"), clk.field("ct_day"), clk.field("ct_hms"), clk.field("ct_year"))),
+        ("fm_lvl" in held,
+         ts_month_name(clk.field("fm_mon"), clk.field("fm_day"), clk.field("fm_hms"), clk.field("fm_year"))),
+        ("sy_mon" in held, ts_month_name(clk.field("sy_mon"), clk.field("sy_day"), clk.field("sy_hms"))),
+        (headers, pl.col("_hdr_ts")),
+        (deltas, pl.col("_delta_ts")),
+        ("journal" in held, pl.col("_j_ts")),
+    ]
+    utc = [epoch.is_not_null()] if "epoch" in held else []
+    utc += [pl.col("_j_ts").is_not_null()] if "journal" in held else []
+    offsets = [
+        (has_iso, offset_iso(iso)),
+        ("sf_ts" in held, sf_off),
+        (bool(utc), pl.when(_any_of(utc, False)).then(pl.lit(0, pl.Int32))),
+    ]
+    yearless = [
+        *([clk.field("sy_mon").is_not_null()] if "sy_mon" in held else []),
+        *([pl.col("_hdr_ts").is_not_null()] if headers else []),
+        *([pl.col("_delta_ts").is_not_null()] if deltas else []),
+    ]
+    return [
+        _first_of([e for on, e in stamps if on], NAIVE_US).alias("k_ts"),
+        _first_of([e for on, e in offsets if on], pl.Int32()).alias("k_off"),
+        (~_any_of(yearless, False)).alias("k_year"),
         pl.col("_delta_ts").is_not_null().alias("k_inferred"),
         pl.when(pl.col("mono").is_not_null())
         .then(pl.format("[{}] {}", pl.col("mono"), pl.col("body")))
         .otherwise(pl.col("body"))
         .alias("msg"),
-    ])
-    return tuple(steps)
+    ]
 
 
 def _journal_json() -> list[pl.Expr]:

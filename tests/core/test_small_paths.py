@@ -32,3 +32,59 @@ def test_small_gates_and_detector_tests_match_the_general_ones(path: Path, monke
     python_tests = kernel._wanted(peeled)
     monkeypatch.setattr(kernel, "_PYTHON_GATES", -1)
     assert python_tests == kernel._wanted(peeled)
+
+
+prefix = importlib.import_module("toranalyze_parsers.kernel.prefix")
+
+# One kernel line behind each layout the prefix peeler knows (prefix.CLOCKS and the other layers).
+LAYOUT_LINES = [
+    "2024-06-18T02:41:07.123456+02:00 gpu-01 kernel: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+    "Tue 2024-06-18 02:41:07 UTC gpu-01 kernel: mlx5_core 0000:3b:00.0: Port module event: Cable unplugged",
+    "1718678467.123456 gpu-01 kernel: [ 1234.567890] NVRM: Xid (PCI:0000:3b:00): 48, DBE",
+    "[Mon Dec  6 18:44:12 2021] NVRM: Xid (PCI:0000:3b:00): 79, pid=1",
+    "[Jul 23 2024 07:53:55] [ERROR] [tid 841] NVLink fatal error detected",
+    "Dec  6 18:44:12 gpu-01 kernel: [ 1234.567890] mlx5_core 0000:3b:00.0: Link down",
+    "talos-1: kern: err: [2024-06-18T02:41:07.123Z]: NVRM: Xid (PCI:0000:3b:00): 79",
+    "[Dec 6 18:44] NVRM: Xid (PCI:0000:3b:00): 31, Ch 00000008",
+    "[  +0.000316] NVRM: Xid (PCI:0000:3b:00): 13, Graphics Exception",
+    "kern  :err   : [ 1234.567890] NVRM: Xid (PCI:0000:3b:00): 79",
+    "kern  :err   : 2024-06-18T02:41:07,123456+02:00 NVRM: Xid (PCI:0000:3b:00): 79",
+    "<3>[ 1234.567890] gpu-01 kernel: NVRM: GPU at PCI:0000:3b:00: GPU-abc",
+    '{"__REALTIME_TIMESTAMP":"1718678467123456","_HOSTNAME":"n3","MESSAGE":"NVRM: Xid 79","_TRANSPORT":"kernel"}',
+    "NVRM: Xid (PCI:0000:3b:00): 79, no prefix at all",
+]
+
+
+def _peeled_both_ways(raw: list[str]) -> tuple[object, object]:
+    import polars as pl
+
+    prepared = prepare_lines(pl.DataFrame({"line": list(range(1, len(raw) + 1)), "raw": raw}))
+    journal = bool(prepared["text"].str.starts_with("{").any())
+    return prefix.peeled(prepared), peel_prefixes(prepared.lazy(), journal_json=journal).collect()
+
+
+@pytest.mark.parametrize("path", LOGS, ids=lambda p: p.name)
+def test_peeling_planned_for_the_layouts_held_equals_the_general_peeling(path: Path) -> None:
+    from polars.testing import assert_frame_equal
+
+    prepared = prepare_lines(next(iter(reader.Chunks(str(path)))))
+    journal = bool(prepared["text"].str.starts_with("{").any())
+    assert_frame_equal(prefix.peeled(prepared), peel_prefixes(prepared.lazy(), journal_json=journal).collect())
+
+
+@pytest.mark.parametrize("first", range(len(LAYOUT_LINES)))
+def test_peeling_each_layout_with_each_other_equals_the_general_peeling(first: int) -> None:
+    from polars.testing import assert_frame_equal
+
+    if first == 0:  # the lines hold every layout
+        import polars as pl
+
+        lines = prepare_lines(pl.DataFrame({"line": list(range(len(LAYOUT_LINES))), "raw": LAYOUT_LINES})).lazy()
+        for step in prefix._peel_steps(True):
+            lines = lines.with_columns(step)
+        assert prefix._held(lines.collect(), True) == prefix.ALL_LAYERS
+    alone = _peeled_both_ways([LAYOUT_LINES[first]])
+    assert_frame_equal(*alone)
+    for second in range(len(LAYOUT_LINES)):
+        assert_frame_equal(*_peeled_both_ways([LAYOUT_LINES[first], LAYOUT_LINES[second]]))
+    assert_frame_equal(*_peeled_both_ways(LAYOUT_LINES))

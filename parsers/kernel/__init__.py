@@ -71,7 +71,7 @@ _DETECTORS: tuple[tuple[tuple[str, ...], Callable[[pl.LazyFrame], pl.LazyFrame]]
     (("(UUID: GPU-", "|"), gpu.smi_events),
     (("SXid",), gpu.sxid_events),
     ((), gpu.fabric_manager_events),
-    (("Link", "link", "carrier"), net.link_events),
+    (net.LINK_FRAGMENTS, net.link_events),
     (("mlx5", "Port module event", "PCIe slot"), net.mlx5_events),
     (("State:", " ==> "), net.ibstat_events),
     (tools.FRAGMENTS, tools.tool_events),

@@ -25,6 +25,12 @@ _BOND = (
     r"|link status definitely (?P<st2>down|up) for interface (?P<ifc2>[\w.\-]+))"
 )
 _IPOIB = r"^(?P<ifc>ib\w*|ibp\w+|ibs\w+): (?:.*\s)?(?:link|carrier) (?:is )?(?P<st>down|up|lost)\b"
+# A literal each link pattern needs (IB port, netdev, bonding, IPoIB, "link becomes ready"):
+# NVSwitch records ('SXid …: Link 32 egress …') name links in every block of a GPU node's log.
+LINK_FRAGMENTS = (
+    "Port: ", "Link is ", "Link d", "Link D", "Link u", "Link U", "link status definitely", "carrier", "link is ",
+    "link d", "link u", "link l", "ADDRCONF(NETDEV_CHANGE)",
+)
 _MLX5_FATAL = (
     r"health compromised|Driver is in error state|unrecoverable|[Ff]atal error|internal error"
     r"|cmd_exec timeout|timeout\. Will cause a leak"

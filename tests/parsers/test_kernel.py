@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -796,3 +798,47 @@ def test_noise_patterns_compile_and_skip_trainer_lines() -> None:
     ]
     for line in trainer:
         assert not any(re.search(p, line) for p in parser.noise), line
+
+
+_LINK_LINES = [
+    "Mar 12 03:16:41 gpu-node-017 kernel: [812499.1] mlx5_core 0000:53:00.0: mlx5_ib0: Port: 1 Link DOWN",
+    "Mar 12 03:16:44 gpu-node-017 kernel: [812502.4] bond0: (slave enp83s0f0np0): link status definitely down, x",
+    "Mar 12 03:16:45 n1 kernel: [1.2] bond0: link status definitely up for interface eth0, 1000 Mbps",
+    "Mar 12 03:16:46 n1 kernel: [1.3] ixgbe 0000:3b:00.0 eno1: NIC Link is Down",
+    "Mar 12 03:16:47 n1 kernel: [1.4] mlx5_core 0000:3b:00.0 enp59s0: Link up",
+    "Mar 12 03:16:48 n1 kernel: [1.5] ib0: carrier lost",
+    "Mar 12 03:16:49 n1 kernel: [1.6] ibp59s0: link is down",
+    "Mar 12 03:16:50 n1 kernel: [1.7] IPv6: ADDRCONF(NETDEV_CHANGE): eno1: link becomes ready",
+]
+
+
+def _detector_lines() -> pl.DataFrame:
+    from toranalyze.ingest.lines import prepare_lines
+
+    texts = [ln for p in sorted((DATA / "kernel").rglob("*")) if p.is_file() and p.suffix in {".log", ".txt"}
+             for ln in p.read_text(errors="replace").splitlines()]
+    texts += _LINK_LINES
+    return prepare_lines(pl.DataFrame({"line": list(range(1, len(texts) + 1)), "raw": texts}))
+
+
+_KERNEL = importlib.import_module("toranalyze_parsers.kernel")
+_PREFIX = importlib.import_module("toranalyze_parsers.kernel.prefix")
+
+
+@pytest.mark.parametrize("frags, detect", _KERNEL._DETECTORS, ids=lambda d: getattr(d, "__name__", ""))
+def test_a_detector_finds_nothing_on_lines_without_its_fragments(frags: tuple[str, ...], detect: Any) -> None:
+    """A detector is planned only for blocks holding one of its fragments: every line it reads
+    into an event holds one (a fabric manager detector, without fragments, reads k_fm lines)."""
+    peeled = _PREFIX.peeled(_detector_lines())
+    found = detect(peeled.lazy()).collect()
+    hit = peeled.filter(pl.col("line").is_in(found["line"].implode()))
+    if frags:
+        assert all(any(f in body for f in frags) for body in hit["body"].to_list())
+    else:
+        assert hit["k_fm"].all()
+
+
+def test_every_link_layout_is_found() -> None:
+    peeled = _PREFIX.peeled(_detector_lines().tail(len(_LINK_LINES)))
+    found = _KERNEL.net.link_events(peeled.lazy()).collect()
+    assert found.height == len(_LINK_LINES)

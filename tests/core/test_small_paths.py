@@ -88,3 +88,27 @@ def test_peeling_each_layout_with_each_other_equals_the_general_peeling(first: i
     for second in range(len(LAYOUT_LINES)):
         assert_frame_equal(*_peeled_both_ways([LAYOUT_LINES[first], LAYOUT_LINES[second]]))
     assert_frame_equal(*_peeled_both_ways(LAYOUT_LINES))
+
+
+def _all_test_lines() -> object:
+    import polars as pl
+
+    texts = [ln for p in sorted(DATA.rglob("*")) if p.is_file() and p.suffix in {".log", ".txt", ".out"}
+             for ln in p.read_text(errors="replace").splitlines()]
+    return prepare_lines(pl.DataFrame({"line": list(range(1, len(texts) + 1)), "raw": texts}))
+
+
+@pytest.mark.parametrize("order_seed", range(6))
+def test_noise_cascade_finds_the_lines_the_or_of_all_alternations_finds(order_seed: int) -> None:
+    import random
+
+    parsers = default_registry().line_parsers()
+    lines = _all_test_lines()
+    cascade = reader.NoiseLines.of(parsers)
+    cascade.hits = random.Random(order_seed).sample(range(100), len(cascade.tests))  # any search order
+    mask = reader.noise_mask(parsers)
+    assert mask is not None
+    expected = sorted(lines.filter(mask)["line"].to_list())
+    assert len(expected) > 50
+    assert sorted(cascade(lines).to_list()) == expected
+    assert sorted(cascade(lines).to_list()) == expected  # the order the first call learnt

@@ -219,13 +219,45 @@ class FileResult:
     warnings: list[str]
 
 
-def noise_mask(parsers: Sequence[Any]) -> pl.Expr | None:
-    """Whether a line matches a noise pattern of any parser: one alternation per parser, or-ed
-    (one alternation of all of them ran slower on small files: the regex engine handles a
-    hundred alternatives less well than a few dozen)."""
+def _noise_tests(parsers: Sequence[Any]) -> list[pl.Expr]:
+    """One alternation per parser (one alternation of all of them ran slower on small files: the
+    regex engine handles a hundred alternatives less well than a few dozen)."""
     per_parser = ["|".join(f"(?:{p})" for p in getattr(parser, "noise", ())) for parser in parsers]
-    tests = [pl.col("text").str.contains(alternation) for alternation in per_parser if alternation]
+    return [pl.col("text").str.contains(alternation) for alternation in per_parser if alternation]
+
+
+def noise_mask(parsers: Sequence[Any]) -> pl.Expr | None:
+    """Whether a line matches a noise pattern of any parser."""
+    tests = _noise_tests(parsers)
     return reduce(operator.or_, tests) if tests else None
+
+
+@dataclass
+class NoiseLines:
+    """The lines of a block that match a noise pattern of any parser, found as a cascade: each
+    parser's alternation searches only the lines the ones before it did not match, the parser
+    that matched most in the previous block first. In a big training log one parser's noise (NCCL
+    INFO chatter) is most of the lines; the others then search a small remainder."""
+
+    tests: list[pl.Expr]
+    hits: list[int] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, parsers: Sequence[Any]) -> NoiseLines:
+        tests = _noise_tests(parsers)
+        return cls(tests, [0] * len(tests))
+
+    def __call__(self, lines: pl.DataFrame) -> pl.Series:
+        found = []
+        for i in sorted(range(len(self.tests)), key=lambda i: -self.hits[i]):
+            if lines.height == 0:
+                self.hits[i] = 0
+                continue
+            match = lines.select(self.tests[i]).to_series()
+            found.append(lines.filter(match)["line"])
+            self.hits[i] = len(found[-1])
+            lines = lines.filter(~match)
+        return pl.concat(found) if found else pl.Series("line", [], pl.Int64)
 
 
 def _gate(parser: Any) -> pl.Expr | None:
@@ -374,7 +406,7 @@ class TextEvents:
 
     def __iter__(self) -> Iterator[pl.DataFrame]:
         chunks = Chunks(self.path, self.block_bytes or BLOCK_BYTES)
-        noise = noise_mask(self.parsers)
+        noise = NoiseLines.of(self.parsers)
         priority = {p.name: i for i, p in enumerate(self.parsers)}
         for chunk in chunks:
             with parsing():
@@ -382,14 +414,14 @@ class TextEvents:
             yield events
         self.lines, self.warnings = chunks.lines, chunks.warnings
 
-    def _block(self, chunk: pl.DataFrame, noise: pl.Expr | None, priority: dict[str, int]) -> pl.DataFrame:
+    def _block(self, chunk: pl.DataFrame, noise: NoiseLines, priority: dict[str, int]) -> pl.DataFrame:
         prepared = on_thread("lines", lambda: prepare_lines(chunk))
         events = _with_prefix_context(_extract_all(prepared, self.parsers, self.path), prepared)
         covered = covered_lines(events)
-        if noise is not None:
-            # Noise can add only lines no event covers: the long alternation searches those only.
+        if noise.tests:
+            # Noise can add only lines no event covers: the alternations search those only.
             rest = prepared.filter(~pl.col("line").is_in(covered.implode()))
-            covered = pl.concat([covered, on_thread("noise", lambda: rest.filter(noise)["line"])])
+            covered = pl.concat([covered, on_thread("noise", lambda: noise(rest))])
         self.covered += covered.unique().len()
         events = (
             events.lazy()

@@ -216,7 +216,6 @@ def expected_useful_per_step(m: pl.Series, n: pl.Series, ideal: pl.Series, sigma
     ``sigma`` 0) give ``min(m, t*)`` exactly.
     """
     import numpy as np
-    from scipy.special import ndtr
 
     mm = m.cast(pl.Float64).to_numpy()
     nn = np.maximum(n.cast(pl.Float64).fill_null(1.0).to_numpy(), 1.0)
@@ -226,6 +225,9 @@ def expected_useful_per_step(m: pl.Series, n: pl.Series, ideal: pl.Series, sigma
     out = np.minimum(mm, tt)
     ok = np.isfinite(s) & (s > 0) & np.isfinite(mm) & np.isfinite(tt)
     if ok.any():
+        # (scipy's import costs about a second of CPU: only rows averaging several steps need it)
+        from scipy.special import ndtr
+
         z = (tt[ok] - mm[ok]) / s[ok]
         excess = s[ok] * np.exp(-0.5 * z * z) / np.sqrt(2.0 * np.pi) + (mm[ok] - tt[ok]) * ndtr(-z)
         out[ok] = mm[ok] - np.maximum(excess, np.maximum(mm[ok] - tt[ok], 0.0))

@@ -188,6 +188,9 @@ def attach(df: pl.DataFrame, table: pl.DataFrame, on: str | list[str], how: str 
     return out.filter(pos.is_not_null()) if how == "inner" else out
 
 
+_INDEX_TYPES = (pl.UInt8, pl.UInt16, pl.UInt32)
+
+
 def _slots(df: pl.DataFrame, table: pl.DataFrame, keys: list[str]) -> tuple[int, pl.Expr] | None:
     """(slot count, slot of a row) when ``keys`` can address a slot array: integers, none negative,
     no null in ``table``, and not many more slots than table rows or rows looked up."""
@@ -215,6 +218,8 @@ def _slots(df: pl.DataFrame, table: pl.DataFrame, keys: list[str]) -> tuple[int,
     # (a slot array no longer than the rows looked up, or twice the table: its cost stays linear)
     if size > max(1 << 16, 2 * table.height, df.height):
         return None
+    if len(keys) == 1 and df.schema[keys[0]] in _INDEX_TYPES and table.schema[keys[0]] in _INDEX_TYPES:
+        return size, pl.col(keys[0])  # (gathers take these as they are; other types are converted first)
     terms, stride = [], 1
     for k, n in reversed(list(zip(keys, sizes, strict=True))):
         terms.append(pl.col(k).cast(pl.Int64) * stride if stride > 1 else pl.col(k).cast(pl.Int64))

@@ -79,7 +79,7 @@ def _fold_dirs(ev: pl.DataFrame) -> dict[str, str]:
         pl.col("_base").drop_nulls().unique().alias("_idset"),
     )
     with_ids = set(facts.filter(pl.col("ids") & pl.col("life"))["_dir"].to_list())
-    idsets = {d: set(x) for d, x in facts.filter(pl.col("_dir").is_in(sorted(with_ids))).select("_dir", "_idset").iter_rows()}
+    idsets = {d: set(x) for d, x in facts.select("_dir", "_idset").iter_rows()}
     # A sub-directory whose ids all belong to an ancestor's run (per-pod YAML under ``pods/``,
     # per-attempt scheduler dumps) is part of that run.
     for d in sorted(with_ids, key=len, reverse=True):

@@ -54,8 +54,9 @@ def _empty_iv(job: pl.DataType) -> pl.DataFrame:
     )
 
 
-def own(window: pl.DataFrame, families: dict[str, pl.DataFrame]) -> pl.DataFrame:
-    """Microseconds owned by each interval: rows (family, id, part, owned_us), plus ``other``.
+def own(window: pl.DataFrame, families: dict[str, pl.DataFrame]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Microseconds owned by each interval: (rows (family, id, part, owned_us) of every family but
+    the steps, plus ``other``; the step rows' (id, owned_us)).
 
     ``window``: job, T0, T1. Each family frame: job, start, end, id, part.
 
@@ -68,19 +69,21 @@ def own(window: pl.DataFrame, families: dict[str, pl.DataFrame]) -> pl.DataFrame
     owned = _sweep(window, {**fams, "step": _runs(steps)}).filter(pl.col("family") != "step")
     above = pl.concat([fams["checkpoint"].select("job", "start", "end"), fams["eval"].select("job", "start", "end")])
     step_owned = steps.select(
-        "job", pl.lit("step").alias("family"), "id", "part",
-        (pl.col("end") - pl.col("start") - _covered(steps, union_intervals(above))).alias("owned_us"),
+        "id", (pl.col("end") - pl.col("start") - _covered(steps, union_intervals(above))).alias("owned_us"),
     )
-    return pl.concat([owned, step_owned])
+    return owned, step_owned
 
 
 def _runs(iv: pl.DataFrame) -> pl.DataFrame:
     """Disjoint sorted intervals (make_disjoint) merged where one ends as the next starts."""
-    first = (pl.col("start") != pl.col("end").shift(1).over("job")).fill_null(True)
-    last = first.shift(-1).over("job").fill_null(True)
-    starts = iv.filter(first).select("job", "start")
+    # (a row after another job's opens a run as well: no window per job, and only the columns
+    # kept are filtered)
+    first = ((pl.col("job") != pl.col("job").shift(1)) | (pl.col("start") != pl.col("end").shift(1))).fill_null(True)
+    opens = iv.select(first.alias("_f"))["_f"]
+    closes = opens.shift(-1).fill_null(True)
+    starts = iv.select("job", "start").filter(opens)
     return starts.with_columns(
-        iv.filter(last)["end"], pl.lit(None, pl.Int64).alias("id"), pl.lit(None, pl.String).alias("part")
+        iv["end"].filter(closes), pl.lit(None, pl.Int64).alias("id"), pl.lit(None, pl.String).alias("part")
     )
 
 
@@ -252,7 +255,8 @@ def compute(
     """
     rows = rows.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("id"))
     fam: dict[str, pl.DataFrame] = {
-        "step": rows.select("job", "start", "end", "id", pl.lit("step").alias("part")),
+        # (a step's part is never read: no text column of millions of rows)
+        "step": rows.select("job", "start", "end", "id", pl.lit(None, pl.String).alias("part")),
         "checkpoint": ckpt.select(
             "job", "start", "end", pl.int_range(pl.len(), dtype=pl.Int64).alias("id"), pl.lit("ckpt").alias("part")
         ),
@@ -301,10 +305,12 @@ def compute(
                 ),
             ]
         )
-    owned = own(window, fam)
-    step_owned = owned.filter(pl.col("family") == "step").select("id", "owned_us")
+    owned, step_owned = own(window, fam)
+    # Row ``id`` is the row's position: its owned time is scattered there (null: none owned).
+    owned_us = pl.repeat(None, rows.height, dtype=step_owned.schema["owned_us"], eager=True).scatter(
+        step_owned["id"], step_owned["owned_us"])
     rows = (
-        attach(attach(rows, step_owned, "id"), ideal_us, "job")
+        attach(rows.with_columns(owned_us.alias("owned_us")), ideal_us, "job")
         .with_columns(pl.col("owned_us").fill_null(0))
         .with_columns((pl.col("owned_us") * pl.col("n_lost") // pl.col("n")).alias("rework_us"))
     )

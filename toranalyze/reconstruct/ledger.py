@@ -218,6 +218,11 @@ def expected_useful_per_step(m: pl.Series, n: pl.Series, ideal: pl.Series, sigma
     then E[max(d - t*, 0)] = s φ(z) + (m - t*) (1 - Φ(z)), z = (t* - m) / s. One-step rows (or
     ``sigma`` 0) give ``min(m, t*)`` exactly.
     """
+    f = pl.DataFrame([m.cast(pl.Float64).alias("m"), ideal.cast(pl.Float64).alias("t")])
+    several = (n.cast(pl.Float64).fill_null(1.0) > 1.0) & (sigma.cast(pl.Float64).fill_null(0.0) > 0.0)
+    if not several.any():  # (every row one step, or no jitter: no numpy, whose import costs too)
+        missing = pl.any_horizontal(c.is_null() | c.is_nan() for c in (pl.col("m"), pl.col("t")))
+        return f.select(pl.when(missing).then(float("nan")).otherwise(pl.min_horizontal("m", "t")).alias(""))[:, 0]
     import numpy as np
 
     mm = m.cast(pl.Float64).to_numpy()

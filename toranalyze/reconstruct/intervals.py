@@ -67,25 +67,39 @@ def min_after(queries: pl.DataFrame, rows: pl.DataFrame, value: str) -> pl.DataF
     out_schema = pl.Schema({"job": queries.schema["job"], "attempt": queries.schema["attempt"],
                             value: rows.schema[value]})
     grp = ["job", "attempt_idx"]
-    r = rows.filter(pl.col("step").is_not_null() & pl.col(value).is_not_null()).select(*grp, "step", value)
+    r = rows.select(*grp, "step", value)
+    if r["step"].null_count() or r[value].null_count():  # (no copy of the rows when none is null)
+        r = r.filter(pl.col("step").is_not_null() & pl.col(value).is_not_null())
     q = queries.select("job", "attempt", "step")
     if r.height == 0 or q.height == 0:
         return pl.DataFrame(schema=out_schema)
-    # Step rows come in (job, attempt, step) order with distinct steps; otherwise the smallest
-    # value first among equal steps, and the first of them kept (its running minimum covers them).
-    if not in_key_order(r, *grp, "step"):
+    # Step rows come in (job, attempt, step) order with distinct steps: each attempt a run of rows
+    # (windows take it as a slice) and the as-of look-up a binary search of the packed keys.
+    if in_key_order(r, *grp, "step"):
+        run = run_id(*grp)
+        r = r.with_columns(pl.col(value).reverse().cum_min().reverse().over(run))
+        atts = r.filter(run.is_first_distinct()).select(grp)  # (the first row of each run)
+        later = q.join(atts, on="job").filter(pl.col("attempt_idx") > pl.col("attempt"))
+        keys = OrderedKeys(r, grp, "step", checked=True)
+        if keys.ok:
+            pos = keys.lookup(later.select(*grp, "step"), "step", strategy="forward")
+            later = later.with_columns(r[value].gather(pos))
+        else:
+            later = later.sort("step").join_asof(r.rename({"step": "_s"}), left_on="step", right_on="_s", by=grp,
+                                                 strategy="forward", check_sortedness=False)
+    else:
+        # Otherwise the smallest value first among equal steps, and the first of them kept (its
+        # running minimum covers them).
         r = r.sort(*grp, "step", value)
         first = pl.any_horizontal((pl.col(c) != pl.col(c).shift(1)).fill_null(True) for c in [*grp, "step"])
         r = r.with_columns(pl.col(value).reverse().cum_min().reverse().over(grp)).filter(first)
-    else:
-        r = r.with_columns(pl.col(value).reverse().cum_min().reverse().over(grp))
-    later = (
-        q.join(r.select(grp).unique(), on="job")
-        .filter(pl.col("attempt_idx") > pl.col("attempt"))
-        .sort("step")
-        .join_asof(r.rename({"step": "_s"}), left_on="step", right_on="_s", by=grp, strategy="forward",
-                   check_sortedness=False)
-    )
+        later = (
+            q.join(r.select(grp).unique(), on="job")
+            .filter(pl.col("attempt_idx") > pl.col("attempt"))
+            .sort("step")
+            .join_asof(r.rename({"step": "_s"}), left_on="step", right_on="_s", by=grp, strategy="forward",
+                       check_sortedness=False)
+        )
     return (
         later.group_by("job", "attempt")
         .agg(pl.col(value).min())
@@ -174,6 +188,9 @@ def attach(df: pl.DataFrame, table: pl.DataFrame, on: str | list[str], how: str 
     return out.filter(pos.is_not_null()) if how == "inner" else out
 
 
+_INDEX_TYPES = (pl.UInt8, pl.UInt16, pl.UInt32)
+
+
 def _slots(df: pl.DataFrame, table: pl.DataFrame, keys: list[str]) -> tuple[int, pl.Expr] | None:
     """(slot count, slot of a row) when ``keys`` can address a slot array: integers, none negative,
     no null in ``table``, and not many more slots than table rows or rows looked up."""
@@ -201,6 +218,8 @@ def _slots(df: pl.DataFrame, table: pl.DataFrame, keys: list[str]) -> tuple[int,
     # (a slot array no longer than the rows looked up, or twice the table: its cost stays linear)
     if size > max(1 << 16, 2 * table.height, df.height):
         return None
+    if len(keys) == 1 and df.schema[keys[0]] in _INDEX_TYPES and table.schema[keys[0]] in _INDEX_TYPES:
+        return size, pl.col(keys[0])  # (gathers take these as they are; other types are converted first)
     terms, stride = [], 1
     for k, n in reversed(list(zip(keys, sizes, strict=True))):
         terms.append(pl.col(k).cast(pl.Int64) * stride if stride > 1 else pl.col(k).cast(pl.Int64))

@@ -59,7 +59,10 @@ def _dir_expr() -> pl.Expr:
 
 def job_name() -> pl.Expr:
     """The job name a record's message states (``JobName=``, ``job-name:``), else null."""
-    return pl.col("message").str.extract(_NAME_RE, 1)
+    # Every match holds "job" in some case: the pattern reads only the messages a literal search
+    # keeps (the others become null first), a fifth less than reading every message.
+    msg = pl.col("message")
+    return pl.when(msg.str.contains("(?i)job")).then(msg).str.extract(_NAME_RE, 1)
 
 
 def _fold_dirs(ev: pl.DataFrame) -> dict[str, str]:
@@ -108,7 +111,11 @@ def _fold_dirs(ev: pl.DataFrame) -> dict[str, str]:
 
 def _ancestors(d: str) -> list[str]:
     """The directories holding ``d`` (those it starts with followed by '/', and ""), deepest first."""
-    return [d[:i] for i in range(len(d) - 1, 0, -1) if d[i] == "/"] + ([""] if d else [])
+    out, end = [], len(d)
+    while (i := d.rfind("/", 1, end)) > 0:  # (each '/' after the first character, from the right)
+        out.append(d[:i])
+        end = i
+    return out + ([""] if d else [])
 
 
 def with_time(events: pl.DataFrame) -> pl.DataFrame:
@@ -179,7 +186,8 @@ def _blocks(events: pl.DataFrame) -> tuple[pl.Series, pl.DataFrame]:
     name = pl.col("_name") if "_name" in events.columns else job_name()
     kind = pl.col("kind")
     # Two non-decreasing run ids: their sum grows where either does (by 1 or 2, hence rle_id).
-    blk = (pl.col("file").rle_id() + pl.col("job_id").rle_id()).rle_id().alias("_blk")
+    # (flagged sorted, as a run id is: the group-by then takes the blocks as slices, twice as fast)
+    blk = (pl.col("file").rle_id() + pl.col("job_id").rle_id()).rle_id().set_sorted().alias("_blk")
     ev = events.select(
         blk, "file", "job_id", "t", pl.when(kind.is_in(LIFECYCLE_KINDS)).then(pl.col("t")).alias("_t_life"),
         kind.is_in(_RUN_KINDS).alias("_life"), (kind == "step").alias("_steps"), name.alias("_name"),

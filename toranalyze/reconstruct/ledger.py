@@ -54,8 +54,9 @@ def _empty_iv(job: pl.DataType) -> pl.DataFrame:
     )
 
 
-def own(window: pl.DataFrame, families: dict[str, pl.DataFrame]) -> pl.DataFrame:
-    """Microseconds owned by each interval: rows (family, id, part, owned_us), plus ``other``.
+def own(window: pl.DataFrame, families: dict[str, pl.DataFrame]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Microseconds owned by each interval: (rows (family, id, part, owned_us) of every family but
+    the steps, plus ``other``; the step rows' (id, owned_us)).
 
     ``window``: job, T0, T1. Each family frame: job, start, end, id, part.
 
@@ -68,19 +69,21 @@ def own(window: pl.DataFrame, families: dict[str, pl.DataFrame]) -> pl.DataFrame
     owned = _sweep(window, {**fams, "step": _runs(steps)}).filter(pl.col("family") != "step")
     above = pl.concat([fams["checkpoint"].select("job", "start", "end"), fams["eval"].select("job", "start", "end")])
     step_owned = steps.select(
-        "job", pl.lit("step").alias("family"), "id", "part",
-        (pl.col("end") - pl.col("start") - _covered(steps, union_intervals(above))).alias("owned_us"),
+        "id", (pl.col("end") - pl.col("start") - _covered(steps, union_intervals(above))).alias("owned_us"),
     )
-    return pl.concat([owned, step_owned])
+    return owned, step_owned
 
 
 def _runs(iv: pl.DataFrame) -> pl.DataFrame:
     """Disjoint sorted intervals (make_disjoint) merged where one ends as the next starts."""
-    first = (pl.col("start") != pl.col("end").shift(1).over("job")).fill_null(True)
-    last = first.shift(-1).over("job").fill_null(True)
-    starts = iv.filter(first).select("job", "start")
+    # (a row after another job's opens a run as well: no window per job, and only the columns
+    # kept are filtered)
+    first = ((pl.col("job") != pl.col("job").shift(1)) | (pl.col("start") != pl.col("end").shift(1))).fill_null(True)
+    opens = iv.select(first.alias("_f"))["_f"]
+    closes = opens.shift(-1).fill_null(True)
+    starts = iv.select("job", "start").filter(opens)
     return starts.with_columns(
-        iv.filter(last)["end"], pl.lit(None, pl.Int64).alias("id"), pl.lit(None, pl.String).alias("part")
+        iv["end"].filter(closes), pl.lit(None, pl.Int64).alias("id"), pl.lit(None, pl.String).alias("part")
     )
 
 
@@ -215,8 +218,12 @@ def expected_useful_per_step(m: pl.Series, n: pl.Series, ideal: pl.Series, sigma
     then E[max(d - t*, 0)] = s φ(z) + (m - t*) (1 - Φ(z)), z = (t* - m) / s. One-step rows (or
     ``sigma`` 0) give ``min(m, t*)`` exactly.
     """
+    f = pl.DataFrame([m.cast(pl.Float64).alias("m"), ideal.cast(pl.Float64).alias("t")])
+    several = (n.cast(pl.Float64).fill_null(1.0) > 1.0) & (sigma.cast(pl.Float64).fill_null(0.0) > 0.0)
+    if not several.any():  # (every row one step, or no jitter: no numpy, whose import costs too)
+        missing = pl.any_horizontal(c.is_null() | c.is_nan() for c in (pl.col("m"), pl.col("t")))
+        return f.select(pl.when(missing).then(float("nan")).otherwise(pl.min_horizontal("m", "t")).alias(""))[:, 0]
     import numpy as np
-    from scipy.special import ndtr
 
     mm = m.cast(pl.Float64).to_numpy()
     nn = np.maximum(n.cast(pl.Float64).fill_null(1.0).to_numpy(), 1.0)
@@ -226,6 +233,9 @@ def expected_useful_per_step(m: pl.Series, n: pl.Series, ideal: pl.Series, sigma
     out = np.minimum(mm, tt)
     ok = np.isfinite(s) & (s > 0) & np.isfinite(mm) & np.isfinite(tt)
     if ok.any():
+        # (scipy's import costs about a second of CPU: only rows averaging several steps need it)
+        from scipy.special import ndtr
+
         z = (tt[ok] - mm[ok]) / s[ok]
         excess = s[ok] * np.exp(-0.5 * z * z) / np.sqrt(2.0 * np.pi) + (mm[ok] - tt[ok]) * ndtr(-z)
         out[ok] = mm[ok] - np.maximum(excess, np.maximum(mm[ok] - tt[ok], 0.0))
@@ -250,7 +260,8 @@ def compute(
     """
     rows = rows.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("id"))
     fam: dict[str, pl.DataFrame] = {
-        "step": rows.select("job", "start", "end", "id", pl.lit("step").alias("part")),
+        # (a step's part is never read: no text column of millions of rows)
+        "step": rows.select("job", "start", "end", "id", pl.lit(None, pl.String).alias("part")),
         "checkpoint": ckpt.select(
             "job", "start", "end", pl.int_range(pl.len(), dtype=pl.Int64).alias("id"), pl.lit("ckpt").alias("part")
         ),
@@ -299,10 +310,12 @@ def compute(
                 ),
             ]
         )
-    owned = own(window, fam)
-    step_owned = owned.filter(pl.col("family") == "step").select("id", "owned_us")
+    owned, step_owned = own(window, fam)
+    # Row ``id`` is the row's position: its owned time is scattered there (null: none owned).
+    owned_us = pl.repeat(None, rows.height, dtype=step_owned.schema["owned_us"], eager=True).scatter(
+        step_owned["id"], step_owned["owned_us"])
     rows = (
-        attach(attach(rows, step_owned, "id"), ideal_us, "job")
+        attach(rows.with_columns(owned_us.alias("owned_us")), ideal_us, "job")
         .with_columns(pl.col("owned_us").fill_null(0))
         .with_columns((pl.col("owned_us") * pl.col("n_lost") // pl.col("n")).alias("rework_us"))
     )

@@ -198,7 +198,7 @@ def refine_ends(rows: pl.DataFrame) -> pl.DataFrame:
         resolution_us(pl.col("t_log")).over("_g").alias("_res"),
         (pl.col("step") - pl.col("step").shift(1).over("_g")).alias("_n"),
     )
-    if r.filter(pl.col("_res") > 0).height == 0:
+    if not (r["_res"] > 0).any():
         return r.drop("_res", "_n", "_g").with_columns(pl.col("t_log").alias("t_end"))
     # A row continues the chain of the row before it only within an attempt, on a coarse clock,
     # with a reported time; the rest start a chain. Within a run of such rows (a segment) the
@@ -234,19 +234,19 @@ def _chain_starts(r: pl.DataFrame) -> pl.Series:
     after ``_BULK_ROUNDS`` rounds correcting every contradiction, each round corrects the first
     one per segment only, which settles at least one more row of it."""
     seg = pl.col("_seg")
-    prev = pl.col("_x").shift(1).over(seg)
-    # Guess: each row tested against its predecessor alone.
+    # Guess: each row tested against its predecessor alone. (A segment's first row is its only
+    # one not eligible, so an eligible row's predecessor is in its segment: no window.)
     guess = ~pl.col("_el") | (
-        pl.max_horizontal(prev, "_x") > pl.min_horizontal(pl.col("_y").shift(1).over(seg), "_y")
-        + pl.col("_tol") - pl.col("_tol").shift(1).over(seg)
+        pl.max_horizontal(pl.col("_x").shift(1), "_x") > pl.min_horizontal(pl.col("_y").shift(1), "_y")
+        + pl.col("_tol") - pl.col("_tol").shift(1)
     )
     r = r.with_columns(guess.alias("_s"))
     lo, mn = pl.col("_x").cum_max().over("_ch"), pl.col("_y").cum_min().over("_ch")
     rounds = 0
     while True:
         c = r.with_columns(pl.col("_s").cum_sum().set_sorted().alias("_ch")).with_columns(
-            lo.alias("_lo"), pl.max_horizontal(mn, lo).alias("_hi"), pl.col("_tol").first().over("_ch").alias("_t0")
-        )
+            lo.alias("_lo"), mn.alias("_hi"), pl.col("_tol").first().over("_ch").alias("_t0")
+        ).with_columns(pl.max_horizontal("_hi", "_lo").alias("_hi"))  # (the running max taken once)
         accept = pl.max_horizontal(pl.col("_lo").shift(1), "_x") <= pl.min_horizontal(
             pl.col("_hi").shift(1), "_y"
         ) + pl.col("_tol") - pl.col("_t0").shift(1)

@@ -42,7 +42,7 @@ def attempt_resources(ev: pl.DataFrame) -> pl.DataFrame:
         .drop("_kern")
     )
     stated = ev.group_by(key).agg(pl.col("n_gpus").max().alias("_g"), pl.col("n_nodes").max().alias("_n"))
-    job_gpus = ev.group_by("job").agg(pl.col("n_gpus").max().alias("_jg"))
+    job_gpus = stated.group_by("job").agg(pl.col("_g").max().alias("_jg"))  # (the largest of its attempts')
     out = (
         stated.join(nodes, on=key, how="left")
         .join(job_gpus, on="job", how="left")

@@ -133,7 +133,7 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None,
     else:
         groups = job_groups(prepared, opts, GROUPS_PER_SLOT * max(1, jobs))
         parts = list(map_ordered(reconstruct_jobs, groups, engine, jobs, address))
-    return combine(prepared, parts)
+    return combine(prepared, parts, opts)
 
 
 @dataclass
@@ -160,17 +160,25 @@ class JobGroup:
 
 @dataclass
 class PartialAnalysis:
-    """The tables of a job group (job-major order) and its notes in the order they are listed."""
+    """A job group's tables, jobs as codes and times in µs, in job order: the seconds are left to
+    ``combine`` (see ``_seconds``); its clipped windows and incidents, for the notes."""
 
-    tables: dict[str, pl.DataFrame]
-    window_notes: list[str]
-    incident_notes: list[str]
+    attempts: pl.DataFrame
+    incidents: pl.DataFrame  # without lost_time_s
+    lost: pl.DataFrame  # rework µs per (job, attempt) with lost steps (``_lt_us``)
+    slow_periods: pl.DataFrame  # without median_step_time_s and slowdown_s
+    slow_cost: pl.DataFrame  # slowdown µs per (job, period) (``_sd_us``)
+    tor: pl.DataFrame  # buckets in µs
+    resources: pl.DataFrame
+    progress: pl.DataFrame
+    checkpoints: pl.DataFrame
+    clipped_windows: list[int]  # jobs
+    clipped_incidents: list[tuple[int, int]]  # (job, incident)
 
 
 # Job groups per task slot with a partition: enough to even out unequal jobs, few enough that a
 # task's fixed cost stays small.
 GROUPS_PER_SLOT = 3
-TABLES = ("attempts", "incidents", "slow_periods", "tor", "resources", "progress", "checkpoints")
 
 
 def prepare_jobs(events: pl.DataFrame) -> PreparedEvents:
@@ -226,12 +234,35 @@ def job_groups(prepared: PreparedEvents, options: AnalysisOptions, n: int) -> li
     return [JobGroup(frames.get(key, ev.clear()), part, prepared.names, options) for key, part in rows.items()]
 
 
-def combine(prepared: PreparedEvents, parts: list[PartialAnalysis]) -> Analysis:
-    """The analysis from the groups' tables (in job order) and the notes, global ones included."""
-    tables = {name: _concat([p.tables[name] for p in parts]) for name in TABLES}
+def combine(prepared: PreparedEvents, parts: list[PartialAnalysis], options: AnalysisOptions) -> Analysis:
+    """The analysis from the groups' tables (concatenated in job order) and the notes."""
+    names = prepared.names
+
+    def joined(table: str) -> pl.DataFrame:
+        return _concat([getattr(p, table) for p in parts])
+
+    attempts = _conform(_to_dt(_named(joined("attempts"), names), ["t_start", "t_end", "t_first_step_start",
+                                                                   "t_last_step_end"]), ATTEMPTS_SCHEMA)
+    return Analysis(
+        attempts=attempts.sort("job", "attempt"),
+        incidents=_incidents_table(joined("incidents"), joined("lost"), names),
+        slow_periods=_slow_periods_table(joined("slow_periods"), joined("slow_cost"), names),
+        tor=_tor_table(joined("tor"), names, options.user_ideal_s()),
+        notes=_notes(prepared, parts),
+        resources=_named(joined("resources"), names),
+        progress=_named(joined("progress"), names),
+        checkpoints=_named(joined("checkpoints"), names),
+    )
+
+
+def _notes(prepared: PreparedEvents, parts: list[PartialAnalysis]) -> list[str]:
     names = prepared.names
     notes = [f"job {names[j]!r}: scheduler records only, no training records; not analysed" for j in prepared.dropped]
-    notes += [n for p in parts for n in p.window_notes] + [n for p in parts for n in p.incident_notes]
+    notes += [f"job {names[j]!r}: window clipped to the span of its records" for p in parts for j in p.clipped_windows]
+    notes += [
+        f"job {names[j]!r}: incident {i} had a phase outside the job's window; clipped"
+        for p in parts for j, i in p.clipped_incidents
+    ]
     notes += [
         f"job {names[j]!r}: no record has a timestamp; times are rebuilt from the reported step times and start "
         f"at 1970-01-01T00:00:00Z (durations are real, dates are not)"
@@ -240,45 +271,55 @@ def combine(prepared: PreparedEvents, parts: list[PartialAnalysis]) -> Analysis:
     for j, ident in prepared.jobs.select("job", "identity").iter_rows():
         if ident == "directory":
             notes.append(f"job {names[j]!r}: no scheduler id in its records; grouped by its input directory")
-    return Analysis(notes=notes, **tables)
+    return notes
 
 
 def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
-    """Frames concatenated; a group with no rows of a table may type it otherwise: left out."""
+    """Frames concatenated; a group with no rows of a table may type its columns otherwise (a
+    literal's type, or null): such frames are left out."""
     full = [f for f in frames if f.height]
     if len(full) == 1:
         return full[0]
-    return pl.concat(full, how="vertical") if full else frames[0]
+    return pl.concat(full, how="vertical_relaxed") if full else frames[0]
+
+
+def _seconds(us: pl.Expr, rows: int) -> pl.Expr:
+    """µs to seconds as polars divides a table of ``rows`` (computed) rows by a scalar: exactly on
+    one row, through the scalar's reciprocal on more. A group's part may have one row where the
+    whole table has several, so the seconds are computed here, on the whole table."""
+    return us / US if rows == 1 else us * (1.0 / US)
 
 
 def reconstruct_jobs(group: JobGroup) -> PartialAnalysis:
     """Attempts, step placement, slow periods, incidents and the ledger of a group of jobs. Every
     stage relates rows of one job only (grouped or joined by job), so any grouping of the jobs
     gives the same rows."""
-    ev, opts, names = group.events, group.options, group.names
+    ev, opts = group.events, group.options
     resources = attempt_resources(ev)
     p = _step_progress(ev, opts)
     periods, healthy, jitter = _slow_periods(p.rows0, opts)
     ideal = _ideal_steps(healthy, jitter, p.prelim, group.jobs, opts)
     ideal_us = ideal.select("job", "ideal_us")
     rows, att = _placed_steps(p.rows, p.att, ideal_us)
-    window, window_notes = _job_windows(att, ev, names)
+    window, clipped_windows = _job_windows(att, ev)
     inc = _incidents(att, ev, p.steps, ideal_us, window, opts)
     buckets, rows = ledger.compute(window, rows, ideal_us, p.ckpt, p.evals, inc, jitter)
-    inc = _with_lost_time(inc, rows)
-    incidents, incident_notes = _incidents_table(inc, window, names)
-    prog = rows.select("job", pl.col("attempt_idx").cast(pl.Int32).alias("attempt"), "step", "start", "end", "n",
-                       "n_lost", "d_us")
-    tables = {
-        "attempts": _attempts_table(att, rows, names),
-        "incidents": incidents,
-        "slow_periods": _slow_periods_table(periods, ev, ideal_us, rows, names),
-        "tor": _tor_table(buckets, group.jobs, ideal, att, inc, names),
-        "resources": _named(resources, names),
-        "progress": _named(prog, names),
-        "checkpoints": _named(p.ckpt.select("job", "start", "end"), names),
-    }
-    return PartialAnalysis(tables, window_notes, incident_notes)
+    inc, clipped_incidents = _clipped_incidents(inc, window)
+    sp, slow_cost = _slow_periods_found(periods, ev, ideal_us, rows)
+    return PartialAnalysis(
+        attempts=_attempts(att, rows),
+        incidents=inc,
+        lost=_lost_time(rows) if inc.height else pl.DataFrame(),
+        slow_periods=sp,
+        slow_cost=slow_cost,
+        tor=_tor_rows(buckets, group.jobs, ideal, att, inc),
+        resources=resources,
+        progress=rows.select("job", pl.col("attempt_idx").cast(pl.Int32).alias("attempt"), "step", "start", "end",
+                             "n", "n_lost", "d_us"),
+        checkpoints=p.ckpt.select("job", "start", "end"),
+        clipped_windows=clipped_windows,
+        clipped_incidents=clipped_incidents,
+    )
 
 
 @dataclass
@@ -401,8 +442,9 @@ def _placed_steps(rows: pl.DataFrame, att: pl.DataFrame, ideal_us: pl.DataFrame)
     return rows, att
 
 
-def _job_windows(att: pl.DataFrame, ev: pl.DataFrame, names: pl.Series) -> tuple[pl.DataFrame, list[str]]:
-    """Each job's observed window (T0, T1: first attempt's start, last attempt's end), and notes."""
+def _job_windows(att: pl.DataFrame, ev: pl.DataFrame) -> tuple[pl.DataFrame, list[int]]:
+    """Each job's observed window (T0, T1: first attempt's start, last attempt's end), and the
+    jobs whose window was clipped."""
     window = att.group_by("job").agg(pl.col("t_start").min().alias("T0"), pl.col("t_end").max().alias("T1"))
     window = window.with_columns(pl.max_horizontal("T1", "T0").alias("T1"))
     # Guard: no time of the analysis may lie outside the job's own records (a sentinel leaking
@@ -412,12 +454,11 @@ def _job_windows(att: pl.DataFrame, ev: pl.DataFrame, names: pl.Series) -> tuple
     )
     window = window.join(span, on="job", how="left")
     bad = window.filter((pl.col("T0") < pl.col("_e0")) | (pl.col("T1") > pl.col("_e1"))).sort("job")
-    notes = [f"job {names[j]!r}: window clipped to the span of its records" for j in bad["job"].to_list()]
     window = window.with_columns(
         pl.col("T0").clip(pl.col("_e0"), pl.col("_e1")).alias("T0"),
         pl.col("T1").clip(pl.col("_e0"), pl.col("_e1")).alias("T1"),
     ).drop("_e0", "_e1")
-    return window, notes
+    return window, bad["job"].to_list()
 
 
 def _incidents(att: pl.DataFrame, ev: pl.DataFrame, steps: pl.DataFrame, ideal_us: pl.DataFrame,
@@ -445,69 +486,61 @@ def _incidents(att: pl.DataFrame, ev: pl.DataFrame, steps: pl.DataFrame, ideal_u
     return inc.join(load, on=["job", "attempt"], how="left")
 
 
-def _with_lost_time(inc: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
-    """Lost time per incident: rework of the rows its rollback discarded."""
+_PHASES = ["t_last_progress", "t_first_error", "t_detected", "t_restart", "t_resumed", "t_caught_up"]
+
+
+def _clipped_incidents(inc: pl.DataFrame, window: pl.DataFrame) -> tuple[pl.DataFrame, list[tuple[int, int]]]:
+    """The incidents with their phases clipped to the job's window, and the (job, incident) clipped."""
     if not inc.height:
-        return inc
-    lost = (
+        return inc, []
+    inc = inc.join(window, on="job", how="left")
+    out_of = inc.filter(pl.any_horizontal([(pl.col(c) < pl.col("T0")) | (pl.col(c) > pl.col("T1")) for c in _PHASES]))
+    inc = inc.with_columns([pl.col(c).clip(pl.col("T0"), pl.col("T1")) for c in _PHASES]).drop("T0", "T1")
+    return inc, list(out_of.select("job", "incident").iter_rows())
+
+
+def _lost_time(rows: pl.DataFrame) -> pl.DataFrame:
+    """Rework µs of the rows each attempt's rollback discarded (an incident's lost time)."""
+    return (
         rows.filter(pl.col("n_lost") > 0)
         .group_by("job", pl.col("attempt_idx").cast(pl.Int32).alias("attempt"))
-        .agg((pl.col("rework_us").sum() / US).alias("_lt"))
-    )
-    return (
-        inc.join(lost, on=["job", "attempt"], how="left")
-        .with_columns(
-            pl.when(pl.col("lost_steps") > 0).then(pl.col("_lt").fill_null(0.0)).otherwise(0.0).alias("lost_time_s")
-        )
-        .drop("_lt")
+        .agg(pl.col("rework_us").sum().alias("_lt_us"))
     )
 
 
-def _attempts_table(att: pl.DataFrame, rows: pl.DataFrame, names: pl.Series) -> pl.DataFrame:
+def _incidents_table(inc: pl.DataFrame, lost: pl.DataFrame, names: pl.Series) -> pl.DataFrame:
+    """The incidents table, with lost time and downtime in seconds."""
+    if inc.height:
+        lost = lost.select("job", "attempt", _seconds(pl.col("_lt_us"), lost.height).alias("_lt"))
+        inc = inc.join(lost, on=["job", "attempt"], how="left").with_columns(
+            pl.when(pl.col("lost_steps") > 0).then(pl.col("_lt").fill_null(0.0)).otherwise(0.0).alias("lost_time_s"),
+            # build_incidents divides a group's part (``_seconds``): again on the whole table, from
+            # its µs (recovered exactly by rounding: tens of years would be needed to lose 0.5 µs).
+            _seconds((pl.col("downtime_s") * US).round(), inc.height).alias("downtime_s"),
+        ).drop("_lt")
+    return _conform(_to_dt(_named(inc, names), _PHASES), INCIDENTS_SCHEMA)
+
+
+def _attempts(att: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
     by, ids = group_keys(rows, "job", "attempt_idx")
     lost_per_att = rows.group_by(*by).agg(*ids, pl.col("n_lost").sum().alias("steps_lost")).drop("_g", strict=False)
-    attempts = (
+    return (
         att.join(lost_per_att, on=["job", "attempt_idx"], how="left")
         .with_columns(pl.col("steps_lost").fill_null(0), pl.col("attempt_idx").alias("attempt"))
         .rename({"n_step_rows": "n_step_records"})
     )
-    return _conform(
-        _to_dt(_named(attempts, names), ["t_start", "t_end", "t_first_step_start", "t_last_step_end"]), ATTEMPTS_SCHEMA
-    ).sort("job", "attempt")
 
 
-_PHASES = ["t_last_progress", "t_first_error", "t_detected", "t_restart", "t_resumed", "t_caught_up"]
-
-
-def _incidents_table(inc: pl.DataFrame, window: pl.DataFrame, names: pl.Series) -> tuple[pl.DataFrame, list[str]]:
-    """The incidents table, phases clipped to the job's window (and a note for each clipped)."""
-    notes = []
-    if inc.height:
-        inc = inc.join(window, on="job", how="left")
-        out_of = inc.filter(
-            pl.any_horizontal([(pl.col(c) < pl.col("T0")) | (pl.col(c) > pl.col("T1")) for c in _PHASES])
-        )
-        notes = [
-            f"job {names[j]!r}: incident {i} had a phase outside the job's window; clipped"
-            for j, i in out_of.select("job", "incident").iter_rows()
-        ]
-        inc = inc.with_columns([pl.col(c).clip(pl.col("T0"), pl.col("T1")) for c in _PHASES]).drop("T0", "T1")
-    return _conform(_to_dt(_named(inc, names), _PHASES), INCIDENTS_SCHEMA), notes
-
-
-def _slow_periods_table(periods: pl.DataFrame, ev: pl.DataFrame, ideal_us: pl.DataFrame, rows: pl.DataFrame,
-                        names: pl.Series) -> pl.DataFrame:
-    """Slow periods with the final ideal, their suspects and their cost."""
+def _slow_periods_found(periods: pl.DataFrame, ev: pl.DataFrame, ideal_us: pl.DataFrame,
+                        rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(slow periods with the final ideal and their suspects, numbered per job; slowdown µs per
+    period)."""
     sp = slowness.suspects(periods, ev) if periods.height else periods
     if not sp.height:
-        return pl.DataFrame(schema=SLOW_PERIODS_SCHEMA)
+        return sp, pl.DataFrame()
     sp = (
         sp.join(ideal_us, on="job", how="left")
-        .with_columns(
-            (pl.col("med_us") / pl.col("ideal_us")).alias("factor"),
-            (pl.col("med_us") / US).alias("median_step_time_s"),
-            pl.col("attempt_idx").alias("attempt"),
-        )
+        .with_columns((pl.col("med_us") / pl.col("ideal_us")).alias("factor"), pl.col("attempt_idx").alias("attempt"))
         .sort("job", "start")
         .with_columns(pl.int_range(pl.len()).over("job").alias("period"))
     )
@@ -520,34 +553,46 @@ def _slow_periods_table(periods: pl.DataFrame, ev: pl.DataFrame, ideal_us: pl.Da
             on="step",
         )
         .group_by("job", "period")
-        .agg((pl.col("slowdown_us").sum() / US).alias("slowdown_s"))
+        .agg(pl.col("slowdown_us").sum().alias("_sd_us"))
     )
+    return sp, slow_cost
+
+
+def _slow_periods_table(sp: pl.DataFrame, slow_cost: pl.DataFrame, names: pl.Series) -> pl.DataFrame:
+    if not sp.height:
+        return pl.DataFrame(schema=SLOW_PERIODS_SCHEMA)
+    sp = sp.with_columns(_seconds(pl.col("med_us"), sp.height).alias("median_step_time_s"))
+    slow_cost = slow_cost.select("job", "period", _seconds(pl.col("_sd_us"), slow_cost.height).alias("slowdown_s"))
     sp = sp.join(slow_cost, on=["job", "period"], how="left")
     return _conform(_to_dt(_named(sp, names), ["start", "end"]), SLOW_PERIODS_SCHEMA)
 
 
-def _tor_table(buckets: pl.DataFrame, jobs: pl.DataFrame, ideal: pl.DataFrame, att: pl.DataFrame,
-               inc: pl.DataFrame, names: pl.Series) -> pl.DataFrame:
-    """One row per job: the ledger's buckets in seconds, TOR, and what the job was."""
+def _tor_rows(buckets: pl.DataFrame, jobs: pl.DataFrame, ideal: pl.DataFrame, att: pl.DataFrame,
+              inc: pl.DataFrame) -> pl.DataFrame:
+    """One row per job: the ledger's buckets (µs), what the job was and how it ended."""
     last = att.sort("job", "attempt_idx").group_by("job").agg(pl.col("state").last(), pl.len().alias("n_attempts"))
-    n_inc = inc.group_by("job").agg(pl.len().alias("n_incidents")) if inc.height else None
     tor = buckets.join(jobs, on="job", how="left").join(ideal, on="job", how="left").join(last, on="job", how="left")
-    tor = (
-        tor.join(n_inc, on="job", how="left") if n_inc is not None else tor.with_columns(pl.lit(0).alias("n_incidents"))
-    )
-    for b in ("t_obs", *ledger.BUCKETS, *ledger.RECOVERY_PARTS):
-        tor = tor.with_columns((pl.col(f"{b}_us") / US).alias(f"{b}_s"))
+    if not inc.height:
+        return tor.with_columns(pl.lit(0, pl.UInt32).alias("n_incidents"))
+    return tor.join(inc.group_by("job").agg(pl.len().alias("n_incidents")), on="job", how="left")
+
+
+def _tor_table(tor: pl.DataFrame, names: pl.Series, user_ideal_s: float | None) -> pl.DataFrame:
+    """The TOR table: buckets in seconds, TOR = useful / observed time."""
+    n = tor.height
+    tor = tor.with_columns(_seconds(pl.col(f"{b}_us"), n).alias(f"{b}_s")
+                           for b in ("t_obs", *ledger.BUCKETS, *ledger.RECOVERY_PARTS, "eval"))
+    # The user's ideal is one literal, divided once (exactly) whatever the height.
+    ideal = _seconds(pl.col("ideal_us"), n) if user_ideal_s is None else pl.lit(round(user_ideal_s * US) / US)
     tor = tor.with_columns(
-        (pl.col("eval_us") / US).alias("eval_s"),
         pl.when(pl.col("t_obs_us") > 0).then(pl.col("useful_us") / pl.col("t_obs_us")).alias("tor"),
-        (pl.col("ideal_us") / US).alias("ideal_step_time_s"),
+        ideal.alias("ideal_step_time_s"),
         progress.is_clean(pl.col("state")).fill_null(False).alias("ended_cleanly"),
         pl.col("n_incidents").fill_null(0),
         pl.col("T0").alias("t_start"),
         pl.col("T1").alias("t_end"),
     )
     return _conform(_to_dt(_named(tor, names), ["t_start", "t_end"]), TOR_SCHEMA).sort("job")
-
 
 
 def _prepared(events: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, str]]:

@@ -4,6 +4,11 @@
 returns an :class:`Analysis` holding four frames whose schemas are the constants
 ``ATTEMPTS_SCHEMA``, ``INCIDENTS_SCHEMA``, ``SLOW_PERIODS_SCHEMA`` and ``TOR_SCHEMA``
 (documented in docs/tables.md). No I/O, no printing.
+
+It runs in three steps: ``prepare_jobs`` (global: jobs and attempts assigned over all files),
+``reconstruct_jobs`` on groups of jobs (each job's stages read that job's rows only; with the Ray
+engine the groups are Ray tasks) and ``combine`` (the groups' tables in job order, the seconds
+computed on the whole tables, the notes).
 """
 
 from __future__ import annotations

@@ -134,7 +134,7 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None,
     opts = options or AnalysisOptions()
     prepared = prepare_jobs(events)
     if engine == "local" and jobs <= 1:  # the common case: no partition, no copy
-        parts = [reconstruct_jobs(JobGroup(prepared.events, prepared.jobs, prepared.names, opts))]
+        parts = [reconstruct_jobs(JobGroup(prepared.events, prepared.jobs, opts))]
     else:
         groups = job_groups(prepared, opts, GROUPS_PER_SLOT * max(1, jobs))
         parts = list(map_ordered(reconstruct_jobs, groups, engine, jobs, address))
@@ -159,19 +159,18 @@ class JobGroup:
 
     events: pl.DataFrame
     jobs: pl.DataFrame
-    names: pl.Series
     options: AnalysisOptions
 
 
 @dataclass
 class PartialAnalysis:
     """A job group's tables, jobs as codes and times in µs, in job order: the seconds are left to
-    ``combine`` (see ``_seconds``); its clipped windows and incidents, for the notes."""
+    ``combine`` (see ``_divided``); its clipped windows and incidents, for the notes."""
 
     attempts: pl.DataFrame
-    incidents: pl.DataFrame  # without lost_time_s
+    incidents: pl.DataFrame  # without lost_time_s (and downtime_s as divided on this part)
     lost: pl.DataFrame  # rework µs per (job, attempt) with lost steps (``_lt_us``)
-    slow_periods: pl.DataFrame  # without median_step_time_s and slowdown_s
+    slow_periods: pl.DataFrame  # without factor, median_step_time_s and slowdown_s
     slow_cost: pl.DataFrame  # slowdown µs per (job, period) (``_sd_us``)
     tor: pl.DataFrame  # buckets in µs
     resources: pl.DataFrame
@@ -225,7 +224,7 @@ def job_groups(prepared: PreparedEvents, options: AnalysisOptions, n: int) -> li
     job order) with about equal numbers of events; a job is never split."""
     jobs, ev = prepared.jobs, prepared.events
     if jobs.height == 0:
-        return [JobGroup(ev, jobs, prepared.names, options)]
+        return [JobGroup(ev, jobs, options)]
     sizes = jobs.select("job").join(ev.group_by("job").len(), on="job", how="left").fill_null(0)
     total = max(1, int(sizes["len"].sum()))
     # A job's group is where its first event falls among n equal shares of the events.
@@ -236,12 +235,14 @@ def job_groups(prepared: PreparedEvents, options: AnalysisOptions, n: int) -> li
         "_grp", maintain_order=True, include_key=False, as_dict=True)
     rows = jobs.with_columns(group.alias("_grp")).partition_by("_grp", maintain_order=True, include_key=False,
                                                                as_dict=True)
-    return [JobGroup(frames.get(key, ev.clear()), part, prepared.names, options) for key, part in rows.items()]
+    return [JobGroup(frames.get(key, ev.clear()), part, options) for key, part in rows.items()]
 
 
 def combine(prepared: PreparedEvents, parts: list[PartialAnalysis], options: AnalysisOptions) -> Analysis:
     """The analysis from the groups' tables (concatenated in job order) and the notes."""
     names = prepared.names
+    user = options.user_ideal_s()
+    user_ideal_us = None if user is None else round(user * US)
 
     def joined(table: str) -> pl.DataFrame:
         return _concat([getattr(p, table) for p in parts])
@@ -251,8 +252,8 @@ def combine(prepared: PreparedEvents, parts: list[PartialAnalysis], options: Ana
     return Analysis(
         attempts=attempts.sort("job", "attempt"),
         incidents=_incidents_table(joined("incidents"), joined("lost"), names),
-        slow_periods=_slow_periods_table(joined("slow_periods"), joined("slow_cost"), names),
-        tor=_tor_table(joined("tor"), names, options.user_ideal_s()),
+        slow_periods=_slow_periods_table(joined("slow_periods"), joined("slow_cost"), names, user_ideal_us),
+        tor=_tor_table(joined("tor"), names, user_ideal_us),
         notes=_notes(prepared, parts),
         resources=_named(joined("resources"), names),
         progress=_named(joined("progress"), names),
@@ -280,19 +281,24 @@ def _notes(prepared: PreparedEvents, parts: list[PartialAnalysis]) -> list[str]:
 
 
 def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
-    """Frames concatenated; a group with no rows of a table may type its columns otherwise (a
-    literal's type, or null): such frames are left out."""
+    """Frames concatenated, each column materialized as the whole table's are (``_divided``); a
+    group with no rows of a table may type its columns otherwise (a literal's type, or null):
+    such frames are left out."""
     full = [f for f in frames if f.height]
     if len(full) == 1:
         return full[0]
-    return pl.concat(full, how="vertical_relaxed") if full else frames[0]
+    if not full:
+        return frames[0]
+    joined = pl.concat(full, how="vertical_relaxed")
+    return pl.DataFrame([joined.get_column(c) for c in joined.columns])
 
 
-def _seconds(us: pl.Expr, rows: int) -> pl.Expr:
-    """µs to seconds as polars divides a table of ``rows`` (computed) rows by a scalar: exactly on
-    one row, through the scalar's reciprocal on more. A group's part may have one row where the
-    whole table has several, so the seconds are computed here, on the whole table."""
-    return us / US if rows == 1 else us * (1.0 / US)
+def _divided(x: pl.Expr, by: float, rows: int) -> pl.Expr:
+    """``x / by`` as polars divides a computed column of ``rows`` rows by a scalar: exactly on one
+    row, through the scalar's reciprocal on more. (A one-row column, or rows of equal values
+    concatenated, may be held as a scalar, divided once and exactly.) A group's part may have one
+    row where the whole table has several: such divisions are made here, on the whole tables."""
+    return x / by if rows == 1 else x * (1.0 / by)
 
 
 def reconstruct_jobs(group: JobGroup) -> PartialAnalysis:
@@ -516,12 +522,12 @@ def _lost_time(rows: pl.DataFrame) -> pl.DataFrame:
 def _incidents_table(inc: pl.DataFrame, lost: pl.DataFrame, names: pl.Series) -> pl.DataFrame:
     """The incidents table, with lost time and downtime in seconds."""
     if inc.height:
-        lost = lost.select("job", "attempt", _seconds(pl.col("_lt_us"), lost.height).alias("_lt"))
+        lost = lost.select("job", "attempt", _divided(pl.col("_lt_us"), US, lost.height).alias("_lt"))
         inc = inc.join(lost, on=["job", "attempt"], how="left").with_columns(
             pl.when(pl.col("lost_steps") > 0).then(pl.col("_lt").fill_null(0.0)).otherwise(0.0).alias("lost_time_s"),
-            # build_incidents divides a group's part (``_seconds``): again on the whole table, from
+            # build_incidents divides a group's part (``_divided``): again on the whole table, from
             # its µs (recovered exactly by rounding: tens of years would be needed to lose 0.5 µs).
-            _seconds((pl.col("downtime_s") * US).round(), inc.height).alias("downtime_s"),
+            _divided((pl.col("downtime_s") * US).round(), US, inc.height).alias("downtime_s"),
         ).drop("_lt")
     return _conform(_to_dt(_named(inc, names), _PHASES), INCIDENTS_SCHEMA)
 
@@ -545,7 +551,7 @@ def _slow_periods_found(periods: pl.DataFrame, ev: pl.DataFrame, ideal_us: pl.Da
         return sp, pl.DataFrame()
     sp = (
         sp.join(ideal_us, on="job", how="left")
-        .with_columns((pl.col("med_us") / pl.col("ideal_us")).alias("factor"), pl.col("attempt_idx").alias("attempt"))
+        .with_columns(pl.col("attempt_idx").alias("attempt"))
         .sort("job", "start")
         .with_columns(pl.int_range(pl.len()).over("job").alias("period"))
     )
@@ -563,11 +569,16 @@ def _slow_periods_found(periods: pl.DataFrame, ev: pl.DataFrame, ideal_us: pl.Da
     return sp, slow_cost
 
 
-def _slow_periods_table(sp: pl.DataFrame, slow_cost: pl.DataFrame, names: pl.Series) -> pl.DataFrame:
+def _slow_periods_table(sp: pl.DataFrame, slow_cost: pl.DataFrame, names: pl.Series,
+                        user_ideal_us: int | None) -> pl.DataFrame:
     if not sp.height:
         return pl.DataFrame(schema=SLOW_PERIODS_SCHEMA)
-    sp = sp.with_columns(_seconds(pl.col("med_us"), sp.height).alias("median_step_time_s"))
-    slow_cost = slow_cost.select("job", "period", _seconds(pl.col("_sd_us"), slow_cost.height).alias("slowdown_s"))
+    # The user's ideal is a literal (a scalar), anyone else's a column: divided elementwise.
+    by_ideal = pl.col("med_us") / pl.col("ideal_us") if user_ideal_us is None else _divided(
+        pl.col("med_us"), user_ideal_us, sp.height)
+    sp = sp.with_columns(by_ideal.alias("factor"),
+                         _divided(pl.col("med_us"), US, sp.height).alias("median_step_time_s"))
+    slow_cost = slow_cost.select("job", "period", _divided(pl.col("_sd_us"), US, slow_cost.height).alias("slowdown_s"))
     sp = sp.join(slow_cost, on=["job", "period"], how="left")
     return _conform(_to_dt(_named(sp, names), ["start", "end"]), SLOW_PERIODS_SCHEMA)
 
@@ -582,13 +593,13 @@ def _tor_rows(buckets: pl.DataFrame, jobs: pl.DataFrame, ideal: pl.DataFrame, at
     return tor.join(inc.group_by("job").agg(pl.len().alias("n_incidents")), on="job", how="left")
 
 
-def _tor_table(tor: pl.DataFrame, names: pl.Series, user_ideal_s: float | None) -> pl.DataFrame:
+def _tor_table(tor: pl.DataFrame, names: pl.Series, user_ideal_us: int | None) -> pl.DataFrame:
     """The TOR table: buckets in seconds, TOR = useful / observed time."""
     n = tor.height
-    tor = tor.with_columns(_seconds(pl.col(f"{b}_us"), n).alias(f"{b}_s")
+    tor = tor.with_columns(_divided(pl.col(f"{b}_us"), US, n).alias(f"{b}_s")
                            for b in ("t_obs", *ledger.BUCKETS, *ledger.RECOVERY_PARTS, "eval"))
-    # The user's ideal is one literal, divided once (exactly) whatever the height.
-    ideal = _seconds(pl.col("ideal_us"), n) if user_ideal_s is None else pl.lit(round(user_ideal_s * US) / US)
+    # The user's ideal is one literal (a scalar), divided once and exactly whatever the height.
+    ideal = _divided(pl.col("ideal_us"), US, n) if user_ideal_us is None else pl.lit(user_ideal_us / US)
     tor = tor.with_columns(
         pl.when(pl.col("t_obs_us") > 0).then(pl.col("useful_us") / pl.col("t_obs_us")).alias("tor"),
         ideal.alias("ideal_step_time_s"),

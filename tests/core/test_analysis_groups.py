@@ -28,6 +28,13 @@ def fleet_events(tmp_path_factory: pytest.TempPathFactory) -> pl.DataFrame:
     return ingest([str(out)], jobs=1).events
 
 
+@pytest.fixture(scope="module")
+def sample_events() -> pl.DataFrame:
+    # Two jobs of equal values (the same run in its Slurm and Kubernetes flavours): one-row
+    # groups of equal values concatenate into a scalar column, which polars divides otherwise.
+    return ingest([str(Path(__file__).parents[2] / "sample_logs")], jobs=1).events
+
+
 def _assert_same(a: A.Analysis, b: A.Analysis) -> None:
     for t in TABLES:
         assert_frame_equal(getattr(a, t), getattr(b, t), check_exact=True)
@@ -47,6 +54,13 @@ def test_groups_equal_the_whole(fleet_events: pl.DataFrame, n: int, options: A.A
     whole = A.analyze_events(fleet_events, options)
     assert whole.tor.height == 4 and whole.incidents.height > 0
     _assert_same(_in_groups(fleet_events, n, options), whole)
+
+
+@pytest.mark.parametrize("options", [A.AnalysisOptions(), A.AnalysisOptions(ideal_step_time_s=4.3217)])
+def test_one_job_groups_of_equal_values(sample_events: pl.DataFrame, options: A.AnalysisOptions) -> None:
+    whole = A.analyze_events(sample_events, options)
+    assert whole.tor.height == 2 and whole.slow_periods.height == 2
+    _assert_same(_in_groups(sample_events, 2, options), whole)
 
 
 def test_groups_are_consecutive_and_balanced(fleet_events: pl.DataFrame) -> None:

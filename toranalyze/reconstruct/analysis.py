@@ -281,14 +281,14 @@ def _notes(prepared: PreparedEvents, parts: list[PartialAnalysis]) -> list[str]:
 
 
 def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
-    """Frames concatenated, each column materialized as the whole table's are (``_divided``); a
-    group with no rows of a table may type its columns otherwise (a literal's type, or null):
-    such frames are left out."""
+    """Frames concatenated, each column materialized as the whole table's are (``_divided``). A
+    group with no rows of a table may type its columns otherwise (a literal's type, or null) or
+    not build it at all (no columns): such frames are left out."""
     full = [f for f in frames if f.height]
     if len(full) == 1:
         return full[0]
     if not full:
-        return frames[0]
+        return next((f for f in frames if f.width), frames[0])
     joined = pl.concat(full, how="vertical_relaxed")
     return pl.DataFrame([joined.get_column(c) for c in joined.columns])
 

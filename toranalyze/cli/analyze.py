@@ -77,10 +77,8 @@ def _analyze_into(target: Path, run: str, paths: tuple[str, ...], options: Analy
     """Every output of ``analyze`` written into the folder ``target``; the report's file name, if written."""
     result = run_ingest(paths, tz, year, parser, rules, quiet, jobs, engine, ray_address)
     write_ingest(result, target, redact=redact)
-    # With --engine ray, groups of jobs are reconstructed as Ray tasks too; locally in this process
-    # (worker processes would spend on copying the events what they save).
-    slots = (jobs or default_jobs()) if engine == "ray" else 1
-    analysis = analyze_events(result.events, options, engine=engine, jobs=slots, address=ray_address)
+    # With --engine ray, groups of jobs are reconstructed as Ray tasks too (local: in this process).
+    analysis = analyze_events(result.events, options, engine=engine, jobs=jobs or default_jobs(), address=ray_address)
     analysis = rename_jobs(analysis, short_job_names(job_keys(analysis), paths))
     for name in TABLES:
         write_table(getattr(analysis, name), target / f"{name}.parquet")

@@ -130,10 +130,13 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None,
     """The analysis of ``events``. Job assignment is global (scheduler and kernel records are
     attributed across files); each job's reconstruction after it reads only that job's rows, so
     with ``engine="ray"`` groups of jobs are reconstructed as Ray tasks (``jobs`` slots, on the
-    cluster at ``address`` or a local one). The tables are the same whichever the engine."""
+    cluster at ``address`` or a local one). The tables are the same whichever the engine.
+
+    The local engine reconstructs in this process whatever ``jobs``: worker processes were
+    measured slower (the copy of the events to them costs more than the stages they share)."""
     opts = options or AnalysisOptions()
     prepared = prepare_jobs(events)
-    if engine == "local" and jobs <= 1:  # the common case: no partition, no copy
+    if engine == "local":  # no partition, no copy
         parts = [reconstruct_jobs(JobGroup(prepared.events, prepared.jobs, opts))]
     else:
         groups = job_groups(prepared, opts, GROUPS_PER_SLOT * max(1, jobs))

@@ -12,6 +12,7 @@ from toranalyze.cli.reports import unrecognised_shapes, write_job_report
 from toranalyze.fleet.rates import build_rates, dumps
 from toranalyze.fleet.store import write_table, write_text
 from toranalyze.fleet.tables import run_tables
+from toranalyze.ingest.engine import default_jobs
 from toranalyze.reconstruct.analysis import Analysis, AnalysisOptions, analyze_events
 from toranalyze.report.names import input_root, job_keys, rename_jobs, short_job_names
 from toranalyze.report.text import print_summary
@@ -76,7 +77,8 @@ def _analyze_into(target: Path, run: str, paths: tuple[str, ...], options: Analy
     """Every output of ``analyze`` written into the folder ``target``; the report's file name, if written."""
     result = run_ingest(paths, tz, year, parser, rules, quiet, jobs, engine, ray_address)
     write_ingest(result, target, redact=redact)
-    analysis = analyze_events(result.events, options)
+    # With --engine ray, groups of jobs are reconstructed as Ray tasks too (local: in this process).
+    analysis = analyze_events(result.events, options, engine=engine, jobs=jobs or default_jobs(), address=ray_address)
     analysis = rename_jobs(analysis, short_job_names(job_keys(analysis), paths))
     for name in TABLES:
         write_table(getattr(analysis, name), target / f"{name}.parquet")

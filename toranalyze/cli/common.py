@@ -31,7 +31,8 @@ def ingest_options(f: Any) -> Any:
                      help="With --engine ray: an existing Ray cluster (e.g. ray://head:10001, auto) "
                           "[default: start a local one].")(f)
     f = click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-                     help="Where files are read: local processes, or Ray tasks (pip install 'toranalyze[ray]').")(f)
+                     help="Where files are read (and, for analyze, jobs reconstructed): local processes, or Ray "
+                          "tasks (pip install 'toranalyze[ray]').")(f)
     f = click.option("--tz", default="UTC", show_default=True,
                      help="Zone of timestamps that state none (IANA name, e.g. Europe/Paris).")(f)
     return f

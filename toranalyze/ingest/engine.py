@@ -1,7 +1,8 @@
 """Where independent work runs: this process, a pool of local processes, or a Ray cluster.
 
-Reading a file, or analysing one job, is independent of every other file or job, so a run over
-many of them is spread by ``map_ordered(fn, items, engine, jobs)``:
+Reading a file, or reconstructing a job once jobs are assigned (``analyze_events``: groups of
+jobs balanced by events), is independent of every other file or job, so a run over many of them
+is spread by ``map_ordered(fn, items, engine, jobs)``:
 
 * ``local`` (default): in this process when ``jobs`` is 1, else a pool of ``jobs`` worker
   processes started with ``spawn`` (polars' thread pool does not survive ``fork``);

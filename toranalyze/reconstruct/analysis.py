@@ -4,6 +4,11 @@
 returns an :class:`Analysis` holding four frames whose schemas are the constants
 ``ATTEMPTS_SCHEMA``, ``INCIDENTS_SCHEMA``, ``SLOW_PERIODS_SCHEMA`` and ``TOR_SCHEMA``
 (documented in docs/tables.md). No I/O, no printing.
+
+It runs in three steps: ``prepare_jobs`` (global: jobs and attempts assigned over all files),
+``reconstruct_jobs`` on groups of jobs (each job's stages read that job's rows only; with the Ray
+engine the groups are Ray tasks) and ``combine`` (the groups' tables in job order, the seconds
+computed on the whole tables, the notes).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import Any
 
 import polars as pl
 
+from toranalyze.ingest.engine import map_ordered
 from toranalyze.reconstruct import incidents as inc_mod
 from toranalyze.reconstruct import ledger, progress, slowness
 from toranalyze.reconstruct.attribution import attribute_nodes, pod_bindings
@@ -119,8 +125,71 @@ def _conform(df: pl.DataFrame, schema: pl.Schema) -> pl.DataFrame:
     return df.select(exprs)
 
 
-def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None) -> Analysis:
+def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None, engine: str = "local",
+                   jobs: int = 1, address: str | None = None) -> Analysis:
+    """The analysis of ``events``. Job assignment is global (scheduler and kernel records are
+    attributed across files); each job's reconstruction after it reads only that job's rows, so
+    with ``engine="ray"`` groups of jobs are reconstructed as Ray tasks (``jobs`` slots, on the
+    cluster at ``address`` or a local one). The tables are the same whichever the engine.
+
+    The local engine reconstructs in this process whatever ``jobs``: worker processes were
+    measured slower (the copy of the events to them costs more than the stages they share)."""
     opts = options or AnalysisOptions()
+    prepared = prepare_jobs(events)
+    if engine == "local":  # no partition, no copy
+        parts = [reconstruct_jobs(JobGroup(prepared.events, prepared.jobs, opts))]
+    else:
+        groups = job_groups(prepared, opts, GROUPS_PER_SLOT * max(1, jobs))
+        parts = list(map_ordered(reconstruct_jobs, groups, engine, jobs, address))
+    return combine(prepared, parts, opts)
+
+
+@dataclass
+class PreparedEvents:
+    """The events after the global steps: the stages' columns of the analysed jobs, each record
+    with its job (a code: the rank of its name) and attempt."""
+
+    events: pl.DataFrame
+    jobs: pl.DataFrame  # the analysed jobs, in code order (job, path, job_ids, identity)
+    names: pl.Series  # code -> job name, over every job found
+    dropped: list[int]  # other users' jobs of a shared scheduler log
+    untimed: list[int]  # jobs given a relative clock
+
+
+@dataclass(frozen=True)
+class JobGroup:
+    """Jobs reconstructed together (one task): their events and rows of the jobs table."""
+
+    events: pl.DataFrame
+    jobs: pl.DataFrame
+    options: AnalysisOptions
+
+
+@dataclass
+class PartialAnalysis:
+    """A job group's tables, jobs as codes and times in µs, in job order: the seconds are left to
+    ``combine`` (see ``_divided``); its clipped windows and incidents, for the notes."""
+
+    attempts: pl.DataFrame
+    incidents: pl.DataFrame  # without lost_time_s (and downtime_s as divided on this part)
+    lost: pl.DataFrame  # rework µs per (job, attempt) with lost steps (``_lt_us``)
+    slow_periods: pl.DataFrame  # without factor, median_step_time_s and slowdown_s
+    slow_cost: pl.DataFrame  # slowdown µs per (job, period) (``_sd_us``)
+    tor: pl.DataFrame  # buckets in µs
+    resources: pl.DataFrame
+    progress: pl.DataFrame
+    checkpoints: pl.DataFrame
+    clipped_windows: list[int]  # jobs
+    clipped_incidents: list[tuple[int, int]]  # (job, incident)
+
+
+# Job groups per task slot with a partition: enough to even out unequal jobs, few enough that a
+# task's fixed cost stays small.
+GROUPS_PER_SLOT = 3
+
+
+def prepare_jobs(events: pl.DataFrame) -> PreparedEvents:
+    """The global steps: jobs and attempts assigned over all files, other users' jobs dropped."""
     ev, pods = _prepared(events)
     ev = attribute_nodes(ev, pods)  # host from the file's path, pod -> node
     # From here on a job is its rank among the sorted names (an integer sorts, joins and groups
@@ -129,23 +198,158 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     ev, jobs = assign_jobs(ev, coded=True)
     names = jobs["job"]
     jobs = jobs.with_columns(pl.int_range(pl.len(), dtype=JOB_CODE).alias("job"))
-    # Jobs with no training record, in a directory where another job trained, are other users'
-    # jobs of a shared scheduler log: listed in notes, not analysed.
+    jobs, dropped = _other_users(ev, jobs)
+    # The other users' jobs leave with the attempts' reordering of the events (one copy of the
+    # table instead of two); the steps before it pass them over. A file may hold several jobs'
+    # records (a scheduler log), and these steps read along files: they stay global.
+    keep = jobs["job"] if dropped else None
+    ev = _slim(ev)
+    ev, untimed = relative_times(ev, keep)
+    ev = place_untimed_errors(ev, keep).drop("_fc")
+    ev = assign_attempts(ev, keep)
+    return PreparedEvents(ev, jobs, names, dropped, untimed)
+
+
+def _other_users(ev: pl.DataFrame, jobs: pl.DataFrame) -> tuple[pl.DataFrame, list[int]]:
+    """(the jobs analysed, the dropped): jobs with no training record, in a directory where
+    another job trained, are other users' jobs of a shared scheduler log, listed in notes."""
     trained = ev.select("job", "kind").filter(pl.col("kind").is_in(("step", "init", "ckpt_load")))
     trained = trained.select("job").unique()
     jobs = jobs.with_columns(pl.col("job").is_in(trained["job"].implode()).alias("_trained"))
     jobs = jobs.with_columns(pl.col("_trained").any().over("path").alias("_dir_trained"))
     dropped = jobs.filter(~pl.col("_trained") & pl.col("_dir_trained"))
     jobs = jobs.filter(pl.col("_trained") | ~pl.col("_dir_trained")).drop("_trained", "_dir_trained")
-    # The other users' jobs leave with the attempts' reordering of the events (one copy of the
-    # table instead of two); the stages before it pass them over.
-    keep = jobs["job"] if dropped.height else None
-    ev = _slim(ev)
-    ev, untimed = relative_times(ev, keep)
-    ev = place_untimed_errors(ev, keep).drop("_fc")
-    ev = assign_attempts(ev, keep)
+    return jobs, dropped["job"].to_list()
+
+
+def job_groups(prepared: PreparedEvents, options: AnalysisOptions, n: int) -> list[JobGroup]:
+    """At most ``n`` groups of consecutive jobs (in code order, so their tables concatenate in
+    job order) with about equal numbers of events; a job is never split."""
+    jobs, ev = prepared.jobs, prepared.events
+    if jobs.height == 0:
+        return [JobGroup(ev, jobs, options)]
+    sizes = jobs.select("job").join(ev.group_by("job").len(), on="job", how="left").fill_null(0)
+    total = max(1, int(sizes["len"].sum()))
+    # A job's group is where its first event falls among n equal shares of the events.
+    before = sizes["len"].cum_sum() - sizes["len"]
+    group = (before * min(n, jobs.height) // total).cast(pl.Int64)
+    lookup = pl.Series(values=[-1] * prepared.names.len(), dtype=pl.Int64).scatter(sizes["job"], group)
+    frames = ev.with_columns(lookup.gather(ev["job"]).alias("_grp")).partition_by(
+        "_grp", maintain_order=True, include_key=False, as_dict=True)
+    rows = jobs.with_columns(group.alias("_grp")).partition_by("_grp", maintain_order=True, include_key=False,
+                                                               as_dict=True)
+    return [JobGroup(frames.get(key, ev.clear()), part, options) for key, part in rows.items()]
+
+
+def combine(prepared: PreparedEvents, parts: list[PartialAnalysis], options: AnalysisOptions) -> Analysis:
+    """The analysis from the groups' tables (concatenated in job order) and the notes."""
+    names = prepared.names
+    user = options.user_ideal_s()
+    user_ideal_us = None if user is None else round(user * US)
+
+    def joined(table: str) -> pl.DataFrame:
+        return _concat([getattr(p, table) for p in parts])
+
+    attempts = _conform(_to_dt(_named(joined("attempts"), names), ["t_start", "t_end", "t_first_step_start",
+                                                                   "t_last_step_end"]), ATTEMPTS_SCHEMA)
+    return Analysis(
+        attempts=attempts.sort("job", "attempt"),
+        incidents=_incidents_table(joined("incidents"), joined("lost"), names),
+        slow_periods=_slow_periods_table(joined("slow_periods"), joined("slow_cost"), names, user_ideal_us),
+        tor=_tor_table(joined("tor"), names, user_ideal_us),
+        notes=_notes(prepared, parts),
+        resources=_named(joined("resources"), names),
+        progress=_named(joined("progress"), names),
+        checkpoints=_named(joined("checkpoints"), names),
+    )
+
+
+def _notes(prepared: PreparedEvents, parts: list[PartialAnalysis]) -> list[str]:
+    names = prepared.names
+    notes = [f"job {names[j]!r}: scheduler records only, no training records; not analysed" for j in prepared.dropped]
+    notes += [f"job {names[j]!r}: window clipped to the span of its records" for p in parts for j in p.clipped_windows]
+    notes += [
+        f"job {names[j]!r}: incident {i} had a phase outside the job's window; clipped"
+        for p in parts for j, i in p.clipped_incidents
+    ]
+    notes += [
+        f"job {names[j]!r}: no record has a timestamp; times are rebuilt from the reported step times and start "
+        f"at 1970-01-01T00:00:00Z (durations are real, dates are not)"
+        for j in prepared.untimed
+    ]
+    for j, ident in prepared.jobs.select("job", "identity").iter_rows():
+        if ident == "directory":
+            notes.append(f"job {names[j]!r}: no scheduler id in its records; grouped by its input directory")
+    return notes
+
+
+def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """Frames concatenated, each column materialized as the whole table's are (``_divided``). A
+    group with no rows of a table may type its columns otherwise (a literal's type, or null) or
+    not build it at all (no columns): such frames are left out."""
+    full = [f for f in frames if f.height]
+    if len(full) == 1:
+        return full[0]
+    if not full:
+        return next((f for f in frames if f.width), frames[0])
+    joined = pl.concat(full, how="vertical_relaxed")
+    return pl.DataFrame([joined.get_column(c) for c in joined.columns])
+
+
+def _divided(x: pl.Expr, by: float, rows: int) -> pl.Expr:
+    """``x / by`` as polars divides a computed column of ``rows`` rows by a scalar: exactly on one
+    row, through the scalar's reciprocal on more. (A one-row column, or rows of equal values
+    concatenated, may be held as a scalar, divided once and exactly.) A group's part may have one
+    row where the whole table has several: such divisions are made here, on the whole tables."""
+    return x / by if rows == 1 else x * (1.0 / by)
+
+
+def reconstruct_jobs(group: JobGroup) -> PartialAnalysis:
+    """Attempts, step placement, slow periods, incidents and the ledger of a group of jobs. Every
+    stage relates rows of one job only (grouped or joined by job), so any grouping of the jobs
+    gives the same rows."""
+    ev, opts = group.events, group.options
     resources = attempt_resources(ev)
-    # Progress.
+    p = _step_progress(ev, opts)
+    periods, healthy, jitter = _slow_periods(p.rows0, opts)
+    ideal = _ideal_steps(healthy, jitter, p.prelim, group.jobs, opts)
+    ideal_us = ideal.select("job", "ideal_us")
+    rows, att = _placed_steps(p.rows, p.att, ideal_us)
+    window, clipped_windows = _job_windows(att, ev)
+    inc = _incidents(att, ev, p.steps, ideal_us, window, opts)
+    buckets, rows = ledger.compute(window, rows, ideal_us, p.ckpt, p.evals, inc, jitter)
+    inc, clipped_incidents = _clipped_incidents(inc, window)
+    sp, slow_cost = _slow_periods_found(periods, ev, ideal_us, rows)
+    return PartialAnalysis(
+        attempts=_attempts(att, rows),
+        incidents=inc,
+        lost=_lost_time(rows) if inc.height else pl.DataFrame(),
+        slow_periods=sp,
+        slow_cost=slow_cost,
+        tor=_tor_rows(buckets, group.jobs, ideal, att, inc),
+        resources=resources,
+        progress=rows.select("job", pl.col("attempt_idx").cast(pl.Int32).alias("attempt"), "step", "start", "end",
+                             "n", "n_lost", "d_us"),
+        checkpoints=p.ckpt.select("job", "start", "end"),
+        clipped_windows=clipped_windows,
+        clipped_incidents=clipped_incidents,
+    )
+
+
+@dataclass
+class _Progress:
+    """Step rows and attempts before the ideal step time is known."""
+
+    steps: pl.DataFrame  # the step records
+    att: pl.DataFrame  # the attempts
+    rows: pl.DataFrame  # step intervals
+    prelim: pl.DataFrame  # per job: the median of all step durations (ideal_us)
+    rows0: pl.DataFrame  # rows placed with it, flagged ``healthy``
+    ckpt: pl.DataFrame  # blocking checkpoint saves
+    evals: pl.DataFrame  # evaluations
+
+
+def _step_progress(ev: pl.DataFrame, opts: AnalysisOptions) -> _Progress:
     steps = progress.step_rows(ev)
     att = progress.attempt_table(ev, steps)
     rows = progress.step_intervals(steps, att)
@@ -157,13 +361,20 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     evals = progress.eval_intervals(ev, rows0, ckpt)
     blocked = pl.concat([ckpt.select("job", "start", "end"), evals.select("job", "start", "end")])
     blocked = progress.union_intervals(blocked) if blocked.height else blocked
-    # Warm-up: the row's first step is among the first ``warmup_steps`` after the resume point.
+    rows0 = _healthy(rows0, att, blocked, opts.warmup_steps)
+    return _Progress(steps, att, rows, prelim, rows0, ckpt, evals)
+
+
+def _healthy(rows0: pl.DataFrame, att: pl.DataFrame, blocked: pl.DataFrame, warmup_steps: int) -> pl.DataFrame:
+    """Flag ``healthy`` the rows that measure a step: a duration, not blocked by a save or an
+    evaluation, past warm-up (the row's first step among the first ``warmup_steps`` after the
+    resume point) and not the attempt's first row."""
     rows0 = attach(rows0, att.select("job", "attempt_idx", pl.col("resumed_from").alias("_rf")), ["job", "attempt_idx"])
-    first_rows = pl.col("prev_step") - pl.col("_rf").fill_null(pl.col("prev_step")) < opts.warmup_steps
+    first_rows = pl.col("prev_step") - pl.col("_rf").fill_null(pl.col("prev_step")) < warmup_steps
     att_key = ("job", "attempt_idx")
     by_att = run_id(*att_key) if in_key_order(rows0, *att_key, strict=False) else list(att_key)
     rank_in_att = pl.col("step").rank("ordinal").over(by_att)
-    rows0 = rows0.with_columns(
+    return rows0.with_columns(
         progress.overlaps(rows0, blocked).alias("_blocked"),
     ).with_columns(
         (
@@ -174,11 +385,14 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
             & (rank_in_att > 1)
         ).alias("healthy")
     ).drop("_rf")
-    # Baseline, slow periods, then the ideal step time from healthy steps outside them.
+
+
+def _slow_periods(rows0: pl.DataFrame, opts: AnalysisOptions) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """(slow periods, the healthy rows outside them, each job's step jitter): periods found
+    against the healthy steps' median, then again against the median without them."""
     base = rows0.filter(pl.col("healthy")).group_by("job").agg(pl.col("d_us").median().alias("base_us"))
     periods = slowness.detect(rows0, base, opts.slow_threshold, opts.slow_min_steps)
     rows0 = rows0.with_columns(slowness.in_periods(rows0, periods).alias("_slow"))
-    # Second pass: the baseline without the slow periods found, then detect again.
     base = (
         rows0.filter(pl.col("healthy") & ~pl.col("_slow")).group_by("job").agg(pl.col("d_us").median().alias("base_us"))
     )
@@ -186,7 +400,12 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     rows0 = rows0.with_columns(slowness.in_periods(rows0, periods).alias("_slow"))
     healthy = rows0.filter(pl.col("healthy") & ~pl.col("_slow"))
     # Per-step jitter of the job (relative sd): rows that average n steps vary sqrt(n) times less.
-    jitter = ledger.step_jitter(healthy)
+    return periods, healthy, ledger.step_jitter(healthy)
+
+
+def _ideal_steps(healthy: pl.DataFrame, jitter: pl.DataFrame, prelim: pl.DataFrame, jobs: pl.DataFrame,
+                 opts: AnalysisOptions) -> pl.DataFrame:
+    """Each job's ideal step time (``ideal_us``) and where it comes from (``ideal_step_source``)."""
     # The median of averages over n steps is the steps' mean, exp(sigma^2 (1 - 1/n) / 2) above
     # their median: undo that so t* is the median step time whatever the logging interval.
     ideal = (
@@ -201,24 +420,26 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
         .agg(pl.col("_d").median().round().cast(pl.Int64).alias("ideal_us"), pl.len().alias("_n"))
     )
     user = opts.user_ideal_s()
-    all_jobs = jobs.select("job")
-    ideal = all_jobs.join(ideal, on="job", how="left").join(prelim.rename({"ideal_us": "_p"}), on="job", how="left")
+    ideal = jobs.select("job").join(ideal, on="job", how="left").join(
+        prelim.rename({"ideal_us": "_p"}), on="job", how="left")
     if user is not None:
-        ideal = ideal.with_columns(
+        return ideal.with_columns(
             pl.lit(round(user * US), pl.Int64).alias("ideal_us"), pl.lit("user").alias("ideal_step_source")
         )
-    else:
-        ideal = ideal.with_columns(
-            pl.when(pl.col("ideal_us").is_not_null())
-            .then(pl.format("median of {} healthy steps", pl.col("_n")))
-            .when(pl.col("_p").is_not_null())
-            .then(pl.lit("median of all steps (no healthy steps)"))
-            .otherwise(pl.lit("none (no steps)"))
-            .alias("ideal_step_source"),
-            pl.coalesce("ideal_us", "_p").alias("ideal_us"),
-        )
-    ideal_us = ideal.select("job", "ideal_us")
-    # Final placement with the ideal filling unknown durations.
+    return ideal.with_columns(
+        pl.when(pl.col("ideal_us").is_not_null())
+        .then(pl.format("median of {} healthy steps", pl.col("_n")))
+        .when(pl.col("_p").is_not_null())
+        .then(pl.lit("median of all steps (no healthy steps)"))
+        .otherwise(pl.lit("none (no steps)"))
+        .alias("ideal_step_source"),
+        pl.coalesce("ideal_us", "_p").alias("ideal_us"),
+    )
+
+
+def _placed_steps(rows: pl.DataFrame, att: pl.DataFrame, ideal_us: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(step rows placed with the ideal filling unknown durations, lost steps marked; the
+    attempts with the start of their first step)."""
     rows = progress.place_steps(rows, att, ideal_us)
     rows = progress.mark_lost(rows, att)
     by, ids = group_keys(rows, "job", "attempt_idx")  # (rows in (job, attempt) order: slices)
@@ -232,7 +453,12 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
             pl.when(pl.col("t_init_done") <= pl.col("t_end")).then(pl.max_horizontal("t_init_done", "t_start")),
         ).alias("t_first_step_start")
     )
-    # Incidents.
+    return rows, att
+
+
+def _job_windows(att: pl.DataFrame, ev: pl.DataFrame) -> tuple[pl.DataFrame, list[int]]:
+    """Each job's observed window (T0, T1: first attempt's start, last attempt's end), and the
+    jobs whose window was clipped."""
     window = att.group_by("job").agg(pl.col("t_start").min().alias("T0"), pl.col("t_end").max().alias("T1"))
     window = window.with_columns(pl.max_horizontal("T1", "T0").alias("T1"))
     # Guard: no time of the analysis may lie outside the job's own records (a sentinel leaking
@@ -242,11 +468,16 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
     )
     window = window.join(span, on="job", how="left")
     bad = window.filter((pl.col("T0") < pl.col("_e0")) | (pl.col("T1") > pl.col("_e1"))).sort("job")
-    notes_guard = [f"job {names[j]!r}: window clipped to the span of its records" for j in bad["job"].to_list()]
     window = window.with_columns(
         pl.col("T0").clip(pl.col("_e0"), pl.col("_e1")).alias("T0"),
         pl.col("T1").clip(pl.col("_e0"), pl.col("_e1")).alias("T1"),
     ).drop("_e0", "_e1")
+    return window, bad["job"].to_list()
+
+
+def _incidents(att: pl.DataFrame, ev: pl.DataFrame, steps: pl.DataFrame, ideal_us: pl.DataFrame,
+               window: pl.DataFrame, opts: AnalysisOptions) -> pl.DataFrame:
+    """The incidents, with the next attempt's checkpoint load (the recovery split needs it)."""
     ideal_map = {k: v for k, v in ideal_us.iter_rows() if v is not None}
     end_map = dict(window.select("job", "T1").iter_rows())
     inc = inc_mod.build_incidents(
@@ -260,114 +491,127 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None)
         hang_stall_factor=opts.hang_stall_factor,
         hang_min_stall_s=opts.hang_min_stall_s,
     )
-    # Recovery split needs the next attempt's checkpoint load.
     load = att.select(
         "job",
         (pl.col("attempt_idx") - 1).cast(pl.Int32).alias("attempt"),
         (pl.col("t_ckpt_load") - pl.col("ckpt_load_us")).alias("t_load_start"),
         pl.when(pl.col("ckpt_load_us").is_not_null()).then(pl.col("t_ckpt_load")).alias("t_load_end"),
     )
-    inc = inc.join(load, on=["job", "attempt"], how="left")
-    buckets, rows = ledger.compute(window, rows, ideal_us, ckpt, evals, inc, jitter)
-    # Lost time per incident: rework of the rows its rollback discarded.
+    return inc.join(load, on=["job", "attempt"], how="left")
+
+
+_PHASES = ["t_last_progress", "t_first_error", "t_detected", "t_restart", "t_resumed", "t_caught_up"]
+
+
+def _clipped_incidents(inc: pl.DataFrame, window: pl.DataFrame) -> tuple[pl.DataFrame, list[tuple[int, int]]]:
+    """The incidents with their phases clipped to the job's window, and the (job, incident) clipped."""
+    if not inc.height:
+        return inc, []
+    inc = inc.join(window, on="job", how="left")
+    out_of = inc.filter(pl.any_horizontal([(pl.col(c) < pl.col("T0")) | (pl.col(c) > pl.col("T1")) for c in _PHASES]))
+    inc = inc.with_columns([pl.col(c).clip(pl.col("T0"), pl.col("T1")) for c in _PHASES]).drop("T0", "T1")
+    return inc, list(out_of.select("job", "incident").iter_rows())
+
+
+def _lost_time(rows: pl.DataFrame) -> pl.DataFrame:
+    """Rework µs of the rows each attempt's rollback discarded (an incident's lost time)."""
+    return (
+        rows.filter(pl.col("n_lost") > 0)
+        .group_by("job", pl.col("attempt_idx").cast(pl.Int32).alias("attempt"))
+        .agg(pl.col("rework_us").sum().alias("_lt_us"))
+    )
+
+
+def _incidents_table(inc: pl.DataFrame, lost: pl.DataFrame, names: pl.Series) -> pl.DataFrame:
+    """The incidents table, with lost time and downtime in seconds."""
     if inc.height:
-        lost = (
-            rows.filter(pl.col("n_lost") > 0)
-            .group_by("job", pl.col("attempt_idx").cast(pl.Int32).alias("attempt"))
-            .agg((pl.col("rework_us").sum() / US).alias("_lt"))
-        )
-        inc = (
-            inc.join(lost, on=["job", "attempt"], how="left")
-            .with_columns(
-                pl.when(pl.col("lost_steps") > 0).then(pl.col("_lt").fill_null(0.0)).otherwise(0.0).alias("lost_time_s")
-            )
-            .drop("_lt")
-        )
-    # Tables.
+        lost = lost.select("job", "attempt", _divided(pl.col("_lt_us"), US, lost.height).alias("_lt"))
+        inc = inc.join(lost, on=["job", "attempt"], how="left").with_columns(
+            pl.when(pl.col("lost_steps") > 0).then(pl.col("_lt").fill_null(0.0)).otherwise(0.0).alias("lost_time_s"),
+            # build_incidents divides a group's part (``_divided``): again on the whole table, from
+            # its µs (recovered exactly by rounding: tens of years would be needed to lose 0.5 µs).
+            _divided((pl.col("downtime_s") * US).round(), US, inc.height).alias("downtime_s"),
+        ).drop("_lt")
+    return _conform(_to_dt(_named(inc, names), _PHASES), INCIDENTS_SCHEMA)
+
+
+def _attempts(att: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
     by, ids = group_keys(rows, "job", "attempt_idx")
     lost_per_att = rows.group_by(*by).agg(*ids, pl.col("n_lost").sum().alias("steps_lost")).drop("_g", strict=False)
-    attempts = (
+    return (
         att.join(lost_per_att, on=["job", "attempt_idx"], how="left")
         .with_columns(pl.col("steps_lost").fill_null(0), pl.col("attempt_idx").alias("attempt"))
         .rename({"n_step_rows": "n_step_records"})
     )
-    attempts = _conform(
-        _to_dt(_named(attempts, names), ["t_start", "t_end", "t_first_step_start", "t_last_step_end"]), ATTEMPTS_SCHEMA
-    ).sort("job", "attempt")
-    phases = ["t_last_progress", "t_first_error", "t_detected", "t_restart", "t_resumed", "t_caught_up"]
-    if inc.height:
-        inc = inc.join(window, on="job", how="left")
-        out_of = inc.filter(
-            pl.any_horizontal([(pl.col(c) < pl.col("T0")) | (pl.col(c) > pl.col("T1")) for c in phases])
-        )
-        notes_guard += [
-            f"job {names[j]!r}: incident {i} had a phase outside the job's window; clipped"
-            for j, i in out_of.select("job", "incident").iter_rows()
-        ]
-        inc = inc.with_columns([pl.col(c).clip(pl.col("T0"), pl.col("T1")) for c in phases]).drop("T0", "T1")
-    incidents = _conform(_to_dt(_named(inc, names), phases), INCIDENTS_SCHEMA)
-    # Slow periods with the final ideal.
+
+
+def _slow_periods_found(periods: pl.DataFrame, ev: pl.DataFrame, ideal_us: pl.DataFrame,
+                        rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(slow periods with the final ideal and their suspects, numbered per job; slowdown µs per
+    period)."""
     sp = slowness.suspects(periods, ev) if periods.height else periods
-    if sp.height:
-        sp = (
-            sp.join(ideal_us, on="job", how="left")
-            .with_columns(
-                (pl.col("med_us") / pl.col("ideal_us")).alias("factor"),
-                (pl.col("med_us") / US).alias("median_step_time_s"),
-                pl.col("attempt_idx").alias("attempt"),
-            )
-            .sort("job", "start")
-            .with_columns(pl.int_range(pl.len()).over("job").alias("period"))
-        )
-        # Each step row in the (disjoint) period of its attempt: no period x row pairs.
-        slow_cost = (
-            in_windows(
-                sp.select("job", "attempt_idx", "period", (pl.col("first_prev_step") + 1).alias("_lo"),
-                          pl.col("last_step").alias("_hi")),
-                rows.select("job", "attempt_idx", "step", "slowdown_us"), key="period", by=("job", "attempt_idx"),
-                on="step",
-            )
-            .group_by("job", "period")
-            .agg((pl.col("slowdown_us").sum() / US).alias("slowdown_s"))
-        )
-        sp = sp.join(slow_cost, on=["job", "period"], how="left")
-        sp = _to_dt(_named(sp, names), ["start", "end"])
-    slow = _conform(sp, SLOW_PERIODS_SCHEMA) if sp.height else pl.DataFrame(schema=SLOW_PERIODS_SCHEMA)
-    # TOR rows.
-    last = att.sort("job", "attempt_idx").group_by("job").agg(pl.col("state").last(), pl.len().alias("n_attempts"))
-    n_inc = inc.group_by("job").agg(pl.len().alias("n_incidents")) if inc.height else None
-    tor = buckets.join(jobs, on="job", how="left").join(ideal, on="job", how="left").join(last, on="job", how="left")
-    tor = (
-        tor.join(n_inc, on="job", how="left") if n_inc is not None else tor.with_columns(pl.lit(0).alias("n_incidents"))
+    if not sp.height:
+        return sp, pl.DataFrame()
+    sp = (
+        sp.join(ideal_us, on="job", how="left")
+        .with_columns(pl.col("attempt_idx").alias("attempt"))
+        .sort("job", "start")
+        .with_columns(pl.int_range(pl.len()).over("job").alias("period"))
     )
-    for b in ("t_obs", *ledger.BUCKETS, *ledger.RECOVERY_PARTS):
-        tor = tor.with_columns((pl.col(f"{b}_us") / US).alias(f"{b}_s"))
+    # Each step row in the (disjoint) period of its attempt: no period x row pairs.
+    slow_cost = (
+        in_windows(
+            sp.select("job", "attempt_idx", "period", (pl.col("first_prev_step") + 1).alias("_lo"),
+                      pl.col("last_step").alias("_hi")),
+            rows.select("job", "attempt_idx", "step", "slowdown_us"), key="period", by=("job", "attempt_idx"),
+            on="step",
+        )
+        .group_by("job", "period")
+        .agg(pl.col("slowdown_us").sum().alias("_sd_us"))
+    )
+    return sp, slow_cost
+
+
+def _slow_periods_table(sp: pl.DataFrame, slow_cost: pl.DataFrame, names: pl.Series,
+                        user_ideal_us: int | None) -> pl.DataFrame:
+    if not sp.height:
+        return pl.DataFrame(schema=SLOW_PERIODS_SCHEMA)
+    # The user's ideal is a literal (a scalar), anyone else's a column: divided elementwise.
+    by_ideal = pl.col("med_us") / pl.col("ideal_us") if user_ideal_us is None else _divided(
+        pl.col("med_us"), user_ideal_us, sp.height)
+    sp = sp.with_columns(by_ideal.alias("factor"),
+                         _divided(pl.col("med_us"), US, sp.height).alias("median_step_time_s"))
+    slow_cost = slow_cost.select("job", "period", _divided(pl.col("_sd_us"), US, slow_cost.height).alias("slowdown_s"))
+    sp = sp.join(slow_cost, on=["job", "period"], how="left")
+    return _conform(_to_dt(_named(sp, names), ["start", "end"]), SLOW_PERIODS_SCHEMA)
+
+
+def _tor_rows(buckets: pl.DataFrame, jobs: pl.DataFrame, ideal: pl.DataFrame, att: pl.DataFrame,
+              inc: pl.DataFrame) -> pl.DataFrame:
+    """One row per job: the ledger's buckets (µs), what the job was and how it ended."""
+    last = att.sort("job", "attempt_idx").group_by("job").agg(pl.col("state").last(), pl.len().alias("n_attempts"))
+    tor = buckets.join(jobs, on="job", how="left").join(ideal, on="job", how="left").join(last, on="job", how="left")
+    if not inc.height:
+        return tor.with_columns(pl.lit(0, pl.UInt32).alias("n_incidents"))
+    return tor.join(inc.group_by("job").agg(pl.len().alias("n_incidents")), on="job", how="left")
+
+
+def _tor_table(tor: pl.DataFrame, names: pl.Series, user_ideal_us: int | None) -> pl.DataFrame:
+    """The TOR table: buckets in seconds, TOR = useful / observed time."""
+    n = tor.height
+    tor = tor.with_columns(_divided(pl.col(f"{b}_us"), US, n).alias(f"{b}_s")
+                           for b in ("t_obs", *ledger.BUCKETS, *ledger.RECOVERY_PARTS, "eval"))
+    # The user's ideal is one literal (a scalar), divided once and exactly whatever the height.
+    ideal = _divided(pl.col("ideal_us"), US, n) if user_ideal_us is None else pl.lit(user_ideal_us / US)
     tor = tor.with_columns(
-        (pl.col("eval_us") / US).alias("eval_s"),
         pl.when(pl.col("t_obs_us") > 0).then(pl.col("useful_us") / pl.col("t_obs_us")).alias("tor"),
-        (pl.col("ideal_us") / US).alias("ideal_step_time_s"),
+        ideal.alias("ideal_step_time_s"),
         progress.is_clean(pl.col("state")).fill_null(False).alias("ended_cleanly"),
         pl.col("n_incidents").fill_null(0),
         pl.col("T0").alias("t_start"),
         pl.col("T1").alias("t_end"),
     )
-    tor = _conform(_to_dt(_named(tor, names), ["t_start", "t_end"]), TOR_SCHEMA).sort("job")
-    notes = [
-        f"job {names[j]!r}: scheduler records only, no training records; not analysed" for j in dropped["job"].to_list()
-    ] + notes_guard
-    notes += [
-        f"job {names[j]!r}: no record has a timestamp; times are rebuilt from the reported step times and start "
-        f"at 1970-01-01T00:00:00Z (durations are real, dates are not)"
-        for j in untimed
-    ]
-    for j, ident in jobs.select("job", "identity").iter_rows():
-        if ident == "directory":
-            notes.append(f"job {names[j]!r}: no scheduler id in its records; grouped by its input directory")
-    prog = rows.select("job", pl.col("attempt_idx").cast(pl.Int32).alias("attempt"), "step", "start", "end", "n",
-                       "n_lost", "d_us")
-    return Analysis(attempts=attempts, incidents=incidents, slow_periods=slow, tor=tor, notes=notes,
-                    resources=_named(resources, names), progress=_named(prog, names),
-                    checkpoints=_named(ckpt.select("job", "start", "end"), names))
+    return _conform(_to_dt(_named(tor, names), ["t_start", "t_end"]), TOR_SCHEMA).sort("job")
 
 
 def _prepared(events: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, str]]:

@@ -12,17 +12,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from toranalyze.ingest.discover import InputFile
+from toranalyze.ingest.reader import COMPRESSED
 
 SMALL_FILE = 1 << 20  # estimated text below this: grouped
 GROUP_TEXT = 16 << 20  # estimated text of one group at most (bounds a worker's memory)
 GROUP_FILES = 64  # files of one group at most (keeps several groups for the workers to share)
-# Compressed inputs are estimated at ten times their size on disk.
-_PACKED = (".gz", ".bz2", ".zst", ".zstd", ".xz", ".lz4")
 
 
 def text_size(file: InputFile) -> int:
-    """The text a file is estimated to hold."""
-    return file.size * 10 if file.path.lower().endswith(_PACKED) else file.size
+    """The text a file is estimated to hold (a compressed one: ten times its size on disk)."""
+    return file.size * 10 if file.path.lower().endswith(COMPRESSED) else file.size
 
 
 def grouped(files: Sequence[InputFile]) -> list[tuple[InputFile, ...]]:

@@ -77,6 +77,9 @@ class _GzipReader(io.RawIOBase):
         super().close()
 
 
+COMPRESSED = (".gz", ".bz2", ".zst", ".zstd")  # the suffixes _open_stream decompresses
+
+
 def _open_stream(path: str) -> IO[bytes]:
     """The file's decompressed bytes as a stream; a URL is read in ranged requests (storage.py)."""
     name = path.lower()

@@ -63,6 +63,8 @@ class Parser:
     priority: int = 100
     noise: tuple[str, ...] = ()
     gates: tuple[str, ...] = ()
+    # True: ``extract`` may receive the lines of several small files at once (see ``file_key``).
+    batched: bool = False
 
     def sniff(self, head: str) -> bool:
         return False
@@ -75,6 +77,23 @@ class Parser:
         from toranalyze.ingest.reader import read_text_events
 
         return read_text_events(path, [self]).events.lazy()
+
+
+# Lines of several files read as one block (a parser declaring ``batched``) are told apart by
+# their numbers: file k of the block has its lines numbered from k * FILE_LINES + 1.
+FILE_LINES = 1 << 32
+
+
+def file_key() -> pl.Expr:
+    """Which file of a batched block a line comes from (0 in a block of one file). A batched
+    parser keeps every fill, running count and record within one file."""
+    return pl.col("line") // FILE_LINES
+
+
+def file_starts() -> pl.Expr:
+    """True on each file's first row of a batched block (and on the block's first row)."""
+    key = file_key()
+    return (key != key.shift(1)).fill_null(True)
 
 
 _REGEX_META = frozenset("\\.+*?()|[]{}^$#&-~")

@@ -35,7 +35,7 @@ from toranalyze_parsers.kernel import tools as tools
 from toranalyze_parsers.kernel.common import has
 from toranalyze_parsers.kernel.prefix import peeled
 
-from toranalyze.plugins import Parser
+from toranalyze.plugins import Parser, file_key
 from toranalyze.schema import conform_raw, empty_raw
 
 # Lines worth a closer look: kernel-log prefixes, or a fragment one of the detectors needs.
@@ -109,6 +109,7 @@ class KernelParser(Parser):
     source = "kernel"
     noise = gpu.NOISE + net.NOISE + host.NOISE + storage.NOISE + proc.NOISE
     gates = (_KEEP,)  # extract finds nothing in a block without one of these lines
+    batched = True  # every fill, count and record stays within its file (see file_key)
 
     def extract(self, lines: pl.LazyFrame) -> pl.LazyFrame:
         kept = lines.filter(pl.col("text").str.contains(_KEEP)).collect()
@@ -155,9 +156,10 @@ def _with_gpu_index(events: pl.DataFrame) -> pl.LazyFrame:
         return lf.drop("uuid")  # no row states an index: the map is empty (most files)
     index = gpu.gpu_index_map(lf)
     return (
-        lf.join(index, on="device", how="left")
+        lf.with_columns(file_key().alias("_file"))
+        .join(index, on=["_file", "device"], how="left")
         .with_columns(pl.coalesce("gpu", "_gpu_map").alias("gpu"))
-        .drop("_gpu_map", "uuid")
+        .drop("_gpu_map", "uuid", "_file")
     )
 
 

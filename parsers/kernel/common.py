@@ -6,7 +6,7 @@ import re
 
 import polars as pl
 
-from toranalyze.plugins import contains_any
+from toranalyze.plugins import contains_any, file_starts
 
 # A PCI address as drivers print it: 0000:3b:00, 0000:3b:00.0, PCI:0000:3b:00, 00000000:3B:00.0.
 PCI = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
@@ -53,9 +53,9 @@ def runs(start: pl.Expr, cont: pl.Expr) -> pl.Expr:
     """Record id per line for records made of a start line and the continuation lines after it.
 
     A record ends at the first line that is neither a continuation nor a new start; lines
-    outside any record get null.
+    outside any record get null. A record never runs on into the next file of a batch.
     """
-    seg = (start | ~cont).cum_sum()
+    seg = (start | ~cont | file_starts()).cum_sum()
     return pl.when(start.first().over(seg)).then(seg)
 
 
@@ -69,8 +69,8 @@ def first_of_burst(mask: pl.Expr, gap: int) -> pl.Expr:
 
 
 def boot_id() -> pl.Expr:
-    """Boot counter: a ``Linux version`` banner starts a new boot of the node."""
-    return pl.col("body").str.starts_with("Linux version ").cum_sum()
+    """Boot counter: a ``Linux version`` banner (or the next file of a batch) starts a new boot."""
+    return (pl.col("body").str.starts_with("Linux version ") | file_starts()).cum_sum()
 
 
 # Where a kernel message can start inside a raw line: at the start, or after a clock

@@ -10,6 +10,8 @@ from __future__ import annotations
 import polars as pl
 from toranalyze_parsers.kernel.common import PCI, boot_id, event, first_of_burst, has, norm_pci, runs
 
+from toranalyze.plugins import file_key
+
 _XID = (
     rf"NVRM: Xid \((?:PCI:)?(?P<pci>{PCI})\): (?P<code>\d+)"
     r"(?:, pid=(?P<pid>[^,]*))?(?:, name=(?P<name>[^,]*))?(?:,\s*(?P<text>.*))?"
@@ -176,20 +178,22 @@ def gpu_index_map(events: pl.LazyFrame) -> pl.LazyFrame:
     """PCI address -> GPU index, from rows that state both or that share a GPU UUID.
 
     Addresses mapped to two different indices (a file spanning a re-enumeration) are dropped:
-    a wrong index is worse than none.
+    a wrong index is worse than none. Each file of a batch has its own map (``_file``).
     """
-    direct = events.filter(pl.col("gpu").is_not_null() & pl.col("device").is_not_null()).select("device", "gpu")
+    events = events.with_columns(file_key().alias("_file"))
+    stated = pl.col("gpu").is_not_null() & pl.col("device").is_not_null()
+    direct = events.filter(stated).select("_file", "device", "gpu")
     by_uuid = (
         events.filter(pl.col("uuid").is_not_null() & pl.col("device").is_not_null())
-        .select("uuid", "device")
+        .select("_file", "uuid", "device")
         .join(
-            events.filter(pl.col("uuid").is_not_null() & pl.col("gpu").is_not_null()).select("uuid", "gpu"),
-            on="uuid",
+            events.filter(pl.col("uuid").is_not_null() & pl.col("gpu").is_not_null()).select("_file", "uuid", "gpu"),
+            on=["_file", "uuid"],
         )
-        .select("device", "gpu")
+        .select("_file", "device", "gpu")
     )
     both = pl.concat([direct, by_uuid]).unique()
-    return both.filter(pl.len().over("device") == 1).rename({"gpu": "_gpu_map"})
+    return both.filter(pl.len().over("_file", "device") == 1).rename({"gpu": "_gpu_map"})
 
 
 _SXID = rf"SXid \((?:PCI:)?(?P<pci>{PCI})\): (?P<code>\d+), (?P<rest>.*)$"

@@ -12,6 +12,8 @@ from functools import cache
 import polars as pl
 from toranalyze_parsers.kernel.common import PCI, event, first_of_burst, has, norm_pci
 
+from toranalyze.plugins import file_key
+
 _IB_PORT = (
     rf"(?:(?P<pci>{PCI}) )?(?P<ibdev>[\w\-]+): Port: (?P<port>\d+) "
     r"Link (?P<st>DOWN|INIT|ARMED|ACTIVE_DEFER|ACTIVE)\b"
@@ -139,9 +141,15 @@ def ibstat_events(lf: pl.LazyFrame) -> pl.LazyFrame:
     state = body.str.extract(r"^\s+State: (\w+)\s*$", 1)
     phys = body.str.extract(r"^\s+Physical state: (\w+)\s*$", 1)
     s = lf.with_columns(
-        ca.forward_fill().alias("_ca"),
+        ca.forward_fill().over(file_key()).alias("_ca"),
         # A new CA resets the port ('' until its first 'Port N:').
-        pl.when(ca.is_not_null()).then(pl.lit("")).otherwise(port).forward_fill().replace("", None).alias("_port"),
+        pl.when(ca.is_not_null())
+        .then(pl.lit(""))
+        .otherwise(port)
+        .forward_fill()
+        .over(file_key())
+        .replace("", None)
+        .alias("_port"),
         state.alias("_state"),
         pl.when(pl.col("line").shift(-1) == pl.col("line") + 1).then(phys.shift(-1)).alias("_phys"),
     ).filter(pl.col("_state").is_not_null() & pl.col("_ca").is_not_null() & pl.col("_port").is_not_null())

@@ -27,6 +27,7 @@ from functools import cache
 import polars as pl
 
 from toranalyze.ingest.clock import ISO_PATTERN, offset_iso, ts_iso, ts_month_name
+from toranalyze.plugins import file_starts
 from toranalyze.schema import NAIVE_US
 
 MON = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
@@ -114,7 +115,9 @@ def peeled(lines: pl.DataFrame) -> pl.DataFrame:
     lf = layers.lazy()
     for exprs in _finish_steps(_held(layers, journal)):
         lf = lf.with_columns(exprs)
-    return lf.drop(_SCRATCH).collect()
+    # One chunk per column: detectors reading a frame whose columns are split differently hit a
+    # panic in polars' streaming engine (2.1: string views indexed past their chunk).
+    return lf.drop(_SCRATCH).collect().rechunk()
 
 
 def _held(layers: pl.DataFrame, journal: bool) -> frozenset[str]:
@@ -268,8 +271,9 @@ def _delta_clock() -> pl.Expr:
     A delta line's time is the header plus the deltas since; the header drops the seconds, so
     these times are marked inferred.
     """
-    seg = pl.col("_hdr_ts").is_not_null().cum_sum()
-    base = pl.col("_hdr_ts").forward_fill()
+    # A segment starts at each header and at each file of a batch (no header carries over).
+    seg = (pl.col("_hdr_ts").is_not_null() | file_starts()).cum_sum()
+    base = pl.col("_hdr_ts").first().over(seg)
     since = pl.col("_delta").fill_null(0.0).cum_sum().over(seg)
     ts = base + pl.duration(microseconds=(since * 1e6).round(0).cast(pl.Int64))
     delta_ts = pl.when(pl.col("_delta").is_not_null()).then(ts).otherwise(None).cast(NAIVE_US)

@@ -19,6 +19,8 @@ from __future__ import annotations
 import polars as pl
 from toranalyze_parsers.kernel.common import event, has, norm_pci
 
+from toranalyze.plugins import file_key
+
 _HANDLE = (
     r"Unable to (?:determine|detect) the device handle for GPU ?(?P<pci>[0-9A-Fa-f]{3,8}:[0-9A-Fa-f]{2}:"
     r"[0-9A-Fa-f]{2}\.\d)?:? ?(?P<why>.*)$|nvmlDeviceGetHandle\w*\(\): (?P<why2>.+)$"
@@ -49,7 +51,7 @@ def tool_events(lf: pl.LazyFrame) -> pl.LazyFrame:
         event("warning", "warning", message=pl.format("nvidia-smi shows ERR! for a GPU: {}", body.str.strip_chars()))
     )
     d = body.str.extract_groups(_DCGM_ROW)
-    test = pl.col("_d").struct.field("test").replace("", None).forward_fill()
+    test = pl.col("_d").struct.field("test").replace("", None).forward_fill().over(file_key())
     dcgm = (
         lf.filter(body.str.starts_with("|"))
         .with_columns(d.alias("_d"))
@@ -89,7 +91,7 @@ def _smi_memory(lf: pl.LazyFrame) -> pl.LazyFrame:
     level = pl.when(volatile | failed).then(pl.lit("error")).otherwise(pl.lit("warning"))
     where = pl.when(section.is_not_null()).then(pl.format(" ({})", section)).otherwise(pl.lit(""))
     return (
-        lf.with_columns(body.str.extract(_SECTION, 1).forward_fill().alias("_sec"), f.alias("_f"))
+        lf.with_columns(body.str.extract(_SECTION, 1).forward_fill().over(file_key()).alias("_sec"), f.alias("_f"))
         .filter(field.is_not_null() & bad & (uncorrectable | failed | pending))
         .select(event(level, level, message=pl.format("nvidia-smi -q: {}{}: {}", field, where, val)))
     )

@@ -27,11 +27,13 @@ from toranalyze.ingest.discover import InputFile, discover
 from toranalyze.ingest.engine import map_ordered
 from toranalyze.ingest.groups import grouped
 from toranalyze.ingest.reader import (
+    FileResult,
     TextEvents,
     looks_binary,
     parsing,
     read_document_events,
     read_head,
+    read_text_batch,
     read_text_events,
 )
 from toranalyze.plugins import Registry, default_registry
@@ -224,11 +226,55 @@ def _read_file(file: InputFile, registry: Registry, options: IngestOptions) -> t
             return None, report
         if document:
             return _document(file, parsers[0], options, report), report
-        result = read_text_events(file.path, parsers)
-        _note_text(report, result.lines, result.covered, result.parsers, result.warnings)
-        events = finalize_file(result.events, file, options)
-        report.events = events.height
-        return events, report
+        return _text(read_text_events(file.path, parsers), file, options, report), report
+    except Exception as exc:
+        _failed(report, exc)
+        return None, report
+
+
+def _text(result: FileResult, file: InputFile, options: IngestOptions, report: FileReport) -> pl.DataFrame:
+    _note_text(report, result.lines, result.covered, result.parsers, result.warnings)
+    events = finalize_file(result.events, file, options)
+    report.events = events.height
+    return events
+
+
+_Read = tuple[pl.DataFrame | None, FileReport]  # a file's events (None: nothing read) and report
+
+
+def _read_group(files: Sequence[InputFile], registry: Registry, options: IngestOptions) -> list[_Read]:
+    """``_read_file`` of each file, the text files chosen the same parsers read as one batch
+    (``read_text_batch``). If a batch fails, its files are read one by one: only a file at
+    fault loses its events."""
+    out: list[_Read] = []
+    batches: dict[tuple[int, ...], tuple[list[Any], list[int]]] = {}
+    for file in files:
+        report = FileReport(file.path)
+        try:
+            document, parsers = _open(file, registry, options, report)
+        except Exception as exc:
+            _failed(report, exc)
+            document, parsers = False, []
+        if parsers and not document:
+            batches.setdefault(tuple(map(id, parsers)), (parsers, []))[1].append(len(out))
+        out.append((None, report) if parsers and not document else _read_opened(file, parsers, options, report))
+    for parsers, at in batches.values():
+        try:
+            results = read_text_batch([files[i].path for i in at], parsers)
+            for i, result in zip(at, results, strict=True):
+                out[i] = (_text(result, files[i], options, out[i][1]), out[i][1])
+        except Exception:
+            for i in at:
+                out[i] = _read_file(files[i], registry, options)
+    return out
+
+
+def _read_opened(file: InputFile, parsers: list[Any], options: IngestOptions, report: FileReport) -> _Read:
+    """A file ``_open`` found nothing to read in, or one a document parser reads whole."""
+    if not parsers:
+        return None, report
+    try:
+        return _document(file, parsers[0], options, report), report
     except Exception as exc:
         _failed(report, exc)
         return None, report
@@ -374,8 +420,7 @@ def _run_group(task: _FileTask, registry: Registry) -> tuple[_Given, list[FileRe
     read: list[tuple[pl.DataFrame, FileReport]] = []
     reports: list[FileReport] = []
     with parsing():
-        for file in task.files:
-            events, report = _read_file(file, registry, task.options)
+        for events, report in _read_group(task.files, registry, task.options):
             reports.append(report)
             if events is not None and events.height:
                 read.append((events, report))

@@ -23,6 +23,7 @@ from toranalyze import storage
 from toranalyze.errors import InputError, ParserError, SchemaError
 from toranalyze.ingest.affinity import on_thread
 from toranalyze.ingest.lines import prepare_lines
+from toranalyze.plugins import FILE_LINES, file_key
 from toranalyze.schema import RAW_SCHEMA, validate_kinds, validate_raw
 
 BLOCK_BYTES = 32 * 1024 * 1024
@@ -419,23 +420,85 @@ class TextEvents:
 
     def _block(self, chunk: pl.DataFrame, noise: NoiseLines, priority: dict[str, int]) -> pl.DataFrame:
         prepared = on_thread("lines", lambda: prepare_lines(chunk))
-        events = _with_prefix_context(_extract_all(prepared, self.parsers, self.path), prepared)
-        covered = covered_lines(events)
-        if noise.tests:
-            # Noise can add only lines no event covers: the alternations search those only.
-            rest = prepared.filter(~pl.col("line").is_in(covered.implode()))
-            covered = pl.concat([covered, on_thread("noise", lambda: noise(rest))])
-        self.covered += covered.unique().len()
-        events = (
-            events.lazy()
-            .with_columns(pl.col("parser").replace_strict(priority, default=len(priority)).alias("_prio"))
-            .sort("line", "_prio", maintain_order=True)
-            .unique(["line", "kind", "step"], keep="first", maintain_order=True)
-            .drop("_prio")
-            .collect()
-        )
+        events, covered = _block_events(prepared, _extract_all(prepared, self.parsers, self.path), noise, priority)
+        self.covered += covered.len()
         self.used.update(events["parser"].unique().to_list())
         return events
+
+
+def _block_events(
+    prepared: pl.DataFrame, extracted: pl.DataFrame, noise: NoiseLines, priority: dict[str, int]
+) -> tuple[pl.DataFrame, pl.Series]:
+    """A block's parser rows -> its events (prefix context, one row per line, kind and step, the
+    parser listed first kept) and the distinct lines events or noise cover."""
+    events = _with_prefix_context(extracted, prepared)
+    covered = covered_lines(events)
+    if noise.tests:
+        # Noise can add only lines no event covers: the alternations search those only.
+        rest = prepared.filter(~pl.col("line").is_in(covered.implode()))
+        covered = pl.concat([covered, on_thread("noise", lambda: noise(rest))])
+    events = (
+        events.lazy()
+        .with_columns(pl.col("parser").replace_strict(priority, default=len(priority)).alias("_prio"))
+        .sort("line", "_prio", maintain_order=True)
+        .unique(["line", "kind", "step"], keep="first", maintain_order=True)
+        .drop("_prio")
+        .collect()
+    )
+    return events, covered.unique()
+
+
+def read_text_batch(paths: Sequence[str], parsers: Sequence[Any]) -> list[FileResult]:
+    """Small text files read by the same parsers, as one block: what ``read_text_events`` gives
+    for each file, with the fixed cost of planning every query paid once for all of them.
+
+    File k's lines are numbered from ``k * FILE_LINES + 1`` (``file_key`` tells them apart).
+    Parsers declaring ``batched`` read the whole block; the others read each file whose lines
+    hold one of their gates, alone. Lines, noise, gates and prefixes are per-line work.
+    """
+    counts = [Chunks(path) for path in paths]
+    frames = [
+        frame.with_columns(pl.col("line") + k * FILE_LINES) for k, chunks in enumerate(counts) for frame in chunks
+    ]
+    results = [FileResult(_empty_parsed(), c.lines, 0, [], c.warnings) for c in counts]
+    if not frames:
+        return results
+    with parsing():
+        prepared = on_thread("lines", lambda: prepare_lines(pl.concat(frames).rechunk()))
+        extracted = _extract_batch(prepared, parsers, paths)
+        priority = {p.name: i for i, p in enumerate(parsers)}
+        events, covered = _block_events(prepared, extracted, NoiseLines.of(parsers), priority)
+    return _split_batch(events, covered, results)
+
+
+def _extract_batch(prepared: pl.DataFrame, parsers: Sequence[Any], paths: Sequence[str]) -> pl.DataFrame:
+    """``_extract_all`` of a batch: batched parsers once, the others file by file."""
+    frames = []
+    for parser in gated(prepared, parsers):
+        if getattr(parser, "batched", False):
+            frames.append(_extract_all(prepared, [parser], ", ".join(paths)))
+            continue
+        keys = prepared.select(file_key().unique(maintain_order=True)).to_series().to_list()
+        for k in keys:
+            one = prepared.filter(file_key() == k)
+            frames.append(_extract_all(one, [parser], paths[k]))
+    return pl.concat(frames, how="vertical") if frames else _empty_parsed()
+
+
+def _split_batch(events: pl.DataFrame, covered: pl.Series, results: list[FileResult]) -> list[FileResult]:
+    """A batch's events and covered lines back to each file, numbered from 1 again."""
+    key = file_key()
+    covered_by = covered.to_frame("line").group_by(key.alias("_k")).len()
+    for k, n in covered_by.iter_rows():
+        results[k].covered = n
+    keyed = events.with_columns(key.alias("_k"))
+    base = pl.col("_k") * FILE_LINES
+    keyed = keyed.with_columns(pl.col("line") - base, pl.col("line_end") - base)
+    for (k,), part in keyed.partition_by("_k", as_dict=True, maintain_order=True).items():
+        part = part.drop("_k")
+        results[int(k)].events = part
+        results[int(k)].parsers = sorted(part["parser"].unique().to_list())
+    return results
 
 
 def read_text_events(path: str, parsers: Sequence[Any], block_bytes: int | None = None) -> FileResult:

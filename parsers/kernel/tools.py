@@ -61,7 +61,12 @@ def tool_events(lf: pl.LazyFrame) -> pl.LazyFrame:
             event(
                 "error",
                 "error",
-                message=pl.format("dcgmi diag: {} Fail on GPU {}", pl.col("_test"), pl.col("_d").struct.field("gpu")),
+                # A pasted fragment may start below the row naming the test.
+                message=pl.format(
+                    "dcgmi diag: {}Fail on GPU {}",
+                    (pl.col("_test") + " ").fill_null(""),
+                    pl.col("_d").struct.field("gpu"),
+                ),
                 gpu=pl.col("_d").struct.field("gpu").cast(pl.Int32),
             )
         )

@@ -1,0 +1,94 @@
+"""Small text files read as one batch give what each gives read alone (``read_text_batch``)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
+
+from toranalyze.ingest import pipeline, reader
+from toranalyze.ingest.reader import FileResult, read_text_batch, read_text_events
+from toranalyze.plugins import default_registry
+
+DATA = Path(__file__).parent.parent / "data"
+# Kernel-side logs: the parser that reads them batched must keep all its state within a file.
+KERNEL_LOGS = sorted(p for p in (DATA / "kernel").rglob("*") if p.is_file() and p.suffix in (".log", ".txt"))
+KERNEL_LOGS += sorted(p for p in (DATA / "real_excerpts" / "gpu").rglob("*") if p.is_file() and p.suffix != ".toml")
+
+
+def _chosen() -> list:
+    """The parsers every text log of the tests is chosen (one set: all line parsers)."""
+    mode, parsers = default_registry().choose("x.log", "kernel: x", None)
+    assert mode != "document"
+    return parsers
+
+
+def _same(got: FileResult, want: FileResult, where: str) -> None:
+    assert_frame_equal(got.events, want.events)
+    got_counts = (got.lines, got.covered, got.parsers, got.warnings)
+    assert got_counts == (want.lines, want.covered, want.parsers, want.warnings), where
+
+
+def _check(paths: list[str]) -> None:
+    parsers = _chosen()
+    for path, got in zip(paths, read_text_batch(paths, parsers), strict=True):
+        _same(got, read_text_events(path, parsers), path)
+
+
+def test_every_test_log_reads_the_same_in_one_batch() -> None:
+    kinds = ("kernel", "real_excerpts", "torch", "nccl", "trainer")
+    skip = (".toml", ".json", ".yaml", ".parquet", ".gz")
+    files = sorted(p for d in kinds for p in (DATA / d).rglob("*") if p.is_file() and p.suffix not in skip)
+    assert len(files) > 30
+    for i in range(0, len(files), 64):
+        _check([str(p) for p in files[i : i + 64]])
+
+
+def _whole_kernel_text() -> list[str]:
+    return [line for p in KERNEL_LOGS for line in p.read_text(errors="replace").splitlines()]
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.data())
+def test_a_kernel_log_cut_into_files_reads_the_same_batched(data: st.DataObject) -> None:
+    """Cut anywhere (inside a record, after a boot banner, a dmesg -H header, an ibstat CA, a
+    GPU index table), each part reads batched as it reads alone: nothing crosses a file."""
+    lines = _whole_kernel_text()
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(lines) - 1), min_size=1, max_size=6)))
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = []
+        for k, (a, b) in enumerate(zip([0, *cuts], [*cuts, len(lines)], strict=True)):
+            path = Path(tmp) / f"part{k}.log"
+            path.write_text("\n".join(lines[a:b]) + "\n")
+            paths.append(str(path))
+        _check(paths)
+
+
+def test_one_file_per_kernel_line_reads_the_same_batched(tmp_path: Path) -> None:
+    """The sharpest cut: every line its own file. Any fill, boot count, record, header or GPU
+    index carried from one file into the next changes the batch's rows."""
+    paths = []
+    for k, line in enumerate(_whole_kernel_text()):
+        path = tmp_path / f"l{k:05d}.log"
+        path.write_text(line + "\n")
+        paths.append(str(path))
+    _check(paths)
+
+
+def test_a_batch_that_fails_is_read_file_by_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for p in KERNEL_LOGS[:4]:
+        (tmp_path / p.name).write_bytes(p.read_bytes())
+    want = pipeline.ingest([str(tmp_path)], jobs=1)
+
+    def broken(paths: list[str], parsers: list) -> list[FileResult]:
+        raise RuntimeError("batch failed")
+
+    monkeypatch.setattr(pipeline, "read_text_batch", broken)
+    got = pipeline.ingest([str(tmp_path)], jobs=1)
+    assert_frame_equal(got.events, want.events)
+    assert [f.as_dict() for f in got.files] == [f.as_dict() for f in want.files]
+    assert want.n_events > 0 and reader.FILE_LINES > 1 << 31

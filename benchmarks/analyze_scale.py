@@ -24,7 +24,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = {
-    "analysis": ["assign_jobs", "relative_times", "place_untimed_errors", "assign_attempts", "attempt_resources"],
+    "prepare": ["_prepared", "assign_jobs", "relative_times", "place_untimed_errors", "assign_attempts"],
+    "analysis": ["attempt_resources"],
     "progress": ["step_rows", "attempt_table", "step_intervals", "place_steps", "checkpoint_intervals",
                  "eval_intervals", "mark_lost"],
     "slowness": ["detect", "in_periods", "suspects"],
@@ -65,10 +66,10 @@ def measure(logs: Path) -> dict[str, Any]:
     """Ingest and analyse one run in this process; per-stage seconds and peak MB."""
     sys.path.insert(0, str(ROOT))
     from toranalyze.ingest.pipeline import IngestOptions, ingest
-    from toranalyze.reconstruct import analysis, incidents, ledger, progress, slowness
+    from toranalyze.reconstruct import analysis, incidents, ledger, prepare, progress, slowness
 
-    mods = {"analysis": analysis, "progress": progress, "slowness": slowness, "incidents": incidents,
-            "ledger": ledger}
+    mods = {"prepare": prepare, "analysis": analysis, "progress": progress, "slowness": slowness,
+            "incidents": incidents, "ledger": ledger}
     stats: dict[str, list[float]] = {}
     for mod, names in STAGES.items():
         for name in names:

@@ -1,0 +1,73 @@
+"""The analysis's public types: its options, its result and the attempts table's schema
+(documented in docs/tables.md). Shared by the global steps, the job groups and their combination."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from toranalyze.reconstruct.resources import RESOURCES_SCHEMA
+from toranalyze.schema import frame_schema
+
+US = 1_000_000
+UTC_US = pl.Datetime("us", "UTC")
+
+ATTEMPTS_SCHEMA = frame_schema(
+    {
+        "job": pl.String,
+        "attempt": pl.Int32,
+        "job_id": pl.String,
+        "t_start": UTC_US,
+        "t_end": UTC_US,
+        "state": pl.String,
+        "exit_code": pl.String,
+        "first_step": pl.Int64,
+        "last_step": pl.Int64,
+        "resumed_from": pl.Int64,
+        "ckpt_loaded": pl.Int64,
+        "t_first_step_start": UTC_US,
+        "t_last_step_end": UTC_US,
+        "n_step_records": pl.Int64,
+        "steps_lost": pl.Int64,
+    }
+)
+
+
+@dataclass(frozen=True)
+class AnalysisOptions:
+    """Knobs of the reconstruction. ``ideal_step_time_s`` (or tokens/s with tokens per step)
+    overrides the estimated ideal step time for every job."""
+
+    ideal_step_time_s: float | None = None
+    tokens_per_second: float | None = None
+    tokens_per_step: float | None = None
+    slow_threshold: float = 0.03
+    slow_min_steps: int = 5
+    warmup_steps: int = 2
+    incident_pre_s: float = 60.0
+    incident_post_s: float = 120.0
+    hang_stall_factor: float = 10.0
+    hang_min_stall_s: float = 120.0
+
+    def user_ideal_s(self) -> float | None:
+        if self.ideal_step_time_s is not None:
+            return float(self.ideal_step_time_s)
+        if self.tokens_per_second and self.tokens_per_step:
+            return float(self.tokens_per_step) / float(self.tokens_per_second)
+        return None
+
+
+@dataclass
+class Analysis:
+    attempts: pl.DataFrame
+    incidents: pl.DataFrame
+    slow_periods: pl.DataFrame
+    tor: pl.DataFrame
+    notes: list[str] = field(default_factory=list)
+    # Nodes and GPUs per attempt (reconstruct/resources.py): what the fleet's exposure is built on.
+    resources: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=RESOURCES_SCHEMA))
+    # For the report: placed step rows (job, attempt, step, start, end, n, n_lost, d_us; times in
+    # UTC µs) and blocking checkpoint saves (job, start, end). Not written as tables.
+    progress: pl.DataFrame | None = None
+    checkpoints: pl.DataFrame | None = None

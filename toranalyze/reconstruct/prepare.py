@@ -1,0 +1,259 @@
+"""The global steps of the analysis: the columns the stages read, jobs and attempts assigned over
+all files (a scheduler or kernel record is attributed across files), other users' jobs dropped,
+and the time fixes that read along files. What follows reads one job's rows at a time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from toranalyze.reconstruct import incidents as inc_mod
+from toranalyze.reconstruct.api import US, UTC_US
+from toranalyze.reconstruct.attribution import attribute_nodes, pod_bindings
+from toranalyze.reconstruct.intervals import attach, packed_key
+from toranalyze.reconstruct.jobs import assign_attempts, assign_jobs, job_name
+from toranalyze.schema import KINDS, SEVERITIES, SOURCES
+
+JOB_CODE = pl.UInt32
+# Event columns the stages after job assignment read (plus the incident flags).
+_STAGE_COLUMNS = (
+    "ts_inferred", "t", "_row", "job", "_base", "_fc", "source", "kind", "severity", "node", "rank", "n_nodes",
+    "n_gpus", "step", "step_time_s", "loss", "duration_s", "code", "state", "failure_class", "rule", "file", "line",
+    *inc_mod.FLAG_COLUMNS,
+)
+
+
+@dataclass
+class PreparedEvents:
+    """The events after the global steps: the stages' columns of the analysed jobs, each record
+    with its job (a code: the rank of its name) and attempt."""
+
+    events: pl.DataFrame
+    jobs: pl.DataFrame  # the analysed jobs, in code order (job, path, job_ids, identity)
+    names: pl.Series  # code -> job name, over every job found
+    dropped: list[int]  # other users' jobs of a shared scheduler log
+    untimed: list[int]  # jobs given a relative clock
+
+
+def prepare_jobs(events: pl.DataFrame) -> PreparedEvents:
+    """The global steps: jobs and attempts assigned over all files, other users' jobs dropped."""
+    ev, pods = _prepared(events)
+    ev = attribute_nodes(ev, pods)  # host from the file's path, pod -> node
+    # From here on a job is its rank among the sorted names (an integer sorts, joins and groups
+    # several times faster than a string, in the same order), and the table holds only the
+    # columns the stages read: the message text, half its bytes, is reduced to two flags.
+    ev, jobs = assign_jobs(ev, coded=True)
+    names = jobs["job"]
+    jobs = jobs.with_columns(pl.int_range(pl.len(), dtype=JOB_CODE).alias("job"))
+    jobs, dropped = _other_users(ev, jobs)
+    # The other users' jobs leave with the attempts' reordering of the events (one copy of the
+    # table instead of two); the steps before it pass them over. A file may hold several jobs'
+    # records (a scheduler log), and these steps read along files: they stay global.
+    keep = jobs["job"] if dropped else None
+    ev = _slim(ev)
+    ev, untimed = relative_times(ev, keep)
+    ev = place_untimed_errors(ev, keep).drop("_fc")
+    ev = assign_attempts(ev, keep)
+    return PreparedEvents(ev, jobs, names, dropped, untimed)
+
+
+def _other_users(ev: pl.DataFrame, jobs: pl.DataFrame) -> tuple[pl.DataFrame, list[int]]:
+    """(the jobs analysed, the dropped): jobs with no training record, in a directory where
+    another job trained, are other users' jobs of a shared scheduler log, listed in notes."""
+    trained = ev.select("job", "kind").filter(pl.col("kind").is_in(("step", "init", "ckpt_load")))
+    trained = trained.select("job").unique()
+    jobs = jobs.with_columns(pl.col("job").is_in(trained["job"].implode()).alias("_trained"))
+    jobs = jobs.with_columns(pl.col("_trained").any().over("path").alias("_dir_trained"))
+    dropped = jobs.filter(~pl.col("_trained") & pl.col("_dir_trained"))
+    jobs = jobs.filter(pl.col("_trained") | ~pl.col("_dir_trained")).drop("_trained", "_dir_trained")
+    return jobs, dropped["job"].to_list()
+
+
+def _prepared(events: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, str]]:
+    """The columns the stages read, with the message text reduced to what they read of it (the
+    job name it states, the incident flags and the pod -> node bindings), in one chunk per column.
+
+    A table read from parquet comes in chunks (row groups); a column added to it comes in one, and
+    each filter or gather of a frame whose columns are chunked differently first copies every
+    column it touches into one chunk. Copying the slim columns once here is the cheaper way.
+    """
+    pods = pod_bindings(events)
+    # The vocabulary columns are cast before the copy into one chunk (a byte a record to copy
+    # instead of a string view), and ``ts`` is read no further than ``t`` (with_time's columns).
+    cols = [pl.col(c).cast(pl.Enum(_CODED[c]), strict=False) if c in _CODED else c
+            for c in events.columns if c in _STAGE_COLUMNS or c == "job_id"]
+    ev = events.select(*cols, job_name().alias("_name"), *inc_mod.flag_exprs(), pl.col("ts").dt.epoch("us").alias("t"),
+                       pl.int_range(pl.len(), dtype=pl.Int64).alias("_row"))
+    # A word outside the vocabulary (a plugin's own) became null: the enum takes it too.
+    ev = ev.with_columns(coded_words(events[c], words) for c, words in _CODED.items()
+                         if c in ev.columns and ev[c].null_count() > events[c].null_count())
+    return ev.rechunk(), pods
+
+
+# String columns of a fixed vocabulary (plugins may add words) that the stages compare.
+_CODED = {"kind": KINDS, "source": SOURCES, "severity": SEVERITIES}
+
+
+def coded_words(col: pl.Series, words: tuple[str, ...]) -> pl.Series:
+    """``col`` as an enum of ``words`` (then any other word met, sorted): one byte a record,
+    compared and reordered as an integer while ``== "step"`` and ``is_in(...)`` read as before.
+    (Nulls stay null; a ``fill_null`` with a word outside the enum would not fill.)"""
+    coded = col.cast(pl.Enum(words), strict=False)
+    if coded.null_count() > col.null_count():
+        extra = sorted(set(col.drop_nulls().unique().to_list()) - set(words))
+        coded = col.cast(pl.Enum([*words, *extra]))
+    return coded
+
+
+def _slim(ev: pl.DataFrame) -> pl.DataFrame:
+    """The events with only the stages' columns (and the incident flags)."""
+    ev = inc_mod.with_flags(ev)
+    return ev.select([c for c in ev.columns if c in _STAGE_COLUMNS]).with_columns(pl.col("job").cast(JOB_CODE))
+
+
+def place_untimed_errors(ev: pl.DataFrame, keep: pl.Series | None = None) -> pl.DataFrame:
+    """Move an error or warning whose time was inferred past a restart it cannot precede.
+
+    A record without a timestamp of its own (a traceback line) is placed at the previous timed
+    line of its file, but it lies anywhere up to the next timed line. When the job (re)started
+    in between — one pod log spanning several container restarts, whose workers print no timed
+    line of their own — the error belongs to the later attempt and is printed as its processes
+    die: it takes the next timed line's time. Only the events of the jobs ``keep`` (None: all)
+    count.
+    """
+    if "ts_inferred" not in ev.columns or not ev["ts_inferred"].fill_null(False).any():
+        return ev
+    # Files as integers (any order will do: the fill stays within a file), so the sort is numeric;
+    # assign_jobs numbers them (``_fc``).
+    file = "_fc" if "_fc" in ev.columns else "file"
+    order = ev.select("_row", "job", file, "line", "t", "ts_inferred", "kind").filter(
+        pl.col("t").is_not_null() & (pl.lit(True) if keep is None else pl.col("job").is_in(keep.implode())))
+    if file == "file":
+        files = order.select(pl.col("file").unique()).with_row_index("_fc")
+        order = order.join(files, on="file", how="left", nulls_equal=True)
+    packed = packed_key(order, ["_fc", "line", "_row"])  # unique (row ids): the same order, on one column
+    if packed is None:
+        order = order.sort("_fc", "line", "_row")
+    else:  # records come in file and line order, files numbered as they come: often sorted already
+        order = order.with_columns(packed.alias("_k"))
+        order = order if order["_k"].is_sorted() else order.sort("_k")
+    order = (
+        order.with_columns(pl.col("_fc").set_sorted())  # windows over files take slices
+        .with_columns(pl.when(~pl.col("ts_inferred").fill_null(False)).then(pl.col("t")).alias("_hi"))
+        .with_columns(pl.col("_hi").backward_fill().over("_fc").alias("_hi"))
+    )
+    cand = order.filter(
+        pl.col("ts_inferred").fill_null(False)
+        & pl.col("kind").is_in(("error", "warning"))
+        & (pl.col("_hi") > pl.col("t"))
+    )
+    if cand.height == 0:
+        return ev
+    starts = (
+        ev.filter(pl.col("kind").is_in(("job_start", "init", "restart")) & ~pl.col("ts_inferred").fill_null(False))
+        .select("job", pl.col("t").alias("_s"))
+        .drop_nulls()
+        .unique()
+        .sort("_s")
+    )
+    if starts.height == 0:
+        return ev
+    hit = (
+        cand.sort("t")
+        .join_asof(
+            starts,
+            left_on="t",
+            right_on="_s",
+            by="job",
+            strategy="forward",
+            allow_exact_matches=False,
+            check_sortedness=False,
+        )
+        .filter(pl.col("_s").is_not_null() & (pl.col("_s") <= pl.col("_hi")))
+        .select("_row", "_hi")
+    )
+    if hit.height == 0:
+        return ev
+    hi = attach(ev.select("_row"), hit, "_row")["_hi"]
+    ev = ev.with_columns(pl.coalesce(hi, "t").alias("t"))
+    return ev.with_columns(pl.col("t").cast(UTC_US).alias("ts")) if "ts" in ev.columns else ev
+
+
+def relative_times(ev: pl.DataFrame, keep: pl.Series | None = None) -> tuple[pl.DataFrame, list[Any]]:
+    """Give a job whose records carry no timestamp at all (a pasted excerpt of a trainer log) a
+    relative clock: in file and line order, each step row ends ``n × step_time`` after the previous
+    one (``n`` the steps since the previous row, the usual logging interval for the first row),
+    and any other record sits at the end of the last step before it, from the epoch on. Returns
+    (events, the jobs so rebuilt); jobs with any timestamp, or not among ``keep`` (None: all), are
+    left alone."""
+    t = pl.col("t")
+    bare = ev.group_by("job").agg(t.is_null().all().alias("_bare"), (pl.col("kind") == "step").any().alias("_steps"))
+    if keep is not None:
+        bare = bare.filter(pl.col("job").is_in(keep.implode()))
+    jobs = sorted(bare.filter(pl.col("_bare"))["job"].to_list())  # in job order: the notes' order
+    if not jobs:
+        return ev, []
+    part = ev.filter(pl.col("job").is_in(jobs)).sort("job", "file", "line", "_row")
+    is_step = (pl.col("kind") == "step") & pl.col("step").is_not_null()
+    steps = part.filter(is_step).with_columns((pl.col("step") - pl.col("step").shift(1).over("job")).alias("_n"))
+    # The logging interval: the most common gap between rows when it occurs twice; a larger gap
+    # is an elision of the excerpt and counts as one interval (the ledger counts the steps).
+    interval = (
+        steps.filter(pl.col("_n") > 0)
+        .group_by("job", "_n")
+        .len()
+        .sort("job", "len", "_n", descending=[False, True, False])
+        .group_by("job", maintain_order=True)
+        .first()
+        .select("job", pl.when(pl.col("len") >= 2).then(pl.col("_n")).alias("_li"))
+    )
+    smallest = (
+        steps.filter(pl.col("_n") > 0).group_by("job").agg(pl.col("_n").min().alias("_min"), pl.len().alias("_k"))
+    )
+    interval = interval.join(smallest, on="job", how="full", coalesce=True).select(
+        "job", pl.coalesce("_li", pl.when(pl.col("_k") >= 2).then(pl.col("_min")), pl.lit(1)).alias("_li")
+    )
+    steps = (
+        steps.join(interval, on="job", how="left")
+        .with_columns(pl.col("_li").fill_null(1))
+        .with_columns(
+            (
+                pl.when((pl.col("_n") > 0) & (pl.col("_n") <= 2 * pl.col("_li")))
+                .then(pl.col("_n"))
+                .otherwise(pl.col("_li"))
+                * pl.col("step_time_s").fill_null(0.0)
+                * US
+            )
+            .round()
+            .cast(pl.Int64)
+            .alias("_dt")
+        )
+    )
+    part = part.join(steps.select("_row", "_dt"), on="_row", how="left").with_columns(
+        pl.col("_dt").fill_null(0).cum_sum().over("job").alias("t")
+    )
+    part = part.with_columns(pl.col("t").cast(UTC_US).alias("ts"), pl.lit(True).alias("ts_inferred")).drop("_dt")
+    # The excerpt starts where its first step started: a start marker there opens the attempt
+    # (when the steps state their times at all).
+    first = (
+        part.filter(is_step & pl.col("step_time_s").is_not_null())
+        .group_by("job", maintain_order=True)
+        .agg(pl.all().first())
+        .with_columns(
+            pl.lit("init").cast(part.schema["kind"]).alias("kind"),
+            pl.lit(0, pl.Int64).alias("t"),
+            pl.lit(0, pl.Int64).cast(UTC_US).alias("ts"),
+            pl.lit(None, pl.Int64).alias("step"),
+            pl.lit(None, pl.Float64).alias("step_time_s"),
+            pl.lit(None, pl.String).alias("failure_class"),
+            pl.lit("(start of the excerpt)").alias("message"),
+            *[pl.lit(False).alias(c) for c in inc_mod.FLAG_COLUMNS],
+            pl.lit(0, pl.Int64).alias("line"),
+        )
+        .with_columns((pl.int_range(pl.len(), dtype=pl.Int64) + ev["_row"].cast(pl.Int64).max() + 1).alias("_row"))
+    )
+    part = pl.concat([first.select(part.columns), part], how="vertical")
+    rest = ev.filter(~pl.col("job").is_in(jobs))
+    return pl.concat([rest, part.select(rest.columns)], how="vertical"), jobs

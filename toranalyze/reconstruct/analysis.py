@@ -178,17 +178,25 @@ def _healthy(rows0: pl.DataFrame, att: pl.DataFrame, blocked: pl.DataFrame, warm
 def _slow_periods(rows0: pl.DataFrame, opts: AnalysisOptions) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """(slow periods, the healthy rows outside them, each job's step jitter): periods found
     against the healthy steps' median, then again against the median without them."""
-    base = rows0.filter(pl.col("healthy")).group_by("job").agg(pl.col("d_us").median().alias("base_us"))
-    periods = slowness.detect(rows0, base, opts.slow_threshold, opts.slow_min_steps)
-    rows0 = rows0.with_columns(slowness.in_periods(rows0, periods).alias("_slow"))
-    base = (
-        rows0.filter(pl.col("healthy") & ~pl.col("_slow")).group_by("job").agg(pl.col("d_us").median().alias("base_us"))
-    )
-    periods = slowness.detect(rows0, base, opts.slow_threshold, opts.slow_min_steps)
-    rows0 = rows0.with_columns(slowness.in_periods(rows0, periods).alias("_slow"))
-    healthy = rows0.filter(pl.col("healthy") & ~pl.col("_slow"))
+    # The healthy rows and their windows are read once for both searches; the medians read only
+    # the columns they need (a filter of the whole step table copies every column).
+    windows = slowness.healthy_windows(rows0, min_steps=opts.slow_min_steps)
+    d_us = rows0.select("job", "d_us", "healthy")
+    base = _median_by_job(d_us.lazy().filter(pl.col("healthy")), "base_us")
+    periods = slowness.detect_in(windows, base, opts.slow_threshold, rows0.schema["job"])
+    d_us = d_us.with_columns(slowness.in_periods(rows0, periods).alias("_slow"))
+    base = _median_by_job(d_us.lazy().filter(pl.col("healthy") & ~pl.col("_slow")), "base_us")
+    periods = slowness.detect_in(windows, base, opts.slow_threshold, rows0.schema["job"])
+    slow = slowness.in_periods(rows0, periods)
+    # (the columns the ideal step time and the jitter read)
+    healthy = rows0.lazy().select("job", "d_us", "n", "rep_us", "healthy").with_columns(slow.alias("_slow")).filter(
+        pl.col("healthy") & ~pl.col("_slow")).drop("healthy", "_slow").collect()
     # Per-step jitter of the job (relative sd): rows that average n steps vary sqrt(n) times less.
     return periods, healthy, ledger.step_jitter(healthy)
+
+
+def _median_by_job(rows: pl.LazyFrame, name: str) -> pl.DataFrame:
+    return rows.group_by("job").agg(pl.col("d_us").median().alias(name)).collect()
 
 
 def _ideal_steps(healthy: pl.DataFrame, jitter: pl.DataFrame, prelim: pl.DataFrame, jobs: pl.DataFrame,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from toranalyze.reconstruct.intervals import attach, in_windows, run_id
+from toranalyze.reconstruct.intervals import attach, flag_sorted, in_windows, run_id
 from toranalyze.reconstruct.progress import sort_by_key
 from toranalyze.schema import frame_schema
 
@@ -53,24 +53,41 @@ def detect(
     job → base_us. Returns one row per period: job, attempt_idx, start, end, first_step,
     last_step, steps (total steps), med_us (median per-step µs).
     """
+    return detect_in(healthy_windows(rows, smooth, min_steps), baseline_us, threshold, rows.schema["job"])
+
+
+def healthy_windows(rows: pl.DataFrame, smooth: int = 15, min_steps: int = 5) -> pl.DataFrame:
+    """The healthy rows :func:`detect_in` reads, in (job, attempt_idx, step) order, with what does
+    not depend on the baseline (read once when periods are found against several baselines):
+    ``_nt`` (steps a row stands for), ``_w`` (window rows), ``_minrows`` and each row's window
+    reach within its attempt (``_dlo`` rows before, ``_dhi`` after)."""
     cols = ["job", "attempt_idx", "step", "start", "end", "d_us", "n", "prev_step"]
-    h = (
-        attach(rows.select(*cols, "healthy").filter(pl.col("healthy")), baseline_us, "job", how="inner")
-        .pipe(sort_by_key, "job", "attempt_idx", "step")
-        .with_columns((pl.col("d_us") / pl.col("base_us")).log().alias("_lr"))
-    )
-    # In job order (no null job after the inner join): windows over jobs take slices.
-    h = h.with_columns(pl.col("job").set_sorted())
+    h = sort_by_key(rows.lazy().filter(pl.col("healthy")).select(cols).collect(), "job", "attempt_idx", "step")
     # Windows are counted in steps: a job logging every n steps smooths over smooth / n rows
-    # (at least 3) and needs min_steps / n rows (at least 2).
-    h = h.with_columns(pl.col("n").median().over("job").fill_null(1).clip(lower_bound=1).alias("_nt"))
+    # (at least 3) and needs min_steps / n rows (at least 2). (In job order: windows take slices.)
+    h = flag_sorted(h).with_columns(pl.col("n").median().over("job").fill_null(1).clip(lower_bound=1).alias("_nt"))
+    h = h.with_columns(
+        (smooth / pl.col("_nt")).round().cast(pl.Int64).clip(lower_bound=3).alias("_w"),
+        (min_steps / pl.col("_nt")).ceil().cast(pl.Int64).clip(lower_bound=2).alias("_minrows"),
+    )
+    # A centered window of _w rows, cut at the attempt's ends, as offsets from the row (a job left
+    # out for want of a baseline moves the positions, not the offsets).
+    i, half = pl.int_range(pl.len(), dtype=pl.Int64), (pl.col("_w") - 1) // 2
+    return h.with_columns(run_id("job", "attempt_idx").alias("_g")).with_columns(
+        pl.min_horizontal(half, i.over("_g")).alias("_dlo"),
+        pl.min_horizontal(half, (pl.len().cast(pl.Int64) - 1 - i).over("_g")).alias("_dhi"),
+    ).drop("_g")
+
+
+def detect_in(h: pl.DataFrame, baseline_us: pl.DataFrame, threshold: float, job_type: pl.DataType) -> pl.DataFrame:
+    """:func:`detect` over ``healthy_windows(rows)``."""
+    h = attach(h, baseline_us, "job", how="inner").pipe(sort_by_key, "job", "attempt_idx", "step")
+    h = flag_sorted(h.with_columns((pl.col("d_us") / pl.col("base_us")).log().alias("_lr")))
     # Noise of the job's step times (robust sigma of log ratios); the rolling median over
     # ``smooth`` steps must clear the threshold by 5 of its own standard errors.
     h = h.with_columns(pl.col("_lr").median().over("job").alias("_sig"))  # (one window at a time: slices)
     h = h.with_columns(
         ((pl.col("_lr") - pl.col("_sig")).abs().median().over("job") * 1.4826).alias("_sig"),
-        (smooth / pl.col("_nt")).round().cast(pl.Int64).clip(lower_bound=3).alias("_w"),
-        (min_steps / pl.col("_nt")).ceil().cast(pl.Int64).clip(lower_bound=2).alias("_minrows"),
     ).with_columns(
         pl.max_horizontal(pl.lit(threshold), 5.0 * 1.25 * pl.col("_sig") / pl.col("_w").cast(pl.Float64).sqrt()).alias(
             "_thr"
@@ -79,7 +96,7 @@ def detect(
     if h.height == 0:
         return pl.DataFrame(
             schema={
-                "job": rows.schema["job"],
+                "job": job_type,
                 "attempt_idx": pl.Int32,
                 "start": pl.Int64,
                 "end": pl.Int64,
@@ -91,7 +108,6 @@ def detect(
             }
         )
     grp = ("job", "attempt_idx")
-    h = sort_by_key(h, "job", "attempt_idx", "step")
     h = h.with_columns(_smooth_above(h).alias("_in"))
     h = h.with_columns(pl.int_range(pl.len()).over(run_id(*grp)).alias("_idx"))
     runs = (
@@ -159,14 +175,9 @@ def _smooth_above(h: pl.DataFrame) -> pl.Series:
     if h.height == 0 or not finite or not h.select((pl.col("_w") % 2 == 1).all()).item():
         return _median_above(h)
     pos = pl.int_range(pl.len(), dtype=pl.Int64)
-    first = ((pl.col("job") != pl.col("job").shift(1)) | (pl.col("attempt_idx") != pl.col("attempt_idx").shift(1)))
-    last = ((pl.col("job") != pl.col("job").shift(-1)) | (pl.col("attempt_idx") != pl.col("attempt_idx").shift(-1)))
-    half = (pl.col("_w") - 1) // 2
     c = h.select(
         (pl.col("_lr") >= (1.0 + pl.col("_thr")).log()).cast(pl.Int64).alias("_up"),
-        pl.max_horizontal(pos - half, pl.when(first.fill_null(True)).then(pos).forward_fill()).alias("_lo"),
-        pl.min_horizontal(pos + half, pl.when(last.fill_null(True)).then(pos).backward_fill()).alias("_hi"),
-        "job", "attempt_idx",
+        (pos - pl.col("_dlo")).alias("_lo"), (pos + pl.col("_dhi")).alias("_hi"), "job", "attempt_idx",
     ).with_columns(pl.col("_up").cum_sum().alias("_cum"))
     cum, lo = pl.col("_cum"), pl.col("_lo")
     c = c.with_columns(

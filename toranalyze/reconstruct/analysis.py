@@ -25,7 +25,7 @@ from toranalyze.reconstruct import incidents as inc_mod
 from toranalyze.reconstruct import ledger, progress, slowness
 from toranalyze.reconstruct.api import ATTEMPTS_SCHEMA, US, Analysis, AnalysisOptions
 from toranalyze.reconstruct.incidents import INCIDENTS_SCHEMA
-from toranalyze.reconstruct.intervals import attach, group_keys, in_key_order, in_windows, run_id
+from toranalyze.reconstruct.intervals import agg_by, attach, group_keys, in_key_order, in_windows, run_id
 from toranalyze.reconstruct.ledger import TOR_SCHEMA
 from toranalyze.reconstruct.partition import (
     GROUPS_PER_SLOT,
@@ -141,9 +141,8 @@ def _step_progress(ev: pl.DataFrame, opts: AnalysisOptions) -> _Progress:
     steps = progress.step_rows(ev)
     att = progress.attempt_table(ev, steps)
     rows = progress.step_intervals(steps, att)
-    prelim = rows.filter(pl.col("d_us").is_not_null()).group_by("job").agg(
-        pl.col("d_us").median().round().cast(pl.Int64).alias("ideal_us")
-    )
+    prelim = agg_by(rows.select("job", "d_us").filter(pl.col("d_us").is_not_null()), "job",
+                    pl.col("d_us").median().round().cast(pl.Int64).alias("ideal_us"))
     rows0 = progress.place_steps(rows, att, prelim)
     ckpt = progress.checkpoint_intervals(ev, rows0, prelim)
     evals = progress.eval_intervals(ev, rows0, ckpt)
@@ -182,10 +181,10 @@ def _slow_periods(rows0: pl.DataFrame, opts: AnalysisOptions) -> tuple[pl.DataFr
     # the columns they need (a filter of the whole step table copies every column).
     windows = slowness.healthy_windows(rows0, min_steps=opts.slow_min_steps)
     d_us = rows0.select("job", "d_us", "healthy")
-    base = _median_by_job(d_us.lazy().filter(pl.col("healthy")), "base_us")
+    base = _median_by_job(d_us.filter(pl.col("healthy")), "base_us")
     periods = slowness.detect_in(windows, base, opts.slow_threshold, rows0.schema["job"])
     d_us = d_us.with_columns(slowness.in_periods(rows0, periods).alias("_slow"))
-    base = _median_by_job(d_us.lazy().filter(pl.col("healthy") & ~pl.col("_slow")), "base_us")
+    base = _median_by_job(d_us.filter(pl.col("healthy") & ~pl.col("_slow")), "base_us")
     periods = slowness.detect_in(windows, base, opts.slow_threshold, rows0.schema["job"])
     slow = slowness.in_periods(rows0, periods)
     # (the columns the ideal step time and the jitter read)
@@ -195,8 +194,8 @@ def _slow_periods(rows0: pl.DataFrame, opts: AnalysisOptions) -> tuple[pl.DataFr
     return periods, healthy, ledger.step_jitter(healthy)
 
 
-def _median_by_job(rows: pl.LazyFrame, name: str) -> pl.DataFrame:
-    return rows.group_by("job").agg(pl.col("d_us").median().alias(name)).collect()
+def _median_by_job(rows: pl.DataFrame, name: str) -> pl.DataFrame:
+    return agg_by(rows.select("job", "d_us"), "job", pl.col("d_us").median().alias(name))
 
 
 def _ideal_steps(healthy: pl.DataFrame, jitter: pl.DataFrame, prelim: pl.DataFrame, jobs: pl.DataFrame,
@@ -204,16 +203,16 @@ def _ideal_steps(healthy: pl.DataFrame, jitter: pl.DataFrame, prelim: pl.DataFra
     """Each job's ideal step time (``ideal_us``) and where it comes from (``ideal_step_source``)."""
     # The median of averages over n steps is the steps' mean, exp(sigma^2 (1 - 1/n) / 2) above
     # their median: undo that so t* is the median step time whatever the logging interval.
-    ideal = (
-        attach(healthy, jitter, "job")
-        .with_columns(
+    ideal = agg_by(
+        attach(healthy, jitter, "job").select(
+            "job",
             (
                 pl.col("d_us")
                 * (-(pl.col("sigma").fill_null(0.0) ** 2) * (1.0 - 1.0 / pl.col("n")) / 2.0).exp()
-            ).alias("_d")
-        )
-        .group_by("job")
-        .agg(pl.col("_d").median().round().cast(pl.Int64).alias("ideal_us"), pl.len().alias("_n"))
+            ).alias("_d"),
+        ),
+        "job",
+        pl.col("_d").median().round().cast(pl.Int64).alias("ideal_us"), pl.len().alias("_n"),
     )
     user = opts.user_ideal_s()
     ideal = jobs.select("job").join(ideal, on="job", how="left").join(
@@ -259,9 +258,8 @@ def _job_windows(att: pl.DataFrame, ev: pl.DataFrame) -> tuple[pl.DataFrame, lis
     window = window.with_columns(pl.max_horizontal("T1", "T0").alias("T1"))
     # Guard: no time of the analysis may lie outside the job's own records (a sentinel leaking
     # into an end once put an incident in the year 148108).
-    span = ev.select("job", "t").filter(pl.col("t").is_not_null()).group_by("job").agg(
-        pl.col("t").min().alias("_e0"), pl.col("t").max().alias("_e1")
-    )
+    span = agg_by(ev.select("job", "t").filter(pl.col("t").is_not_null()), "job",
+                  pl.col("t").min().alias("_e0"), pl.col("t").max().alias("_e1"))
     window = window.join(span, on="job", how="left")
     bad = window.filter((pl.col("T0") < pl.col("_e0")) | (pl.col("T1") > pl.col("_e1"))).sort("job")
     window = window.with_columns(

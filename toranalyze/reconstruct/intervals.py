@@ -145,6 +145,15 @@ def group_keys(df: pl.DataFrame, *keys: str) -> tuple[list[str | pl.Expr], list[
         return [run_id(*keys).alias("_g")], [pl.col(k).first() for k in keys]
     return list(keys), []
 
+def agg_by(df: pl.DataFrame, keys: str | list[str], *aggs: pl.Expr) -> pl.DataFrame:
+    """``df.group_by(keys).agg(*aggs)`` (the keys first, then the aggregations), the groups taken
+    as slices when the rows are in key order (records and step rows mostly are) instead of hashed."""
+    cols = [keys] if isinstance(keys, str) else list(keys)
+    if in_key_order(df, *cols, strict=False):
+        return df.group_by(run_id(*cols).alias("__run")).agg(*[pl.col(k).first() for k in cols], *aggs).drop("__run")
+    return df.group_by(*cols).agg(*aggs)
+
+
 def packed_key(df: pl.DataFrame, cols: list[str]) -> pl.Expr | None:
     """Integer columns packed into one Int64 that sorts as they do together (one numeric column
     to sort or compare instead of several), or None when they hold nulls or their ranges need

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from toranalyze.reconstruct.intervals import attach
+from toranalyze.reconstruct.intervals import agg_by, attach
 from toranalyze.reconstruct.progress import make_disjoint, overlaps, sort_by_key, union_intervals
 from toranalyze.schema import frame_schema
 
@@ -340,7 +340,8 @@ def compute(
         .drop("_u")
         .with_columns((pl.col("owned_us") - pl.col("rework_us") - pl.col("useful_us")).alias("slowdown_us"))
     )
-    per_step = rows.group_by("job").agg(
+    per_step = agg_by(
+        rows.select("job", "useful_us", "slowdown_us", "rework_us", "n", "n_lost"), "job",
         pl.col("useful_us").sum(),
         pl.col("slowdown_us").sum(),
         pl.col("rework_us").sum(),

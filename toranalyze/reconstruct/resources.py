@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from toranalyze.reconstruct.intervals import agg_by
 from toranalyze.schema import frame_schema
 
 RESOURCES_SCHEMA = frame_schema(
@@ -41,7 +42,8 @@ def attempt_resources(ev: pl.DataFrame) -> pl.DataFrame:
         .first()
         .drop("_kern")
     )
-    stated = ev.group_by(key).agg(pl.col("n_gpus").max().alias("_g"), pl.col("n_nodes").max().alias("_n"))
+    stated = agg_by(ev.select(*key, "n_gpus", "n_nodes"), key, pl.col("n_gpus").max().alias("_g"),
+                    pl.col("n_nodes").max().alias("_n"))  # (records in attempt order: slices)
     job_gpus = stated.group_by("job").agg(pl.col("_g").max().alias("_jg"))  # (the largest of its attempts')
     out = (
         stated.join(nodes, on=key, how="left")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from toranalyze.reconstruct.intervals import attach, flag_sorted, in_windows, run_id
+from toranalyze.reconstruct.intervals import agg_by, attach, flag_sorted, in_windows, run_id
 from toranalyze.reconstruct.progress import sort_by_key
 from toranalyze.schema import frame_schema
 
@@ -65,11 +65,14 @@ def healthy_windows(rows: pl.DataFrame, smooth: int = 15, min_steps: int = 5) ->
     h = sort_by_key(rows.lazy().filter(pl.col("healthy")).select(cols).collect(), "job", "attempt_idx", "step")
     # Windows are counted in steps: a job logging every n steps smooths over smooth / n rows
     # (at least 3) and needs min_steps / n rows (at least 2). (In job order: windows take slices.)
-    h = flag_sorted(h).with_columns(pl.col("n").median().over("job").fill_null(1).clip(lower_bound=1).alias("_nt"))
-    h = h.with_columns(
+    # (Computed per job, then looked up by each row.)
+    per_job = agg_by(h, "job", pl.col("n").median().alias("_nt")).with_columns(
+        pl.col("_nt").fill_null(1).clip(lower_bound=1))
+    per_job = per_job.with_columns(
         (smooth / pl.col("_nt")).round().cast(pl.Int64).clip(lower_bound=3).alias("_w"),
         (min_steps / pl.col("_nt")).ceil().cast(pl.Int64).clip(lower_bound=2).alias("_minrows"),
     )
+    h = attach(flag_sorted(h), per_job, "job")
     # A centered window of _w rows, cut at the attempt's ends, as offsets from the row (a job left
     # out for want of a baseline moves the positions, not the offsets).
     i, half = pl.int_range(pl.len(), dtype=pl.Int64), (pl.col("_w") - 1) // 2

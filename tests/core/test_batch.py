@@ -79,6 +79,17 @@ def test_one_file_per_kernel_line_reads_the_same_batched(tmp_path: Path) -> None
     _check(paths)
 
 
+def test_a_file_of_several_blocks_is_read_alone() -> None:
+    """Parsers' rules work within a block: a file longer than one block keeps its blocks apart
+    (as a small compressed file holding much text would), the others are still batched."""
+    paths = [str(p) for p in KERNEL_LOGS]
+    big = [p for p in paths if Path(p).stat().st_size > 4096]
+    assert big and len(big) < len(paths)
+    parsers = _chosen()
+    for path, got in zip(paths, read_text_batch(paths, parsers, block_bytes=4096), strict=True):
+        _same(got, read_text_events(path, parsers, block_bytes=4096), path)
+
+
 def test_a_batch_that_fails_is_read_file_by_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for p in KERNEL_LOGS[:4]:
         (tmp_path / p.name).write_bytes(p.read_bytes())

@@ -2,9 +2,10 @@
 
 What a small file costs is mostly fixed: planning the queries that classify its events, writing
 and reading back its part, one task's round trip to a worker. Consecutive small files (in input
-order, so the table's row order is unchanged) share those; each is still parsed on its own, so
-no parser sees lines of two files together. Classifying a group's events at once gives each row
-the class it gets alone (a rule reads only its own row).
+order, so the table's row order is unchanged) share those. Their text is read as one batch
+(``reader.read_text_batch``): only parsers declaring ``batched`` see lines of several files
+together, told apart by their line numbers; the others read each file alone. Classifying a
+group's events at once gives each row the class it gets alone (a rule reads only its own row).
 """
 
 from __future__ import annotations

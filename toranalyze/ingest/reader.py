@@ -448,7 +448,7 @@ def _block_events(
     return events, covered.unique()
 
 
-def read_text_batch(paths: Sequence[str], parsers: Sequence[Any]) -> list[FileResult]:
+def read_text_batch(paths: Sequence[str], parsers: Sequence[Any], block_bytes: int | None = None) -> list[FileResult]:
     """Small text files read by the same parsers, as one block: what ``read_text_events`` gives
     for each file, with the fixed cost of planning every query paid once for all of them.
 
@@ -456,19 +456,35 @@ def read_text_batch(paths: Sequence[str], parsers: Sequence[Any]) -> list[FileRe
     Parsers declaring ``batched`` read the whole block; the others read each file whose lines
     hold one of their gates, alone. Lines, noise, gates and prefixes are per-line work.
     """
-    counts = [Chunks(path) for path in paths]
-    frames = [
-        frame.with_columns(pl.col("line") + k * FILE_LINES) for k, chunks in enumerate(counts) for frame in chunks
-    ]
+    counts = [Chunks(path, block_bytes or BLOCK_BYTES) for path in paths]
+    frames = [_one_block(chunks) for chunks in counts]
     results = [FileResult(_empty_parsed(), c.lines, 0, [], c.warnings) for c in counts]
-    if not frames:
+    # A file of more than one block (a compressed one holding more text than it seemed) is read
+    # alone: the parsers' rules work within a block, so its blocks must stay apart.
+    for k, frame in enumerate(frames):
+        if frame is None:
+            results[k] = read_text_events(paths[k], parsers, block_bytes)
+    batch = [
+        f.with_columns(pl.col("line") + k * FILE_LINES) for k, f in enumerate(frames) if f is not None and f.height
+    ]
+    if not batch:
         return results
     with parsing():
-        prepared = on_thread("lines", lambda: prepare_lines(pl.concat(frames).rechunk()))
+        prepared = on_thread("lines", lambda: prepare_lines(pl.concat(batch).rechunk()))
         extracted = _extract_batch(prepared, parsers, paths)
         priority = {p.name: i for i, p in enumerate(parsers)}
         events, covered = _block_events(prepared, extracted, NoiseLines.of(parsers), priority)
     return _split_batch(events, covered, results)
+
+
+def _one_block(chunks: Chunks) -> pl.DataFrame | None:
+    """A file's only block (an empty frame: no lines); None when it has more than one."""
+    it = iter(chunks)
+    first = next(it, None)
+    if first is not None and next(it, None) is not None:
+        it.close()  # type: ignore[attr-defined]  # a generator: closes the file
+        return None
+    return first if first is not None else pl.DataFrame(schema={"line": pl.Int64, "raw": pl.String})
 
 
 def _extract_batch(prepared: pl.DataFrame, parsers: Sequence[Any], paths: Sequence[str]) -> pl.DataFrame:

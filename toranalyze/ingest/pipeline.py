@@ -222,14 +222,12 @@ def _read_file(file: InputFile, registry: Registry, options: IngestOptions) -> t
     report = FileReport(file.path)
     try:
         document, parsers = _open(file, registry, options, report)
-        if not parsers:
-            return None, report
-        if document:
-            return _document(file, parsers[0], options, report), report
-        return _text(read_text_events(file.path, parsers), file, options, report), report
+        if parsers and not document:
+            return _text(read_text_events(file.path, parsers), file, options, report), report
     except Exception as exc:
         _failed(report, exc)
         return None, report
+    return _read_opened(file, parsers, options, report)
 
 
 def _text(result: FileResult, file: InputFile, options: IngestOptions, report: FileReport) -> pl.DataFrame:
@@ -257,7 +255,9 @@ def _read_group(files: Sequence[InputFile], registry: Registry, options: IngestO
             document, parsers = False, []
         if parsers and not document:
             batches.setdefault(tuple(map(id, parsers)), (parsers, []))[1].append(len(out))
-        out.append((None, report) if parsers and not document else _read_opened(file, parsers, options, report))
+            out.append((None, report))  # filled below, with its batch
+        else:
+            out.append(_read_opened(file, parsers, options, report))
     for parsers, at in batches.values():
         try:
             results = read_text_batch([files[i].path for i in at], parsers)

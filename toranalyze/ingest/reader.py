@@ -490,14 +490,15 @@ def _one_block(chunks: Chunks) -> pl.DataFrame | None:
 def _extract_batch(prepared: pl.DataFrame, parsers: Sequence[Any], paths: Sequence[str]) -> pl.DataFrame:
     """``_extract_all`` of a batch: batched parsers once, the others file by file."""
     frames = []
+    files: dict[Any, pl.DataFrame] | None = None  # each file's lines, cut once when first needed
     for parser in gated(prepared, parsers):
         if getattr(parser, "batched", False):
             frames.append(_extract_all(prepared, [parser], ", ".join(paths)))
             continue
-        keys = prepared.select(file_key().unique(maintain_order=True)).to_series().to_list()
-        for k in keys:
-            one = prepared.filter(file_key() == k)
-            frames.append(_extract_all(one, [parser], paths[k]))
+        if files is None:
+            keyed = prepared.with_columns(file_key().alias("_k"))
+            files = {k: f.drop("_k") for (k,), f in keyed.partition_by("_k", as_dict=True, maintain_order=True).items()}
+        frames += [_extract_all(one, [parser], paths[int(k)]) for k, one in files.items()]
     return pl.concat(frames, how="vertical") if frames else _empty_parsed()
 
 

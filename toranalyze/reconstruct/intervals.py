@@ -145,6 +145,7 @@ def group_keys(df: pl.DataFrame, *keys: str) -> tuple[list[str | pl.Expr], list[
         return [run_id(*keys).alias("_g")], [pl.col(k).first() for k in keys]
     return list(keys), []
 
+
 def agg_by(df: pl.DataFrame, keys: str | list[str], *aggs: pl.Expr) -> pl.DataFrame:
     """``df.group_by(keys).agg(*aggs)`` (the keys first, then the aggregations), the groups taken
     as slices when the rows are in key order (records and step rows mostly are) instead of hashed."""

@@ -42,8 +42,9 @@ def attempt_resources(ev: pl.DataFrame) -> pl.DataFrame:
         .first()
         .drop("_kern")
     )
-    stated = agg_by(ev.select(*key, "n_gpus", "n_nodes"), key, pl.col("n_gpus").max().alias("_g"),
-                    pl.col("n_nodes").max().alias("_n"))  # (records in attempt order: slices)
+    # Records are in attempt order: the groups are slices.
+    sizes = (pl.col("n_gpus").max().alias("_g"), pl.col("n_nodes").max().alias("_n"))
+    stated = agg_by(ev.select(*key, "n_gpus", "n_nodes"), key, *sizes)
     job_gpus = stated.group_by("job").agg(pl.col("_g").max().alias("_jg"))  # (the largest of its attempts')
     out = (
         stated.join(nodes, on=key, how="left")

@@ -64,10 +64,9 @@ def healthy_windows(rows: pl.DataFrame, smooth: int = 15, min_steps: int = 5) ->
     cols = ["job", "attempt_idx", "step", "start", "end", "d_us", "n", "prev_step"]
     h = sort_by_key(rows.lazy().filter(pl.col("healthy")).select(cols).collect(), "job", "attempt_idx", "step")
     # Windows are counted in steps: a job logging every n steps smooths over smooth / n rows
-    # (at least 3) and needs min_steps / n rows (at least 2). (In job order: windows take slices.)
-    # (Computed per job, then looked up by each row.)
-    per_job = agg_by(h, "job", pl.col("n").median().alias("_nt")).with_columns(
-        pl.col("_nt").fill_null(1).clip(lower_bound=1))
+    # (at least 3) and needs min_steps / n rows (at least 2); computed per job, then attached.
+    per_job = agg_by(h, "job", pl.col("n").median().alias("_nt"))
+    per_job = per_job.with_columns(pl.col("_nt").fill_null(1).clip(lower_bound=1))
     per_job = per_job.with_columns(
         (smooth / pl.col("_nt")).round().cast(pl.Int64).clip(lower_bound=3).alias("_w"),
         (min_steps / pl.col("_nt")).ceil().cast(pl.Int64).clip(lower_bound=2).alias("_minrows"),

@@ -42,6 +42,7 @@ class SlurmParser(Parser):
     noise = NOISE
     # line rules read only KEYWORDS lines; embedded sacct tables start at a JobID header
     gates = (literal_gate(KEYWORDS), r"(?i:\bJobID)")
+    batched = True  # rules read one line each; bursts and embedded tables end with their file
 
     def sniff(self, head: str) -> bool:
         return sacct.sniff(head)

@@ -28,6 +28,7 @@ from toranalyze_parsers.slurm.common import (
 
 from toranalyze.ingest.clock import ts_iso, ts_month_name
 from toranalyze.ingest.reader import BLOCK_BYTES, Chunks
+from toranalyze.plugins import FILE_LINES
 
 # sacct --helpformat names (lower-cased). A header must consist of these only.
 FIELDS = frozenset(
@@ -255,7 +256,9 @@ def parse_tables(
     for i, table in enumerate(tables):
         if table.header_line in ended:
             continue
-        end = tables[i + 1].header_line if i + 1 < len(tables) else None
+        # A table ends at the next header, or with its file (files of a batch follow each other).
+        file_end = (table.header_line // FILE_LINES + 1) * FILE_LINES
+        end = min(tables[i + 1].header_line, file_end) if i + 1 < len(tables) else file_end
         cells, stop = _cells(frame, table, end)
         if stop:
             ended.add(table.header_line)

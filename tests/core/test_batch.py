@@ -40,7 +40,7 @@ def _check(paths: list[str]) -> None:
 
 
 def test_every_test_log_reads_the_same_in_one_batch() -> None:
-    kinds = ("kernel", "real_excerpts", "torch", "nccl", "trainer")
+    kinds = ("kernel", "real_excerpts", "real_excerpts_heldout", "torch", "nccl", "trainer", "slurm")
     skip = (".toml", ".json", ".yaml", ".parquet", ".gz")
     files = sorted(p for d in kinds for p in (DATA / d).rglob("*") if p.is_file() and p.suffix not in skip)
     assert len(files) > 30
@@ -65,6 +65,35 @@ def test_a_kernel_log_cut_into_files_reads_the_same_batched(data: st.DataObject)
             path = Path(tmp) / f"part{k}.log"
             path.write_text("\n".join(lines[a:b]) + "\n")
             paths.append(str(path))
+        _check(paths)
+
+
+# Text logs of every family whose parser reads batches (documents and data files excluded).
+_TEXT_SKIP = (".toml", ".json", ".yaml", ".yml", ".parquet", ".gz", ".md")
+FAMILY_LOGS = {
+    family: sorted(p for p in (DATA / family).rglob("*") if p.is_file() and p.suffix not in _TEXT_SKIP)
+    for family in ("trainer", "torch", "nccl", "slurm")
+}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_LOGS))
+@settings(max_examples=6, deadline=None)
+@given(data=st.data())
+def test_a_family_log_cut_into_files_reads_the_same_batched(family: str, data: st.DataObject) -> None:
+    """A log of each family cut anywhere (inside a traceback, a wrapped iteration record, an NCCL
+    error chain, a Slurm step's records) reads batched as its parts read alone."""
+    logs = FAMILY_LOGS[family]
+    path = logs[data.draw(st.integers(0, len(logs) - 1))]
+    lines = path.read_text(errors="replace").splitlines()
+    if len(lines) < 2:
+        return
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(lines) - 1), min_size=1, max_size=min(6, len(lines) - 1))))
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = []
+        for k, (a, b) in enumerate(zip([0, *cuts], [*cuts, len(lines)], strict=True)):
+            part = Path(tmp) / f"part{k}{path.suffix or '.log'}"
+            part.write_text("\n".join(lines[a:b]) + "\n")
+            paths.append(str(part))
         _check(paths)
 
 

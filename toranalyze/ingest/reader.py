@@ -493,13 +493,22 @@ def _extract_batch(prepared: pl.DataFrame, parsers: Sequence[Any], paths: Sequen
     files: dict[Any, pl.DataFrame] | None = None  # each file's lines, cut once when first needed
     for parser in gated(prepared, parsers):
         if getattr(parser, "batched", False):
-            frames.append(_extract_all(prepared, [parser], ", ".join(paths)))
+            frames.append(_extract_all(_gated_files(prepared, parser), [parser], ", ".join(paths)))
             continue
         if files is None:
             keyed = prepared.with_columns(file_key().alias("_k"))
             files = {k: f.drop("_k") for (k,), f in keyed.partition_by("_k", as_dict=True, maintain_order=True).items()}
         frames += [_extract_all(one, [parser], paths[int(k)]) for k, one in files.items()]
     return pl.concat(frames, how="vertical") if frames else _empty_parsed()
+
+
+def _gated_files(prepared: pl.DataFrame, parser: Any) -> pl.DataFrame:
+    """The lines of the batch's files whose lines hold one of ``parser``'s gates: a batched parser
+    reads the files it would read alone, not every file of a batch some file opened to it."""
+    gate = _gate(parser)
+    if gate is None:
+        return prepared
+    return on_thread("gates", lambda: prepared.filter(gate.any().over(file_key())))
 
 
 def _split_batch(events: pl.DataFrame, covered: pl.Series, results: list[FileResult]) -> list[FileResult]:

@@ -36,6 +36,9 @@ class NcclParser(Parser):
     noise = NOISE
     # records.prefilter keeps only anchor lines, their continuations and '#N' frames
     gates = (literal_gate(ANCHORS, ignore_case=True), r"^\s*#")
+    # Batched: every link between lines (wraps, chains, a writer's previous line) also requires the
+    # lines to be at most STREAM_GAP apart, and the files of a batch are FILE_LINES apart.
+    batched = True
 
     def extract(self, lines: pl.LazyFrame) -> pl.LazyFrame:
         candidates = records.prefilter(lines)

@@ -69,7 +69,7 @@ def test_a_kernel_log_cut_into_files_reads_the_same_batched(data: st.DataObject)
 
 
 # Text logs of every family whose parser reads batches (documents and data files excluded).
-_TEXT_SKIP = (".toml", ".json", ".yaml", ".yml", ".parquet", ".gz", ".md")
+_TEXT_SKIP = (".toml", ".json", ".yaml", ".yml", ".parquet", ".md", *reader.COMPRESSED)
 FAMILY_LOGS = {
     family: sorted(p for p in (DATA / family).rglob("*") if p.is_file() and p.suffix not in _TEXT_SKIP)
     for family in ("trainer", "torch", "nccl", "slurm")
@@ -91,10 +91,25 @@ def test_a_family_log_cut_into_files_reads_the_same_batched(family: str, data: s
     with tempfile.TemporaryDirectory() as tmp:
         paths = []
         for k, (a, b) in enumerate(zip([0, *cuts], [*cuts, len(lines)], strict=True)):
-            part = Path(tmp) / f"part{k}{path.suffix or '.log'}"
+            part = Path(tmp) / f"part{k}.log"
             part.write_text("\n".join(lines[a:b]) + "\n")
             paths.append(str(part))
         _check(paths)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", sorted(FAMILY_LOGS))
+def test_one_file_per_line_of_a_family_reads_the_same_batched(family: str, tmp_path: Path) -> None:
+    """Every line of a family's logs its own file (the first 400 lines of each log): any window,
+    writer stream, wrap, record or fill carried from one file into the next shows."""
+    paths = []
+    for p in FAMILY_LOGS[family]:
+        for k, line in enumerate(p.read_text(errors="replace").splitlines()[:400]):
+            path = tmp_path / f"{p.stem}-{k:05d}.log"
+            path.write_text(line + "\n")
+            paths.append(str(path))
+    for i in range(0, len(paths), 64):
+        _check(paths[i : i + 64])
 
 
 def test_one_file_per_kernel_line_reads_the_same_batched(tmp_path: Path) -> None:

@@ -45,6 +45,7 @@ class TorchParser(Parser):
         ]),
         r"(?i:loss)",
     )
+    batched = True  # records and launcher blocks link lines of one writer stream of one file
 
     def extract(self, lines: pl.LazyFrame) -> pl.LazyFrame:
         # Three extractors read the typed lines, materialised once (each lazy branch would

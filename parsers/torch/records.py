@@ -19,7 +19,7 @@ import polars as pl
 from polars.expr.whenthen import ChainedThen, Then
 from toranalyze_parsers.torch.common import SIGNAL_WORDS, basename, signal_name, signal_of_words, stream_key
 
-from toranalyze.plugins import contains_any, fill_where
+from toranalyze.plugins import contains_any, file_key, fill_where
 from toranalyze.schema import NAIVE_US, conform_raw
 
 # Lexical line types:
@@ -159,14 +159,18 @@ def _keyed(lines: pl.DataFrame) -> pl.DataFrame:
 
     Most blocks name no writer and hold no '[rank N]:' tag: then every stream key is the same
     and ``_x`` is ``text``, and the per-line expressions are skipped."""
-    names_writer, tagged = lines.select(
+    names_writer, tagged, files = lines.select(
         pl.any_horizontal(pl.col("p_node", "p_rank", "p_local").is_not_null().any())
         | pl.col("raw").str.starts_with("(").any(),
         pl.col("raw").str.contains(r"\[[Rr]ank").any(),
+        file_key().max().fill_null(0),
     ).row(0)
+    stream = stream_key() if names_writer else pl.lit("|||")
+    # Several files read as one batch: each file's writers are streams of their own.
+    stream = pl.concat_str([file_key().cast(pl.String), stream], separator="#") if files else stream
     return lines.with_columns(
         pl.int_range(pl.len(), dtype=pl.Int64).alias("_i"),
-        (stream_key() if names_writer else pl.lit("|||")).alias("_s"),
+        stream.alias("_s"),
         (_unprefixed() if tagged else pl.col("text")).alias("_x"),
     )
 

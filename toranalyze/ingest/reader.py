@@ -493,13 +493,26 @@ def _extract_batch(prepared: pl.DataFrame, parsers: Sequence[Any], paths: Sequen
     files: dict[Any, pl.DataFrame] | None = None  # each file's lines, cut once when first needed
     for parser in gated(prepared, parsers):
         if getattr(parser, "batched", False):
-            frames.append(_extract_all(_gated_files(prepared, parser), [parser], ", ".join(paths)))
+            rows = _extract_all(_gated_files(prepared, parser), [parser], ", ".join(paths))
+            frames.append(_within_files(rows, parser.name, paths))
             continue
         if files is None:
             keyed = prepared.with_columns(file_key().alias("_k"))
             files = {k: f.drop("_k") for (k,), f in keyed.partition_by("_k", as_dict=True, maintain_order=True).items()}
         frames += [_extract_all(one, [parser], paths[int(k)]) for k, one in files.items()]
     return pl.concat(frames, how="vertical") if frames else _empty_parsed()
+
+
+def _within_files(rows: pl.DataFrame, parser: str, paths: Sequence[str]) -> pl.DataFrame:
+    """``rows`` of a batched parser, checked: a record spanning two files of the batch is a bug of
+    the parser (and its line range would span 2**32 lines): the batch fails, its files are read
+    one by one."""
+    spans = rows.filter((pl.col("line_end") // FILE_LINES) != file_key())
+    if spans.height:
+        k = int(spans["line"][0]) // FILE_LINES
+        raise ParserError(f"parser {parser!r} joined lines of two files of a batch into one record; "
+                          "its files are read one by one", path=paths[k])
+    return rows
 
 
 def _gated_files(prepared: pl.DataFrame, parser: Any) -> pl.DataFrame:

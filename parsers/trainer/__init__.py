@@ -42,7 +42,7 @@ import polars as pl
 from toranalyze_parsers.trainer import deepspeed, hf, lightning, m4, megatron, mlperf, titan, tqdm
 from toranalyze_parsers.trainer.common import LEVEL_TQDM, enrich
 
-from toranalyze.plugins import Parser, contains_any, literal_gate
+from toranalyze.plugins import Parser, contains_any, file_key, file_starts, literal_gate
 from toranalyze.schema import conform_raw
 
 _MODULES = (
@@ -88,7 +88,7 @@ def _own_clocks(ev: pl.LazyFrame, lines: pl.LazyFrame) -> pl.LazyFrame:
 def _one_step_source(ev: pl.LazyFrame) -> pl.LazyFrame:
     """Keep steps of the best level present; DeepSpeed's become info, bare bars are dropped."""
     is_step = pl.col("kind") == "step"
-    best = pl.col("_level").filter(is_step).min()
+    best = pl.col("_level").filter(is_step).min().over(file_key())
     worse = (is_step & (pl.col("_level") > best)).fill_null(False)
     return ev.filter(~(worse & (pl.col("_level") == LEVEL_TQDM))).with_columns(
         pl.when(worse).then(pl.lit("info")).otherwise(pl.col("kind")).alias("kind")
@@ -98,7 +98,7 @@ def _one_step_source(ev: pl.LazyFrame) -> pl.LazyFrame:
 def _fill_steps(ev: pl.LazyFrame) -> pl.LazyFrame:
     """Checkpoint, evaluation and exit rows naming no step take the latest progress step."""
     kind = pl.col("kind")
-    known = pl.when(kind.is_in(_PROGRESS)).then(pl.col("step")).forward_fill()
+    known = pl.when(kind.is_in(_PROGRESS)).then(pl.col("step")).forward_fill().over(file_key())
     wants = kind.is_in(_STEP_FILLED) | _is_exit()
     filled = pl.when(wants & pl.col("step").is_null()).then(known).otherwise(pl.col("step"))
     return ev.with_columns(filled.alias("step"))
@@ -109,7 +109,9 @@ def _collapse(ev: pl.LazyFrame) -> pl.LazyFrame:
     kind = pl.col("kind")
     collapsible = kind.is_in(_BEGINS + _ENDS) | _is_exit()
     key = pl.struct(kind, pl.col("step").fill_null(-1), pl.col("state").fill_null(""))
-    new_run = ~collapsible | ~collapsible.shift(1, fill_value=False) | (key != key.shift(1)).fill_null(True)
+    new_run = (
+        ~collapsible | ~collapsible.shift(1, fill_value=False) | (key != key.shift(1)).fill_null(True) | file_starts()
+    )
     # A stated zone makes a clock comparable with the others; without one, clocks of different
     # writers (a local log clock, an epoch) may not be, so stated ones are preferred.
     stamped = pl.struct(*_TS).filter(pl.col("ts").is_not_null())
@@ -154,10 +156,10 @@ def _dedupe_steps(ev: pl.LazyFrame) -> pl.LazyFrame:
     an earlier step (a restart whose banners the log does not show). Progress bars going back do
     not count: ranks repaint the same bar one after the other."""
     records = (pl.col("kind") == "step") & ~pl.col("_bar")
-    previous = pl.when(records).then(pl.col("step")).shift(1).forward_fill()
+    previous = pl.when(records).then(pl.col("step")).shift(1).forward_fill().over(file_key())
     back = (records & (pl.col("step") < previous)).fill_null(False)
     restart = (pl.col("kind").is_in(["init", "init_done", "ckpt_load"]) | back).cast(pl.Int32).cum_sum()
-    first = pl.struct(restart.alias("_attempt"), "kind", "step").is_first_distinct()
+    first = pl.struct(file_key().alias("_file"), restart.alias("_attempt"), "kind", "step").is_first_distinct()
     return ev.filter((pl.col("kind") != "step") | first)
 
 
@@ -173,7 +175,7 @@ def _startup_clocks(ev: pl.LazyFrame, lines: pl.LazyFrame) -> pl.LazyFrame:
             pl.when(pl.col("clock").is_not_null())
             .then(pl.struct("clock", "clock_off"))
             .backward_fill()
-            .over("_block")
+            .over("_block", file_key())
             .alias("_next")
         )
         .unique("line", keep="first", maintain_order=True)
@@ -243,6 +245,7 @@ class TrainerParser(Parser):
     # The literals every framework module filters on first (tqdm bars: '%|', 'it ['); an ANSI
     # escape runs the parser too, since enrich() strips escapes that may split a literal.
     gates = (literal_gate(LITERALS), "\x1b")
+    batched = True  # every fill, count, run and look-up of the modules stays within its file
 
     def extract(self, lines: pl.LazyFrame) -> pl.LazyFrame:
         # Frames read by several later steps are materialized once: the query optimizer does not

@@ -25,7 +25,7 @@ import polars as pl
 from toranalyze_parsers.trainer.common import LEVEL_TQDM, NUM, NUM_OR_NAN, field, message, part, to_int
 from toranalyze_parsers.trainer.tqdm import bars
 
-from toranalyze.plugins import contains_any
+from toranalyze.plugins import contains_any, file_key
 
 _DICT = r"(\{'(?:loss|eval_loss|train_runtime)'[^}]*\})"
 _Q = r"'?"  # newer versions quote formatted numbers: {'loss': '2.345', …}
@@ -84,17 +84,18 @@ def _records(lines: pl.LazyFrame) -> pl.LazyFrame:
 
 def _training_bars(lines: pl.LazyFrame) -> pl.LazyFrame:
     """Plain (undescribed) bars whose total is the banner's optimization steps when it is known."""
+    # (per file: a batch's files each state their own totals)
     totals = (
         lines.filter(pl.col("text").str.contains("Total optimization steps", literal=True))
-        .select(to_int(pl.col("text").str.extract(_TOTAL, 1)).alias("_t"))
+        .select(file_key().alias("_file"), to_int(pl.col("text").str.extract(_TOTAL, 1)).alias("_t"))
         .unique()
     )
-    plain = bars(lines).filter(pl.col("bar") == "plain")
-    known = totals.select(pl.col("_t").implode().alias("_ts"))
+    plain = bars(lines).filter(pl.col("bar") == "plain").with_columns(file_key().alias("_file"))
+    known = totals.group_by("_file").agg(pl.col("_t").alias("_ts"))
     return (
-        plain.join(known, how="cross")
-        .filter((pl.col("_ts").list.len() == 0) | pl.col("_ts").list.contains(pl.col("total")))
-        .drop("_ts")
+        plain.join(known, on="_file", how="left")
+        .filter(pl.col("_ts").is_null() | pl.col("_ts").list.contains(pl.col("total")))
+        .drop("_ts", "_file")
     )
 
 
@@ -105,7 +106,9 @@ def _dicts(lines: pl.LazyFrame, train_bars: pl.LazyFrame) -> pl.LazyFrame:
         lines.filter(t.str.contains("{'", literal=True))
         .with_columns(t.str.extract(_DICT, 1).alias("_dict"))
         .filter(d.is_not_null())
-        .unique("_dict", keep="first", maintain_order=True)
+        .with_columns(file_key().alias("_file"))
+        .unique(["_file", "_dict"], keep="first", maintain_order=True)
+        .drop("_file")
         .with_columns(
             pl.when(d.str.starts_with("{'loss'")).then(pl.lit("step"))
             .when(d.str.starts_with("{'eval_loss'")).then(pl.lit("eval_end"))
@@ -114,14 +117,14 @@ def _dicts(lines: pl.LazyFrame, train_bars: pl.LazyFrame) -> pl.LazyFrame:
         )
     )
     bar_ctx = train_bars.select(
-        "_i", pl.col("n").alias("_bar_n"), pl.col("ts").alias("_bar_ts"), pl.col("s_per_it").alias("_bar_rate")
+        "_i", "line", pl.col("n").alias("_bar_n"), pl.col("ts").alias("_bar_ts"), pl.col("s_per_it").alias("_bar_rate")
     )
     both = (
         pl.concat([rows, bar_ctx], how="diagonal_relaxed")
         .sort("_i")
-        .with_columns(pl.col("_bar_n", "_bar_ts", "_bar_rate").forward_fill())
+        .with_columns(pl.col("_bar_n", "_bar_ts", "_bar_rate").forward_fill().over(file_key()))
         .filter(pl.col("kind").is_not_null())
-        .with_columns((pl.col("kind") == "step").cast(pl.Int64).cum_sum().alias("_count"))
+        .with_columns((pl.col("kind") == "step").cast(pl.Int64).cum_sum().over(file_key()).alias("_count"))
     )
     step = pl.coalesce(to_int(d.str.extract(r"'step': (\d+)", 1)), pl.col("_bar_n"), pl.col("_count"))
     loss = pl.coalesce(

@@ -17,6 +17,8 @@ from __future__ import annotations
 import polars as pl
 from toranalyze_parsers.trainer.common import NUM_OR_NAN, field, hms_seconds, message, part, to_int
 
+from toranalyze.plugins import file_key
+
 _ITER = r"^\s*iteration:\s*(\d+)\s*/\s*\d+"
 _ELAPSED = r"\|\s*elapsed time:\s*((?:\d+ days?, )?\d+:\d+:\d+)"
 _PID = r"^PID \d+:\s"
@@ -35,8 +37,8 @@ def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
         to_int(t.str.extract(_ITER, 1)).alias("step"),
         hms_seconds(t.str.extract(_ELAPSED, 1)).alias("_elapsed"),
     )
-    d_steps = pl.col("step") - pl.col("step").shift(1)
-    d_secs = pl.col("_elapsed") - pl.col("_elapsed").shift(1)
+    d_steps = pl.col("step") - pl.col("step").shift(1).over(file_key())
+    d_secs = pl.col("_elapsed") - pl.col("_elapsed").shift(1).over(file_key())
     steps = iters.select(
         "line",
         pl.lit("step").alias("kind"),

@@ -28,7 +28,7 @@ from __future__ import annotations
 import polars as pl
 from toranalyze_parsers.trainer.common import NUM, NUM_OR_NAN, add_seconds, field, message, part, to_int
 
-from toranalyze.plugins import contains_any, fill_where
+from toranalyze.plugins import FILE_LINES, contains_any, file_key, file_starts, fill_where
 from toranalyze.schema import NAIVE_US
 
 _ITER = r"(?:^|\s)iteration\s+(\d+)\s*/\s*(\d+|infinity)\s*\|"
@@ -258,13 +258,16 @@ def _simple(lines: pl.LazyFrame, records: pl.DataFrame) -> pl.LazyFrame:
     )
     # A save's duration is printed by the timer just after it; an init banner takes the start time
     # derived later in the same start-up (no iteration in between).
+    # (A start-up of another file of a batch never counts: its line says which file it is in.)
     index = _iteration_index(records)
-    started = _block_of(_start_times(lines).sort("line"), index, "_sblock")
+    started = _block_of(_start_times(lines).sort("line"), index, "_sblock").with_columns(
+        (pl.col("line") // FILE_LINES).alias("_sfile"))
+    same = (pl.col("_sblock") == pl.col("_block")) & (pl.col("_sfile") == file_key())
     rows = (
         _block_of(rows, index, "_block")
         .join_asof(_save_timers(lines).sort("line"), on="line", strategy="forward", tolerance=3)
         .join_asof(started, on="line", strategy="forward")
-        .with_columns(pl.when(pl.col("_sblock") == pl.col("_block")).then(pl.col("_started")).alias("_started"))
+        .with_columns(pl.when(same).then(pl.col("_started")).alias("_started"))
     )
     no_ckpt_end = (
         t.str.contains(_NO_CKPT) & pl.col("_next").str.contains("will not load any checkpoints", literal=True)
@@ -312,20 +315,21 @@ def _with_inferred_time(lines: pl.LazyFrame, steps: pl.LazyFrame, simple: pl.Laz
     is_step = pl.col("_ord") == 2
     is_anchor = pl.col("_ord") == 0
     ref = pl.coalesce(pl.when(is_step).then(pl.col("step")), pl.col("_load"))
-    prev = ref.shift(1).forward_fill()
-    nxt = ref.shift(-1).backward_fill()
+    prev = ref.shift(1).forward_fill().over(file_key())
+    nxt = ref.shift(-1).backward_fill().over(file_key())
     span = (
         pl.when(prev.is_not_null() & (pl.col("step") > prev)).then(pl.col("step") - prev)
         .when(nxt.is_not_null() & (nxt > pl.col("step"))).then(pl.min_horizontal(pl.col("step"), nxt - pl.col("step")))
         .otherwise(pl.min_horizontal(pl.col("step"), pl.lit(1)).clip(lower_bound=1))
     )
     spent = pl.when(is_step & pl.col("p_ts").is_null()).then(pl.col("step_time_s") * span).otherwise(0.0)
-    group = is_anchor.cum_sum().set_sorted()  # a running count: the window takes slices, not a hash
+    # A running count (the window takes slices, not a hash); a file of a batch starts a group.
+    group = (is_anchor | file_starts()).cum_sum().set_sorted()
     return (
         both.with_columns(
             group.alias("_group"),
             spent.fill_null(0.0).alias("_spent"),
-            pl.col("_anchor").forward_fill().alias("_base"),
+            pl.col("_anchor").forward_fill().over(file_key()).alias("_base"),
         )
         .with_columns(add_seconds(pl.col("_base"), pl.col("_spent").cum_sum().over("_group")).alias("_placed"))
         .filter(is_step)

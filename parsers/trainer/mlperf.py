@@ -23,6 +23,7 @@ import polars as pl
 from toranalyze_parsers.trainer.common import NUM, field, part, to_float
 
 from toranalyze.ingest.clock import ts_epoch_ms
+from toranalyze.plugins import file_key
 
 NOISE: tuple[str, ...] = (r"^:::MLLOG \{",)
 
@@ -47,19 +48,21 @@ def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
         )
         .filter(pl.col("_key").is_in(_KEYS) & pl.col("_ms").is_not_null())
         .filter((pl.col("_key") != "tracked_stats") | (pl.col("_stat") == "train_step_timing"))
-        .unique(["_key", "_ms", "_stat"], keep="first", maintain_order=True)
-        .sort("_ms", "line")
+        .with_columns(file_key().alias("_file"))  # (every count and fill is per file of a batch)
+        .unique(["_file", "_key", "_ms", "_stat"], keep="first", maintain_order=True)
+        .sort("_file", "_ms", "line")
     )
+    file = pl.col("_file")
     key = pl.col("_key")
     is_step = key == "tracked_stats"
     base = field(r'"key":\s*"init_checkpoint_step",\s*"value":\s*(\d+)', "_json").cast(pl.Int64)
-    base_all = base.max().fill_null(0)
-    count = is_step.cast(pl.Int64).cum_sum()
+    base_all = base.max().over(file).fill_null(0)
+    count = is_step.cast(pl.Int64).cum_sum().over(file)
     # Runs are separated by init_stop; the first init_start of each run is the attempt's start.
-    run = (key == "init_stop").cast(pl.Int32).cum_sum().shift(1, fill_value=0)
-    first_init = (key == "init_start") & ((key == "init_start").cast(pl.Int32).cum_sum().over(run) == 1)
-    started = pl.when(key == "eval_start").then(pl.col("_ms")).forward_fill()
-    run_started = pl.when(key == "run_start").then(pl.col("_ms")).forward_fill()
+    run = (key == "init_stop").cast(pl.Int32).cum_sum().shift(1, fill_value=0).over(file)
+    first_init = (key == "init_start") & ((key == "init_start").cast(pl.Int32).cum_sum().over(file, run) == 1)
+    started = pl.when(key == "eval_start").then(pl.col("_ms")).forward_fill().over(file)
+    run_started = pl.when(key == "run_start").then(pl.col("_ms")).forward_fill().over(file)
     status = js.str.extract(r'"status":\s*"([^"]+)"', 1)
     success = key.eq("run_stop") & status.eq("success").fill_null(False)
     kind = (

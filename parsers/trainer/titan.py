@@ -19,7 +19,7 @@ from __future__ import annotations
 import polars as pl
 from toranalyze_parsers.trainer.common import NUM, NUM_OR_NAN, field, message, part, to_int
 
-from toranalyze.plugins import contains_any
+from toranalyze.plugins import contains_any, file_key
 
 _STEP = rf"(?:^|\s|- )step:\s*(\d+)(?:/\d+[^l]*?)?\s+loss:\s*({NUM_OR_NAN})"
 _VALIDATE = rf"validate step:\s*(\d+)\s+loss:\s*({NUM_OR_NAN})"
@@ -93,7 +93,7 @@ def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
     load_step = pl.when(pl.col("kind") == "ckpt_load").then(pl.col("step"))
     rows = rows.with_columns(
         pl.when(pl.col("_finished_load") & pl.col("step").is_null())
-        .then(load_step.forward_fill())
+        .then(load_step.forward_fill().over(file_key()))
         .otherwise(pl.col("step"))
         .alias("step")
     ).drop("_finished_load")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import polars as pl
 from toranalyze_parsers.trainer.common import add_seconds, hms_seconds
 
+from toranalyze.plugins import file_key
 from toranalyze.schema import NAIVE_US
 
 _RATE = r"(?:,\s*(?:(?P<rate>\d+(?:\.\d+)?)(?P<unit>s/it|it/s)|\?it/s))?(?:,\s*(?P<post>[^\]]*))?\]"
@@ -56,7 +57,7 @@ def bars(lines: pl.LazyFrame) -> pl.LazyFrame:
     )
     prefilter = t.str.contains("%|", literal=True) | t.str.contains("it [", literal=True)
     rows = (
-        lines.with_columns(pl.col("clock").forward_fill().alias("_clock_ff"))
+        lines.with_columns(pl.col("clock").forward_fill().over(file_key()).alias("_clock_ff"))
         .filter(prefilter)
         .with_columns(
             desc.alias("desc"),
@@ -72,7 +73,7 @@ def bars(lines: pl.LazyFrame) -> pl.LazyFrame:
     is_start = pl.col("elapsed_s") == 0
 
     def placed(anchor: pl.Expr) -> pl.Expr:
-        return add_seconds(pl.when(is_start).then(anchor).forward_fill().over("bar"), pl.col("elapsed_s"))
+        return add_seconds(pl.when(is_start).then(anchor).forward_fill().over("bar", file_key()), pl.col("elapsed_s"))
 
     # A bar starting after repaints of another kind of bar (validation after training steps) is
     # anchored at whichever is later: the last clock of a line or the last such repaint. Bars of the
@@ -81,7 +82,7 @@ def bars(lines: pl.LazyFrame) -> pl.LazyFrame:
     bar = pl.col("bar")
     last_other = pl.lit(None, NAIVE_US)
     for kind in _KINDS:
-        seen = pl.when(bar != kind).then(pl.col("_first")).shift(1).forward_fill()
+        seen = pl.when(bar != kind).then(pl.col("_first")).shift(1).forward_fill().over(file_key())
         last_other = pl.when(bar == kind).then(seen).otherwise(last_other)
     later = pl.max_horizontal(pl.col("_clock_ff"), last_other)
     return (

@@ -8,7 +8,8 @@ child process (so peak RSS is that step's own):
   the practical ceiling);
 * baseline B: a per-line Python loop trying each family's main ``re`` pattern and extracting the
   same fields (what one writes by hand);
-* per-file fixed cost: 1,000 small files against their concatenation, (t_files - t_cat) / 1000;
+* per-file fixed cost: 1,000 small files (half kernel logs, half short job outputs) against their
+  concatenation, (t_files - t_cat) / 1000;
 * ``analyze``: ``analyze_events`` on a table of ``--analyze-events`` events (a simulated run's
   events replicated as distinct jobs).
 
@@ -93,8 +94,10 @@ def corpus_files(corpus: Path) -> list[Path]:
 
 
 def small_files(work: Path, n: int = 1000) -> tuple[Path, Path]:
-    """``n`` small kernel/trainer logs (copies of simulated ones) and their concatenation."""
-    base = work / f"small-files-{n}"
+    """``n`` small files and their concatenation: every other one a node's kernel log (copies of
+    simulated ones), the others a short job's output (40 to 1,200 lines of a simulated Slurm
+    ``.out``: launcher, NCCL, trainer and Slurm lines), the small files a fleet holds most of."""
+    base = work / f"small-files-mixed-{n}"
     many, cat = base / "many", base / "cat" / "all.log"
     if (base / ".complete").exists():
         return many, cat
@@ -102,13 +105,23 @@ def small_files(work: Path, n: int = 1000) -> tuple[Path, Path]:
     src = work / "small-src"
     if not src.exists():
         _simulate(src, 7, "small", "slurm")
-    seeds = sorted(p for p in src.rglob("kern.log"))
+    kernel = sorted(p for p in src.rglob("kern.log"))
+    outs = [p.read_text().splitlines(keepends=True) for p in sorted(src.glob("*.out"))]
+    sizes = (40, 80, 150, 300, 600, 1200)
     many.mkdir(parents=True)
     cat.parent.mkdir(parents=True)
     with cat.open("wb") as out:
         for k in range(n):
-            data = seeds[k % len(seeds)].read_bytes()
-            (many / f"node-{k:04d}.log").write_bytes(data)
+            if k % 2 == 0:
+                data = kernel[(k // 2) % len(kernel)].read_bytes()
+                name = f"node-{k:04d}.log"
+            else:
+                lines = outs[(k // 2) % len(outs)]
+                size = sizes[(k // 2) % len(sizes)]
+                start = (k * 7919) % max(1, len(lines) - size)
+                data = "".join(lines[start : start + size]).encode()
+                name = f"job-{k:04d}.out"
+            (many / name).write_bytes(data)
             out.write(data)
     (base / ".complete").write_text("ok\n")
     return many, cat

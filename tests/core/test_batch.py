@@ -57,8 +57,12 @@ def _whole_kernel_text() -> list[str]:
 def test_a_kernel_log_cut_into_files_reads_the_same_batched(data: st.DataObject) -> None:
     """Cut anywhere (inside a record, after a boot banner, a dmesg -H header, an ibstat CA, a
     GPU index table), each part reads batched as it reads alone: nothing crosses a file."""
-    lines = _whole_kernel_text()
-    cuts = sorted(data.draw(st.sets(st.integers(1, len(lines) - 1), min_size=1, max_size=6)))
+    _check_cut(_whole_kernel_text(), data)
+
+
+def _check_cut(lines: list[str], data: st.DataObject) -> None:
+    """``lines`` cut at up to six points drawn by hypothesis, each part a file: ``_check``."""
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(lines) - 1), min_size=1, max_size=min(6, len(lines) - 1))))
     with tempfile.TemporaryDirectory() as tmp:
         paths = []
         for k, (a, b) in enumerate(zip([0, *cuts], [*cuts, len(lines)], strict=True)):
@@ -85,16 +89,8 @@ def test_a_family_log_cut_into_files_reads_the_same_batched(family: str, data: s
     logs = FAMILY_LOGS[family]
     path = logs[data.draw(st.integers(0, len(logs) - 1))]
     lines = path.read_text(errors="replace").splitlines()
-    if len(lines) < 2:
-        return
-    cuts = sorted(data.draw(st.sets(st.integers(1, len(lines) - 1), min_size=1, max_size=min(6, len(lines) - 1))))
-    with tempfile.TemporaryDirectory() as tmp:
-        paths = []
-        for k, (a, b) in enumerate(zip([0, *cuts], [*cuts, len(lines)], strict=True)):
-            part = Path(tmp) / f"part{k}.log"
-            part.write_text("\n".join(lines[a:b]) + "\n")
-            paths.append(str(part))
-        _check(paths)
+    if len(lines) >= 2:
+        _check_cut(lines, data)
 
 
 @pytest.mark.slow

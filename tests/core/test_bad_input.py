@@ -93,3 +93,15 @@ def test_exit_code_is_nonzero_only_when_nothing_could_be_read(tmp_path: Path) ->
     mixed = subprocess.run([*run, str(bad), str(good)], capture_output=True, text=True)
     assert mixed.returncode == 0, mixed.stderr
     assert "garbage.bin" in mixed.stderr
+
+
+def test_coverage_of_a_missing_path_fails_instead_of_reporting_every_line_recognised(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    run = subprocess.run([sys.executable, "-m", "toranalyze", "coverage", str(missing)], capture_output=True, text=True)
+    assert run.returncode == 2
+    assert "no such file" in run.stderr and "no input could be read" in run.stderr
+    assert "recognised" not in run.stdout
+    good = tmp_path / "good.log"
+    good.write_text(GOOD)
+    ok = subprocess.run([sys.executable, "-m", "toranalyze", "coverage", str(good)], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr

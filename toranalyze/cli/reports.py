@@ -44,6 +44,7 @@ def write_fleet_report(out_dir: Path, jobs: pl.DataFrame, attempts: pl.DataFrame
 def uncovered(paths: tuple[str, ...] | list[str]) -> pl.DataFrame | None:
     """Every unrecognised line of the text logs under ``paths`` (with ``where`` = file:line), or None."""
     from toranalyze.cli.common import err
+    from toranalyze.errors import NothingReadError
     from toranalyze.ingest.coverage import uncovered_lines
     from toranalyze.ingest.discover import discover
     from toranalyze.ingest.reader import looks_binary, read_head
@@ -53,6 +54,8 @@ def uncovered(paths: tuple[str, ...] | list[str]) -> pl.DataFrame | None:
     files, problems = discover(paths)
     for p in problems:
         err.print(f"[yellow]warning[/]: {p.where()}: {p.message}")
+    if not files:  # nothing was checked: saying every line was recognised would be false
+        raise NothingReadError("no input could be read", hint="check the paths; the warnings above say why each failed")
     frames = []
     for f in files:
         head = read_head(f.path)

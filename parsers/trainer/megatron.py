@@ -28,7 +28,7 @@ from __future__ import annotations
 import polars as pl
 from toranalyze_parsers.trainer.common import NUM, NUM_OR_NAN, add_seconds, field, message, part, to_int
 
-from toranalyze.plugins import FILE_LINES, contains_any, file_key, file_starts, fill_where
+from toranalyze.plugins import contains_any, file_key, file_starts, fill_where
 from toranalyze.schema import NAIVE_US
 
 _ITER = r"(?:^|\s)iteration\s+(\d+)\s*/\s*(\d+|infinity)\s*\|"
@@ -260,8 +260,7 @@ def _simple(lines: pl.LazyFrame, records: pl.DataFrame) -> pl.LazyFrame:
     # derived later in the same start-up (no iteration in between).
     # (A start-up of another file of a batch never counts: its line says which file it is in.)
     index = _iteration_index(records)
-    started = _block_of(_start_times(lines).sort("line"), index, "_sblock").with_columns(
-        (pl.col("line") // FILE_LINES).alias("_sfile"))
+    started = _block_of(_start_times(lines).sort("line"), index, "_sblock").with_columns(file_key().alias("_sfile"))
     same = (pl.col("_sblock") == pl.col("_block")) & (pl.col("_sfile") == file_key())
     rows = (
         _block_of(rows, index, "_block")

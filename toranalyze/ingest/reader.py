@@ -453,8 +453,9 @@ def read_text_batch(paths: Sequence[str], parsers: Sequence[Any], block_bytes: i
     for each file, with the fixed cost of planning every query paid once for all of them.
 
     File k's lines are numbered from ``k * FILE_LINES + 1`` (``file_key`` tells them apart).
-    Parsers declaring ``batched`` read the whole block; the others read each file whose lines
-    hold one of their gates, alone. Lines, noise, gates and prefixes are per-line work.
+    Parsers declaring ``batched`` read the block once, restricted to the files whose lines hold
+    one of their gates; the others read each such file alone. Lines, noise, gates and prefixes
+    are per-line work.
     """
     counts = [Chunks(path, block_bytes or BLOCK_BYTES) for path in paths]
     frames = [_one_block(chunks) for chunks in counts]

@@ -14,8 +14,8 @@ import polars as pl
 import pytest
 
 from toranalyze.ingest.lines import prepare_lines
-from toranalyze.ingest.reader import Chunks, _gate, gated
-from toranalyze.plugins import default_registry
+from toranalyze.ingest.reader import Chunks, _gate, _gates_by_file, gated
+from toranalyze.plugins import FILE_LINES, default_registry, file_key
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT_SUFFIXES = {".log", ".out", ".txt", ".syslog", ".err"}
@@ -76,6 +76,20 @@ def test_the_block_test_decides_as_the_line_test(name):
             lines = prepare_lines(chunk)
             expected = lines.select(gate.any()).item()
             assert (parser in gated(lines, [parser])) == expected, f"{path.name}: {name} gated {not expected}"
+
+
+def test_a_batch_gates_each_file_as_alone():
+    """A batch's gate search (one per gate over all its files) opens a parser to exactly the files
+    ``gated`` opens it to when each is read alone."""
+    parsers = _gated_parsers()
+    blocks = [prepare_lines(chunk) for path in _logs() for chunk in Chunks(str(path))]
+    batch = pl.concat(b.with_columns(pl.col("line") + k * FILE_LINES) for k, b in enumerate(blocks) if b.height)
+    hits = _gates_by_file(batch.with_columns(file_key().alias("_k")), parsers)
+    read = [(k, block) for k, block in enumerate(blocks) if block.height]
+    for k, block in read:
+        alone = {p.name for p in gated(block, parsers)}
+        assert {p.name for p in parsers if any(k in hits[g] for g in p.gates)} == alone
+    assert len(read) > 50
 
 
 _OOM = ("[ 9612.112] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=step_0,mems_allowed=0-1,"

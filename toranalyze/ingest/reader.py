@@ -324,8 +324,13 @@ def _searched_in(pattern: str) -> str:
 
 
 def _extract_all(prepared: pl.DataFrame, parsers: Sequence[Any], path: str) -> pl.DataFrame:
+    return _run_parsers(prepared, gated(prepared, parsers), path)
+
+
+def _run_parsers(prepared: pl.DataFrame, parsers: Sequence[Any], path: str) -> pl.DataFrame:
+    """Every parser's rows over ``prepared`` (its gates already tested)."""
     frames = []
-    for parser in gated(prepared, parsers):
+    for parser in parsers:
         try:
             df = on_thread(f"parser-{parser.name}", partial(_run_parser, parser, prepared))
         except _BadSchema as bad:
@@ -489,19 +494,41 @@ def _one_block(chunks: Chunks) -> pl.DataFrame | None:
 
 
 def _extract_batch(prepared: pl.DataFrame, parsers: Sequence[Any], paths: Sequence[str]) -> pl.DataFrame:
-    """``_extract_all`` of a batch: batched parsers once, the others file by file."""
+    """``_extract_all`` of a batch: each parser reads the files whose lines hold one of its gates,
+    as it would alone; a batched parser reads them at once, the others file by file."""
     frames = []
-    files: dict[Any, pl.DataFrame] | None = None  # each file's lines, cut once when first needed
-    for parser in gated(prepared, parsers):
+    keyed = prepared.with_columns(file_key().alias("_k"))
+    hits = on_thread("gates", lambda: _gates_by_file(keyed, parsers))
+    every = keyed["_k"].unique(maintain_order=True).to_list()
+    files: dict[int, pl.DataFrame] | None = None  # each file's lines, cut once when first needed
+    for parser in parsers:
+        gates = tuple(getattr(parser, "gates", ()) or ())
+        opened = set().union(*(hits[g] for g in gates)) if gates else set(every)
+        keys = [k for k in every if k in opened]
+        if not keys:
+            continue
         if getattr(parser, "batched", False):
-            rows = _extract_all(_gated_files(prepared, parser), [parser], ", ".join(paths))
+            lines = prepared if len(keys) == len(every) else prepared.filter(file_key().is_in(keys))
+            rows = _run_parsers(lines, [parser], ", ".join(paths))
             frames.append(_within_files(rows, parser.name, paths))
             continue
         if files is None:
-            keyed = prepared.with_columns(file_key().alias("_k"))
-            files = {k: f.drop("_k") for (k,), f in keyed.partition_by("_k", as_dict=True, maintain_order=True).items()}
-        frames += [_extract_all(one, [parser], paths[int(k)]) for k, one in files.items()]
+            parts = keyed.partition_by("_k", as_dict=True, maintain_order=True)
+            files = {int(k): f.drop("_k") for (k,), f in parts.items()}
+        frames += [_run_parsers(files[k], [parser], paths[k]) for k in keys]
     return pl.concat(frames, how="vertical") if frames else _empty_parsed()
+
+
+def _gates_by_file(keyed: pl.DataFrame, parsers: Sequence[Any]) -> dict[str, set[int]]:
+    """Each gate of ``parsers`` -> the files (``_k``) whose lines hold it: one search per gate
+    over the batch, as ``gated`` searches a file alone (raw lines, or peeled for an anchored one)."""
+    order = sorted({g for p in parsers for g in getattr(p, "gates", ()) or ()})
+    if not order:
+        return {}
+    found = keyed.select(
+        "_k", *(pl.col(_searched_in(g)).str.contains(g).alias(str(i)) for i, g in enumerate(order))
+    ).group_by("_k").agg(pl.all().any())
+    return {g: set(found.filter(pl.col(str(i)))["_k"].to_list()) for i, g in enumerate(order)}
 
 
 def _within_files(rows: pl.DataFrame, parser: str, paths: Sequence[str]) -> pl.DataFrame:
@@ -514,15 +541,6 @@ def _within_files(rows: pl.DataFrame, parser: str, paths: Sequence[str]) -> pl.D
         raise ParserError(f"parser {parser!r} joined lines of two files of a batch into one record; "
                           "its files are read one by one", path=paths[k])
     return rows
-
-
-def _gated_files(prepared: pl.DataFrame, parser: Any) -> pl.DataFrame:
-    """The lines of the batch's files whose lines hold one of ``parser``'s gates: a batched parser
-    reads the files it would read alone, not every file of a batch some file opened to it."""
-    gate = _gate(parser)
-    if gate is None:
-        return prepared
-    return on_thread("gates", lambda: prepared.filter(gate.any().over(file_key())))
 
 
 def _split_batch(events: pl.DataFrame, covered: pl.Series, results: list[FileResult]) -> list[FileResult]:

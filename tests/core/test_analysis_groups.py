@@ -3,6 +3,7 @@ table: every table frame-equal with exact floats, the notes in the same order.""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from pathlib import Path
 
@@ -71,6 +72,29 @@ def test_groups_are_consecutive_and_balanced(fleet_events: pl.DataFrame) -> None
     assert sum(g.events.height for g in groups) == prepared.events.height
     for g in groups:
         assert set(g.events["job"].unique().to_list()) <= set(g.jobs["job"].to_list())
+
+
+def test_groups_of_a_job_ordered_table_are_its_slices(fleet_events: pl.DataFrame) -> None:
+    """Events in job order are cut into slices; in any other order, into copies: the same groups."""
+    prepared = A.prepare_jobs(fleet_events)
+    assert prepared.events["job"].is_sorted()
+    indexed = prepared.events.with_row_index("_i")
+    shuffled = dataclasses.replace(prepared, events=indexed.sample(fraction=1.0, shuffle=True, seed=3))
+    for n in (2, 3, 100):
+        sliced = A.job_groups(prepared, A.AnalysisOptions(), n)
+        copied = A.job_groups(shuffled, A.AnalysisOptions(), n)
+        assert len(sliced) == len(copied) > 1
+        for a, b in zip(sliced, copied, strict=True):
+            assert_frame_equal(a.jobs, b.jobs)
+            assert_frame_equal(a.events, b.events.sort("_i").drop("_i"))
+
+
+@pytest.mark.parametrize("jobs", [2, 3])
+def test_threads_equal_one(fleet_events: pl.DataFrame, sample_events: pl.DataFrame, jobs: int) -> None:
+    """The local engine's threads (``jobs`` > 1: groups of jobs reconstructed side by side) give
+    the one-thread analysis."""
+    for events in (fleet_events, sample_events):
+        _assert_same(A.analyze_events(events, jobs=jobs), A.analyze_events(events, jobs=1))
 
 
 @pytest.mark.slow  # a Ray start-up and four simulated jobs' reconstruction

@@ -59,11 +59,18 @@ def job_groups(prepared: PreparedEvents, options: AnalysisOptions, n: int) -> li
     # A job's group is where its first event falls among n equal shares of the events.
     before = sizes["len"].cum_sum() - sizes["len"]
     group = (before * min(n, jobs.height) // total).cast(pl.Int64)
+    rows = jobs.with_columns(group.alias("_grp")).partition_by("_grp", maintain_order=True, include_key=False,
+                                                               as_dict=True)
+    if ev["job"].is_sorted() and not ev["job"].null_count():
+        # Events in job order (as the attempts leave them when every record has a time): each
+        # group is a slice of the table, not a copy.
+        code = ev["job"]
+        lo = code.search_sorted(pl.Series([p["job"].min() for p in rows.values()], dtype=code.dtype), "left")
+        hi = code.search_sorted(pl.Series([p["job"].max() for p in rows.values()], dtype=code.dtype), "right")
+        return [JobGroup(ev.slice(a, b - a), part, options) for a, b, part in zip(lo, hi, rows.values(), strict=True)]
     lookup = pl.Series(values=[-1] * prepared.names.len(), dtype=pl.Int64).scatter(sizes["job"], group)
     frames = ev.with_columns(lookup.gather(ev["job"]).alias("_grp")).partition_by(
         "_grp", maintain_order=True, include_key=False, as_dict=True)
-    rows = jobs.with_columns(group.alias("_grp")).partition_by("_grp", maintain_order=True, include_key=False,
-                                                               as_dict=True)
     return [JobGroup(frames.get(key, ev.clear()), part, options) for key, part in rows.items()]
 
 

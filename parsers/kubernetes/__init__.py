@@ -14,9 +14,12 @@ Line rules (``extract``, run over every text log): events, pods and nodes
 tables, describe blocks, klog lines of kube-scheduler / kube-controller-manager /
 kubelet, and training-operator lifecycle lines (logrus text/JSON, zap JSON).
 
-Cross-row facts stay within one read block (32 MiB) or one document: a taint
-eviction is marked "(its node was NotReady)" when the same capture shows that
-pod's NodeNotReady, and events borrow job and node from pods listed beside them.
+Cross-row facts stay within one file (within one read block of 32 MiB of a long
+one) or one document: a taint eviction is marked "(its node was NotReady)" when
+the same capture shows that pod's NodeNotReady, events borrow job and node from
+pods listed beside them, and a describe block or state record ends at its file's
+end. The line rules may read several small files at once (``batched``): they keep
+those facts apart with ``file_key`` / ``file_starts``.
 
 Time: API objects carry RFC 3339 UTC times; klog has no year. kubectl tables
 and describe's Events print ages relative to when kubectl ran, so their rows
@@ -60,6 +63,9 @@ _TABLE_HEAD = re.compile("|".join((HEADER, *HEADERS)))
 class KubernetesParser(Parser):
     name = "kubernetes"
     source = "kubernetes"
+    # Safe: the line rules are per line but for describe blocks, state records and the
+    # NodeNotReady look-up, and those are cut at each file's start or grouped by file_key.
+    batched = True
     noise = (
         # klog lines of Go components, and operator info/debug chatter.
         r"(?:^|\s)[IW]\d{4} \d{2}:\d{2}:\d{2}\.\d{6}\s+\d+ [\w.-]+\.go:\d+\] ",

@@ -19,6 +19,7 @@ from datetime import datetime
 import polars as pl
 
 from toranalyze.ingest.clock import offset_iso, ts_month_name
+from toranalyze.plugins import file_key
 from toranalyze.schema import NAIVE_US, conform_raw, conform_to
 
 # ``kubectl`` renders ages with HumanDuration: 6s, 3m1s, 5m, 2h30m, 12h, 2d4h, 30d, 2y10d.
@@ -217,8 +218,9 @@ def conform_ev(frame: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def _pod_saw_not_ready(obj_kind: pl.Expr, name: pl.Expr) -> pl.Expr:
-    """True on rows of a pod that has a 'NodeNotReady' event anywhere in the same frame."""
-    flagged = ((pl.col("reason") == "NodeNotReady") & (obj_kind == "pod")).any().over(name)
+    """True on rows of a pod that has a 'NodeNotReady' event anywhere in the same file (the
+    frame may hold the lines of several files of a batch; a document is one file)."""
+    flagged = ((pl.col("reason") == "NodeNotReady") & (obj_kind == "pod")).any().over(name, file_key())
     return (obj_kind == "pod") & flagged.fill_null(False)
 
 

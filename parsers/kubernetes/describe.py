@@ -34,6 +34,7 @@ from toranalyze_parsers.kubernetes.common import (
 )
 
 from toranalyze.ingest.clock import offset_iso, ts_iso
+from toranalyze.plugins import file_key, file_starts
 from toranalyze.schema import conform_raw
 
 _KV = r"^(?P<ind>\s*)(?P<key>[A-Z][\w -]*?):(?:\s+(?P<val>.*?))?\s*$"
@@ -70,10 +71,12 @@ def _blocks(lines: pl.LazyFrame) -> pl.LazyFrame:
     """Add block context (_blk, _obj_kind, _obj_name, _node, _job) and parsed key/values."""
     text = pl.col("text")
     kv = text.str.extract_groups(_KV)
-    # A pasted fragment has no 'Name:' line: its lines before the first one are block 0.
-    blk = text.str.contains(r"^Name:\s+\S").cum_sum().alias("_blk")
+    named = text.str.contains(r"^Name:\s+\S")
+    # A block opens at each 'Name:' line and at each file's first line (the files of a batch):
+    # a file's lines before its first 'Name:' are a block of their own, a pasted fragment or none.
     lf = lines.with_columns(
-        blk,
+        (named | file_starts()).cum_sum().alias("_blk"),
+        named.alias("_named"),
         kv.struct.field("ind").str.len_chars().alias("_ind"),
         kv.struct.field("key").alias("_key"),
         kv.struct.field("val").alias("_val"),
@@ -94,13 +97,19 @@ def _blocks(lines: pl.LazyFrame) -> pl.LazyFrame:
         .then(name)
         .otherwise(pl.coalesce(label, owner, job_from_pod(name)))
     )
-    return lf.with_columns(
-        obj_kind.alias("_obj_kind"),
-        name.alias("_obj_name"),
-        pl.when(is_node).then(name).otherwise(pod_node).alias("_node"),
-        job.alias("_job"),
-        text.str.contains(_FRAGMENT).any().over("_blk").alias("_frag"),
-    ).filter((pl.col("_blk") > 0) | pl.col("_frag")).drop("_frag")
+    # Kept: blocks opened by 'Name:', and a block before it holding a describe-only line.
+    keep = (pl.col("_named").first() | text.str.contains(_FRAGMENT).any()).over("_blk")
+    return (
+        lf.with_columns(
+            obj_kind.alias("_obj_kind"),
+            name.alias("_obj_name"),
+            pl.when(is_node).then(name).otherwise(pod_node).alias("_node"),
+            job.alias("_job"),
+            keep.alias("_keep"),
+        )
+        .filter(pl.col("_keep"))
+        .drop("_keep", "_named")
+    )
 
 
 def _state_records(lf: pl.LazyFrame) -> pl.LazyFrame:
@@ -109,7 +118,7 @@ def _state_records(lf: pl.LazyFrame) -> pl.LazyFrame:
     is_hdr = key.is_in(["State", "Last State"]).fill_null(False)
     # Container headers: '  pytorch:' directly under Containers:/Init Containers:.
     container = pl.col("text").str.extract(r"^  ([\w.-]+):$", 1)
-    hdr_ind = pl.when(is_hdr).then(ind).otherwise(None).forward_fill()
+    hdr_ind = pl.when(is_hdr).then(ind).otherwise(None).forward_fill().over(file_key())
     # A block ends at the next key of its container (or a container / section header). A
     # termination message can carry the program's last lines ('RuntimeError: ...' at column 0):
     # those continue the block.
@@ -118,7 +127,8 @@ def _state_records(lf: pl.LazyFrame) -> pl.LazyFrame:
     brk = (~is_hdr & (nested | container.is_not_null() | section)).fill_null(False)
     lf = lf.with_columns(
         container.forward_fill().over("_blk").alias("_ctr"),
-        (is_hdr | brk).cum_sum().alias("_seg"),
+        # A file's end ends its last block too (a batch's next file starts a segment).
+        (is_hdr | brk | file_starts()).cum_sum().alias("_seg"),
     )
     lf = lf.with_columns(
         pl.col("_val").filter(key == "Restart Count").first().over("_blk", "_ctr").alias("_restarts"),
@@ -385,9 +395,9 @@ def _event_rows(lf: pl.LazyFrame, anchor: datetime | None) -> pl.LazyFrame:
 
 def extract_describe(lines: pl.LazyFrame, anchor: datetime | None = None) -> pl.LazyFrame:
     """RAW rows from describe pod/node output found in the lines."""
-    # Cheap gate: nothing below runs on logs that hold no describe block or pasted fragment of one.
+    # Cheap gate: nothing below runs on files that hold no describe block or pasted fragment of one.
     text = pl.col("text")
-    fragment = (text.str.starts_with("Name:") | text.str.contains(_FRAGMENT)).any()
+    fragment = (text.str.starts_with("Name:") | text.str.contains(_FRAGMENT)).any().over(file_key())
     gated = lines.filter(fragment)
     lf = _blocks(gated)
     return pl.concat(

@@ -40,7 +40,7 @@ def _check(paths: list[str]) -> None:
 
 
 def test_every_test_log_reads_the_same_in_one_batch() -> None:
-    kinds = ("kernel", "real_excerpts", "real_excerpts_heldout", "torch", "nccl", "trainer", "slurm")
+    kinds = ("kernel", "real_excerpts", "real_excerpts_heldout", "torch", "nccl", "trainer", "slurm", "kubernetes")
     skip = (".toml", ".json", ".yaml", ".parquet", ".gz")
     files = sorted(p for d in kinds for p in (DATA / d).rglob("*") if p.is_file() and p.suffix not in skip)
     assert len(files) > 30
@@ -74,10 +74,18 @@ def _check_cut(lines: list[str], data: st.DataObject) -> None:
 
 # Text logs of every family whose parser reads batches (documents and data files excluded).
 _TEXT_SKIP = (".toml", ".json", ".yaml", ".yml", ".parquet", ".md", *reader.COMPRESSED)
-FAMILY_LOGS = {
-    family: sorted(p for p in (DATA / family).rglob("*") if p.is_file() and p.suffix not in _TEXT_SKIP)
-    for family in ("trainer", "torch", "nccl", "slurm")
-}
+
+
+def _text_logs(*dirs: Path) -> list[Path]:
+    return sorted(p for d in dirs for p in d.rglob("*") if p.is_file() and p.suffix not in _TEXT_SKIP)
+
+
+FAMILY_LOGS = {family: _text_logs(DATA / family) for family in ("trainer", "torch", "nccl", "slurm")}
+# Kubernetes: its text captures (tables, describe output, klog, operator logs) and the excerpts
+# (describe fragments pasted without their 'Name:' line, eviction messages).
+FAMILY_LOGS["kubernetes"] = _text_logs(
+    DATA / "kubernetes", DATA / "real_excerpts" / "kubernetes", DATA / "real_excerpts_heldout" / "kubernetes"
+)
 
 
 @pytest.mark.parametrize("family", sorted(FAMILY_LOGS))

@@ -10,6 +10,7 @@ Usage::
 
     python benchmarks/analysis_equality.py save --base eq-base runs/*.parquet     # before
     python benchmarks/analysis_equality.py check --base eq-base runs/*.parquet    # after
+    python benchmarks/analysis_equality.py check --base eq-base --jobs 2 runs/*.parquet  # threads
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ from toranalyze.reconstruct.analysis import analyze_events
 TABLES = ("attempts", "incidents", "slow_periods", "tor", "resources", "progress", "checkpoints")
 
 
-def _analyze(path: Path) -> tuple[dict[str, pl.DataFrame], list[str], float]:
+def _analyze(path: Path, jobs: int = 1) -> tuple[dict[str, pl.DataFrame], list[str], float]:
     events = pl.read_parquet(path)
     t0 = time.perf_counter()
-    a = analyze_events(events)
+    a = analyze_events(events, jobs=jobs)
     return {t: getattr(a, t) for t in TABLES}, a.notes, time.perf_counter() - t0
 
 
@@ -52,10 +53,11 @@ def main() -> int:
     ap.add_argument("mode", choices=("save", "check"))
     ap.add_argument("events", nargs="+", type=Path, help="events parquet files")
     ap.add_argument("--base", type=Path, required=True, help="where the saved tables are")
+    ap.add_argument("--jobs", type=int, default=1, help="threads of the local engine (as analyze -j)")
     a = ap.parse_args()
     different = 0
     for path in a.events:
-        tables, notes, secs = _analyze(path)
+        tables, notes, secs = _analyze(path, a.jobs)
         saved = a.base / path.stem
         if a.mode == "save":
             saved.mkdir(parents=True, exist_ok=True)

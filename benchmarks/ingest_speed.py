@@ -11,7 +11,7 @@ child process (so peak RSS is that step's own):
 * per-file fixed cost: 1,000 small files (half kernel logs, half short job outputs) against their
   concatenation, (t_files - t_cat) / 1000;
 * ``analyze``: ``analyze_events`` on a table of ``--analyze-events`` events (a simulated run's
-  events replicated as distinct jobs).
+  events replicated as distinct jobs), with ``--jobs`` threads as ``toranalyze analyze -j``.
 
 The corpus: simulated runs (Slurm and Kubernetes flavours: kernel logs per node, sacct, slurmctld,
 pod YAML, events JSON) give the many small files; their largest mixed logs (Slurm .out / pod
@@ -212,7 +212,7 @@ def child(step: str, args: list[str]) -> dict[str, Any]:
 
         events = pl.read_parquet(args[0])
         t1 = time.perf_counter()
-        analysis = analyze_events(events)
+        analysis = analyze_events(events, jobs=int(args[1]))
         out = {"events": events.height, "load_s": t1 - t0, "analyze_s": time.perf_counter() - t1,
                "jobs": analysis.tor.height}
     out["wall_s"] = time.perf_counter() - t0
@@ -275,7 +275,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size-mb", type=float, default=200.0, help="corpus size (MB)")
     ap.add_argument("--work", default="benchmarks/out/speed", help="where corpora and tables are written")
-    ap.add_argument("--jobs", type=int, default=2, help="ingest worker processes")
+    ap.add_argument("--jobs", type=int, default=2, help="ingest worker processes; analysis threads")
     ap.add_argument("--engine", default="default", help="ingest engine (local, ray); default: the library default")
     ap.add_argument("--only", default=",".join(STEPS), help=f"comma-separated subset of {','.join(STEPS)}")
     ap.add_argument("--analyze-events", type=int, default=10_000_000)
@@ -327,9 +327,9 @@ def main() -> None:
                      f"concatenated {r_cat['wall_s']:.2f} s)"))
     if "analyze" in only:
         table = analyze_table(work, a.analyze_events)
-        r = run_child("analyze", [str(table)])
+        r = run_child("analyze", [str(table), str(a.jobs)])
         res["analyze"] = r
-        rows.append((f"analyze {r['events'] / 1e6:.0f}M events ({r['jobs']} jobs)",
+        rows.append((f"analyze {r['events'] / 1e6:.0f}M events ({r['jobs']} jobs, -j {a.jobs})",
                      f"load {r['load_s']:.2f} s, analyze_events {r['analyze_s']:.2f} s, "
                      f"peak RSS {r['rss_mb']:,.0f} MB"))
     print(_table(rows))

@@ -14,6 +14,7 @@ The options and the result types are in reconstruct/api.py; every name stays imp
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC
 from typing import Any
@@ -80,12 +81,17 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None,
     with ``engine="ray"`` groups of jobs are reconstructed as Ray tasks (``jobs`` slots, on the
     cluster at ``address`` or a local one). The tables are the same whichever the engine.
 
-    The local engine reconstructs in this process whatever ``jobs``: worker processes were
-    measured slower (the copy of the events to them costs more than the stages they share)."""
+    The local engine reconstructs in this process: with ``jobs`` > 1, groups of jobs on as many
+    threads (most stages run on one core each, and polars releases the interpreter while it
+    works); worker processes were measured slower (the copy of the events to them costs more
+    than the stages they share)."""
     opts = options or AnalysisOptions()
     prepared = prepare_jobs(events)
-    if engine == "local":  # no partition, no copy
+    if engine == "local" and (jobs <= 1 or prepared.jobs.height < 2):  # no partition, no copy
         parts = [reconstruct_jobs(JobGroup(prepared.events, prepared.jobs, opts))]
+    elif engine == "local":
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            parts = list(pool.map(reconstruct_jobs, job_groups(prepared, opts, jobs)))
     else:
         groups = job_groups(prepared, opts, GROUPS_PER_SLOT * max(1, jobs))
         parts = list(map_ordered(reconstruct_jobs, groups, engine, jobs, address))

@@ -300,7 +300,8 @@ def _node_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
         pl.lit("node_state").alias("kind"),
         pl.lit("warning").alias("severity"),
         pl.lit("SchedulingDisabled").alias("state"),
-        pl.format("Unschedulable: true (node {} cordoned)", pl.col("_node")).alias("message"),
+        # (a fragment pasted without its 'Name:' line names no node)
+        pl.format("Unschedulable: true (node {} cordoned)", pl.col("_node").fill_null("?")).alias("message"),
         pl.col("line"),
         pl.col("_node").alias("node"),
     )
@@ -340,8 +341,8 @@ def _job_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
         pl.col("Type").replace_strict({k: v[0] for k, v in JOB_CONDITIONS.items()}).alias("kind"),
         pl.col("Type").replace_strict({k: v[1] for k, v in JOB_CONDITIONS.items()}).alias("severity"),
         state.alias("state"),
-        pl.format("{}: {} [{}/{}]", state, pl.col("Message").fill_null(""), pl.col("_obj_kind"), pl.col("_obj_name"))
-        .alias("message"),
+        pl.format("{}: {} [{}/{}]", state, pl.col("Message").fill_null(""), pl.col("_obj_kind"),
+                  pl.col("_obj_name").fill_null("?")).alias("message"),
         pl.col("line"),
         pl.col("line_end"),
         pl.col("_job").alias("job_id"),
@@ -353,7 +354,7 @@ def _job_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
         pl.lit("job_start").alias("kind"),
         pl.lit("info").alias("severity"),
         pl.lit("Running").alias("state"),
-        pl.format("{} {} started", pl.col("_obj_kind"), pl.col("_obj_name")).alias("message"),
+        pl.format("{} {} started", pl.col("_obj_kind"), pl.col("_obj_name").fill_null("?")).alias("message"),
         pl.col("line"),
         pl.col("_job").alias("job_id"),
     )

@@ -22,7 +22,7 @@ from tests.conftest import DATA, assert_golden, extract_lines, parse_file
 from toranalyze.ingest.classify import classify, load_rules
 from toranalyze.ingest.reader import read_document_events, read_head, read_text_events
 from toranalyze.plugins import default_registry
-from toranalyze.schema import KINDS, RAW_SCHEMA, SEVERITIES
+from toranalyze.schema import KINDS, RAW_SCHEMA, SEVERITIES, validate_kinds
 
 K8S = DATA / "kubernetes"
 REAL = K8S / "real"
@@ -669,3 +669,27 @@ def test_parse_objects_never_raises_on_odd_documents(value: object) -> None:
     out = parser.parse_objects(json.dumps(value)).collect()
     assert out.schema == RAW_SCHEMA
     assert set(out["kind"]) <= set(KINDS)
+
+
+_DESCRIBE = sorted(K8S.glob("describe_*.txt"))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_a_describe_output_pasted_from_any_line_gives_valid_rows(data: st.DataObject) -> None:
+    """Pasted without its first lines ('Name:' among them), describe output still gives rows every
+    required field of which is set: a node cordoned or a job started names '?' when its name was
+    cut off (before, the message was null and the whole file failed validation)."""
+    path = data.draw(st.sampled_from(_DESCRIBE))
+    lines = path.read_text().splitlines()
+    start = data.draw(st.integers(1, len(lines) - 1))
+    out = extract_lines(parser, lines[start:])
+    if out.height:
+        validate_kinds(out, "kubernetes")
+
+
+def test_a_node_fragment_without_its_name_reports_the_cordon() -> None:
+    lines = (K8S / "describe_nodes.txt").read_text().splitlines()
+    start = next(i for i, s in enumerate(lines) if s.startswith("Unschedulable:") and s.endswith("true")) - 1
+    cordon = only(extract_lines(parser, lines[start:start + 12]), state="SchedulingDisabled")
+    assert cordon["message"] == "Unschedulable: true (node ? cordoned)" and cordon["node"] is None

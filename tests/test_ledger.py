@@ -129,3 +129,30 @@ def test_expected_useful_per_step_matches_monte_carlo():
     one = expected_useful_per_step(pl.Series([3.0, 5.0]), pl.Series([1, 1]), pl.Series([4.0, 4.0]),
                                    pl.Series([0.03, 0.03]))
     assert one.to_list() == [3.0, 4.0]
+
+
+def test_a_save_ending_as_a_step_row_starts_does_not_hide_the_next_save_inside_it():
+    """Found by the property test above: step 2's row (103-153 s) starts as the first save ends
+    and holds the second save (136-153 s). The row's owned time must exclude that save; the
+    overlap test stopped at the save ending exactly at the row's start, and the ledger counted
+    the second save twice (checkpoint and useful time)."""
+    rec = [
+        dict(ts=75.011252, kind="ckpt_save_begin", file="a/x", step=0),
+        dict(ts=103.043976, kind="step", file="a/x", step=0),
+        dict(ts=153.043976, kind="init", file="a/x"),
+        dict(ts=153.043976, kind="ckpt_save_end", file="a/x", step=0, duration_s=17.04393036607628),
+        dict(ts=153.043976, kind="step", file="a/x", step=2),
+    ]
+    r = analyze_events(events_frame(rec)).tor.row(0, named=True)
+    assert _sum(r) == r["t_obs_us"]
+    assert r["checkpoint_us"] == 45_076_654 and r["useful_us"] == 50_000_000 - 17_043_930
+
+
+def test_overlaps_looks_past_an_interval_ending_as_the_row_starts():
+    import polars as pl
+
+    from toranalyze.reconstruct.progress import overlaps
+
+    rows = pl.DataFrame({"job": [0, 0, 0], "start": [10, 30, 60], "end": [30, 60, 70]})
+    iv = pl.DataFrame({"job": [0, 0], "start": [0, 40], "end": [30, 45]})
+    assert overlaps(rows, iv).to_list() == [True, True, False]

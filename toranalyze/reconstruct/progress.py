@@ -106,8 +106,10 @@ def overlaps(rows: pl.DataFrame, iv: pl.DataFrame, by: str = "job") -> pl.Series
     in_order = in_key_order(left, by, "start", strict=False)
     left = left if in_order else left.sort("start")
     right = iv.select(by, pl.col("start").alias("_is"), pl.col("end").alias("_ie")).sort("_ie")
-    hit = left.join_asof(right, left_on="start", right_on="_ie", by=by, strategy="forward", check_sortedness=False)
-    # forward on end >= start finds the first interval ending after the row starts.
+    # The first interval ending after the row starts (strictly: one ending as the row starts does
+    # not overlap it, and the next one might).
+    hit = left.join_asof(right, left_on="start", right_on="_ie", by=by, strategy="forward", check_sortedness=False,
+                         allow_exact_matches=False)
     hit = hit.with_columns(
         ((pl.col("_is") < pl.col("end")) & (pl.col("_ie") > pl.col("start"))).fill_null(False).alias("overlap")
     )

@@ -88,3 +88,39 @@ def test_builtin_rules_are_valid_and_polars_compiles_every_regex() -> None:
         assert r.failure_class in TAXONOMY
         if r.match:
             pl.Series(["probe"]).str.contains(r.match)
+
+
+@pytest.fixture(scope="module")
+def unclassified() -> pl.DataFrame:
+    """Events of every test-data family and the sample logs, with their labels cleared, plus
+    rows whose source or kind is null."""
+    from toranalyze.ingest.pipeline import ingest
+
+    root = Path(__file__).resolve().parents[2]
+    dirs = [root / "tests" / "data" / d for d in ("kernel", "kubernetes", "nccl", "slurm", "torch", "trainer")]
+    ev = ingest([str(d) for d in dirs] + [str(root / "sample_logs")], jobs=1).events
+    odd = _events([
+        {"source": None, "message": "uncorrectable ECC error"},
+        {"source": "kernel", "kind": None, "code": "79", "message": "fallen off the bus"},
+    ]).select(ev.columns)
+    return pl.concat([ev, odd]).with_columns(pl.lit(None, pl.String).alias(c) for c in ("failure_class", "rule"))
+
+
+@pytest.mark.parametrize("split_rows,per_thread", [(0, 24), (0, 5), (10**9, 24), (0, 1000)])
+def test_ingest_classification_equals_classify(
+    unclassified: pl.DataFrame, split_rows: int, per_thread: int, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Ingest tries each (source, kind) pair's rows on that pair's rules only, in groups of rules:
+    the labels are those of trying every rule on every row, whatever the grouping. A user rule
+    with no source or kind condition belongs to every pair's chain."""
+    from toranalyze.ingest import pipeline
+
+    mine = tmp_path / "mine.toml"
+    mine.write_text('[[rule]]\nid = "mine-any"\nclass = "software"\nmatch = "Traceback|srun: error"\n')
+    rules = load_rules([str(mine)])
+    monkeypatch.setattr(pipeline, "SPLIT_ROWS", split_rows)
+    monkeypatch.setattr(pipeline, "RULES_PER_THREAD", per_thread)
+    got = pipeline._classified(unclassified, rules)
+    want = classify(unclassified, rules).select(unclassified.columns).collect()
+    assert got["failure_class"].null_count() < got.height - 100  # the test input has labelled rows
+    assert got.equals(want)

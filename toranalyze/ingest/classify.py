@@ -150,10 +150,42 @@ def applicable(rules: list[Rule], events: pl.DataFrame) -> list[Rule]:
     Dropping a rule that no row can meet changes no row's first matching rule; one file's events
     come from a few (source, kind) pairs, so its chain is a fraction of all the rules."""
     pairs = set(events.select("source", "kind").unique().iter_rows())
-    return [
-        r for r in rules
-        if any((not r.source or src in r.source) and (not r.kind or kind in r.kind) for src, kind in pairs)
-    ]
+    return [r for r in rules if any(_meets(r, src, kind) for src, kind in pairs)]
+
+
+def _meets(rule: Rule, source: str | None, kind: str | None) -> bool:
+    """Whether rows of this source and kind meet the rule's source and kind conditions."""
+    return (not rule.source or source in rule.source) and (not rule.kind or kind in rule.kind)
+
+
+def pair_key() -> pl.Expr:
+    """One string per (source, kind) pair (a null kept apart from every string)."""
+    return pl.concat_str([pl.col(c).fill_null("\x00null") for c in ("source", "kind")], separator="\x00")
+
+
+Chain = tuple[tuple[int, Rule], ...]
+
+
+def event_pairs(events: pl.DataFrame) -> list[tuple[str | None, str | None, str]]:
+    """The (source, kind, ``pair_key``) triples of ``events``."""
+    return list(events.select("source", "kind", pair_key().alias("_k")).unique("_k").iter_rows())
+
+
+def chains_by_pair(
+    rules: Sequence[tuple[int, Rule]], pairs: Sequence[tuple[str | None, str | None, str]]
+) -> dict[Chain, list[str]]:
+    """The rules of ``rules`` (numbered) that rows of each pair (``event_pairs``) can meet, as
+    chain -> the ``pair_key`` values that meet exactly that chain (empty chains left out).
+
+    A row never meets a rule of another pair's chain, so a chain tried only on its pairs' rows
+    finds each row's first matching rule; a block mixing step rows (few rules) with error rows
+    (dozens) then tries on each row only its own few."""
+    out: dict[Chain, list[str]] = {}
+    for src, kind, key in pairs:
+        chain = tuple((pos, r) for pos, r in rules if _meets(r, src, kind))
+        if chain:
+            out.setdefault(chain, []).append(key)
+    return out
 
 
 def first_rule(rules: Sequence[tuple[int, Rule]]) -> pl.Expr:

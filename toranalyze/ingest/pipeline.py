@@ -20,7 +20,17 @@ import polars as pl
 from toranalyze import storage
 from toranalyze.errors import ToranalyzeError
 from toranalyze.ingest.affinity import on_thread
-from toranalyze.ingest.classify import Rule, applicable, classify, first_rule, labelled, load_rules
+from toranalyze.ingest.classify import (
+    Chain,
+    Rule,
+    chains_by_pair,
+    classify,
+    event_pairs,
+    first_rule,
+    labelled,
+    load_rules,
+    pair_key,
+)
 from toranalyze.ingest.clock import normalize_time, open_year_reference, open_years, resolve_open_years
 from toranalyze.ingest.derived import loss_spike_events
 from toranalyze.ingest.discover import InputFile, discover
@@ -36,7 +46,7 @@ from toranalyze.ingest.reader import (
     read_text_batch,
     read_text_events,
 )
-from toranalyze.plugins import Registry, default_registry
+from toranalyze.plugins import Registry, default_registry, fill_where
 from toranalyze.schema import EVENT_SCHEMA, validate_events
 
 NODE_DIRS = frozenset({"nodes", "hosts", "node", "host"})
@@ -166,26 +176,43 @@ def read_file(
 
 
 RULES_PER_THREAD = 24  # below the 32 compiled regexes polars keeps per thread (affinity.py)
+SPLIT_ROWS = 20_000  # fewer events: trying every rule on every row costs less than a query per chain
 
 
 def _classified(events: pl.DataFrame, rules: list[Rule]) -> pl.DataFrame:
     """``events`` with failure_class, rule and severity set by ``rules`` (same columns), as
-    ``classify`` sets them. The rules some row can meet are tried in groups, a group's rules
-    (by position in ``rules``) always on the same thread so their patterns stay compiled from one
-    file to the next; the first group with a match holds the first matching rule."""
-    wanted = {id(r) for r in applicable(rules, events)}
+    ``classify`` sets them. The rules are tried in groups, a group's rules (by position in
+    ``rules``) always on the same thread so their patterns stay compiled from one file to the
+    next; within a group the rows of each (source, kind) pair meet only the rules that pair can
+    meet (``chains_by_pair``). The first group with a match holds the first matching rule."""
+    pairs = event_pairs(events)
     groups: dict[int, list[tuple[int, Rule]]] = {}
     for pos, rule in enumerate(rules):
-        if id(rule) in wanted:
-            groups.setdefault(pos // RULES_PER_THREAD, []).append((pos, rule))
-    if not groups:
+        groups.setdefault(pos // RULES_PER_THREAD, []).append((pos, rule))
+    plans = {g: plan for g, group in groups.items() if (plan := chains_by_pair(group, pairs))}
+    if not plans:
         return classify(events, []).select(events.columns).collect()
+    # A small table tries all of a group's chains as one on every row (a query per chain would
+    # cost more); its rules' own conditions keep each row to its pair's rules.
+    key = events.select(pair_key()).to_series() if events.height >= SPLIT_ROWS else None
     found = [
-        on_thread(f"classify-{g}", partial(events.select, first_rule(group).alias(f"_rule{g}"))).to_series()
-        for g, group in sorted(groups.items())
+        on_thread(f"classify-{g}", partial(_first_rules, events, key, plan, f"_rule{g}"))
+        for g, plan in sorted(plans.items())
     ]
     with_index = events.lazy().with_columns(found)
     return labelled(with_index, rules, pl.coalesce(s.name for s in found)).select(events.columns).collect()
+
+
+def _first_rules(events: pl.DataFrame, key: pl.Series | None, plan: dict[Chain, list[str]], name: str) -> pl.Series:
+    """The first rule of its pair's chain each row meets (null: none, or no chain for its pair);
+    without ``key`` the chains are tried as one on every row."""
+    if key is None or len(plan) == 1:
+        chain = tuple(sorted({r for c in plan for r in c}, key=lambda r: r[0]))
+        return events.select(first_rule(chain).alias(name)).to_series()
+    out = pl.Series(name, [], pl.Int32).extend_constant(None, events.height)
+    for chain, keys in plan.items():
+        out = fill_where(out, events, key.is_in(keys), first_rule(chain))
+    return out
 
 
 def _open(file: InputFile, registry: Registry, options: IngestOptions, report: FileReport) -> tuple[bool, list[Any]]:

@@ -120,7 +120,7 @@ _MAY_TYPE_LITERALS = [
 ]
 _MAY_TYPE_START = (
     r"^(?:\s+(?:time|host|rank|exitcode|error_file|traceback)|\s*[=\-]|\s*what\(|\s*(?:" + _SIG_WORDS + r")"
-    r"|\s?[A-Za-z_][\w.]*(?::|\s*$)| {4}|\t|\s+[\^~]|\[|\. This|Root Cause|CUDA kernel|For debugging|Compile with"
+    r"|\s?[A-Za-z_][\w.]*(?::|\s*$)| {4}|\t|\s+[\^~]|\[\d+\]:|\. This|Root Cause|CUDA kernel|For debugging|Compile with"
     r"|Search for|Device-side|nccl|Last error|Including|Of the|Python runtime|Extension modules|Failures"
     r"|Exception raised|frame #|Fatal Python|Current thread|Thread 0x|line |[\w:<>]+')"
 )
@@ -165,13 +165,22 @@ def _keyed(lines: pl.DataFrame) -> pl.DataFrame:
         pl.col("raw").str.contains(r"\[[Rr]ank").any(),
         file_key().max().fill_null(0),
     ).row(0)
-    stream = stream_key() if names_writer else pl.lit("|||")
+    # A line without a prefix is in the stream '|||' (every part empty), and its text is ``_x``:
+    # the per-line expressions run on the other lines only.
+    stream = pl.Series("_s", [], pl.String).extend_constant("|||", lines.height)
+    if names_writer:
+        prefixed = pl.any_horizontal(pl.col("p_node", "p_rank", "p_local").is_not_null())
+        named = prefixed | pl.col("raw").str.starts_with("(")
+        stream = fill_where(stream, lines, lines.select(named).to_series(), stream_key())
+    if tagged:  # only a line with a peeled prefix can lose a space after it
+        peeled = lines.select(pl.col("raw").str.len_bytes() != pl.col("text").str.len_bytes()).to_series()
+        text = fill_where(lines["text"], lines, peeled, _unprefixed()).alias("_x")
+    else:
+        text = lines["text"].alias("_x")
     # Several files read as one batch: each file's writers are streams of their own.
-    stream = pl.concat_str([file_key().cast(pl.String), stream], separator="#") if files else stream
-    return lines.with_columns(
-        pl.int_range(pl.len(), dtype=pl.Int64).alias("_i"),
-        stream.alias("_s"),
-        (_unprefixed() if tagged else pl.col("text")).alias("_x"),
+    key = pl.concat_str([file_key().cast(pl.String), pl.col("_s")], separator="#") if files else pl.col("_s")
+    return lines.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("_i"), stream, text).with_columns(
+        key.alias("_s")
     )
 
 

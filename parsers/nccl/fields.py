@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import polars as pl
 from toranalyze_parsers.nccl import patterns as P
+from toranalyze_parsers.nccl.records import HEAD_FIELDS, line_fields
 from toranalyze_parsers.nccl.tags import TAGS
 
 from toranalyze.ingest.clock import ts_glog
@@ -33,24 +34,37 @@ def _bus_id(raw: pl.Expr) -> pl.Expr:
     return pl.concat_str([hexid.str.slice(0, 4), hexid.str.slice(4, 2), hexid.str.slice(6, 2)], separator=":")
 
 
+def _joined_fields(heads: pl.DataFrame) -> pl.DataFrame:
+    """Heads with the ``HEAD_FIELDS`` of their joined text: those of the first line, found
+    again only where continuation lines were joined onto it (a message running on)."""
+    wrapped = heads.select(pl.col("wrap_n") > 0).to_series()
+    if not wrapped.any():
+        return heads
+    where = wrapped.arg_true()
+    again = heads.filter(wrapped).select(line_fields("head"))
+    return heads.with_columns(heads[c].scatter(where, again[c]) for c in HEAD_FIELDS)
+
+
 def events(heads: pl.LazyFrame) -> pl.LazyFrame:
-    """Record heads (tag, line, last_line, head, conts, p_ts, p_rank) -> RAW_SCHEMA columns (unconformed)."""
+    """Record heads (``tag_and_group``) -> RAW_SCHEMA columns (unconformed)."""
     head = pl.col("head")
     tag = pl.col("tag")
-    nccl = head.str.extract_groups(P.NCCL_LINE)
-    glog = head.str.extract_groups(P.GLOG_HEAD)
-    is_nccl = nccl.struct.field("level").is_not_null()
+    is_nccl = pl.col("_level").is_not_null()
     # glog header and desync-report bullets ("\t - ") are layout, not text
     body = head.str.replace(P.GLOG_HEAD, "").str.strip_chars().str.replace(r"^-\s+", "")
-    first = pl.when(is_nccl).then(nccl.struct.field("msg").str.strip_chars()).otherwise(body)
+    first = pl.when(is_nccl).then(pl.col("_msg").str.strip_chars()).otherwise(body)
     conts = pl.when(pl.col("conts") == "").then(None).otherwise(pl.col("conts"))
-    lf = heads.with_columns(
-        pl.when(conts.is_null()).then(first).otherwise(pl.concat_str([first, pl.lit(" | "), conts])).alias("message"),
-        is_nccl.alias("_is_nccl"),
-        nccl.struct.field("host").alias("_host"),
-        nccl.struct.field("dev").cast(pl.Int32).alias("_dev"),
-        glog.struct.field("mmdd").alias("_mmdd"),
-        glog.struct.field("hms").alias("_hms"),
+    lf = (
+        _joined_fields(heads.collect())
+        .lazy()
+        .with_columns(
+            pl.when(conts.is_null())
+            .then(first)
+            .otherwise(pl.concat_str([first, pl.lit(" | "), conts]))
+            .alias("message"),
+            is_nccl.alias("_is_nccl"),
+            pl.col("_dev").cast(pl.Int32),
+        )
     )
     msg = pl.col("message")
     comm_line = tag.is_in(["init", "comm", "abort"])

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import polars as pl
 from toranalyze_parsers.nccl import patterns as P
-from toranalyze_parsers.nccl.tags import tag
+from toranalyze_parsers.nccl.tags import tags
 
 from toranalyze.plugins import contains_any, fill_where
 
@@ -72,17 +72,27 @@ def _complete(text: pl.Expr) -> pl.Expr:
     return pl.when(pl.col("tag") == "ib").then(ib).otherwise(timeout)
 
 
+# The head fields of a line (``line_fields``) a record keeps from its first line.
+HEAD_FIELDS = ("_level", "_msg", "_host", "_dev", "_mmdd", "_hms")
+
+
+def line_fields(col: str) -> list[pl.Expr]:
+    """The NCCL_DEBUG head (level, message, host, device) and glog head (level, source file,
+    month-day, clock) of each value of ``col``."""
+    nccl = pl.col(col).str.extract_groups(P.NCCL_LINE)
+    glog = pl.col(col).str.extract_groups(P.GLOG_HEAD)
+    named = {"_level": nccl, "_msg": nccl, "_host": nccl, "_dev": nccl, "_glvl": glog, "_gsrc": glog}
+    named |= {"_mmdd": glog, "_hms": glog}
+    field = {"_level": "level", "_glvl": "lvl", "_gsrc": "src"}
+    return [groups.struct.field(field.get(name, name[1:])).alias(name) for name, groups in named.items()]
+
+
 def tag_and_group(lines: pl.LazyFrame) -> pl.LazyFrame:
-    """Prefiltered lines -> one row per record head with its joined text and continuation parts."""
+    """Prefiltered lines -> one row per record head with its joined text and continuation parts,
+    and the ``HEAD_FIELDS`` and ``wrap_n`` (continuation lines joined onto it) of its first line."""
     text = pl.col("text")
-    nccl = text.str.extract_groups(P.NCCL_LINE)
-    glog = text.str.extract_groups(P.GLOG_HEAD)
-    lf = lines.with_columns(
-        nccl.struct.field("level").alias("_level"),
-        nccl.struct.field("msg").alias("_msg"),
-        glog.struct.field("lvl").alias("_glvl"),
-        glog.struct.field("src").alias("_gsrc"),
-    ).with_columns(tag().alias("tag"))
+    heads = lines.with_columns(line_fields("text")).collect()
+    lf = heads.with_columns(tags(heads)).lazy()
 
     line = pl.col("line")
     # `_ps`: row index of the previous line of the same writer (one window, then cheap gathers)
@@ -180,6 +190,7 @@ def tag_and_group(lines: pl.LazyFrame) -> pl.LazyFrame:
             pl.col("part").str.join(" | ").alias("conts"),
             pl.col("p_ts").first(),
             pl.col("p_rank").first(),
+            *[pl.col(c).first() for c in (*HEAD_FIELDS, "wrap_n")],
         )
         .filter(pl.col("tag").is_not_null())
     )

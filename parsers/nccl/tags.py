@@ -1,15 +1,17 @@
-"""What a line is, for the nccl parser: one tag per record head, via one when-chain.
+"""What a line is, for the nccl parser: one tag per record head.
 
 A tag decides the record's ``kind`` and ``severity`` (``TAGS``); rows without a tag start
 no record. NCCL_DEBUG lines are tagged by level and message, PyTorch lines by their
-stable fragments; ``what():`` lines repeat the line logged just before and belong to the
-torch parser, so they are never tagged here.
+stable fragments, one when-chain per family; ``what():`` lines repeat the line logged just
+before and belong to the torch parser, so they are never tagged here.
 """
 
 from __future__ import annotations
 
 import polars as pl
 from toranalyze_parsers.nccl import patterns as P
+
+from toranalyze.plugins import fill_where
 
 # tag -> (kind, severity). A tag names what a head line is; rows without a tag start no record.
 TAGS: dict[str, tuple[str, str]] = {
@@ -42,52 +44,68 @@ TAGS: dict[str, tuple[str, str]] = {
 }
 
 
-def tag() -> pl.Expr:
-    """Tag of every line (null for lines that start no record); needs _level/_msg/_glvl/_gsrc."""
+def _families() -> list[tuple[pl.Expr, list[tuple[pl.Expr, str]]]]:
+    """(which rows, their rules in order): NCCL INFO lines, NCCL WARN/ERROR lines and PyTorch text.
+    The families exclude each other, so a row's first matching rule is one of its own family's."""
     t = pl.col("text")
     msg = pl.col("_msg")
     lvl = pl.col("_level")
-    info = lvl == "INFO"
-    warn = lvl.is_in(["WARN", "ERROR"])
     # PyTorch text; `what():` lines belong to the torch parser (they repeat the line logged just before).
     pt = lvl.is_null() & ~t.str.contains(r"^\s*what\(\):")
     glog_e = pl.col("_glvl") == "E"
     pg_src = pl.col("_gsrc").str.contains(r"ProcessGroupNCCL|NCCLUtils|TraceUtils|FlightRecorder")
-    rules: list[tuple[pl.Expr, str]] = [
+    info = [
         # 2.4+ `… - Init COMPLETE`; 2.3 `comm 0x… rank R nranks N - COMPLETE`
-        (info & msg.str.contains(r"Init COMPLETE|^comm 0x[0-9a-fA-F]+ rank \d+ nranks \d+\b.* - COMPLETE\s*$"), "init"),
-        (info & msg.str.contains(r"^comm 0x[0-9a-fA-F]+ rank \d+ nRanks \d+ nNodes \d+"), "comm"),
-        (info & msg.str.contains("Abort COMPLETE", literal=True), "abort"),
-        (warn & msg.str.contains("Got completion from peer", literal=True), "ib"),
-        (warn & msg.str.contains(r"NET/IB|ibv_\w+|Got CQE with error|async fatal event"), "ib_other"),
-        (warn & msg.str.contains("Cuda failure", literal=True), "cuda"),
-        (warn & msg.str.contains(P.SOCKET_SOFT), "sock_soft"),
-        (warn & msg.str.contains(P.SOCKET_FATAL), "sock_fatal"),
-        (warn & msg.str.contains(P.WARN_ERROR), "warn_err"),
-        (warn, "warn"),
-        (pt & t.str.contains("watchdog thread terminated with exception", literal=True), "wd_terminated"),
-        (pt & t.str.contains("NCCL communicator was aborted", literal=True), "comm_aborted"),
-        (pt & t.str.contains("raised the following async exception", literal=True), "async_exc"),
-        (pt & t.str.contains("collective operation timeout", literal=True), "wd_timeout"),
-        (pt & t.str.contains(r"detected by watchdog|Timeout at NCCL work"), "wd_detected"),
-        (pt & t.str.contains("Heartbeat monitor timed out", literal=True), "wd_heartbeat"),
-        (pt & t.str.contains("watchdog got stuck for", literal=True), "wd_stuck"),
-        (pt & t.str.contains("taking the entire process down", literal=True), "process_down"),
-        (pt & t.str.contains("Some NCCL operations have failed or timed out", literal=True), "ops_failed"),
-        (pt & t.str.contains(P.NCCL_ERROR_IN), "nccl_error"),
-        (pt & t.str.contains("is setting up NCCL communicator", literal=True), "nccl_setup"),
-        (pt & t.str.contains(f"{P.DESYNC_LAG}|{P.DESYNC_MISSING}"), "desync"),
-        (pt & t.str.contains("Stack trace of the failed collective:", literal=True), "fr_stack"),
+        (msg.str.contains(r"Init COMPLETE|^comm 0x[0-9a-fA-F]+ rank \d+ nranks \d+\b.* - COMPLETE\s*$"), "init"),
+        (msg.str.contains(r"^comm 0x[0-9a-fA-F]+ rank \d+ nRanks \d+ nNodes \d+"), "comm"),
+        (msg.str.contains("Abort COMPLETE", literal=True), "abort"),
+    ]
+    warn = [
+        (msg.str.contains("Got completion from peer", literal=True), "ib"),
+        (msg.str.contains(r"NET/IB|ibv_\w+|Got CQE with error|async fatal event"), "ib_other"),
+        (msg.str.contains("Cuda failure", literal=True), "cuda"),
+        (msg.str.contains(P.SOCKET_SOFT), "sock_soft"),
+        (msg.str.contains(P.SOCKET_FATAL), "sock_fatal"),
+        (msg.str.contains(P.WARN_ERROR), "warn_err"),
+        (pl.lit(True), "warn"),
+    ]
+    torch = [
+        (t.str.contains("watchdog thread terminated with exception", literal=True), "wd_terminated"),
+        (t.str.contains("NCCL communicator was aborted", literal=True), "comm_aborted"),
+        (t.str.contains("raised the following async exception", literal=True), "async_exc"),
+        (t.str.contains("collective operation timeout", literal=True), "wd_timeout"),
+        (t.str.contains(r"detected by watchdog|Timeout at NCCL work"), "wd_detected"),
+        (t.str.contains("Heartbeat monitor timed out", literal=True), "wd_heartbeat"),
+        (t.str.contains("watchdog got stuck for", literal=True), "wd_stuck"),
+        (t.str.contains("taking the entire process down", literal=True), "process_down"),
+        (t.str.contains("Some NCCL operations have failed or timed out", literal=True), "ops_failed"),
+        (t.str.contains(P.NCCL_ERROR_IN), "nccl_error"),
+        (t.str.contains("is setting up NCCL communicator", literal=True), "nccl_setup"),
+        (t.str.contains(f"{P.DESYNC_LAG}|{P.DESYNC_MISSING}"), "desync"),
+        (t.str.contains("Stack trace of the failed collective:", literal=True), "fr_stack"),
         (
-            pt
-            & t.str.contains(
+            t.str.contains(
                 r"dumping nccl trace to|Received a dump signal|flight recorder dump signal|Finished writing NCCLPG"
             ),
             "fr_dump",
         ),
-        (pt & glog_e & pg_src & ~t.str.contains(P.PG_CHATTER), "pg_error"),
+        (glog_e & pg_src & ~t.str.contains(P.PG_CHATTER), "pg_error"),
     ]
+    return [(lvl == "INFO", info), (lvl.is_in(["WARN", "ERROR"]), warn), (pt, torch)]
+
+
+def _first(rules: list[tuple[pl.Expr, str]]) -> pl.Expr:
     expr: pl.Expr = pl.lit(None, pl.String)
     for cond, name in reversed(rules):
         expr = pl.when(cond).then(pl.lit(name)).otherwise(expr)
     return expr
+
+
+def tags(lines: pl.DataFrame) -> pl.Series:
+    """Tag of every line (null for lines that start no record); needs _level/_msg/_glvl/_gsrc.
+    Each family's rules are tried on its own rows only (a when-chain computes every branch on
+    every row it is given)."""
+    out = pl.Series("tag", [], pl.String).extend_constant(None, lines.height)
+    for rows, rules in _families():
+        out = fill_where(out, lines, lines.select(rows.fill_null(False)).to_series(), _first(rules))
+    return out

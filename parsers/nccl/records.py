@@ -179,18 +179,38 @@ def tag_and_group(lines: pl.LazyFrame) -> pl.LazyFrame:
         lf = lf.with_columns(pl.col("_root").gather(pl.col("_root")))
     is_part = pl.col("via_s") | pl.col("via_p")
     part = pl.when(is_part).then(text.str.strip_chars()).otherwise(None)
-    return (
-        lf.with_columns(part.alias("part"))
-        .group_by("_root", maintain_order=True)
-        .agg(
-            pl.col("tag").first(),
-            pl.col("line").first(),
-            pl.col("line").max().alias("last_line"),
-            pl.col("joined").first().alias("head"),
-            pl.col("part").str.join(" | ").alias("conts"),
-            pl.col("p_ts").first(),
-            pl.col("p_rank").first(),
-            *[pl.col(c).first() for c in (*HEAD_FIELDS, "wrap_n")],
-        )
-        .filter(pl.col("tag").is_not_null())
+    rows = lf.with_columns(part.alias("part")).collect()
+    # Most records are one line: only the lines of records that joined others are grouped.
+    linked = rows.select(pl.col("consumed") | is_part).to_series()
+    joined = rows.select(pl.col("_root").is_in(rows.filter(linked)["_root"].implode())).to_series()
+    heads = pl.concat([_one_line(rows.filter(~joined)), _grouped(rows.filter(joined))])
+    return heads.lazy().sort("_root").filter(pl.col("tag").is_not_null()).drop("_root")
+
+
+def _kept() -> list[pl.Expr]:
+    return [pl.col("p_ts"), pl.col("p_rank"), *[pl.col(c) for c in (*HEAD_FIELDS, "wrap_n")]]
+
+
+def _one_line(rows: pl.DataFrame) -> pl.DataFrame:
+    """Records of one line each, as ``_grouped`` gives them."""
+    return rows.select(
+        "_root",
+        "tag",
+        "line",
+        pl.col("line").alias("last_line"),
+        pl.col("joined").alias("head"),
+        pl.lit("", pl.String).alias("conts"),
+        *_kept(),
+    )
+
+
+def _grouped(rows: pl.DataFrame) -> pl.DataFrame:
+    """One row per record: its head line's columns, its last line and its continuation parts."""
+    return rows.group_by("_root", maintain_order=True).agg(
+        pl.col("tag").first(),
+        pl.col("line").first(),
+        pl.col("line").max().alias("last_line"),
+        pl.col("joined").first().alias("head"),
+        pl.col("part").str.join(" | ").alias("conts"),
+        *[e.first() for e in _kept()],
     )

@@ -277,10 +277,14 @@ _GATE_PROBE = 4096  # lines searched first: a gate that occurs in a block usuall
 
 
 def _holds(lines: pl.Series, pattern: str) -> bool:
-    """Whether some line holds ``pattern``: the first lines first, the rest only if needed."""
-    if lines.slice(0, _GATE_PROBE).str.contains(pattern).any():
-        return True
-    return lines.len() > _GATE_PROBE and bool(lines.slice(_GATE_PROBE).str.contains(pattern).any())
+    """Whether some line holds ``pattern``: the first lines first, then slices four times larger
+    each (a search reads its whole slice even when the first line matches)."""
+    start, size = 0, _GATE_PROBE
+    while start < lines.len():
+        if lines.slice(start, size).str.contains(pattern).any():
+            return True
+        start, size = start + size, size * 4
+    return False
 
 
 def _gate_test(patterns: Sequence[str], raw: pl.Series, text: pl.Series) -> bool:

@@ -112,29 +112,27 @@ def _peel(frame: pl.DataFrame) -> pl.DataFrame:
     return (pl.concat([*done, frame]).sort("_p") if done else frame).drop("_p")
 
 
+# The whole prefix as group 1, the alternatives' groups from 2: one regex pass gives both.
+_PREFIX_WHOLE = _PREFIX.replace("^(?:", "^((?:", 1) + ")"
+
+
 def _peel_once(lf: pl.LazyFrame) -> pl.LazyFrame:
     """One layer of prefix off every row that starts with one."""
-    g = pl.col("text").str.extract_groups(_PREFIX)
-    whole = pl.col("text").str.extract(_PREFIX.replace("^(?:", "^((?:") + ")", 1)
-    lf = lf.with_columns(g.alias("_g"), whole.alias("_w")).with_columns(
-        pl.coalesce(ts_iso(pl.col("_g").struct.field("1")), pl.col("p_ts")).alias("p_ts"),
-        pl.coalesce(offset_iso(pl.col("_g").struct.field("1")), pl.col("p_off")).alias("p_off"),
-        pl.coalesce(pl.col("_g").struct.field("2").cast(pl.Int32), pl.col("p_local")).alias("p_local"),
-        pl.coalesce(
-            pl.col("_g").struct.field("3").cast(pl.Int32),
-            pl.col("_g").struct.field("4").cast(pl.Int32),
-            pl.col("_g").struct.field("7").cast(pl.Int32),
-            pl.col("p_rank"),
-        ).alias("p_rank"),
-        pl.coalesce(
-            pl.col("_g").struct.field("5"), pl.col("_g").struct.field("6"), pl.col("p_node")
-        ).alias("p_node"),
-        pl.when(pl.col("_w").is_not_null())
-        .then(pl.col("text").str.slice(pl.col("_w").str.len_chars()))
+    g = pl.col("_g").struct.field
+    lf = lf.with_columns(pl.col("text").str.extract_groups(_PREFIX_WHOLE).alias("_g")).with_columns(
+        pl.coalesce(ts_iso(g("2")), pl.col("p_ts")).alias("p_ts"),
+        pl.coalesce(offset_iso(g("2")), pl.col("p_off")).alias("p_off"),
+        pl.coalesce(g("3").cast(pl.Int32), pl.col("p_local")).alias("p_local"),
+        pl.coalesce(g("4").cast(pl.Int32), g("5").cast(pl.Int32), g("8").cast(pl.Int32), pl.col("p_rank")).alias(
+            "p_rank"
+        ),
+        pl.coalesce(g("6"), g("7"), pl.col("p_node")).alias("p_node"),
+        pl.when(g("1").is_not_null())
+        .then(pl.col("text").str.slice(g("1").str.len_chars()))
         .otherwise(pl.col("text"))
         .alias("text"),
     )
-    return lf.drop("_g", "_w")
+    return lf.drop("_g")
 
 
 def lines_from_strings(lines: list[str], first_line: int = 1) -> pl.DataFrame:

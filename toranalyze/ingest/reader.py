@@ -279,7 +279,7 @@ _GATE_PROBE = 4096  # lines searched first: a gate that occurs in a block usuall
 def _holds(lines: pl.Series, pattern: str) -> bool:
     """Whether some line holds ``pattern``: the first lines first, then slices four times larger
     each (a search reads its whole slice even when the first line matches)."""
-    start, size = 0, _GATE_PROBE
+    start, size = 0, max(_GATE_PROBE, 1)
     while start < lines.len():
         if lines.slice(start, size).str.contains(pattern).any():
             return True

@@ -79,12 +79,18 @@ HEAD_FIELDS = ("_level", "_msg", "_host", "_dev", "_mmdd", "_hms")
 def line_fields(col: str) -> list[pl.Expr]:
     """The NCCL_DEBUG head (level, message, host, device) and glog head (level, source file,
     month-day, clock) of each value of ``col``."""
-    nccl = pl.col(col).str.extract_groups(P.NCCL_LINE)
-    glog = pl.col(col).str.extract_groups(P.GLOG_HEAD)
-    named = {"_level": nccl, "_msg": nccl, "_host": nccl, "_dev": nccl, "_glvl": glog, "_gsrc": glog}
-    named |= {"_mmdd": glog, "_hms": glog}
-    field = {"_level": "level", "_glvl": "lvl", "_gsrc": "src"}
-    return [groups.struct.field(field.get(name, name[1:])).alias(name) for name, groups in named.items()]
+    nccl = pl.col(col).str.extract_groups(P.NCCL_LINE).struct.field
+    glog = pl.col(col).str.extract_groups(P.GLOG_HEAD).struct.field
+    return [
+        nccl("level").alias("_level"),
+        nccl("msg").alias("_msg"),
+        nccl("host").alias("_host"),
+        nccl("dev").alias("_dev"),
+        glog("lvl").alias("_glvl"),
+        glog("src").alias("_gsrc"),
+        glog("mmdd").alias("_mmdd"),
+        glog("hms").alias("_hms"),
+    ]
 
 
 def tag_and_group(lines: pl.LazyFrame) -> pl.LazyFrame:

@@ -11,7 +11,8 @@ child process (so peak RSS is that step's own):
 * per-file fixed cost: 1,000 small files (half kernel logs, half short job outputs) against their
   concatenation, (t_files - t_cat) / 1000;
 * ``analyze``: ``analyze_events`` on a table of ``--analyze-events`` events (a simulated run's
-  events replicated as distinct jobs), with ``--jobs`` threads as ``toranalyze analyze -j``.
+  events replicated as distinct jobs), with ``--jobs`` threads and the allocator settings of
+  ``toranalyze analyze -j`` (toranalyze/launch.py).
 
 The corpus: simulated runs (Slurm and Kubernetes flavours: kernel logs per node, sacct, slurmctld,
 pod YAML, events JSON) give the many small files; their largest mixed logs (Slurm .out / pod
@@ -38,6 +39,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from toranalyze.launch import analysis_allocator
 
 MB = 1024 * 1024
 STEPS = ("ingest", "baseline_a", "baseline_b", "per_file", "analyze")
@@ -220,12 +223,12 @@ def child(step: str, args: list[str]) -> dict[str, Any]:
     return out
 
 
-def run_child(step: str, args: list[str]) -> dict[str, Any]:
+def run_child(step: str, args: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
     argfile = Path(os.environ.get("TMPDIR", "/tmp")) / f"ingest_speed_args_{os.getpid()}.json"
     argfile.write_text(json.dumps(args))
     try:
         proc = subprocess.run([sys.executable, __file__, "--child", step, str(argfile)],
-                              check=True, capture_output=True, text=True)
+                              check=True, capture_output=True, text=True, env=env)
     finally:
         argfile.unlink(missing_ok=True)
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
@@ -327,7 +330,10 @@ def main() -> None:
                      f"concatenated {r_cat['wall_s']:.2f} s)"))
     if "analyze" in only:
         table = analyze_table(work, a.analyze_events)
-        r = run_child("analyze", [str(table), str(a.jobs)])
+        # The child's allocator is set up as `toranalyze analyze` sets up its own (launch.py).
+        env = dict(os.environ)
+        analysis_allocator(["analyze"], env)
+        r = run_child("analyze", [str(table), str(a.jobs)], env)
         res["analyze"] = r
         rows.append((f"analyze {r['events'] / 1e6:.0f}M events ({r['jobs']} jobs, -j {a.jobs})",
                      f"load {r['load_s']:.2f} s, analyze_events {r['analyze_s']:.2f} s, "

@@ -8,9 +8,9 @@ time, and a third of the analysis' CPU time is system time. With transparent hug
 and ``analyze_events`` took 15.0 s (median of 9 runs) against 16.7 s (11 runs), at the same peak
 memory. (Keeping freed pages longer, ``dirty_decay_ms``, saved as much again in system time but
 not in wall time, for 0.4 GB more.) ``ingest`` keeps the default: huge pages cost it 120 MB a
-process for a few percent of speed, and its memory bound matters more; so do the worker processes ``analyze``
-starts to read files (the setting leaves the environment once polars has loaded, before any
-worker starts). A value the user set is left alone.
+process for a few percent of speed, and its memory bound matters more; so do the worker
+processes ``analyze`` starts to read files (the setting leaves the environment once polars has
+loaded, before any worker starts). A value the user set is left alone.
 """
 
 from __future__ import annotations

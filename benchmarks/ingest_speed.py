@@ -24,6 +24,10 @@ Usage::
     python benchmarks/ingest_speed.py --size-mb 200
     python benchmarks/ingest_speed.py --size-mb 1024 --jobs 2 --json benchmarks/out/speed.json
     python benchmarks/ingest_speed.py --size-mb 5120 --only ingest        # memory run
+    python benchmarks/ingest_speed.py --size-mb 1024 --repeat 3           # medians of 3 rounds
+
+With ``--repeat N`` every step runs N times in interleaved rounds; a figure is the median run's
+(times print with their range), a speed ratio the median of the rounds' own ratios.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import os
 import re
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -220,7 +225,14 @@ def child(step: str, args: list[str]) -> dict[str, Any]:
                "jobs": analysis.tor.height}
     out["wall_s"] = time.perf_counter() - t0
     out["rss_mb"] = _rss_mb()
+    out["user_s"], out["sys_s"] = _cpu_s()
     return out
+
+
+def _cpu_s() -> tuple[float, float]:
+    """(user, system) CPU seconds of this process and its finished workers."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + kids.ru_utime, own.ru_stime + kids.ru_stime
 
 
 def run_child(step: str, args: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -269,6 +281,33 @@ class _Rows(list[tuple[str, str]]):
         super().append(row)
 
 
+def _rounds(steps: list[tuple[str, list[str]]], repeat: int,
+            env: dict[str, str] | None = None) -> list[list[dict[str, Any]]]:
+    """Each step's runs: ``repeat`` rounds that take every step once, so that load coming and
+    going on a shared machine falls on all of them alike."""
+    runs: list[list[dict[str, Any]]] = [[] for _ in steps]
+    for _ in range(repeat):
+        for i, (step, args) in enumerate(steps):
+            runs[i].append(run_child(step, args, env))
+    return runs
+
+
+def _median_run(runs: list[dict[str, Any]], key: str = "wall_s") -> dict[str, Any]:
+    """The run of median ``key`` (the lower one of an even count: a run that happened, so its
+    figures belong together), with every run's ``key`` in ``runs_s``."""
+    mid = sorted(runs, key=lambda r: float(r[key]))[(len(runs) - 1) // 2]
+    return {**mid, "runs_s": [r[key] for r in runs]}
+
+
+def _spread(r: dict[str, Any]) -> str:
+    times = r["runs_s"]
+    return f" (median of {len(times)}: {min(times):.2f}-{max(times):.2f} s)" if len(times) > 1 else ""
+
+
+def _rounds_note(n: int) -> str:
+    return f"; median of {n} rounds" if n > 1 else ""
+
+
 def _table(rows: list[tuple[str, str]]) -> str:
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"| {k.ljust(width)} | {v} |" for k, v in rows)
@@ -283,6 +322,8 @@ def main() -> None:
     ap.add_argument("--only", default=",".join(STEPS), help=f"comma-separated subset of {','.join(STEPS)}")
     ap.add_argument("--analyze-events", type=int, default=10_000_000)
     ap.add_argument("--small-files", type=int, default=1000)
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run every step this many times, in interleaved rounds; report medians")
     ap.add_argument("--json", default=None, help="also write the figures as JSON")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -300,44 +341,52 @@ def main() -> None:
         mb = sum(os.path.getsize(f) for f in files) / MB
         res["corpus"] = {"files": len(files), "mb": mb}
         rows.append(("corpus", f"{mb:,.0f} MB in {len(files)} files"))
-        for step, args in (
+        steps = [(step, args) for step, args in (
             ("ingest", [str(a.jobs), a.engine, str(work / "events.parquet"), *files]),
             ("baseline_a", files),
             ("baseline_b", files),
-        ):
-            if step not in only:
-                continue
-            r = run_child(step, args)
+        ) if step in only]
+        runs = {step: r for (step, _), r in zip(steps, _rounds(steps, a.repeat), strict=True)}
+        for step, _ in steps:
+            r = res[step] = _median_run(runs[step])
             r["mb_s"] = mb / r["wall_s"]
-            res[step] = r
             lines = f", {r['lines'] / r['wall_s'] / 1e3:,.0f}k lines/s" if 'lines' in r else ""
-            rows.append((step, f"{r['wall_s']:.2f} s, {r['mb_s']:.1f} MB/s{lines}, peak RSS {r['rss_mb']:,.0f} MB"))
+            rows.append((step, f"{r['wall_s']:.2f} s{_spread(r)}, {r['mb_s']:.1f} MB/s{lines}, "
+                               f"peak RSS {r['rss_mb']:,.0f} MB"))
         if "ingest" in res:
             for base in ("baseline_a", "baseline_b"):
                 if base in res:
-                    ratio = res[base]["wall_s"] / res["ingest"]["wall_s"]
-                    res[f"ratio_{base}"] = ratio
-                    rows.append((f"ingest / {base} speed", f"{ratio:.3f}x"))
+                    # Each round's own ratio (its runs side by side), the median over rounds.
+                    ratios = [b["wall_s"] / i["wall_s"] for i, b in zip(runs["ingest"], runs[base], strict=True)]
+                    res[f"ratio_{base}"] = statistics.median(ratios)
+                    res[f"ratios_{base}"] = ratios
+                    spread = f" (rounds {min(ratios):.3f}-{max(ratios):.3f}x)" if len(ratios) > 1 else ""
+                    rows.append((f"ingest / {base} speed", f"{res[f'ratio_{base}']:.3f}x{spread}"))
     if "per_file" in only:
         many, cat = small_files(work, a.small_files)
         many_files = [str(p) for p in sorted(many.iterdir())]
-        r_many = run_child("ingest", ["1", "default", str(work / "events-many.parquet"), *many_files])
-        r_cat = run_child("ingest", ["1", "default", str(work / "events-cat.parquet"), str(cat)])
-        per = (r_many["wall_s"] - r_cat["wall_s"]) / len(many_files)
-        res["per_file"] = {"files_s": r_many["wall_s"], "cat_s": r_cat["wall_s"], "per_file_ms": per * 1000}
+        many_runs, cat_runs = _rounds([("ingest", ["1", "default", str(work / "events-many.parquet"), *many_files]),
+                                       ("ingest", ["1", "default", str(work / "events-cat.parquet"), str(cat)])],
+                                      a.repeat)
+        per_round = [(m["wall_s"] - c["wall_s"]) / len(many_files) for m, c in zip(many_runs, cat_runs, strict=True)]
+        per = statistics.median(per_round)
+        r_many, r_cat = _median_run(many_runs), _median_run(cat_runs)
+        res["per_file"] = {"files_s": r_many["wall_s"], "cat_s": r_cat["wall_s"], "per_file_ms": per * 1000,
+                           "rounds_ms": [x * 1000 for x in per_round]}
         rows.append(("per-file fixed cost (-j 1)",
                      f"{per * 1000:.1f} ms ({len(many_files)} files {r_many['wall_s']:.2f} s, "
-                     f"concatenated {r_cat['wall_s']:.2f} s)"))
+                     f"concatenated {r_cat['wall_s']:.2f} s{_rounds_note(len(per_round))})"))
     if "analyze" in only:
         table = analyze_table(work, a.analyze_events)
         # The child's allocator is set up as `toranalyze analyze` sets up its own (launch.py).
         env = dict(os.environ)
         analysis_allocator(["analyze"], env)
-        r = run_child("analyze", [str(table), str(a.jobs)], env)
-        res["analyze"] = r
-        rows.append((f"analyze {r['events'] / 1e6:.0f}M events ({r['jobs']} jobs, -j {a.jobs})",
-                     f"load {r['load_s']:.2f} s, analyze_events {r['analyze_s']:.2f} s, "
-                     f"peak RSS {r['rss_mb']:,.0f} MB"))
+        r = res["analyze"] = _median_run(_rounds([("analyze", [str(table), str(a.jobs)])], a.repeat, env)[0],
+                                         "analyze_s")
+        events = f"{r['events'] / 1e6:.0f}M" if r["events"] >= 1e6 else f"{r['events']:,}"
+        rows.append((f"analyze {events} events ({r['jobs']} jobs, -j {a.jobs})",
+                     f"load {r['load_s']:.2f} s, analyze_events {r['analyze_s']:.2f} s{_spread(r)}, "
+                     f"peak RSS {r['rss_mb']:,.0f} MB, CPU {r['user_s']:.1f} s user + {r['sys_s']:.1f} s system"))
     print(_table(rows))
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1) + "\n")

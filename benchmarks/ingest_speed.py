@@ -11,8 +11,7 @@ child process (so peak RSS is that step's own):
 * per-file fixed cost: 1,000 small files (half kernel logs, half short job outputs) against their
   concatenation, (t_files - t_cat) / 1000;
 * ``analyze``: ``analyze_events`` on a table of ``--analyze-events`` events (a simulated run's
-  events replicated as distinct jobs), with ``--jobs`` threads and the allocator settings of
-  ``toranalyze analyze -j`` (toranalyze/launch.py).
+  events replicated as distinct jobs), with ``--jobs`` threads as ``toranalyze analyze -j``.
 
 The corpus: simulated runs (Slurm and Kubernetes flavours: kernel logs per node, sacct, slurmctld,
 pod YAML, events JSON) give the many small files; their largest mixed logs (Slurm .out / pod
@@ -44,8 +43,6 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
-
-from toranalyze.launch import analysis_allocator
 
 MB = 1024 * 1024
 STEPS = ("ingest", "baseline_a", "baseline_b", "per_file", "analyze")
@@ -235,12 +232,12 @@ def _cpu_s() -> tuple[float, float]:
     return own.ru_utime + kids.ru_utime, own.ru_stime + kids.ru_stime
 
 
-def run_child(step: str, args: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
+def run_child(step: str, args: list[str]) -> dict[str, Any]:
     argfile = Path(os.environ.get("TMPDIR", "/tmp")) / f"ingest_speed_args_{os.getpid()}.json"
     argfile.write_text(json.dumps(args))
     try:
         proc = subprocess.run([sys.executable, __file__, "--child", step, str(argfile)],
-                              check=True, capture_output=True, text=True, env=env)
+                              check=True, capture_output=True, text=True)
     finally:
         argfile.unlink(missing_ok=True)
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
@@ -281,14 +278,13 @@ class _Rows(list[tuple[str, str]]):
         super().append(row)
 
 
-def _rounds(steps: list[tuple[str, list[str]]], repeat: int,
-            env: dict[str, str] | None = None) -> list[list[dict[str, Any]]]:
+def _rounds(steps: list[tuple[str, list[str]]], repeat: int) -> list[list[dict[str, Any]]]:
     """Each step's runs: ``repeat`` rounds that take every step once, so that load coming and
     going on a shared machine falls on all of them alike."""
     runs: list[list[dict[str, Any]]] = [[] for _ in steps]
     for _ in range(repeat):
         for i, (step, args) in enumerate(steps):
-            runs[i].append(run_child(step, args, env))
+            runs[i].append(run_child(step, args))
     return runs
 
 
@@ -378,11 +374,7 @@ def main() -> None:
                      f"concatenated {r_cat['wall_s']:.2f} s{_rounds_note(len(per_round))})"))
     if "analyze" in only:
         table = analyze_table(work, a.analyze_events)
-        # The child's allocator is set up as `toranalyze analyze` sets up its own (launch.py).
-        env = dict(os.environ)
-        analysis_allocator(["analyze"], env)
-        r = res["analyze"] = _median_run(_rounds([("analyze", [str(table), str(a.jobs)])], a.repeat, env)[0],
-                                         "analyze_s")
+        r = res["analyze"] = _median_run(_rounds([("analyze", [str(table), str(a.jobs)])], a.repeat)[0], "analyze_s")
         events = f"{r['events'] / 1e6:.0f}M" if r["events"] >= 1e6 else f"{r['events']:,}"
         rows.append((f"analyze {events} events ({r['jobs']} jobs, -j {a.jobs})",
                      f"load {r['load_s']:.2f} s, analyze_events {r['analyze_s']:.2f} s{_spread(r)}, "

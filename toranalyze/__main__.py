@@ -1,3 +1,3 @@
-from toranalyze.launch import main
+from toranalyze.cli import main
 
 main()

@@ -323,6 +323,8 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="also write the figures as JSON")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.repeat < 1:
+        ap.error("--repeat takes a count of rounds, at least 1")
     if a.child:
         print(json.dumps(child(a.child[0], json.loads(Path(a.child[1]).read_text()))))
         return

@@ -11,7 +11,8 @@ child process (so peak RSS is that step's own):
 * per-file fixed cost: 1,000 small files (half kernel logs, half short job outputs) against their
   concatenation, (t_files - t_cat) / 1000;
 * ``analyze``: ``analyze_events`` on a table of ``--analyze-events`` events (a simulated run's
-  events replicated as distinct jobs), with ``--jobs`` threads as ``toranalyze analyze -j``.
+  events replicated as distinct jobs), with ``--jobs`` threads and the allocator settings of
+  ``toranalyze analyze -j`` (toranalyze/launch.py).
 
 The corpus: simulated runs (Slurm and Kubernetes flavours: kernel logs per node, sacct, slurmctld,
 pod YAML, events JSON) give the many small files; their largest mixed logs (Slurm .out / pod
@@ -44,6 +45,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from toranalyze.launch import analysis_allocator
+
+# The environment as the benchmark got it: polars, once loaded here, puts its own allocator
+# default into os.environ, which would then pass for a user's setting.
+_START_ENV = dict(os.environ)
 MB = 1024 * 1024
 STEPS = ("ingest", "baseline_a", "baseline_b", "per_file", "analyze")
 
@@ -211,6 +217,7 @@ def child(step: str, args: list[str]) -> dict[str, Any]:
     elif step == "baseline_b":
         out = baseline_b(args)
     elif step == "analyze":
+        malloc_conf = os.environ.get("_RJEM_MALLOC_CONF")  # (read before polars loads and sets one)
         import polars as pl
 
         from toranalyze.reconstruct.analysis import analyze_events
@@ -219,7 +226,7 @@ def child(step: str, args: list[str]) -> dict[str, Any]:
         t1 = time.perf_counter()
         analysis = analyze_events(events, jobs=int(args[1]))
         out = {"events": events.height, "load_s": t1 - t0, "analyze_s": time.perf_counter() - t1,
-               "jobs": analysis.tor.height}
+               "jobs": analysis.tor.height, "malloc_conf": malloc_conf}
     out["wall_s"] = time.perf_counter() - t0
     out["rss_mb"] = _rss_mb()
     out["user_s"], out["sys_s"] = _cpu_s()
@@ -235,9 +242,13 @@ def _cpu_s() -> tuple[float, float]:
 def run_child(step: str, args: list[str]) -> dict[str, Any]:
     argfile = Path(os.environ.get("TMPDIR", "/tmp")) / f"ingest_speed_args_{os.getpid()}.json"
     argfile.write_text(json.dumps(args))
+    env = dict(os.environ)
+    if step == "analyze":  # the allocator set up as `toranalyze analyze` sets up its own
+        env = dict(_START_ENV)
+        analysis_allocator(["analyze"], env)
     try:
         proc = subprocess.run([sys.executable, __file__, "--child", step, str(argfile)],
-                              check=True, capture_output=True, text=True)
+                              check=True, capture_output=True, text=True, env=env)
     finally:
         argfile.unlink(missing_ok=True)
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))

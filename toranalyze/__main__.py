@@ -1,3 +1,3 @@
-from toranalyze.cli import main
+from toranalyze.launch import main
 
 main()

@@ -6,10 +6,10 @@ columns (80 MB each at 10M events). By default jemalloc hands freed pages back t
 within a second, and the kernel maps and zeroes every fresh one a 4 KiB page at a time: a
 quarter of the analysis' CPU time was system time. For ``analyze`` the freed pages are kept for
 reuse (``dirty_decay_ms:-1,muzzy_decay_ms:-1``) and new ones are mapped as transparent huge
-pages (``thp:always``). On 10M events with two threads, four alternated rounds: 17.7 s median
-with the default, 13.8 s with both (page faults 2.4M -> 0.02M), for about 1 GB more peak
-memory (7.9 -> 8.9 GB). Huge pages alone had not paid (the kernel zeroes the same bytes); kept
-pages alone gave 15.2 s. ``ingest`` keeps the default, whose memory bound matters more, and so
+pages (``thp:always``). On 10M events with two threads, eight alternated rounds: 17.1 s median
+with the default, 14.0 s with both (page faults 2.4M -> 0.02M), for about 1.1 GB more peak
+memory (7.9 -> 9.0 GB). Kept pages alone gave 15.2 s; huge pages alone had not paid (the
+kernel zeroes the same bytes). ``ingest`` keeps the default, whose memory bound matters more, and so
 do the worker processes ``analyze`` starts to read files: the setting leaves the environment
 once polars has loaded, before any worker starts. A value the user set is left alone.
 """

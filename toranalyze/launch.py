@@ -9,9 +9,10 @@ reuse (``dirty_decay_ms:-1,muzzy_decay_ms:-1``) and new ones are mapped as trans
 pages (``thp:always``). On 10M events with two threads, eight alternated rounds: 17.1 s median
 with the default, 14.0 s with both (page faults 2.4M -> 0.02M), for about 1.1 GB more peak
 memory (7.9 -> 9.0 GB). Kept pages alone gave 15.2 s; huge pages alone had not paid (the
-kernel zeroes the same bytes). ``ingest`` keeps the default, whose memory bound matters more, and so
-do the worker processes ``analyze`` starts to read files: the setting leaves the environment
-once polars has loaded, before any worker starts. A value the user set is left alone.
+kernel zeroes the same bytes). ``ingest`` keeps the default, whose memory bound matters more,
+and so do the worker processes ``analyze`` starts to read files: the setting leaves the
+environment once polars has loaded, before any worker starts. A value the user set is left
+alone.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ ANALYSIS_MALLOC_CONF = "thp:always,dirty_decay_ms:-1,muzzy_decay_ms:-1"
 _ANALYSIS_COMMANDS = frozenset({"analyze"})
 
 
-def analysis_allocator(argv: Sequence[str], environ: MutableMapping[str, str]) -> bool:
+def analysis_allocator(argv: Sequence[str], environ: MutableMapping[str, str], platform: str = sys.platform) -> bool:
     """Set the analysis allocator settings in ``environ`` when ``argv`` runs an analysis
-    command and the user set none; return whether it was set."""
+    command on Linux (where they were measured; huge pages are Linux's) and the user set none;
+    return whether it was set."""
     command = next((a for a in argv if not a.startswith("-")), None)
-    if command not in _ANALYSIS_COMMANDS or MALLOC_ENV in environ:
+    if command not in _ANALYSIS_COMMANDS or MALLOC_ENV in environ or not platform.startswith("linux"):
         return False
     environ[MALLOC_ENV] = ANALYSIS_MALLOC_CONF
     return True

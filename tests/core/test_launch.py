@@ -14,7 +14,7 @@ from toranalyze.launch import ANALYSIS_MALLOC_CONF, MALLOC_ENV, analysis_allocat
 @pytest.mark.parametrize("argv", [["analyze", "logs/"], ["analyze", "-j", "2", "x"], ["--quiet-flag", "analyze"]])
 def test_analysis_commands_get_the_setting(argv: list[str]) -> None:
     env: dict[str, str] = {}
-    assert analysis_allocator(argv, env)
+    assert analysis_allocator(argv, env, platform="linux")
     assert env == {MALLOC_ENV: ANALYSIS_MALLOC_CONF}
 
 
@@ -23,6 +23,13 @@ def test_other_commands_keep_the_default(argv: list[str]) -> None:
     env: dict[str, str] = {}
     assert not analysis_allocator(argv, env)
     assert env == {}
+
+
+def test_only_on_linux() -> None:
+    env: dict[str, str] = {}
+    assert not analysis_allocator(["analyze", "x"], env, platform="darwin")
+    assert env == {}
+    assert analysis_allocator(["analyze", "x"], env, platform="linux")
 
 
 def test_a_users_setting_is_kept() -> None:
@@ -76,4 +83,6 @@ def test_the_benchmark_gives_its_analyze_child_the_setting(monkeypatch: pytest.M
     monkeypatch.setattr(bench.subprocess, "run", fake_run)
     bench.run_child("analyze", ["events.parquet", "2"])
     bench.run_child("baseline_a", ["x.log"])
-    assert seen == {"analyze": ANALYSIS_MALLOC_CONF, "baseline_a": "dirty_decay_ms:500,muzzy_decay_ms:1000"}
+    polars_own = "dirty_decay_ms:500,muzzy_decay_ms:1000"
+    wanted = ANALYSIS_MALLOC_CONF if sys.platform.startswith("linux") else None
+    assert seen == {"analyze": wanted, "baseline_a": polars_own}

@@ -242,9 +242,8 @@ def _cpu_s() -> tuple[float, float]:
 def run_child(step: str, args: list[str]) -> dict[str, Any]:
     argfile = Path(os.environ.get("TMPDIR", "/tmp")) / f"ingest_speed_args_{os.getpid()}.json"
     argfile.write_text(json.dumps(args))
-    env = dict(os.environ)
+    env = dict(_START_ENV if step == "analyze" else os.environ)
     if step == "analyze":  # the allocator set up as `toranalyze analyze` sets up its own
-        env = dict(_START_ENV)
         analysis_allocator(["analyze"], env)
     try:
         proc = subprocess.run([sys.executable, __file__, "--child", step, str(argfile)],

@@ -54,7 +54,8 @@ def attempt_exposure(exposure: pl.DataFrame) -> pl.DataFrame:
         .agg(
             pl.col("t_start").min(),
             pl.col("hours").max(),
-            pl.col("gpus").sum(),
+            # (null when no node row states a count: a sum of nulls would claim 0 GPUs)
+            pl.when(pl.col("gpus").is_not_null().any()).then(pl.col("gpus").sum()).alias("gpus"),
             pl.col("nodes").sum(),
             pl.col("job_gpus").max(),
         )
@@ -213,9 +214,13 @@ def mtbf_table(classes: dict[str, dict[str, Any]], sizes: list[int], gpus_per_no
     return rows
 
 
+UNKNOWN_SIZE = "unknown"  # the job-size key of jobs whose records state no GPU count
+
+
 def size_bucket(gpus: pl.Expr) -> pl.Expr:
-    """Power-of-two job-size bucket: the smallest 2**k >= gpus (1, 2, 4, 8, ... GPUs)."""
-    return (2 ** gpus.cast(pl.Float64).log(2).ceil()).cast(pl.Int64)
+    """Power-of-two job-size bucket: the smallest 2**k >= gpus (1, 2, 4, 8, ... GPUs); null for a
+    job of unknown size."""
+    return pl.when(gpus > 0).then((2 ** gpus.cast(pl.Float64).log(2).ceil()).cast(pl.Int64))
 
 
 def scope_rates(fail: pl.DataFrame, jobs: pl.DataFrame, exposure: pl.DataFrame, window: str = "1w") -> pl.DataFrame:
@@ -227,7 +232,7 @@ def scope_rates(fail: pl.DataFrame, jobs: pl.DataFrame, exposure: pl.DataFrame, 
     j = jobs.join(f_jobs, on=["run", "job"], how="left").with_columns(pl.col("k").fill_null(0))
     fleet = j.select(pl.lit("fleet").alias("scope"), pl.lit("all").alias("key"), pl.col("k").sum().alias("failures"),
                      *[pl.col(u).sum() for u in UNITS])
-    size = j.group_by(size_bucket(pl.col("gpus")).cast(pl.String).alias("key")).agg(
+    size = j.group_by(size_bucket(pl.col("gpus")).cast(pl.String).fill_null(UNKNOWN_SIZE).alias("key")).agg(
         pl.col("k").sum().alias("failures"), *[pl.col(u).sum() for u in UNITS]
     ).select(pl.lit("job_gpus").alias("scope"), "key", "failures", *UNITS)
     node = node_rates(fail, exposure).select(

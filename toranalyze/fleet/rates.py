@@ -26,8 +26,9 @@ MTBF_SIZES = (8, 64, 512, 1024, 4096, 16384, 131072)
 
 
 def gpus_per_node(exposure: pl.DataFrame) -> float:
-    """The fleet's usual GPUs per node (median over node rows; 8 when no row names a node)."""
-    g = exposure.filter(pl.col("node").is_not_null())["gpus"]
+    """The fleet's usual GPUs per node (median over node rows that state a count; 8 when none
+    does: a run whose records name hosts but no GPU count, as excerpts often do)."""
+    g = exposure.filter(pl.col("node").is_not_null() & (pl.col("gpus") > 0))["gpus"]
     return float(g.median()) if g.len() else 8.0  # type: ignore[arg-type]
 
 
@@ -47,7 +48,9 @@ def exposure_totals(jobs: pl.DataFrame, exposure: pl.DataFrame) -> dict[str, Any
 
 def _observed_by_size(fail: pl.DataFrame, jobs_e: pl.DataFrame, exposure: pl.DataFrame) -> list[dict[str, Any]]:
     """Observed mean running hours between unexpected failures per job-size bucket."""
-    sc = fit.scope_rates(fail, jobs_e, exposure).filter(pl.col("scope") == "job_gpus")
+    # (jobs of unknown size are in no bucket)
+    sc = fit.scope_rates(fail, jobs_e, exposure).filter(
+        (pl.col("scope") == "job_gpus") & (pl.col("key") != fit.UNKNOWN_SIZE))
     rows = []
     for r in sc.sort(pl.col("key").cast(pl.Int64)).iter_rows(named=True):
         inv = {k: (1.0 / r[f"{k}_job_hour"] if r[f"{k}_job_hour"] and r[f"{k}_job_hour"] > 0 else None)
@@ -71,7 +74,7 @@ def build_rates(jobs: pl.DataFrame, attempts: pl.DataFrame, incidents: pl.DataFr
     for c in classes.values():
         c["share"] = fit._r(c["failures"] / n_fail)  # of all unexpected failures
     totals = exposure_totals(jobs, exposure)
-    sizes = sorted({*MTBF_SIZES, *(int(g) for g in jobs_e["gpus"].drop_nulls().unique().to_list())})
+    sizes = sorted({*MTBF_SIZES, *(int(g) for g in jobs_e["gpus"].drop_nulls().unique().to_list() if g > 0)})
     return {
         "schema_version": SCHEMA_VERSION,
         "generator": f"toranalyze {__version__}",

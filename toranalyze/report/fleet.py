@@ -98,8 +98,11 @@ def mtbf_by_size(jobs: pl.DataFrame, exposure: pl.DataFrame) -> pl.DataFrame:
 
 
 def loglog_fit(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float] | None:
-    """log y = a + b log x, weighted by failures; (a, b) or None with fewer than two sizes."""
-    if len(x) < 2:
+    """log y = a + b log x, weighted by failures; (a, b) or None with fewer than two sizes. Points
+    a logarithm cannot take (a job of runs with no running time has an MTBF of 0 hours) are left out."""
+    keep = (x > 0) & (y > 0) & np.isfinite(x) & np.isfinite(y) & (w > 0)
+    x, y, w = x[keep], y[keep], w[keep]
+    if len(np.unique(x)) < 2:
         return None
     b, a = np.polyfit(np.log(x), np.log(y), 1, w=np.sqrt(w))
     return float(a), float(b)

@@ -32,11 +32,7 @@ def print_summary(analysis: object, console: Console, redact: bool = True) -> No
     for job in tor.iter_rows(named=True):
         t_obs = job.get("t_obs_s") or 0.0
         console.rule(f"job {escape(str(job['job']))}")
-        ideal = job.get("ideal_step_time_s")
-        console.print(
-            f"TOR [bold]{job['tor']:.4f}[/]  over {fmt_duration(t_obs)} observed; "
-            f"ideal step {ideal:.3f}s ({job.get('ideal_step_source', '')})" if ideal else f"TOR {job['tor']:.4f}"
-        )
+        console.print(_headline(job, t_obs))
         if not job.get("ended_cleanly", True):
             console.print("[yellow]the job did not end with a clean exit (the logs stop without one)[/]")
         table = Table(title="where the time went")
@@ -70,3 +66,14 @@ def print_summary(analysis: object, console: Console, redact: bool = True) -> No
             console.print(it)
         else:
             console.print("no incidents")
+
+
+def _headline(job: dict, t_obs: float) -> str:
+    """The job's TOR line. A job without a TOR (no step records, or no observed time) says so
+    instead of a number; an excerpt's job is often one."""
+    if job.get("tor") is None:
+        return (f"TOR [bold]-[/]  over {fmt_duration(t_obs)} observed: no step time to measure against "
+                f"({job.get('ideal_step_source') or 'no steps'})")
+    line = f"TOR [bold]{job['tor']:.4f}[/]  over {fmt_duration(t_obs)} observed"
+    ideal = job.get("ideal_step_time_s")
+    return f"{line}; ideal step {ideal:.3f}s ({job.get('ideal_step_source', '')})" if ideal else line

@@ -72,8 +72,9 @@ def _headline(job: dict, t_obs: float) -> str:
     """The job's TOR line. A job without a TOR (no step records, or no observed time) says so
     instead of a number; an excerpt's job is often one."""
     if job.get("tor") is None:
-        return (f"TOR [bold]-[/]  over {fmt_duration(t_obs)} observed: no step time to measure against "
-                f"({job.get('ideal_step_source') or 'no steps'})")
+        source = job.get("ideal_step_source") or ""
+        why = "" if not source or source.startswith("none") else f" ({source})"
+        return f"TOR [bold]-[/]  over {fmt_duration(t_obs)} observed: no step time to measure against{why}"
     line = f"TOR [bold]{job['tor']:.4f}[/]  over {fmt_duration(t_obs)} observed"
     ideal = job.get("ideal_step_time_s")
     return f"{line}; ideal step {ideal:.3f}s ({job.get('ideal_step_source', '')})" if ideal else line

@@ -131,6 +131,33 @@ def test_expected_useful_per_step_matches_monte_carlo():
     assert one.to_list() == [3.0, 4.0]
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.floats(1e-3, 1e4), st.integers(1, 5000), st.floats(1e-3, 1e4), st.floats(0.0, 50.0))
+def test_expected_useful_per_step_lies_between_zero_and_min_of_mean_and_ideal(m, n, ideal, sigma):
+    """E[min(d, t*)] of non-negative steps is at least 0 and at most min(m, t*) (Jensen), however
+    large the jitter: a fuzzed mix of unrelated excerpts once gave a job sigma ~ 3 and a negative
+    useful time."""
+    import polars as pl
+
+    from toranalyze.reconstruct.ledger import expected_useful_per_step
+
+    u = expected_useful_per_step(pl.Series([m]), pl.Series([n]), pl.Series([ideal]), pl.Series([sigma]))[0]
+    assert 0.0 <= u <= min(m, ideal)
+
+
+def test_expected_useful_time_of_a_slow_many_step_row_of_a_jittery_job_is_not_negative():
+    """The row that broke the ledger's invariant (a negative useful bucket) in a fuzzed mix of real
+    excerpts: 370 steps averaging 132 s, against an ideal step of 2 s, in a job whose step times
+    disagree so much that sigma came out near 1."""
+    import polars as pl
+
+    from toranalyze.reconstruct.ledger import expected_useful_per_step
+
+    u = expected_useful_per_step(pl.Series([131.96e6]), pl.Series([370]), pl.Series([1.989724e6]),
+                                 pl.Series([1.0]))[0]
+    assert 0.0 <= u <= 1.989724e6
+
+
 def test_a_save_ending_as_a_step_row_starts_does_not_hide_the_next_save_inside_it():
     """Found by the property test above: step 2's row (103-153 s) starts as the first save ends
     and holds the second save (136-153 s). The row's owned time must exclude that save; the

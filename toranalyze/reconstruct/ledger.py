@@ -238,7 +238,10 @@ def expected_useful_per_step(m: pl.Series, n: pl.Series, ideal: pl.Series, sigma
 
         z = (tt[ok] - mm[ok]) / s[ok]
         excess = s[ok] * np.exp(-0.5 * z * z) / np.sqrt(2.0 * np.pi) + (mm[ok] - tt[ok]) * ndtr(-z)
-        out[ok] = mm[ok] - np.maximum(excess, np.maximum(mm[ok] - tt[ok], 0.0))
+        # Bounded by 0 (a step time is never negative: with a spread as large as the mean, as in
+        # a job whose rows disagree wildly, the normal approximation would put mass below 0 and
+        # the value with it) and by min(m, t*), which rounding could pass.
+        out[ok] = np.clip(mm[ok] - np.maximum(excess, np.maximum(mm[ok] - tt[ok], 0.0)), 0.0, out[ok])
     return pl.Series(out)
 
 

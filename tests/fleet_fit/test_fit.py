@@ -128,6 +128,24 @@ def test_weibull_recovers_shape_and_verdict() -> None:
     assert fit_weibull(np.array([1.0, 2.0]), np.array([5.0])) is None  # too few failures
 
 
+def test_weibull_of_failures_all_the_same_time_apart_is_no_fit() -> None:
+    """The shape's likelihood grows without bound (found by fuzzing the fleet command with runs
+    copied from one another: scipy's bounded search was given a lower bound above its upper)."""
+    assert fit_weibull(np.full(6, 5.0), np.array([1.0])) is None
+    assert fit_weibull(np.full(6, 5.0), np.array([])) is None
+    assert fit_weibull(np.array([5.0] * 5 + [5.000001]), np.array([2.0])) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(1e-3, 1e4), min_size=3, max_size=30),
+       st.lists(st.floats(1e-3, 1e4), max_size=10), st.integers(1, 4))
+def test_weibull_fit_never_raises_and_brackets_its_shape(x: list[float], c: list[float], dup: int) -> None:
+    w = fit_weibull(np.array(x * dup), np.array(c))
+    if w is not None:
+        assert 0 < w.shape_lo <= w.shape <= w.shape_hi
+        assert w.mean_lo <= w.mean <= w.mean_hi
+
+
 def test_best_exposure_tells_job_hours_from_node_hours() -> None:
     jobs = pl.DataFrame({"gpu_hour": [800.0, 8000.0, 80.0], "node_hour": [100.0, 1000.0, 10.0],
                          "job_hour": [100.0, 100.0, 10.0]})

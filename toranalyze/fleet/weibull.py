@@ -80,12 +80,14 @@ def _bound(f: Any, inside: float, step: float, limit: float) -> float:
 
 def fit_weibull(observed: np.ndarray, censored: np.ndarray, conf: float = 0.95) -> WeibullFit | None:
     """Fit times between failures (``observed``) and running times after the last failure
-    (``censored``), both positive, in one unit. None with fewer than ``MIN_FAILURES`` failures."""
+    (``censored``), both positive, in one unit. None with fewer than ``MIN_FAILURES`` failures, or
+    when the shape has no finite estimate: failures all the same time apart (clock-quantized
+    gaps, a replayed log) make the likelihood grow without bound as the shape does."""
     x = np.asarray(observed, dtype=float)
-    x = x[x > 0]
+    x = x[np.isfinite(x) & (x > 0)]
     c = np.asarray(censored, dtype=float)
-    c = c[c > 0]
-    if len(x) < MIN_FAILURES:
+    c = c[np.isfinite(c) & (c > 0)]
+    if len(x) < MIN_FAILURES or np.ptp(x) <= 1e-9 * float(x.max()):
         return None
     data = stats.CensoredData(uncensored=x, right=c)
     # start scipy's censored fit at the maximum of the explicit profile: same answer, far fewer
@@ -98,6 +100,8 @@ def fit_weibull(observed: np.ndarray, censored: np.ndarray, conf: float = 0.95) 
     f_shape = lambda kk: _profile(kk, x, c) - (lmax - crit)  # noqa: E731
     k_lo = _bound(f_shape, k, 0.8, 1e-3)
     k_hi = _bound(f_shape, k, 1.25, 1e3)
+    if not (math.isfinite(k) and math.isfinite(lam) and 0 < k_lo <= k <= k_hi):  # (a shape past the bounds searched)
+        return None
 
     def prof(s: float, mean: bool) -> float:
         """Profile log-likelihood of a scale (or of a mean) minus the interval's cut."""

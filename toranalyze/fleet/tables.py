@@ -102,7 +102,8 @@ def exposure_rows(attempts: pl.DataFrame, incidents: pl.DataFrame, job_gpus: pl.
     per_node = (
         a.filter(pl.col("node_list").list.len() > 0)
         .with_columns(
-            # (at least one a node: a stated count smaller than the nodes named is a per-node count)
+            # (at least one a node: a stated count smaller than the nodes named, often a per-node or
+            # per-task count, would round to none)
             (pl.col("gpus") / pl.col("node_list").list.len()).round().clip(lower_bound=1).cast(pl.Int32).alias("gpus"),
             pl.lit(1, pl.Int32).alias("nodes"),
         )

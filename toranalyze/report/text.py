@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 from rich.console import Console
 from rich.markup import escape
@@ -68,7 +70,7 @@ def print_summary(analysis: object, console: Console, redact: bool = True) -> No
             console.print("no incidents")
 
 
-def _headline(job: dict, t_obs: float) -> str:
+def _headline(job: dict[str, Any], t_obs: float) -> str:
     """The job's TOR line. A job without a TOR (no step records, or no observed time) says so
     instead of a number; an excerpt's job is often one."""
     if job.get("tor") is None:

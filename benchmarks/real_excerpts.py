@@ -1,9 +1,11 @@
 """Recognition of failures in short real excerpts pasted in public issue threads.
 
-Usage: python benchmarks/real_excerpts.py [--heldout] [--markdown] [--verbose]
+Usage: python benchmarks/real_excerpts.py [--heldout | --set DIR] [--verbose]
 
 Each excerpt listed in tests/data/real_excerpts/manifest.toml (or the held-out set with
---heldout, which is never tuned on) is ingested alone and analysed. Reported:
+--heldout, which is never tuned on, or any folder holding a manifest.toml of the same form with
+--set, e.g. a new collection scored before anything is tuned on it) is ingested alone and
+analysed. Reported:
 
 - recall: the excerpt's expected class is among the failure classes of its events or the
   root causes of its incidents;
@@ -25,8 +27,8 @@ from toranalyze.reconstruct.analysis import AnalysisOptions, analyze_events
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
 
 
-def load_manifest(heldout: bool) -> tuple[Path, list[dict]]:
-    root = DATA / ("real_excerpts_heldout" if heldout else "real_excerpts")
+def load_manifest(heldout: bool, folder: Path | None = None) -> tuple[Path, list[dict]]:
+    root = folder or DATA / ("real_excerpts_heldout" if heldout else "real_excerpts")
     with open(root / "manifest.toml", "rb") as fh:
         return root, tomllib.load(fh)["excerpt"]
 
@@ -70,9 +72,12 @@ def summarize(rows: list[dict]) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--heldout", action="store_true", help="score the held-out set")
+    ap.add_argument("--set", type=Path, default=None, metavar="DIR", help="score the excerpts of DIR/manifest.toml")
     ap.add_argument("--verbose", action="store_true", help="one row per excerpt")
     args = ap.parse_args()
-    root, entries = load_manifest(args.heldout)
+    if args.set and args.heldout:
+        ap.error("--set and --heldout name different sets: give one")
+    root, entries = load_manifest(args.heldout, args.set)
     rows = [score(root, e) for e in entries]
     if args.verbose:
         print("| excerpt | expected | classes | roots | verdict | node |")
@@ -89,7 +94,8 @@ def main() -> int:
         print()
     s = summarize(rows)
     n = s["excerpts"]
-    print(f"set: {'held-out' if args.heldout else 'tuning'} ({n} excerpts)")
+    name = str(args.set) if args.set else ("held-out" if args.heldout else "tuning")
+    print(f"set: {name} ({n} excerpts)")
     print(f"recall: {s['recall']}/{n} = {s['recall'] / n:.1%}")
     print(f"excerpts with false classes: {s['with_false_classes']}/{n} ({s['false_classes']} false classes)")
     print(f"excerpts with no classified event: {s['no_event']}/{n}")

@@ -68,6 +68,12 @@ def xid_events(lf: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
+_GSP_TIMEOUT = (
+    r"(?i)timeout waiting for rpc|gsp rpc timeout|rpc response from gpu\d+ gsp"
+    r"|_kgspIsHeartbeatTimedOut|gsp rm heartbeat timed out|_kgspLogRpcTimeout"
+)
+
+
 def nvrm_events(lf: pl.LazyFrame) -> pl.LazyFrame:
     """NVRM lines without an Xid number that still matter."""
     body = pl.col("body")
@@ -94,9 +100,9 @@ def nvrm_events(lf: pl.LazyFrame) -> pl.LazyFrame:
         ignore_nulls=True,
     )
     reset = body.str.contains(r"\[NV_ERR_(?:RESET_REQUIRED|GPU_IS_LOST)\]")
-    gsp_timeout = no_xid & body.str.contains(
-        r"(?i)timeout waiting for rpc|gsp rpc timeout|rpc response from gpu\d+ gsp"
-    )
+    # The GSP firmware stops answering: an RPC times out, or (newer drivers, before any Xid) its
+    # heartbeat does: '_kgspIsHeartbeatTimedOut: Heartbeat timed out', '_kgspLogRpcTimeout: ** GSP Timeout'.
+    gsp_timeout = no_xid & body.str.contains(_GSP_TIMEOUT)
     # '_kgspLogXid119: ****** GSP Timeout ******' heads an Xid 119 record; alone it is the only trace.
     banner_code = body.str.extract(r"_kgspLogXid(\d+): \*+ ", 1)
     xid_line = pl.when(body.str.contains(r"NVRM: Xid \(")).then(pl.col("line")).backward_fill()

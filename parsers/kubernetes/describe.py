@@ -82,7 +82,10 @@ def _blocks(lines: pl.LazyFrame) -> pl.LazyFrame:
         kv.struct.field("val").alias("_val"),
     )
     first = lambda e: e.drop_nulls().first().over("_blk")  # noqa: E731 - a tiny window helper
-    is_node = text.str.contains(r"^(?:Roles|Taints|Unschedulable|CreationTimestamp):").any().over("_blk")
+    # Only a node's conditions table has a heartbeat column: it names a node's fragment too.
+    is_node = text.str.contains(
+        r"^(?:(?:Roles|Taints|Unschedulable|CreationTimestamp):|\s+Type\s+Status\s+LastHeartbeatTime\s)"
+    ).any().over("_blk")
     name = first(text.str.extract(r"^Name:\s+(\S+)", 1))
     pod_node = first(text.str.extract(r"^Node:\s+([^/\s<]+)", 1))
     owner = first(text.str.extract(r"^Controlled By:\s+\w*Job/(\S+)", 1))

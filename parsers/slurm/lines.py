@@ -39,7 +39,7 @@ _NODE_REASON = "|".join(r.replace("*", r"\*") for r in NODE_REASONS)
 KEYWORDS = [
     "***", "srun:", "salloc:", "sbatch:", "Submitted batch job", "slurm", "oom-kill", "oom_kill",
     "OOM", "memory limit", "JobId=", "job_id ", "StepId=", "Nodes ", "Node ", "node ", "PULSE:",
-    "ALERT:", "is scheduled to start", "is running for", "waiting to be scheduled", "preempted ",
+    "ALERT:", "is scheduled to start", "is running for", "waiting to be scheduled", "preempted ", "job is preempted",
     "Main process received SIGTERM", "ime limit", *NODE_REASONS, "Reason=", "State=", "launch failed requeued held",
     "ResumeTimeout", "power_save",
 ]
@@ -332,6 +332,12 @@ def _watchdog(base: _Base) -> list[pl.DataFrame | None]:
     waiting = rf"is waiting to be scheduled \({_ID}"
     scheduled = rf"is scheduled to start in (?P<in>.*?) \(at (?P<at>\S+)\) \({_ID}"
     alert = r"ALERT: (?P<name>\S+) is not RUNNING or SCHEDULED"
+    # submitit's handler of Slurm's preemption signal: 'submitit WARNING (2022-07-12 04:18:45,881) -
+    # Caught signal SIGHUP on learnfair0293: this job is preempted.' (it then requeues the job).
+    submitit = (
+        r"^submitit \w+ \((?P<at>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?)\) - "
+        r"Caught signal (?P<sig>\w+) on (?P<node>[\w.\-]+): this job is preempted"
+    )
     return [
         _rule(base, "is running for", running, "heartbeat", "info",
               job_id=base_job_id(_g("job")), duration_s=elapsed_seconds(_g("el")),
@@ -341,6 +347,8 @@ def _watchdog(base: _Base) -> list[pl.DataFrame | None]:
         _rule(base, "is scheduled to start", scheduled, "info", "info",
               job_id=base_job_id(_g("job")), state=pl.lit("PENDING")),
         _rule(base, "ALERT:", alert, "warning", "warning"),
+        _rule(base, "job is preempted", submitit, "job_end", "warning",
+              node=_g("node"), state=pl.lit("PREEMPTED"), ts=ts_iso(_g("at"))),
     ]
 
 

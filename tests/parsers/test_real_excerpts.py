@@ -25,6 +25,7 @@ SIGKILL_ALONE = "exit code -9 with no reason elsewhere: unknown by design (SIGKI
 KNOWN_MISSES = {
     "real_excerpts/trainer/torchrun_exitcode_minus9_sigterm_fanout.log": SIGKILL_ALONE,
     "real_excerpts/trainer/torchrun_exitcode_minus9_glog_prefix.log": SIGKILL_ALONE,
+    "real_excerpts/trainer/torchrun_exitcode_minus9_colossalai.log": SIGKILL_ALONE,
     "real_excerpts_heldout/trainer/torchrun_exitcode_minus9_bracket_ts.log": SIGKILL_ALONE,
     "real_excerpts_heldout/kubernetes/kubelet_eviction_manager_ephemeral_storage.log":
         "jsonpath output ('name<TAB><TAB>Evicted<TAB><TAB>message') is not a layout the parser knows",

@@ -91,6 +91,19 @@ def test_bloom_crash_names_rank_and_origin() -> None:
     assert row["message"] == "c10::CUDAError: CUDA error: unknown error [raised from query at CUDAEvent.h:95]"
 
 
+def test_traceback_behind_a_task_and_run_id_prefix_is_one_record() -> None:
+    # A workflow runner's '[step/task (pid N)] [<uuid>] ' before every line (dolly's logs): both
+    # are peeled, one space each, so the frames keep their indentation and the exception joins.
+    head = "2023-04-29 06:01:12.977 [177/train/578 (pid 28936)] [09c561ee-a44c-4795-967c-7183a83b3160] "
+    body = ["Traceback (most recent call last):",
+            '  File "/opt/conda/lib/python3.7/site-packages/torch/serialization.py", line 379, in save',
+            "    _save(obj, opened_zipfile, pickle_module, pickle_protocol)",
+            "OSError: [Errno 28] No space left on device"]
+    row = one(run("\n".join(head + b for b in body)))
+    assert (row["line"], row["line_end"]) == (1, 4)
+    assert row["message"].startswith("OSError: [Errno 28] No space left on device")
+
+
 def test_ecc_traceback_message_is_the_exception_line() -> None:
     ev = parse_file(parser, REAL / "tr1_13b_ecc_uncorrectable_crash_43680.log")
     assert ev["message"][0] == (

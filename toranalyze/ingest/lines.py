@@ -48,6 +48,8 @@ LINE_SCHEMA = pl.Schema(
 #  ray  : '(train_rft pid=2657296)' / '(pid=123, ip=10.0.0.1)'
 #  pod  : '[pod/trainer-worker-3/pytorch] '
 #  mpi  : '[1,12]<stdout>:' (mpirun --tag-output: job, rank)
+#  task : '[177/train/578 (pid 28936)] ' (a workflow runner's task and process), and a run id in
+#         brackets '[09c561ee-a44c-4795-967c-7183a83b3160] ' (a UUID; nothing else looks like one)
 _PREFIX = (
     r"^(?:"
     rf"\|?\s*\[?({ISO_PATTERN})\]?:?\s*\|?\s+"
@@ -57,6 +59,8 @@ _PREFIX = (
     r"|\((?:[\w.\-]+ )?pid=\d+(?:, ip=([\d.]+))?\)\s*"
     r"|\[pod/([\w.\-]+)(?:/[\w.\-]+)?\]\s*"
     r"|\[\d+,(\d+)\]<std(?:out|err)>:"
+    r"|\[[\w/.\-]+ \(pid \d+\)\] ?"
+    r"|\[[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\] ?"
     r")"
 )
 _PASSES = 4

@@ -389,6 +389,390 @@ class _Result:
     pending: list[tuple[int, int]] = field(default_factory=list)
 
 
+def _first_error(cls: str, te: int, t_det: int, nan_first_end: int | None, watchdog_us: int) -> int | None:
+    """Wall time of the incident's first error record (None: the failure writes none)."""
+    if cls == "numerics":
+        return nan_first_end if nan_first_end is not None else te
+    if cls in ("hang",):
+        return None
+    if cls == "collective_timeout":
+        return min(t_det, te + watchdog_us)
+    if cls in ("node_failure", "host_hardware"):
+        return te if cls == "host_hardware" else min(t_det, te + (t_det - te) // 2)
+    if cls in ("walltime", "preemption", "maintenance", "user_cancel"):
+        return t_det
+    return te
+
+
+class _Run:
+    """One run being drawn: the run-wide state (allocation, clean checkpoints, the wall
+    clock between attempts) and the state of the attempt in progress.
+
+    The methods consume the generator in a fixed order; that order *is* the run, so a
+    second generator seeded alike replays it exactly.
+    """
+
+    # the attempt in progress, set by start_attempt
+    a: Attempt
+    wall_end: float  # wall time at which the scheduler kills the attempt (inf: no limit)
+    tc: int  # the attempt's wall clock
+    s: int  # the next step to draw
+    warm_left: int  # warm-up steps still to come
+    ended: tuple[str, int, int] | None  # (kind, failure index, wall time) of what ended the attempt
+    last_step_done: int
+
+    def __init__(self, cfg: RunConfig, rng: np.random.Generator, res: _Result, record: bool):
+        self.cfg, self.rng, self.res, self.record = cfg, rng, res, record
+        self.sim = sim = _Sim(cfg, rng)
+        n_hosts = cfg.nodes + cfg.spare_nodes
+        hosts = [f"{cfg.host_prefix}-{i:03d}" for i in range(1, n_hosts + 1)]
+        skew_max = int(cfg.clock_skew_s * US)
+        skews = {h: (int(rng.integers(-skew_max, skew_max + 1)) if skew_max else 0) for h in hosts}
+        res.hosts, res.skews, res.ideal = hosts, skews, sim.step_us
+        res.slow_periods = sim.slow_periods
+        self.current = hosts[: cfg.nodes]
+        self.spares = hosts[cfg.nodes :]
+        self.fixed = cfg.fixed_repair_s is not None
+        self.save_us = int(round(cfg.ckpt_save_s * US))
+        self.clean_ckpts: list[int] = []  # completed, unpoisoned checkpoint steps
+        self.resume = 0  # step the next attempt resumes from
+        self.t = epoch_us(cfg.start)  # wall time the next attempt starts
+        self.job_id = cfg.first_job_id
+
+    # -- an attempt's start
+    def start_attempt(self) -> None:
+        cfg, sim = self.cfg, self.sim
+        i = len(self.res.attempts)
+        if self.fixed:
+            startup = 0
+            load = 0
+        else:
+            startup = sim.uni_us(cfg.startup_s)
+            load = sim.uni_us(cfg.ckpt_load_s) if self.resume > 0 else 0
+        if i > 0 and cfg.job_id_mode == "new_job":
+            self.job_id += int(self.rng.integers(1, 40))
+        t = self.t
+        a = Attempt(i, self.job_id, list(self.current), t, t + startup, t + startup + load, resumed_from=self.resume)
+        a.blocks = _Blocks(cfg.ckpt_interval_steps)
+        self.res.attempts.append(a)
+        self.a = a
+        self.wall_end = (t + cfg.walltime_s * US) if cfg.walltime_s else math.inf
+        self.tc = a.first_step_start
+        a.last_activity_end = self.tc
+        self.s = self.resume + 1
+        self.warm_left = 0 if self.fixed else cfg.warmup_steps
+        sim.nan_stop = None
+        sim.nan_onset_step = None
+        sim.slow_left = 0
+        sim.slow_cur = None
+        self.ended = None
+        self.last_step_done = self.resume
+
+    # -- the steps
+    def draw_attempt(self) -> Iterator[tuple[int, Chunk]]:
+        """Draw the attempt's steps, saves and evaluations until it completes or something ends it."""
+        cfg, sim = self.cfg, self.sim
+        i = self.a.index
+        while self.s <= cfg.train_iters and self.ended is None:
+            boundary = self._next_boundary()
+            nums, ends, durs = self._draw_chunk(boundary)
+            te, kind, idx = sim.next_event(self.tc, self.wall_end)
+            if te < ends[-1]:
+                k = int(np.searchsorted(ends, te, side="right"))
+                if kind == "slow":
+                    k = max(k, 1)  # the onset takes effect after the step in progress
+                if self._commit(nums[:k], ends[:k], durs[:k]):
+                    yield i, (nums[:k], ends[:k], durs[:k])
+                self._advance(int(ends[k - 1]) if k else self.tc, k)
+                self.s = self.last_step_done + 1
+                self._interrupt(te, kind, idx)
+                continue
+            if self._commit(nums, ends, durs):
+                yield i, (nums, ends, durs)
+            self._advance(int(ends[-1]), len(nums))
+            self.s = boundary + 1
+            self._after_boundary(boundary)
+        self._close_slow(self.last_step_done, self.a.last_activity_end)
+
+    def _next_boundary(self) -> int:
+        """The next step after which the run saves or evaluates (or its last step)."""
+        cfg, s = self.cfg, self.s
+        K, E = cfg.ckpt_interval_steps, cfg.eval_interval_steps
+        boundary = min(cfg.train_iters, ((s + K - 1) // K) * K)
+        if E:
+            boundary = min(boundary, ((s + E - 1) // E) * E)
+        return boundary
+
+    def _draw_chunk(self, boundary: int) -> Chunk:
+        """Steps ``s..boundary`` as if nothing interrupts them: numbers, ends, durations."""
+        cfg, sim, s = self.cfg, self.sim, self.s
+        n = boundary - s + 1
+        mult = self.rng.lognormal(0.0, cfg.jitter_sigma, n) if cfg.jitter_sigma > 0 else np.ones(n)
+        warm = self.warm_left
+        if warm:
+            w = min(warm, n)
+            ramp = 1.0 + (cfg.warmup_factor - 1.0) * (np.arange(warm, warm - w, -1) / cfg.warmup_steps)
+            mult[:w] *= ramp
+        if sim.slow_left and sim.slow_cur is not None:
+            w = min(sim.slow_left, n)
+            mult[:w] *= sim.slow_cur.factor
+        durs = np.maximum(1, np.rint(mult * sim.step_us)).astype(np.int64)
+        ends = self.tc + np.cumsum(durs)
+        nums = np.arange(s, boundary + 1, dtype=np.int64)
+        return nums, ends, durs
+
+    def _commit(self, nums: np.ndarray, ends: np.ndarray, durs: np.ndarray) -> bool:
+        """Record completed steps in the attempt's summaries; False if there are none."""
+        a, res = self.a, self.res
+        if not len(nums):
+            return False
+        self.last_step_done = last = int(nums[-1])
+        a.last_activity_end = int(ends[-1])
+        first = int(nums[0])
+        if a.n_steps == 0:
+            a.first_step_no = first
+        a.n_steps += len(nums)
+        a.last_step_no = last
+        a.last_step_end = int(ends[-1])
+        if self.record:
+            assert a.blocks is not None  # recording attempts get their blocks at start
+            a.blocks.add(first, durs, self.sim.step_us)
+        if a.nan_from_step is not None and a.nan_first_end is None and last >= a.nan_from_step:
+            a.nan_first_end = int(ends[max(0, a.nan_from_step - first)])
+        if res.pending:
+            keep = []
+            for k_inc, target in res.pending:
+                if first <= target <= last:
+                    res.incidents[k_inc].t_caught_up = int(ends[target - first])
+                else:
+                    keep.append((k_inc, target))
+            res.pending = keep
+        return True
+
+    def _advance(self, new_tc: int, consumed: int) -> None:
+        """Move the clocks over the ``consumed`` steps just committed, ending at ``new_tc``."""
+        sim = self.sim
+        sim.U += new_tc - self.tc
+        self.warm_left = max(0, self.warm_left - consumed)
+        if sim.slow_left:
+            sim.slow_left -= min(sim.slow_left, consumed)
+            if sim.slow_left == 0:
+                self._close_slow(self.last_step_done, new_tc)
+        self.tc = new_tc
+
+    def _close_slow(self, end_step: int, end_t: int) -> None:
+        sim = self.sim
+        if sim.slow_cur is not None and sim.slow_cur.first_step <= end_step:
+            sim.slow_cur.last_step = end_step
+            sim.slow_cur.end = end_t
+            sim.slow_periods.append(sim.slow_cur)
+        sim.slow_cur = None
+        sim.slow_left = 0
+
+    def _interrupt(self, te: float, kind: str, idx: int) -> None:
+        """An event at ``te`` during the steps: a slowdown starts, a NaN sets in, or the attempt ends."""
+        sim = self.sim
+        if kind == "slow":
+            sim.next_slow = sim._draw_slow()
+            if sim.slow_cur is None:
+                self._start_slow()
+            return
+        if kind == "fail" and sim.skip(idx, self.current, sim.U):
+            return
+        if kind == "fail" and sim.cls[idx] == "numerics":
+            self._nan_onset(idx, int(te))
+            return
+        self.ended = (kind, idx, int(te))
+
+    def _start_slow(self) -> None:
+        cfg, rng, G = self.cfg, self.rng, self.cfg.gpus_per_node
+        f = float(rng.uniform(*cfg.slow_factor))
+        dur = float(rng.uniform(*cfg.slow_duration_s))
+        nsteps = max(1, int(math.ceil(dur / (cfg.step_time_s * f))))
+        slow_node = int(rng.integers(0, cfg.nodes))
+        slow_gpu = int(rng.integers(0, G))
+        self.sim.slow_left = nsteps
+        tc, s = self.tc, self.s
+        self.sim.slow_cur = SlowPeriod(self.a.index, tc, tc, f, self.current[slow_node], slow_node * G + slow_gpu, s, s)
+
+    def _nan_onset(self, idx: int, at: int) -> None:
+        """A NaN sets in: it shows from step ``s`` on and the run is stopped a while after ``at``."""
+        sim = self.sim
+        sim.redraw(idx)
+        sim.nan_onset_step = self.s
+        self.a.nan_from_step = self.s
+        sim.nan_stop = at + sim.uni_us(self.cfg.nan_run_on_s)
+
+    # -- checkpoint save / evaluation after the boundary step
+    def _after_boundary(self, boundary: int) -> None:
+        cfg = self.cfg
+        T, K, E = cfg.train_iters, cfg.ckpt_interval_steps, cfg.eval_interval_steps
+        phases = []
+        if boundary % K == 0 or boundary == T:
+            phases.append("save")
+        if E and boundary % E == 0 and boundary != T:
+            phases.append("eval")
+        for ph in phases:
+            self._phase(ph, boundary)
+            if self.ended is not None:
+                break
+
+    def _phase_us(self, ph: str) -> int:
+        cfg = self.cfg
+        if ph != "save":
+            return int(round(cfg.eval_s * US))
+        if cfg.ckpt_save_jitter > 0 and not self.fixed:
+            return int(round(self.save_us * float(self.rng.lognormal(0.0, cfg.ckpt_save_jitter))))
+        return self.save_us
+
+    def _event_during(self, d: int) -> tuple[float, str, int]:
+        """The event that interrupts a save/evaluation of ``d`` µs starting now (inf: none does)."""
+        sim, tc = self.sim, self.tc
+        te, kind, idx = sim.next_event(tc, self.wall_end)
+        while kind in ("slow", "fail") and te < tc + d:
+            if kind == "slow":
+                sim.next_slow = sim._draw_slow() + (te - tc)  # onsets during a save are skipped
+            elif not sim.skip(idx, self.current, sim.U + (te - tc)):
+                break
+            te, kind, idx = sim.next_event(tc, self.wall_end)
+        if te < tc + d and kind == "fail" and sim.cls[idx] == "numerics":
+            # onset during a save/eval: the NaN shows on the next step
+            self._nan_onset(idx, tc + d)
+            te = math.inf
+        return te, kind, idx
+
+    def _phase(self, ph: str, boundary: int) -> None:
+        """One save or evaluation after ``boundary``; an event during it ends the attempt."""
+        a, sim, tc = self.a, self.sim, self.tc
+        d = self._phase_us(ph)
+        te, kind, idx = self._event_during(d)
+        poisoned = sim.nan_stop is not None
+        if te < tc + d:
+            if ph == "save":
+                a.saves.append(Save(boundary, tc, int(te), False, poisoned))
+            elif self.record:
+                a.evals.append(Eval(boundary, tc, int(te), False))
+            sim.U += int(te) - tc
+            self.ended = (kind, idx, int(te))
+            return
+        if ph == "save":
+            if not self.record:
+                a.saves.clear()  # only the last save is looked at while drawing
+            a.saves.append(Save(boundary, tc, tc + d, True, poisoned))
+            if not poisoned:
+                self.clean_ckpts.append(boundary)
+        elif self.record:
+            a.evals.append(Eval(boundary, tc, tc + d, True))
+        sim.U += d
+        self.tc += d
+        a.last_activity_end = self.tc
+
+    # -- an attempt's end
+    def complete_attempt(self) -> None:
+        a = self.a
+        tail = 0 if self.fixed else self.sim.uni_us((5.0, 30.0))
+        a.end = a.last_activity_end + tail
+        a.exit_state, a.exit_code = "COMPLETED", "0:0"
+
+    def record_incident(self) -> Incident:
+        """The incident that ended the attempt: root cause, where, when it was detected."""
+        assert self.ended is not None
+        a, cfg = self.a, self.cfg
+        kind, idx, te = self.ended
+        if kind == "walltime":
+            cls = "walltime"
+        elif kind == "nan_stop":
+            cls = "numerics"
+        else:
+            cls = self.sim.cls[idx]
+            self.sim.redraw(idx)
+        node, gpu, rank = self._culprit(cls, kind, idx)
+        t_det, killed_by_wall = self._detection(cls, te)
+        last_progress = a.last_step_end if a.n_steps and a.last_step_end is not None else a.first_step_start
+        inc = Incident(
+            attempt=a.index,
+            root_cause=cls,
+            planned=is_planned(cls),
+            node=node,
+            gpu=gpu,
+            rank=rank,
+            t_fail=te,
+            t_last_progress=last_progress,
+            t_first_error=_first_error(cls, te, t_det, a.nan_first_end, int(cfg.watchdog_timeout_s * US)),
+            t_detected=t_det,
+            last_step=self.last_step_done,
+            in_save=bool(a.saves and not a.saves[-1].completed),
+            killed_by_walltime=killed_by_wall,
+        )
+        self.res.incidents.append(inc)
+        a.incident = len(self.res.incidents) - 1
+        a.end = t_det
+        if killed_by_wall and cls != "walltime":
+            a.exit_state, a.exit_code = "TIMEOUT", "0:0"
+        else:
+            a.exit_state, a.exit_code = EXIT_STATE[cls]
+        return inc
+
+    def _culprit(self, cls: str, kind: str, idx: int) -> tuple[str | None, int | None, int | None]:
+        """(node, GPU, rank) the failure hit; a planted bad node's own failure hits that node."""
+        if cls in NO_NODE:
+            return None, None, None
+        cfg, rng, G = self.cfg, self.rng, self.cfg.gpus_per_node
+        node_i = int(rng.integers(0, cfg.nodes))
+        gpu = int(rng.integers(0, G))
+        rank = node_i * G + gpu
+        node = self.current[node_i]
+        bad = self.sim.bad_host(idx) if kind == "fail" else None
+        if bad is not None:
+            node_i = self.current.index(bad)
+            rank, node = node_i * G + gpu, bad
+        return node, gpu, rank
+
+    def _detection(self, cls: str, te: int) -> tuple[int, bool]:
+        """(detection time, whether the walltime kill came first)."""
+        cfg, sim = self.cfg, self.sim
+        if cls == "walltime":
+            t_det = te
+        elif cls == "numerics":
+            t_det = te + (0 if self.fixed else sim.uni_us(cfg.detection_range("numerics")))
+        elif self.fixed:
+            t_det = te
+        else:
+            t_det = te + sim.uni_us(cfg.detection_range(cls))
+        if t_det > self.wall_end:
+            return int(self.wall_end), True
+        return t_det, False
+
+    # -- between attempts
+    def prepare_next(self, inc: Incident) -> None:
+        """Replace the failed node, choose the checkpoint to resume from, and queue."""
+        cfg = self.cfg
+        cls = inc.root_cause
+        if inc.node is not None and cls in REPLACES_NODE and self.spares:
+            j = self.current.index(inc.node)
+            self.current = list(self.current)
+            self.current[j] = self.spares.pop(0)
+        self.resume = self._resume_point(cls)
+        if inc.last_step > self.resume:
+            assert self.a.incident is not None
+            self.res.pending.append((self.a.incident, inc.last_step))  # caught up in a later attempt
+        repair_s = cfg.fixed_repair_s
+        queue = int(round(repair_s * US)) if repair_s is not None else self.sim.uni_us(cfg.queue_wait_s)
+        self.t = inc.t_detected + queue
+
+    def _resume_point(self, cls: str) -> int:
+        """The last clean checkpoint; after NaNs, ``nan_rollback_ckpts`` more before the onset."""
+        ckpts = self.clean_ckpts
+        if cls != "numerics":
+            return ckpts[-1] if ckpts else 0
+        onset = self.a.nan_from_step or self.last_step_done + 1
+        good = [c for c in ckpts if c < onset]
+        k = len(good) - 1 - self.cfg.nan_rollback_ckpts
+        resume = good[k] if k >= 0 else 0
+        ckpts[:] = [c for c in ckpts if c <= resume]
+        return resume
+
+
 def _generate(
     cfg: RunConfig, rng: np.random.Generator, res: _Result, record: bool = True
 ) -> Iterator[tuple[int, Chunk]]:
@@ -399,309 +783,18 @@ def _generate(
     on who consumes the chunks, so a second generator seeded alike replays the same run;
     a replay passes ``record=False`` and keeps no saves, evaluations or block sums.
     """
-    sim = _Sim(cfg, rng)
-    G = cfg.gpus_per_node
-    n_hosts = cfg.nodes + cfg.spare_nodes
-    hosts = [f"{cfg.host_prefix}-{i:03d}" for i in range(1, n_hosts + 1)]
-    skew_max = int(cfg.clock_skew_s * US)
-    skews = {h: (int(rng.integers(-skew_max, skew_max + 1)) if skew_max else 0) for h in hosts}
-    res.hosts, res.skews, res.ideal = hosts, skews, sim.step_us
-    res.slow_periods = sim.slow_periods
-    pool = list(hosts)
-    current = pool[: cfg.nodes]
-    spares = pool[cfg.nodes :]
-    repair_s = cfg.fixed_repair_s
-    fixed = repair_s is not None
-    t0 = epoch_us(cfg.start)
-    T = cfg.train_iters
-    K = cfg.ckpt_interval_steps
-    E = cfg.eval_interval_steps
-    save_us = int(round(cfg.ckpt_save_s * US))
-    ideal = sim.step_us
-
-    attempts = res.attempts
-    incidents = res.incidents
-    clean_ckpts: list[int] = []  # completed, unpoisoned checkpoint steps
-    resume = 0
-    t = t0
-    job_id = cfg.first_job_id
-    done = False
-
-    while not done:
-        i = len(attempts)
-        if fixed:
-            startup = 0
-            load = 0
-        else:
-            startup = sim.uni_us(cfg.startup_s)
-            load = sim.uni_us(cfg.ckpt_load_s) if resume > 0 else 0
-        if i > 0 and cfg.job_id_mode == "new_job":
-            job_id += int(rng.integers(1, 40))
-        a = Attempt(i, job_id, list(current), t, t + startup, t + startup + load, resumed_from=resume)
-        a.blocks = _Blocks(K)
-        attempts.append(a)
-        wall_end = (t + cfg.walltime_s * US) if cfg.walltime_s else math.inf
-        tc = a.first_step_start
-        a.last_activity_end = tc
-        s = resume + 1
-        warm_left = 0 if fixed else cfg.warmup_steps
-        sim.nan_stop = None
-        sim.nan_onset_step = None
-        sim.slow_left = 0
-        sim.slow_cur = None
-        ended: tuple[str, int, int] | None = None  # (kind, failure index, wall time)
-        last_step_done = resume
-
-        # `a` is bound at definition: the closure only ever serves this attempt.
-        def commit(nums: np.ndarray, ends: np.ndarray, durs: np.ndarray, a: Attempt = a) -> bool:
-            nonlocal last_step_done
-            if not len(nums):
-                return False
-            last_step_done = int(nums[-1])
-            a.last_activity_end = int(ends[-1])
-            first = int(nums[0])
-            if a.n_steps == 0:
-                a.first_step_no = first
-            a.n_steps += len(nums)
-            a.last_step_no = last_step_done
-            a.last_step_end = int(ends[-1])
-            if record:
-                assert a.blocks is not None  # recording attempts get their blocks at start
-                a.blocks.add(first, durs, ideal)
-            if a.nan_from_step is not None and a.nan_first_end is None and last_step_done >= a.nan_from_step:
-                a.nan_first_end = int(ends[max(0, a.nan_from_step - first)])
-            if res.pending:
-                keep = []
-                for k_inc, target in res.pending:
-                    if first <= target <= last_step_done:
-                        incidents[k_inc].t_caught_up = int(ends[target - first])
-                    else:
-                        keep.append((k_inc, target))
-                res.pending = keep
-            return True
-
-        def close_slow(end_step: int, end_t: int) -> None:
-            if sim.slow_cur is not None and sim.slow_cur.first_step <= end_step:
-                sim.slow_cur.last_step = end_step
-                sim.slow_cur.end = end_t
-                sim.slow_periods.append(sim.slow_cur)
-            sim.slow_cur = None
-            sim.slow_left = 0
-
-        while s <= T and ended is None:
-            boundary = min(T, ((s + K - 1) // K) * K)
-            if E:
-                boundary = min(boundary, ((s + E - 1) // E) * E)
-            n = boundary - s + 1
-            mult = rng.lognormal(0.0, cfg.jitter_sigma, n) if cfg.jitter_sigma > 0 else np.ones(n)
-            if warm_left:
-                w = min(warm_left, n)
-                ramp = 1.0 + (cfg.warmup_factor - 1.0) * (np.arange(warm_left, warm_left - w, -1) / cfg.warmup_steps)
-                mult[:w] *= ramp
-            if sim.slow_left and sim.slow_cur is not None:
-                w = min(sim.slow_left, n)
-                mult[:w] *= sim.slow_cur.factor
-            durs = np.maximum(1, np.rint(mult * sim.step_us)).astype(np.int64)
-            ends = tc + np.cumsum(durs)
-            nums = np.arange(s, boundary + 1, dtype=np.int64)
-            te, kind, idx = sim.next_event(tc, wall_end)
-            if te < ends[-1]:
-                k = int(np.searchsorted(ends, te, side="right"))
-                if kind == "slow":
-                    k = max(k, 1)  # the onset takes effect after the step in progress
-                if commit(nums[:k], ends[:k], durs[:k]):
-                    yield i, (nums[:k], ends[:k], durs[:k])
-                new_tc = int(ends[k - 1]) if k else tc
-                sim.U += new_tc - tc
-                consumed = k
-                warm_left = max(0, warm_left - consumed)
-                if sim.slow_left:
-                    sim.slow_left -= min(sim.slow_left, consumed)
-                    if sim.slow_left == 0:
-                        close_slow(last_step_done, new_tc)
-                tc = new_tc
-                s = last_step_done + 1
-                if kind == "slow":
-                    sim.next_slow = sim._draw_slow()
-                    if sim.slow_cur is None:
-                        f = float(rng.uniform(*cfg.slow_factor))
-                        dur = float(rng.uniform(*cfg.slow_duration_s))
-                        nsteps = max(1, int(math.ceil(dur / (cfg.step_time_s * f))))
-                        slow_node = int(rng.integers(0, cfg.nodes))
-                        slow_gpu = int(rng.integers(0, G))
-                        sim.slow_left = nsteps
-                        sim.slow_cur = SlowPeriod(
-                            i, tc, tc, f, current[slow_node], slow_node * G + slow_gpu, s, s
-                        )
-                    continue
-                if kind == "fail" and sim.skip(idx, current, sim.U):
-                    continue
-                if kind == "fail" and sim.cls[idx] == "numerics":
-                    sim.redraw(idx)
-                    sim.nan_onset_step = s
-                    a.nan_from_step = s
-                    sim.nan_stop = int(te) + sim.uni_us(cfg.nan_run_on_s)
-                    continue
-                ended = (kind, idx, int(te))
-                break
-            if commit(nums, ends, durs):
-                yield i, (nums, ends, durs)
-            sim.U += int(ends[-1]) - tc
-            warm_left = max(0, warm_left - n)
-            if sim.slow_left:
-                sim.slow_left -= min(sim.slow_left, n)
-                if sim.slow_left == 0:
-                    close_slow(last_step_done, int(ends[-1]))
-            tc = int(ends[-1])
-            s = boundary + 1
-            # checkpoint save / evaluation after the boundary step
-            phases = []
-            if boundary % K == 0 or boundary == T:
-                phases.append("save")
-            if E and boundary % E == 0 and boundary != T:
-                phases.append("eval")
-            for ph in phases:
-                if ph == "save":
-                    d = save_us
-                    if cfg.ckpt_save_jitter > 0 and not fixed:
-                        d = int(round(save_us * float(rng.lognormal(0.0, cfg.ckpt_save_jitter))))
-                else:
-                    d = int(round(cfg.eval_s * US))
-                te, kind, idx = sim.next_event(tc, wall_end)
-                while kind in ("slow", "fail") and te < tc + d:
-                    if kind == "slow":
-                        sim.next_slow = sim._draw_slow() + (te - tc)  # onsets during a save are skipped
-                    elif not sim.skip(idx, current, sim.U + (te - tc)):
-                        break
-                    te, kind, idx = sim.next_event(tc, wall_end)
-                if te < tc + d and kind == "fail" and sim.cls[idx] == "numerics":
-                    # onset during a save/eval: the NaN shows on the next step
-                    sim.redraw(idx)
-                    sim.nan_onset_step = s
-                    a.nan_from_step = s
-                    sim.nan_stop = tc + d + sim.uni_us(cfg.nan_run_on_s)
-                    te = math.inf
-                poisoned = sim.nan_stop is not None
-                if te < tc + d:
-                    if ph == "save":
-                        a.saves.append(Save(boundary, tc, int(te), False, poisoned))
-                    elif record:
-                        a.evals.append(Eval(boundary, tc, int(te), False))
-                    sim.U += int(te) - tc
-                    ended = (kind, idx, int(te))
-                    break
-                if ph == "save":
-                    if not record:
-                        a.saves.clear()  # only the last save is looked at while drawing
-                    a.saves.append(Save(boundary, tc, tc + d, True, poisoned))
-                    if not poisoned:
-                        clean_ckpts.append(boundary)
-                elif record:
-                    a.evals.append(Eval(boundary, tc, tc + d, True))
-                sim.U += d
-                tc += d
-                a.last_activity_end = tc
-
-        # close the attempt
-        close_slow(last_step_done, a.last_activity_end)
-        last_progress = a.last_step_end if a.n_steps and a.last_step_end is not None else a.first_step_start
-        if ended is None:
-            tail = 0 if fixed else sim.uni_us((5.0, 30.0))
-            a.end = a.last_activity_end + tail
-            a.exit_state, a.exit_code = "COMPLETED", "0:0"
-            done = True
-            break
-
-        kind, idx, te = ended
-        if kind == "walltime":
-            cls = "walltime"
-        elif kind == "nan_stop":
-            cls = "numerics"
-        else:
-            cls = sim.cls[idx]
-            sim.redraw(idx)
-        node_i: int | None = None
-        gpu: int | None = None
-        rank: int | None = None
-        node: str | None = None
-        if cls not in NO_NODE:
-            node_i = int(rng.integers(0, cfg.nodes))
-            gpu = int(rng.integers(0, G))
-            rank = node_i * G + gpu
-            node = current[node_i]
-            bad = sim.bad_host(idx) if kind == "fail" else None
-            if bad is not None:  # a planted bad node's own failure
-                node_i = current.index(bad)
-                rank, node = node_i * G + gpu, bad
-        # detection
-        if cls == "walltime":
-            t_det = te
-        elif cls == "numerics":
-            t_det = te + (0 if fixed else sim.uni_us(cfg.detection_range("numerics")))
-        elif fixed:
-            t_det = te
-        else:
-            t_det = te + sim.uni_us(cfg.detection_range(cls))
-        killed_by_wall = False
-        if t_det > wall_end:
-            t_det = int(wall_end)
-            killed_by_wall = True
-        # the first error record of the incident
-        if cls == "numerics":
-            first_err = a.nan_first_end if a.nan_first_end is not None else te
-        elif cls in ("hang",):
-            first_err = None
-        elif cls == "collective_timeout":
-            first_err = min(t_det, te + int(cfg.watchdog_timeout_s * US))
-        elif cls in ("node_failure", "host_hardware"):
-            first_err = te if cls == "host_hardware" else min(t_det, te + (t_det - te) // 2)
-        elif cls in ("walltime", "preemption", "maintenance", "user_cancel"):
-            first_err = t_det
-        else:
-            first_err = te
-        inc = Incident(
-            attempt=i,
-            root_cause=cls,
-            planned=is_planned(cls),
-            node=node,
-            gpu=gpu,
-            rank=rank,
-            t_fail=te,
-            t_last_progress=last_progress,
-            t_first_error=first_err,
-            t_detected=t_det,
-            last_step=last_step_done,
-            in_save=bool(a.saves and not a.saves[-1].completed),
-            killed_by_walltime=killed_by_wall,
-        )
-        incidents.append(inc)
-        a.incident = len(incidents) - 1
-        a.end = t_det
-        if killed_by_wall and cls != "walltime":
-            a.exit_state, a.exit_code = "TIMEOUT", "0:0"
-        else:
-            a.exit_state, a.exit_code = EXIT_STATE[cls]
+    run = _Run(cfg, rng, res, record)
+    while True:
+        run.start_attempt()
+        yield from run.draw_attempt()
+        if run.ended is None:
+            run.complete_attempt()
+            return
+        inc = run.record_incident()
         # the up-time clock stops at the failure; failure processes keep their schedule
-        if i + 1 >= cfg.max_attempts:
-            done = True
-            break
-        # next attempt: replace the node, choose the checkpoint, queue
-        if node is not None and cls in REPLACES_NODE and spares:
-            j = current.index(node)
-            current = list(current)
-            current[j] = spares.pop(0)
-        if cls == "numerics":
-            onset = a.nan_from_step or last_step_done + 1
-            good = [c for c in clean_ckpts if c < onset]
-            k = len(good) - 1 - cfg.nan_rollback_ckpts
-            resume = good[k] if k >= 0 else 0
-            clean_ckpts[:] = [c for c in clean_ckpts if c <= resume]
-        else:
-            resume = clean_ckpts[-1] if clean_ckpts else 0
-        if inc.last_step > resume:
-            res.pending.append((a.incident, inc.last_step))  # caught up in a later attempt
-        queue = int(round(repair_s * US)) if repair_s is not None else sim.uni_us(cfg.queue_wait_s)
-        t = t_det + queue
+        if len(res.attempts) >= cfg.max_attempts:
+            return
+        run.prepare_next(inc)
 
 
 def _recorded(a: Attempt) -> _Blocks:
@@ -710,75 +803,71 @@ def _recorded(a: Attempt) -> _Blocks:
     return a.blocks
 
 
-def simulate_timeline(
-    cfg: RunConfig,
-    seed: int | None = None,
-    rng: np.random.Generator | None = None,
-    keep_steps: bool = True,
-    replay: Callable[[], np.random.Generator] | None = None,
-) -> Timeline:
-    """Draw one run. Give ``rng`` or ``seed`` (``seed`` seeds ``numpy.random.default_rng``).
+_NEVER = 1 << 62  # a step no rollback reaches
 
-    ``keep_steps=False`` keeps only running sums of the steps (memory independent of the
-    run's length); ``replay`` (a factory of generators seeded like ``rng``) then lets
-    :meth:`Timeline.steps` draw them again for emission. Both modes give the same timeline.
-    """
-    cfg.validate()
-    if rng is None:
-        rng = np.random.default_rng(seed)
+
+def _draw_run(cfg: RunConfig, rng: np.random.Generator, keep_steps: bool) -> _Result:
+    """Run the generator to its end; with ``keep_steps`` the attempts get their step arrays."""
     res = _Result()
-    if keep_steps:
-        parts: dict[int, list[Chunk]] = {}
-        for i, chunk in _generate(cfg, rng, res):
-            parts.setdefault(i, []).append(chunk)
-        for a in res.attempts:
-            got = parts.pop(a.index, [])
-            if got:
-                a.steps = np.concatenate([c[0] for c in got])
-                a.step_end = np.concatenate([c[1] for c in got])
-                a.step_dur = np.concatenate([c[2] for c in got])
-    else:
+    if not keep_steps:
         for _ in _generate(cfg, rng, res):
             pass
-    attempts, incidents = res.attempts, res.incidents
+        return res
+    parts: dict[int, list[Chunk]] = {}
+    for i, chunk in _generate(cfg, rng, res):
+        parts.setdefault(i, []).append(chunk)
+    for a in res.attempts:
+        got = parts.pop(a.index, [])
+        if got:
+            a.steps = np.concatenate([c[0] for c in got])
+            a.step_end = np.concatenate([c[1] for c in got])
+            a.step_dur = np.concatenate([c[2] for c in got])
+    return res
 
-    # ---- outcome per step: preserved or lost
+
+def _step_outcomes(attempts: list[Attempt], blocks: list[_Blocks]) -> tuple[int, int, int]:
+    """(useful, slowdown, rework): a step is preserved unless a later attempt resumes below it."""
     n_att = len(attempts)
-    resumes = [a.resumed_from for a in attempts]
-    useful = slowdown = rework = 0
-    big = 1 << 62
-    suffix_min = [big] * (n_att + 1)
+    suffix_min = [_NEVER] * (n_att + 1)
     for j in range(n_att - 1, -1, -1):
-        suffix_min[j] = min(suffix_min[j + 1], resumes[j])
-    blocks = [_recorded(a) for a in attempts]
+        suffix_min[j] = min(suffix_min[j + 1], attempts[j].resumed_from)
+    useful = slowdown = rework = 0
     for j in range(n_att):
         u, sl, r = blocks[j].kept(suffix_min[j + 1])
         useful += u
         slowdown += sl
         rework += r
-    # incidents: restart times, lost steps, catching up
+    return useful, slowdown, rework
+
+
+def _settle_incidents(attempts: list[Attempt], incidents: list[Incident], blocks: list[_Blocks]) -> None:
+    """Each incident's restart and resume times, lost steps and time, and catching up."""
+    n_att = len(attempts)
+    resumes = [a.resumed_from for a in attempts]
     for inc in incidents:
         j = inc.attempt
-        if j + 1 < n_att:
-            nxt = attempts[j + 1]
-            inc.t_restart = nxt.start
-            inc.t_resumed = nxt.first_step_start
-            inc.lost_steps = max(0, inc.last_step - nxt.resumed_from)
-            r_next = nxt.resumed_from
-            lost = blocks[j].dur_between(r_next, big)
-            lim = resumes[j]  # steps of earlier attempts that survived up to attempt j
-            k = j - 1
-            while k >= 0 and lim > r_next:
-                lost += blocks[k].dur_between(r_next, lim)
-                lim = min(lim, resumes[k])
-                k -= 1
-            inc.lost_time_us = lost
-            if inc.last_step <= nxt.resumed_from:
-                inc.t_caught_up = nxt.first_step_start
-        else:
+        if j + 1 >= n_att:
             inc.t_caught_up = None
-    assert rework == sum(inc.lost_time_us for inc in incidents), "rework must equal the lost time of the incidents"
+            continue
+        nxt = attempts[j + 1]
+        inc.t_restart = nxt.start
+        inc.t_resumed = nxt.first_step_start
+        inc.lost_steps = max(0, inc.last_step - nxt.resumed_from)
+        r_next = nxt.resumed_from
+        lost = blocks[j].dur_between(r_next, _NEVER)
+        lim = resumes[j]  # steps of earlier attempts that survived up to attempt j
+        k = j - 1
+        while k >= 0 and lim > r_next:
+            lost += blocks[k].dur_between(r_next, lim)
+            lim = min(lim, resumes[k])
+            k -= 1
+        inc.lost_time_us = lost
+        if inc.last_step <= nxt.resumed_from:
+            inc.t_caught_up = nxt.first_step_start
 
+
+def _ledger(attempts: list[Attempt], useful: int, slowdown: int, rework: int) -> dict[str, int]:
+    """The ledger's buckets (docs/ledger.md), checked to sum exactly to T_obs."""
     checkpoint = sum(s.end - s.begin for a in attempts for s in a.saves if s.completed)
     other = attempts[0].first_step_start - attempts[0].start
     other += sum(e.end - e.begin for a in attempts for e in a.evals if e.completed)
@@ -806,16 +895,41 @@ def simulate_timeline(
     }
     total = sum(v for k, v in ledger.items() if k != "t_obs")
     assert total == t_obs, f"ledger buckets sum to {total} µs, T_obs is {t_obs} µs"
+    return ledger
+
+
+def simulate_timeline(
+    cfg: RunConfig,
+    seed: int | None = None,
+    rng: np.random.Generator | None = None,
+    keep_steps: bool = True,
+    replay: Callable[[], np.random.Generator] | None = None,
+) -> Timeline:
+    """Draw one run. Give ``rng`` or ``seed`` (``seed`` seeds ``numpy.random.default_rng``).
+
+    ``keep_steps=False`` keeps only running sums of the steps (memory independent of the
+    run's length); ``replay`` (a factory of generators seeded like ``rng``) then lets
+    :meth:`Timeline.steps` draw them again for emission. Both modes give the same timeline.
+    """
+    cfg.validate()
+    if rng is None:
+        rng = np.random.default_rng(seed)
+    res = _draw_run(cfg, rng, keep_steps)
+    attempts, incidents = res.attempts, res.incidents
+    blocks = [_recorded(a) for a in attempts]
+    useful, slowdown, rework = _step_outcomes(attempts, blocks)
+    _settle_incidents(attempts, incidents, blocks)
+    assert rework == sum(inc.lost_time_us for inc in incidents), "rework must equal the lost time of the incidents"
     return Timeline(
         config=cfg,
         seed=-1 if seed is None else int(seed),
         t_start=attempts[0].start,
-        t_end=last.end,
+        t_end=attempts[-1].end,
         ideal_step_us=res.ideal,
         attempts=attempts,
         incidents=incidents,
         slow_periods=res.slow_periods,
-        ledger_us=ledger,
+        ledger_us=_ledger(attempts, useful, slowdown, rework),
         clock_skew_us=res.skews,
         hosts=res.hosts,
         replay=replay,

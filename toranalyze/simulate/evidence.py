@@ -7,7 +7,10 @@ the printed clocks are the sources' own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from toranalyze.simulate import emit_kernel as K
 from toranalyze.simulate import emit_slurm as S
@@ -20,6 +23,7 @@ from toranalyze.simulate.timeline import US, Attempt, Incident
 Line = tuple[int, str]
 NLine = tuple[int, str, int]  # (time, text, node index of the process that printed it)
 LAUNCHER = -1  # printed by srun/slurmstepd on the batch host, not by a training node
+STEP_ABORTED = "srun: Job step aborted: Waiting up to 32 seconds for job step to finish."
 
 WATCHDOG_CLASSES = frozenset({"gpu_hardware", "gpu_interconnect", "collective_timeout"})
 CRASH_EXIT = {"gpu_memory": 1, "storage": 1, "oom_gpu": 1, "software": 1, "unknown": 1, "network": 1}
@@ -69,7 +73,7 @@ def _torchrun_all(ctx: RunContext, a: Attempt, t: int, root_rank: int, root_code
 
 def _srun_exit(a: Attempt, t: int, nodes: list[int], code: int) -> list[NLine]:
     out = [(t + 500_000, f"srun: error: {a.nodes[i]}: task {i}: Exited with exit code {code}", LAUNCHER) for i in nodes]
-    out.append((t + 600_000, "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.", LAUNCHER))
+    out.append((t + 600_000, STEP_ABORTED, LAUNCHER))
     return out
 
 
@@ -82,220 +86,281 @@ def _sigterm(ctx: RunContext, a: Attempt, t: int) -> list[NLine]:
     return out
 
 
+class _Failure:
+    """One attempt's failure as its evidence sees it, and the evidence written so far."""
+
+    def __init__(self, ctx: RunContext, a: Attempt, inc: Incident, requeue: bool,
+                 oom_cgroup: tuple[str, str, str] | None, rng: np.random.Generator):
+        self.ctx, self.a, self.inc, self.requeue, self.oom_cgroup, self.rng = ctx, a, inc, requeue, oom_cgroup, rng
+        self.ev = Evidence()
+        self.cls = inc.root_cause
+        self.j = a.job_id
+        self.head = a.nodes[0]
+        self.te, self.td = inc.t_fail, inc.t_detected
+        self.node_i = a.nodes.index(inc.node) if inc.node is not None else None
+        self.rank = inc.rank if inc.rank is not None else 0
+        self.gpu = inc.gpu if inc.gpu is not None else 0
+        self.host = inc.node
+        self.pid = ctx.pid(a, self.rank)
+        self.W = int(ctx.cfg.watchdog_timeout_s * US)
+        self.watchdog_t = self.te + self.W
+        self.killed = inc.killed_by_walltime
+        self.end_reason: str | None = None  # slurmstepd reason
+        self.wexit: int | None = 1
+
+    def node(self) -> tuple[str, int]:
+        """(host, node index) of the failure."""
+        assert self.host is not None and self.node_i is not None  # every class outside NO_NODE has its node
+        return self.host, self.node_i
+
+    def watchdogs(self, skip_node: int | None) -> None:
+        """Every rank's NCCL watchdog fires, if that happens before the detection."""
+        if self.watchdog_t > self.td:
+            return
+        ctx, G = self.ctx, self.ctx.G
+        seq = _seq(self.inc)
+        for r in range(ctx.world):
+            if skip_node is not None and r // G == skip_node:
+                continue
+            ran = self.W // 1000 + int(self.rng.integers(5, 900))
+            lines = TT.watchdog_timeout(ctx, r, seq, 25165824, ran)
+            self.ev.out.extend(_at(self.watchdog_t + (r % 97) * 3000, lines, r // G))
+
+    def crash(self, code: int, root_t: int, code_other: int | None) -> None:
+        """torchrun reports the failed ranks at detection, srun the failed tasks (every node's
+        when the other nodes' ranks failed too); nothing of it when the walltime kill came first."""
+        if self.killed:
+            return
+        if code_other is None:
+            nodes = [self.node()[1]]
+        else:
+            nodes = list(range(len(self.a.nodes)))
+        self.ev.out += _torchrun_all(self.ctx, self.a, self.td, self.rank, code, root_t, self.node_i, code, code_other)
+        self.ev.out += _srun_exit(self.a, self.td, nodes, 1)
+
+    def drain(self, reason: str) -> None:
+        """slurmctld drains the failed node."""
+        host, td = self.host, self.td
+        self.ev.ctld += [
+            S.ctld(td + 2 * US, f"update_node: node {host} reason set to: {reason}"),
+            S.ctld(td + 2 * US, f"update_node: node {host} state set to DRAINED"),
+        ]
+
+    def outcome(self, k8s_reason: str, k8s_exit: int) -> None:
+        self.ev.k8s_reason, self.ev.k8s_exit = k8s_reason, k8s_exit
+
+
+def _gpu_hardware(f: _Failure) -> None:
+    host, node_i = f.node()
+    G, rank, te = f.ctx.G, f.rank, f.te
+    f.ev.add_kern(host, K.gpu_fell_off(f.ctx, host, te, f.gpu, f.pid))
+    f.ev.out.extend(_at(te + 800_000, TT.cuda_error(rank, "unknown error"), node_i))
+    for lr in range(G):
+        r = node_i * G + lr
+        if r != rank:
+            abort = TT.terminate_abort(r, "CUDA error: unknown error")
+            f.ev.out.extend(_at(te + 1_200_000 + lr * 10_000, abort, node_i))
+    f.watchdogs(node_i)
+    f.crash(1, te + 800_000, -6)
+    f.drain("Xid 79 GPU fell off the bus")
+    f.outcome("Error", 1)
+
+
+def _gpu_memory(f: _Failure) -> None:
+    host, node_i = f.node()
+    f.ev.add_kern(host, K.xid(f.ctx, host, f.te, f.gpu, 94, f.pid, "Contained: SM (0x1). RST: No, D-RST: No"))
+    f.ev.out.extend(_at(f.te + 500_000, TT.cuda_error(f.rank, "uncorrectable ECC error encountered"), node_i))
+    f.crash(1, f.te + 500_000, None)
+    f.drain("Xid 94 uncorrectable ECC")
+    f.outcome("Error", 1)
+
+
+def _gpu_interconnect(f: _Failure) -> None:
+    host, _ = f.node()
+    link = int(f.rng.integers(0, 18))
+    msg = f"NVLink: fatal error detected on link {link}(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)"
+    f.ev.add_kern(host, K.xid(f.ctx, host, f.te, f.gpu, 74, f.pid, msg))
+    f.watchdogs(None)
+    f.crash(-6, f.watchdog_t, -6)
+    f.drain("Xid 74 NVLink error")
+    f.outcome("Error", 1)
+
+
+def _network(f: _Failure) -> None:
+    host, node_i = f.node()
+    ctx, G, te, td = f.ctx, f.ctx.G, f.te, f.td
+    up = te + int(f.rng.integers(60, 180)) * US
+    f.ev.add_kern(host, K.mlx5_link(ctx, host, te, up, f.gpu))
+    warn = ""
+    for lr in range(G):
+        r = node_i * G + lr
+        peer = (r + G) % ctx.world if ctx.world > G else (r + 1) % ctx.world
+        lines = ib_error(ctx, f.a, r, peer)
+        warn = warn or lines[0].split("NCCL WARN ", 1)[1]
+        f.ev.out.extend(_at(te + 300_000 + lr * 40_000, lines, node_i))
+    for lr in range(G):
+        r = node_i * G + lr
+        f.ev.out.extend(_at(td - 2 * US + lr * 1000, TT.nccl_remote_error(r, warn), node_i))
+    f.crash(-6, td - 2 * US, None)
+    f.drain("IB link flapping")
+    f.outcome("Error", 1)
+
+
+def _collective_timeout(f: _Failure) -> None:
+    f.watchdogs(None)
+    f.crash(-6, f.watchdog_t, -6)
+    f.outcome("Error", 1)
+
+
+def _node_lost(f: _Failure) -> None:
+    """host_hardware and node_failure: the node stops answering and slurmctld kills the job."""
+    host, _ = f.node()
+    ev, te, td, j = f.ev, f.te, f.td, f.j
+    if f.cls == "host_hardware":
+        ev.add_kern(host, K.mce(f.ctx, host, te))
+    t_nr = te + (td - te) // 2
+    ev.ctld.append(S.ctld(t_nr, f"error: Nodes {host} not responding"))
+    ev.ctld.append(S.ctld(td - US, f"error: Nodes {host} not responding, setting DOWN"))
+    ev.ctld.append(S.ctld(td, f"Killing JobId={j} on failed node {host}"))
+    if f.requeue:
+        ev.ctld.append(S.ctld(td + 1000, f"requeue job JobId={j} due to failure of node {host}"))
+    ev.out.append((td, f"srun: error: Node failure on {host}", LAUNCHER))
+    ev.out.append((td + 100_000, STEP_ABORTED, LAUNCHER))
+    f.end_reason = "NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS"
+    f.wexit = None
+    f.outcome("NodeLost", 137)
+
+
+def _storage(f: _Failure) -> None:
+    host, node_i = f.node()
+    K_ = f.ctx.cfg.ckpt_interval_steps
+    f.ev.add_kern(host, K.io_error(f.ctx, host, f.te))
+    step = max(K_, (f.inc.last_step // K_) * K_)
+    f.ev.out.extend(_at(f.te + 2 * US, TT.storage_error(f.rank, f.ctx.ckpt_dir, step), node_i))
+    f.crash(1, f.te + 2 * US, None)
+    f.outcome("Error", 1)
+
+
+def _oom_gpu(f: _Failure) -> None:
+    _, node_i = f.node()
+    f.ev.out.extend(_at(f.te + 300_000, TT.cuda_oom(f.rank, f.gpu), node_i))
+    f.crash(1, f.te + 300_000, None)
+    f.outcome("Error", 1)
+
+
+def _oom_host(f: _Failure) -> None:
+    host, node_i = f.node()
+    ev, td, j = f.ev, f.td, f.j
+    ev.add_kern(host, K.oom_kill(f.ctx, host, f.te, f.pid, j, f.ctx.uid, f.oom_cgroup))
+    if not f.killed:
+        ev.out += _torchrun_all(f.ctx, f.a, td, f.rank, -9, f.te, node_i, -9, None)
+        ev.out.append(
+            (
+                td + 400_000,
+                f"slurmstepd: error: Detected 1 oom_kill event in StepId={j}.0. "
+                f"Some of the step tasks have been OOM Killed.",
+                LAUNCHER,
+            )
+        )
+        ev.out.append((td + 500_000, f"srun: error: {host}: task {node_i}: Out Of Memory", LAUNCHER))
+        ev.out.append((td + 600_000, STEP_ABORTED, LAUNCHER))
+    f.wexit = None
+    f.outcome("OOMKilled", 137)
+
+
+def _software(f: _Failure) -> None:
+    """software and unknown: a crash, with a traceback only for software."""
+    _, node_i = f.node()
+    if f.cls == "software":
+        f.ev.out.extend(_at(f.te + 200_000, TT.software_error(f.rank), node_i))
+    f.crash(1, f.te + 200_000, None)
+    f.outcome("Error", 1)
+
+
+def _cancelled(f: _Failure) -> None:
+    """hang, numerics, user_cancel: someone cancels the job (unless the walltime came first)."""
+    if not f.killed:
+        f.ev.ctld.append(S.ctld(f.td - 500_000, f"_slurm_rpc_kill_job: REQUEST_KILL_JOB JobId={f.j} uid {f.ctx.uid}"))
+        f.ev.out += _sigterm(f.ctx, f.a, f.td)
+    f.wexit = None
+    f.outcome("Error", 143)
+
+
+def _maintenance(f: _Failure) -> None:
+    ev, td, head = f.ev, f.td, f.head
+    reason = "scheduled maintenance: firmware upgrade"
+    ev.ctld.append(S.ctld(td - 300 * US, f"update_node: node {head} reason set to: {reason}"))
+    ev.ctld.append(S.ctld(td - 300 * US, f"update_node: node {head} state set to DRAINING"))
+    ev.ctld.append(S.ctld(td - 500_000, f"_slurm_rpc_kill_job: REQUEST_KILL_JOB JobId={f.j} uid 0"))
+    ev.out += _sigterm(f.ctx, f.a, td)
+    f.wexit = None
+    f.outcome("Error", 143)
+
+
+def _preemption(f: _Failure) -> None:
+    j = f.j
+    other = j + 97 + int(f.rng.integers(0, 50))
+    if f.requeue:
+        f.ev.ctld.append(S.ctld(f.td, f"preempted JobId={j} has been requeued to reclaim resources for JobId={other}"))
+    else:
+        f.ev.ctld.append(S.ctld(f.td, f"preempted JobId={j} has been killed to reclaim resources for JobId={other}"))
+    f.ev.out += _sigterm(f.ctx, f.a, f.td)
+    f.end_reason = "PREEMPTION"
+    f.wexit = None
+    f.outcome("Evicted", 143)
+
+
+# What each class leaves before the job ends (walltime leaves only the job's end).
+_BY_CLASS: dict[str, Callable[[_Failure], None]] = {
+    "gpu_hardware": _gpu_hardware,
+    "gpu_memory": _gpu_memory,
+    "gpu_interconnect": _gpu_interconnect,
+    "network": _network,
+    "collective_timeout": _collective_timeout,
+    "host_hardware": _node_lost,
+    "node_failure": _node_lost,
+    "storage": _storage,
+    "oom_gpu": _oom_gpu,
+    "oom_host": _oom_host,
+    "software": _software,
+    "unknown": _software,
+    "hang": _cancelled,
+    "numerics": _cancelled,
+    "user_cancel": _cancelled,
+    "maintenance": _maintenance,
+    "preemption": _preemption,
+}
+
+
+def _job_end(f: _Failure) -> None:
+    """The walltime kill if any, slurmstepd's cancellation, the job's completion and requeue."""
+    ev, cls, td, j = f.ev, f.cls, f.td, f.j
+    if f.killed or cls == "walltime":
+        ev.ctld.append(S.ctld(td, f"Time limit exhausted for JobId={j}"))
+        ev.out += _sigterm(f.ctx, f.a, td)
+        f.end_reason = "TIME LIMIT"
+        f.wexit = None
+    if f.end_reason is not None or cls in ("hang", "numerics", "user_cancel", "maintenance"):
+        if f.end_reason is not None or not f.killed:
+            ev.out.append((td + 300_000, S.stepd_cancel(j, f.head, td, f.end_reason), LAUNCHER))
+    ev.ctld += S.job_complete(td + 3 * US, j, f.wexit)
+    if f.requeue and cls not in ("node_failure", "host_hardware", "preemption"):
+        ev.ctld.append(S.ctld(td + 4 * US, f"Requeuing JobId={j}"))
+
+
 def attempt_evidence(ctx: RunContext, a: Attempt, inc: Incident | None, requeue: bool,
                      oom_cgroup: tuple[str, str, str] | None = None) -> Evidence:
     """The evidence of one attempt. ``oom_cgroup`` (cpuset, memcg, task memcg) names the
     killed task's cgroup in the oom-killer lines when the job did not run under Slurm."""
-    ev = Evidence()
-    cfg = ctx.cfg
-    G = ctx.G
-    rng = ctx.rng("evidence", a.index)
-    j = a.job_id
-    head = a.nodes[0]
     if inc is None:  # completed
-        ev.ctld += S.job_complete(a.end, j, 0)
+        ev = Evidence()
+        ev.ctld += S.job_complete(a.end, a.job_id, 0)
         ev.k8s_reason, ev.k8s_exit = "Completed", 0
         return ev
-    cls = inc.root_cause
-    te, td = inc.t_fail, inc.t_detected
-    node_i = a.nodes.index(inc.node) if inc.node is not None else None
-    rank = inc.rank if inc.rank is not None else 0
-    gpu = inc.gpu if inc.gpu is not None else 0
-    host = inc.node
-    pid = ctx.pid(a, rank)
-    W = int(cfg.watchdog_timeout_s * US)
-    watchdog_t = te + W
-    killed = inc.killed_by_walltime
-    end_reason: str | None = None  # slurmstepd reason
-    wexit: int | None = 1
-
-    def watchdogs(skip_node: int | None) -> None:
-        if watchdog_t > td:
-            return
-        seq = _seq(inc)
-        for r in range(ctx.world):
-            if skip_node is not None and r // G == skip_node:
-                continue
-            ran = W // 1000 + int(rng.integers(5, 900))
-            ev.out.extend(_at(watchdog_t + (r % 97) * 3000, TT.watchdog_timeout(ctx, r, seq, 25165824, ran), r // G))
-
-    if cls == "gpu_hardware":
-        assert host is not None and node_i is not None  # every class outside NO_NODE has its node
-        ev.add_kern(host, K.gpu_fell_off(ctx, host, te, gpu, pid))
-        ev.out.extend(_at(te + 800_000, TT.cuda_error(rank, "unknown error"), node_i))
-        for lr in range(G):
-            r = node_i * G + lr
-            if r != rank:
-                abort = TT.terminate_abort(r, "CUDA error: unknown error")
-                ev.out.extend(_at(te + 1_200_000 + lr * 10_000, abort, node_i))
-        watchdogs(node_i)
-        if not killed:
-            ev.out += _torchrun_all(ctx, a, td, rank, 1, te + 800_000, node_i, 1, -6)
-            ev.out += _srun_exit(a, td, list(range(len(a.nodes))), 1)
-        ev.ctld += [
-            S.ctld(td + 2 * US, f"update_node: node {host} reason set to: Xid 79 GPU fell off the bus"),
-            S.ctld(td + 2 * US, f"update_node: node {host} state set to DRAINED"),
-        ]
-        ev.k8s_reason, ev.k8s_exit = "Error", 1
-    elif cls == "gpu_memory":
-        assert host is not None and node_i is not None  # every class outside NO_NODE has its node
-        ev.add_kern(host, K.xid(ctx, host, te, gpu, 94, pid, "Contained: SM (0x1). RST: No, D-RST: No"))
-        ev.out.extend(_at(te + 500_000, TT.cuda_error(rank, "uncorrectable ECC error encountered"), node_i))
-        if not killed:
-            ev.out += _torchrun_all(ctx, a, td, rank, 1, te + 500_000, node_i, 1, None)
-            ev.out += _srun_exit(a, td, [node_i], 1)
-        ev.ctld += [
-            S.ctld(td + 2 * US, f"update_node: node {host} reason set to: Xid 94 uncorrectable ECC"),
-            S.ctld(td + 2 * US, f"update_node: node {host} state set to DRAINED"),
-        ]
-        ev.k8s_reason, ev.k8s_exit = "Error", 1
-    elif cls == "gpu_interconnect":
-        assert host is not None and node_i is not None  # every class outside NO_NODE has its node
-        link = int(rng.integers(0, 18))
-        ev.add_kern(
-            host,
-            K.xid(
-                ctx,
-                host,
-                te,
-                gpu,
-                74,
-                pid,
-                f"NVLink: fatal error detected on link {link}(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)",
-            ),
-        )
-        watchdogs(None)
-        if not killed:
-            ev.out += _torchrun_all(ctx, a, td, rank, -6, watchdog_t, node_i, -6, -6)
-            ev.out += _srun_exit(a, td, list(range(len(a.nodes))), 1)
-        ev.ctld += [
-            S.ctld(td + 2 * US, f"update_node: node {host} reason set to: Xid 74 NVLink error"),
-            S.ctld(td + 2 * US, f"update_node: node {host} state set to DRAINED"),
-        ]
-        ev.k8s_reason, ev.k8s_exit = "Error", 1
-    elif cls == "network":
-        assert host is not None and node_i is not None  # every class outside NO_NODE has its node
-        up = te + int(rng.integers(60, 180)) * US
-        ev.add_kern(host, K.mlx5_link(ctx, host, te, up, gpu))
-        warn = ""
-        for lr in range(G):
-            r = node_i * G + lr
-            peer = (r + G) % ctx.world if ctx.world > G else (r + 1) % ctx.world
-            lines = ib_error(ctx, a, r, peer)
-            warn = warn or lines[0].split("NCCL WARN ", 1)[1]
-            ev.out.extend(_at(te + 300_000 + lr * 40_000, lines, node_i))
-        for lr in range(G):
-            r = node_i * G + lr
-            ev.out.extend(_at(td - 2 * US + lr * 1000, TT.nccl_remote_error(r, warn), node_i))
-        if not killed:
-            ev.out += _torchrun_all(ctx, a, td, rank, -6, td - 2 * US, node_i, -6, None)
-            ev.out += _srun_exit(a, td, [node_i], 1)
-        ev.ctld += [
-            S.ctld(td + 2 * US, f"update_node: node {host} reason set to: IB link flapping"),
-            S.ctld(td + 2 * US, f"update_node: node {host} state set to DRAINED"),
-        ]
-        ev.k8s_reason, ev.k8s_exit = "Error", 1
-    elif cls == "collective_timeout":
-        watchdogs(None)
-        if not killed:
-            ev.out += _torchrun_all(ctx, a, td, rank, -6, watchdog_t, node_i, -6, -6)
-            ev.out += _srun_exit(a, td, list(range(len(a.nodes))), 1)
-        ev.k8s_reason, ev.k8s_exit = "Error", 1
-    elif cls in ("host_hardware", "node_failure"):
-        assert host is not None and node_i is not None  # every class outside NO_NODE has its node
-        if cls == "host_hardware":
-            ev.add_kern(host, K.mce(ctx, host, te))
-        t_nr = te + (td - te) // 2
-        ev.ctld.append(S.ctld(t_nr, f"error: Nodes {host} not responding"))
-        ev.ctld.append(S.ctld(td - US, f"error: Nodes {host} not responding, setting DOWN"))
-        ev.ctld.append(S.ctld(td, f"Killing JobId={j} on failed node {host}"))
-        if requeue:
-            ev.ctld.append(S.ctld(td + 1000, f"requeue job JobId={j} due to failure of node {host}"))
-        ev.out.append((td, f"srun: error: Node failure on {host}", LAUNCHER))
-        ev.out.append(
-            (td + 100_000, "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.", LAUNCHER)
-        )
-        end_reason = "NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS"
-        wexit = None
-        ev.k8s_reason, ev.k8s_exit = "NodeLost", 137
-    elif cls == "storage":
-        assert host is not None and node_i is not None  # every class outside NO_NODE has its node
-        ev.add_kern(host, K.io_error(ctx, host, te))
-        step = max(cfg.ckpt_interval_steps, (inc.last_step // cfg.ckpt_interval_steps) * cfg.ckpt_interval_steps)
-        ev.out.extend(_at(te + 2 * US, TT.storage_error(rank, ctx.ckpt_dir, step), node_i))
-        if not killed:
-            ev.out += _torchrun_all(ctx, a, td, rank, 1, te + 2 * US, node_i, 1, None)
-            ev.out += _srun_exit(a, td, [node_i], 1)
-        ev.k8s_reason, ev.k8s_exit = "Error", 1
-    elif cls == "oom_gpu":
-        assert host is not None and node_i is not None  # every class outside NO_NODE has its node
-        ev.out.extend(_at(te + 300_000, TT.cuda_oom(rank, gpu), node_i))
-        if not killed:
-            ev.out += _torchrun_all(ctx, a, td, rank, 1, te + 300_000, node_i, 1, None)
-            ev.out += _srun_exit(a, td, [node_i], 1)
-        ev.k8s_reason, ev.k8s_exit = "Error", 1
-    elif cls == "oom_host":
-        assert host is not None and node_i is not None  # every class outside NO_NODE has its node
-        ev.add_kern(host, K.oom_kill(ctx, host, te, pid, j, ctx.uid, oom_cgroup))
-        if not killed:
-            ev.out += _torchrun_all(ctx, a, td, rank, -9, te, node_i, -9, None)
-            ev.out.append(
-                (
-                    td + 400_000,
-                    f"slurmstepd: error: Detected 1 oom_kill event in StepId={j}.0. "
-                    f"Some of the step tasks have been OOM Killed.",
-                    LAUNCHER,
-                )
-            )
-            ev.out.append((td + 500_000, f"srun: error: {host}: task {node_i}: Out Of Memory", LAUNCHER))
-            ev.out.append(
-                (td + 600_000, "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.", LAUNCHER)
-            )
-        wexit = None
-        ev.k8s_reason, ev.k8s_exit = "OOMKilled", 137
-    elif cls == "software" or cls == "unknown":
-        assert host is not None and node_i is not None  # every class outside NO_NODE has its node
-        if cls == "software":
-            ev.out.extend(_at(te + 200_000, TT.software_error(rank), node_i))
-        if not killed:
-            ev.out += _torchrun_all(ctx, a, td, rank, 1, te + 200_000, node_i, 1, None)
-            ev.out += _srun_exit(a, td, [node_i], 1)
-        ev.k8s_reason, ev.k8s_exit = "Error", 1
-    elif cls in ("hang", "numerics", "user_cancel"):
-        if not killed:
-            ev.ctld.append(S.ctld(td - 500_000, f"_slurm_rpc_kill_job: REQUEST_KILL_JOB JobId={j} uid {ctx.uid}"))
-            ev.out += _sigterm(ctx, a, td)
-        wexit = None
-        ev.k8s_reason, ev.k8s_exit = "Error", 143
-    elif cls == "maintenance":
-        ev.ctld.append(
-            S.ctld(td - 300 * US, f"update_node: node {head} reason set to: scheduled maintenance: firmware upgrade")
-        )
-        ev.ctld.append(S.ctld(td - 300 * US, f"update_node: node {head} state set to DRAINING"))
-        ev.ctld.append(S.ctld(td - 500_000, f"_slurm_rpc_kill_job: REQUEST_KILL_JOB JobId={j} uid 0"))
-        ev.out += _sigterm(ctx, a, td)
-        wexit = None
-        ev.k8s_reason, ev.k8s_exit = "Error", 143
-    elif cls == "preemption":
-        other = j + 97 + int(rng.integers(0, 50))
-        if requeue:
-            ev.ctld.append(S.ctld(td, f"preempted JobId={j} has been requeued to reclaim resources for JobId={other}"))
-        else:
-            ev.ctld.append(S.ctld(td, f"preempted JobId={j} has been killed to reclaim resources for JobId={other}"))
-        ev.out += _sigterm(ctx, a, td)
-        end_reason = "PREEMPTION"
-        wexit = None
-        ev.k8s_reason, ev.k8s_exit = "Evicted", 143
-    if killed or cls == "walltime":
-        ev.ctld.append(S.ctld(td, f"Time limit exhausted for JobId={j}"))
-        ev.out += _sigterm(ctx, a, td)
-        end_reason = "TIME LIMIT"
-        wexit = None
-    if end_reason is not None or cls in ("hang", "numerics", "user_cancel", "maintenance"):
-        if end_reason is not None or not killed:
-            ev.out.append((td + 300_000, S.stepd_cancel(j, head, td, end_reason), LAUNCHER))
-    ev.ctld += S.job_complete(td + 3 * US, j, wexit)
-    if requeue and cls not in ("node_failure", "host_hardware", "preemption"):
-        ev.ctld.append(S.ctld(td + 4 * US, f"Requeuing JobId={j}"))
-    ev.sort()
-    return ev
+    f = _Failure(ctx, a, inc, requeue, oom_cgroup, ctx.rng("evidence", a.index))
+    by_class = _BY_CLASS.get(f.cls)
+    if by_class is not None:
+        by_class(f)
+    _job_end(f)
+    f.ev.sort()
+    return f.ev

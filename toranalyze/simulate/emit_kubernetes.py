@@ -260,94 +260,122 @@ class KubeWriter(RunWriter):
 
     def _end(self, k: int, a: Attempt, inc: Incident | None, nxt: Attempt | None, runs: list[Run]) -> None:
         job = self.jobs[-1]
-        if inc is None:  # completed
-            for run in runs[1:]:
-                self._exit(run, a.end - self._u(0.2, 0.9), "Completed", 0)
-            self._exit(runs[0], a.end, "Completed", 0)
-            self._op(a.end + 600_000, job, "PyTorchJobSucceeded", f"PyTorchJob {self.job} is successfully completed.")
+        if inc is None:
+            self._completed(a, runs, job)
             return
-        cls, td, te = inc.root_cause, inc.t_detected, inc.t_fail
+        cls, td = inc.root_cause, inc.t_detected
         fail_ni = a.nodes.index(inc.node) if inc.node is not None else None
-        replaced = nxt is not None and fail_ni is not None and nxt.nodes[fail_ni] != a.nodes[fail_ni]
         if inc.killed_by_walltime or cls == "walltime":
-            for run in runs:
-                self._kubelet(td, run.pod, "DeadlineExceeded",
-                              "Pod was active on the node longer than the specified deadline", container=False)
-                run.pod_reason = ("DeadlineExceeded", "Pod was active on the node longer than the specified deadline")
-                self._delete(run, td)
-            last = max(r.finished or td for r in runs)
-            for rtype, n in (("Master", 1), ("Worker", len(runs) - 1)):
-                if n and nxt is not None:
-                    self._op(last + US, job, "PyTorchJobRestarting",
-                             f"PyTorchJob {self.job} is restarting because {n} {rtype} replica(s) failed.", "Warning")
-            for run in runs:
-                run.deleted = last + 1_500_000
-                self._op(run.deleted, job, "SuccessfulDeletePod", f"Deleted pod: {run.pod.name}")
+            self._deadline(td, nxt, runs, job)
         elif cls == "preemption":
-            other = self.ids.uid("preemptor", k)
-            for run in runs:
-                self.events.new(td, self._pref(run.pod, td), "Preempted",
-                                f"Preempted by pod {other} on node {run.pod.node}", "Preempting",
-                                related={"apiVersion": "v1", "kind": "Pod", "name": f"llm-serving-{k:02d}-0",
-                                         "namespace": "serving", "uid": other})
-                run.disruption = ("PreemptionByScheduler",
-                                  f"{KO.SCHEDULER}: preempting to accommodate a higher priority pod", td)
-                self._delete(run, td)
+            self._preempted(k, td, runs)
         elif cls == "maintenance":
-            head = a.nodes[0]
-            self.events.core(td - 300 * US, KO.node_ref(head), "NodeNotSchedulable",
-                             f"Node {head} status is now: NodeNotSchedulable", host=head)
-            for run in runs:
-                run.disruption = ("EvictionByEvictionAPI", "Eviction API: evicting", td)
-                run.extra["cordoned"] = True
-                self._delete(run, td)
-            if nxt is not None:
-                back = max(td + US, nxt.start - self._u(20.0, 60.0))
-                self.events.core(back, KO.node_ref(head), "NodeSchedulable",
-                                 f"Node {head} status is now: NodeSchedulable", host=head)
+            self._maintenance(a, td, nxt, runs)
         elif cls in ("hang", "numerics", "user_cancel"):
             for run in runs:
                 self._delete(run, td)
-            if cls == "user_cancel" and nxt is not None:
+            if cls == "user_cancel" and nxt is not None:  # the job is deleted and submitted again
                 self._create_job(PyJob(self.ids.uid("pytorchjob", k + 1), self._submit[k + 1], k + 1))
         elif cls in NODE_LOST:
             assert fail_ni is not None  # a lost node is always named
-            lost = runs[fail_ni]
-            t_nr = te + (td - te) // 2
-            self.events.core(t_nr, KO.node_ref(lost.pod.node), "NodeNotReady",
-                             f"Node {lost.pod.node} status is now: NodeNotReady", component="node-controller")
-            self.events.core(t_nr + 50_000, self._pref(lost.pod, t_nr), "NodeNotReady", "Node is not ready",
-                             "Warning", component="node-controller")
-            self.events.core(td, self._pref(lost.pod, td), "TaintManagerEviction",
-                             f"Marking for deletion Pod {NS}/{lost.pod.name}", component="taint-eviction-controller")
-            lost.not_ready = t_nr
-            lost.disruption = ("DeletionByTaintManager", "Taint manager: deleting due to NoExecute taint", td)
-            lost.end, lost.deleted = "lost", td
-            for run in runs:
-                if run is not lost:
-                    self._exit(run, td + self._u(1.0, 5.0), "Error", 1)
-                    run.end = "inplace"
+            self._node_lost(inc, runs[fail_ni], runs)
         elif cls in CONTAINER_FAILS:
-            for run in runs:
-                if run.pod.ni == fail_ni:
-                    if cls == "oom_host":
-                        # the reason wins: containerd may report an OOM-killed container with exit code 0
-                        self._exit(run, td + 100_000, "OOMKilled", 137 if self.rng.random() < 0.7 else 0)
-                    else:
-                        self._exit(run, td + 100_000, "Error", 1)
-                else:
-                    self._exit(run, td + self._u(0.3, 3.0), "Error", 1)
-                run.end = "inplace"
-            if replaced and cls in REPLACES_NODE and fail_ni is not None:
-                bad = runs[fail_ni]
-                node = bad.pod.node
-                self.events.core(td + 2 * US, KO.node_ref(node), "NodeNotSchedulable",
-                                 f"Node {node} status is now: NodeNotSchedulable", host=node)
-                bad.disruption = ("EvictionByEvictionAPI", "Eviction API: evicting", td + 5 * US)
-                bad.extra["cordoned"] = True
-                bad.end, bad.deleted = "deleted", td + 5 * US
+            replaced = nxt is not None and fail_ni is not None and nxt.nodes[fail_ni] != a.nodes[fail_ni]
+            self._container_failed(cls, td, fail_ni, replaced, runs)
         else:  # pragma: no cover - every simulated class is handled above
             raise ValueError(f"no Kubernetes evidence for {cls!r}")
+        self._after_failure(td, nxt, runs, job)
+
+    def _completed(self, a: Attempt, runs: list[Run], job: PyJob) -> None:
+        """The workers finish a little before the master, then the job succeeds."""
+        for run in runs[1:]:
+            self._exit(run, a.end - self._u(0.2, 0.9), "Completed", 0)
+        self._exit(runs[0], a.end, "Completed", 0)
+        self._op(a.end + 600_000, job, "PyTorchJobSucceeded", f"PyTorchJob {self.job} is successfully completed.")
+
+    def _deadline(self, td: int, nxt: Attempt | None, runs: list[Run], job: PyJob) -> None:
+        """The time limit: every pod passes its activeDeadlineSeconds and is deleted."""
+        why = "Pod was active on the node longer than the specified deadline"
+        for run in runs:
+            self._kubelet(td, run.pod, "DeadlineExceeded", why, container=False)
+            run.pod_reason = ("DeadlineExceeded", why)
+            self._delete(run, td)
+        last = max(r.finished or td for r in runs)
+        for rtype, n in (("Master", 1), ("Worker", len(runs) - 1)):
+            if n and nxt is not None:
+                self._op(last + US, job, "PyTorchJobRestarting",
+                         f"PyTorchJob {self.job} is restarting because {n} {rtype} replica(s) failed.", "Warning")
+        for run in runs:
+            run.deleted = last + 1_500_000
+            self._op(run.deleted, job, "SuccessfulDeletePod", f"Deleted pod: {run.pod.name}")
+
+    def _preempted(self, k: int, td: int, runs: list[Run]) -> None:
+        """A higher-priority serving pod preempts every pod of the job."""
+        other = self.ids.uid("preemptor", k)
+        for run in runs:
+            self.events.new(td, self._pref(run.pod, td), "Preempted",
+                            f"Preempted by pod {other} on node {run.pod.node}", "Preempting",
+                            related={"apiVersion": "v1", "kind": "Pod", "name": f"llm-serving-{k:02d}-0",
+                                     "namespace": "serving", "uid": other})
+            run.disruption = ("PreemptionByScheduler",
+                              f"{KO.SCHEDULER}: preempting to accommodate a higher priority pod", td)
+            self._delete(run, td)
+
+    def _maintenance(self, a: Attempt, td: int, nxt: Attempt | None, runs: list[Run]) -> None:
+        """The head node is cordoned and drained; it comes back before the next attempt."""
+        head = a.nodes[0]
+        self.events.core(td - 300 * US, KO.node_ref(head), "NodeNotSchedulable",
+                         f"Node {head} status is now: NodeNotSchedulable", host=head)
+        for run in runs:
+            run.disruption = ("EvictionByEvictionAPI", "Eviction API: evicting", td)
+            run.extra["cordoned"] = True
+            self._delete(run, td)
+        if nxt is not None:
+            back = max(td + US, nxt.start - self._u(20.0, 60.0))
+            self.events.core(back, KO.node_ref(head), "NodeSchedulable",
+                             f"Node {head} status is now: NodeSchedulable", host=head)
+
+    def _node_lost(self, inc: Incident, lost: Run, runs: list[Run]) -> None:
+        """The node goes NotReady, the taint manager deletes its pod, the others' containers fail."""
+        te, td = inc.t_fail, inc.t_detected
+        t_nr = te + (td - te) // 2
+        self.events.core(t_nr, KO.node_ref(lost.pod.node), "NodeNotReady",
+                         f"Node {lost.pod.node} status is now: NodeNotReady", component="node-controller")
+        self.events.core(t_nr + 50_000, self._pref(lost.pod, t_nr), "NodeNotReady", "Node is not ready",
+                         "Warning", component="node-controller")
+        self.events.core(td, self._pref(lost.pod, td), "TaintManagerEviction",
+                         f"Marking for deletion Pod {NS}/{lost.pod.name}", component="taint-eviction-controller")
+        lost.not_ready = t_nr
+        lost.disruption = ("DeletionByTaintManager", "Taint manager: deleting due to NoExecute taint", td)
+        lost.end, lost.deleted = "lost", td
+        for run in runs:
+            if run is not lost:
+                self._exit(run, td + self._u(1.0, 5.0), "Error", 1)
+                run.end = "inplace"
+
+    def _container_failed(self, cls: str, td: int, fail_ni: int | None, replaced: bool, runs: list[Run]) -> None:
+        """Every container fails and restarts in place; a node to replace is cordoned and its pod evicted."""
+        for run in runs:
+            if run.pod.ni == fail_ni:
+                if cls == "oom_host":
+                    # the reason wins: containerd may report an OOM-killed container with exit code 0
+                    self._exit(run, td + 100_000, "OOMKilled", 137 if self.rng.random() < 0.7 else 0)
+                else:
+                    self._exit(run, td + 100_000, "Error", 1)
+            else:
+                self._exit(run, td + self._u(0.3, 3.0), "Error", 1)
+            run.end = "inplace"
+        if replaced and cls in REPLACES_NODE and fail_ni is not None:
+            bad = runs[fail_ni]
+            node = bad.pod.node
+            self.events.core(td + 2 * US, KO.node_ref(node), "NodeNotSchedulable",
+                             f"Node {node} status is now: NodeNotSchedulable", host=node)
+            bad.disruption = ("EvictionByEvictionAPI", "Eviction API: evicting", td + 5 * US)
+            bad.extra["cordoned"] = True
+            bad.end, bad.deleted = "deleted", td + 5 * US
+
+    def _after_failure(self, td: int, nxt: Attempt | None, runs: list[Run], job: PyJob) -> None:
+        """The job fails for good after the last attempt; otherwise in-place containers restart."""
         if nxt is None:
             self._op(max(r.finished or td for r in runs) + US, job, "PyTorchJobFailed",
                      f"PyTorchJob {self.job} has failed because it has reached the specified backoff limit", "Warning")
@@ -361,8 +389,39 @@ class KubeWriter(RunWriter):
 
     # ------------------------------------------------------------------ documents
     def pod_yaml(self, k: int, run: Run) -> dict[str, Any]:
-        pod, cfg = run.pod, self.tl.config
-        meta: dict[str, Any] = {
+        pod = run.pod
+        meta = self._pod_meta(pod)
+        spec = self._pod_spec(run)
+        cs: dict[str, Any] = {
+            "image": KO.IMAGE,
+            "imageID": f"{KO.IMAGE.split(':')[0]}@{KO.IMAGE_DIGEST}",
+            "name": KO.CONTAINER,
+        }
+        conds = [
+            KO.condition("Initialized", True, pod.start_time),
+            KO.condition("PodScheduled", True, pod.scheduled),
+        ]
+        status: dict[str, Any] = {"hostIP": self.ctx.ip(pod.node), "hostIPs": [{"ip": self.ctx.ip(pod.node)}],
+                                  "podIP": pod.ip, "podIPs": [{"ip": pod.ip}], "qosClass": "Guaranteed",
+                                  "startTime": ts(pod.start_time)}
+        state, more_conds, status["phase"], when = self._container_state(run)
+        cs.update(state)
+        conds += more_conds
+        if run.disruption is not None:
+            reason, message, t = run.disruption
+            conds.append(KO.condition("DisruptionTarget", True, t, reason, message))
+        if run.end in ("deleted", "lost") and run.deleted is not None:
+            meta["deletionGracePeriodSeconds"] = 30
+            meta["deletionTimestamp"] = ts(run.deleted + 30 * US)
+        if run.pod_reason is not None:
+            status["reason"], status["message"] = run.pod_reason
+        status["conditions"] = conds
+        status["containerStatuses"] = [cs]
+        meta["resourceVersion"] = self.ids.rv(when)
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
+
+    def _pod_meta(self, pod: Pod) -> dict[str, Any]:
+        return {
             "creationTimestamp": ts(pod.created),
             "labels": KO.labels(self.job, pod.rtype, pod.rindex),
             "name": pod.name,
@@ -371,6 +430,9 @@ class KubeWriter(RunWriter):
                                  "kind": "PyTorchJob", "name": self.job, "uid": pod.job.uid}],
             "uid": pod.uid,
         }
+
+    def _pod_spec(self, run: Run) -> dict[str, Any]:
+        pod, cfg = run.pod, self.tl.config
         spec: dict[str, Any] = {
             "containers": [KO.container_spec(self.job, cfg.nodes, cfg.gpus_per_node, pod.ni)],
             "dnsPolicy": "ClusterFirst",
@@ -391,59 +453,36 @@ class KubeWriter(RunWriter):
         }
         if run.deadline_s is not None:
             spec["activeDeadlineSeconds"] = run.deadline_s
-        cs: dict[str, Any] = {
-            "image": KO.IMAGE,
-            "imageID": f"{KO.IMAGE.split(':')[0]}@{KO.IMAGE_DIGEST}",
-            "name": KO.CONTAINER,
-        }
-        conds = [
-            KO.condition("Initialized", True, pod.start_time),
-            KO.condition("PodScheduled", True, pod.scheduled),
-        ]
-        status: dict[str, Any] = {"hostIP": self.ctx.ip(pod.node), "hostIPs": [{"ip": self.ctx.ip(pod.node)}],
-                                  "podIP": pod.ip, "podIPs": [{"ip": pod.ip}], "qosClass": "Guaranteed",
-                                  "startTime": ts(pod.start_time)}
-        when = run.finished or run.started
+        return spec
+
+    def _container_state(self, run: Run) -> tuple[dict[str, Any], list[dict[str, Any]], str, int]:
+        """The container's status fields, the Ready conditions, the pod's phase and the time the
+        snapshot shows: restarted in place (running again), on a lost node (still running as far as
+        the API knows), or stopped."""
         if run.end == "inplace" and run.restart is not None:
             t_ready = run.restart + US
-            cs.update(containerID=f"containerd://{run.restart_cid}", lastState={"terminated": run.term()},
-                      ready=True, restartCount=run.restarts + 1, started=True,
-                      state={"running": {"startedAt": ts(run.restart)}})
-            conds += [KO.condition("Ready", True, t_ready), KO.condition("ContainersReady", True, t_ready)]
-            status["phase"] = "Running"
-            when = t_ready
-        elif run.end == "lost":
-            cs.update(containerID=f"containerd://{run.cid}",
-                      lastState={"terminated": run.last_term} if run.last_term else {},
-                      ready=True, restartCount=run.restarts, started=True,
-                      state={"running": {"startedAt": ts(run.started)}})
-            conds += [KO.condition("Ready", False, run.not_ready or run.started),
-                      KO.condition("ContainersReady", True, run.started + US)]
-            status["phase"] = "Running"
-            when = run.deleted or run.started
-        else:
-            term = run.term()
-            cs.update(containerID=f"containerd://{run.cid}",
-                      lastState={"terminated": run.last_term} if run.last_term else {},
-                      ready=False, restartCount=run.restarts, started=False,
-                      state={"terminated": term} if term else {"waiting": {"reason": "ContainerCreating"}})
-            t_end = run.finished or run.started
-            done = run.reason == "Completed"
-            why = "PodCompleted" if done else "PodFailed"
-            conds += [KO.condition("Ready", False, t_end, why), KO.condition("ContainersReady", False, t_end, why)]
-            status["phase"] = "Succeeded" if done else ("Failed" if run.end == "deleted" else "Running")
-        if run.disruption is not None:
-            reason, message, t = run.disruption
-            conds.append(KO.condition("DisruptionTarget", True, t, reason, message))
-        if run.end in ("deleted", "lost") and run.deleted is not None:
-            meta["deletionGracePeriodSeconds"] = 30
-            meta["deletionTimestamp"] = ts(run.deleted + 30 * US)
-        if run.pod_reason is not None:
-            status["reason"], status["message"] = run.pod_reason
-        status["conditions"] = conds
-        status["containerStatuses"] = [cs]
-        meta["resourceVersion"] = self.ids.rv(when)
-        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
+            state = dict(containerID=f"containerd://{run.restart_cid}", lastState={"terminated": run.term()},
+                         ready=True, restartCount=run.restarts + 1, started=True,
+                         state={"running": {"startedAt": ts(run.restart)}})
+            conds = [KO.condition("Ready", True, t_ready), KO.condition("ContainersReady", True, t_ready)]
+            return state, conds, "Running", t_ready
+        last_state = {"terminated": run.last_term} if run.last_term else {}
+        if run.end == "lost":
+            state = dict(containerID=f"containerd://{run.cid}", lastState=last_state,
+                         ready=True, restartCount=run.restarts, started=True,
+                         state={"running": {"startedAt": ts(run.started)}})
+            conds = [KO.condition("Ready", False, run.not_ready or run.started),
+                     KO.condition("ContainersReady", True, run.started + US)]
+            return state, conds, "Running", run.deleted or run.started
+        term = run.term()
+        state = dict(containerID=f"containerd://{run.cid}", lastState=last_state,
+                     ready=False, restartCount=run.restarts, started=False,
+                     state={"terminated": term} if term else {"waiting": {"reason": "ContainerCreating"}})
+        t_end = run.finished or run.started
+        done = run.reason == "Completed"
+        why = "PodCompleted" if done else "PodFailed"
+        conds = [KO.condition("Ready", False, t_end, why), KO.condition("ContainersReady", False, t_end, why)]
+        return state, conds, "Succeeded" if done else ("Failed" if run.end == "deleted" else "Running"), t_end
 
     def job_yaml(self) -> dict[str, Any]:
         cfg, tl = self.tl.config, self.tl

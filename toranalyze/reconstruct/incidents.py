@@ -241,8 +241,26 @@ def build_incidents(
     ia = interrupted_attempts(att, ev, stall_lim)
     if ia.height == 0:
         return _empty(att.schema["job"])
-    # Detection: the first scheduler end / launcher restart after the last progress, else the
-    # attempt's last record.
+    ia = _with_detection(ia, ev)
+    ev = with_flags(ev)
+    hits = _evidence(ia, ev, pre_s, post_s)
+    ia = _with_stall(ia, ideal_us, job_end_us, hang_stall_factor, hang_min_stall_s)
+    g = _onset_records(hits, ia, pre_s)
+    inc = _root_causes(ia, g)
+    inc = _selected_evidence(inc, g)
+    inc = _start_up_oom(inc)
+    inc = _final_touches(inc, g)
+    inc = _with_caught_up(_with_losses(inc), att, steps)
+    inc = inc.sort("job", "attempt").with_columns(
+        (pl.int_range(pl.len()).over("job")).cast(pl.Int32).alias("incident"),
+        pl.lit(None, pl.Float64).alias("lost_time_s"),
+    )
+    return inc.drop("_last_step", "_next_rf", "_job_end", "_hi_step")
+
+
+def _with_detection(ia: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
+    """``t_last_progress`` and ``t_detected``: the first scheduler end / launcher restart after the
+    last progress, else the attempt's last record."""
     ia = ia.with_columns(pl.coalesce("t_last_step_end", "t_first_step_start", "t_start").alias("t_last_progress"))
     det_ev = ev.filter(pl.col("kind").is_in(("job_end", "restart")) & pl.col("t").is_not_null()).select(
         "job", "attempt_idx", "t"
@@ -254,19 +272,21 @@ def build_incidents(
         .group_by("job", "attempt_idx")
         .agg(pl.col("t").min().alias("_tdet"))
     )
-    ia = ia.join(first_det, on=["job", "attempt_idx"], how="left").with_columns(
+    return ia.join(first_det, on=["job", "attempt_idx"], how="left").with_columns(
         pl.max_horizontal(pl.coalesce("_tdet", "t_end"), "t_last_progress").alias("t_detected")
     )
-    # Evidence candidates in each incident's window.
-    ev = with_flags(ev)
+
+
+def _end_state_class() -> pl.Expr:
+    """The class a scheduler / pod end state is evidence of by itself (null: none)."""
     st = pl.col("state").fill_null("")
-    step_row = pl.col("_step_row")
-    state_cls = (
+    return (
         pl.when(st.str.starts_with("CANCELLED by 0"))
         .then(pl.lit("maintenance"))
         .when(st.str.starts_with("CANCELLED by"))
         .then(pl.lit("user_cancel"))
-        .when(st.str.starts_with("CANCELLED") & step_row)
+        # A job step's CANCELLED only echoes its job's stop (see flag_exprs): no class.
+        .when(st.str.starts_with("CANCELLED") & pl.col("_step_row"))
         .then(pl.lit(None, pl.String))
         .when(st.str.starts_with("CANCELLED"))
         .then(pl.lit("user_cancel"))
@@ -276,7 +296,11 @@ def build_incidents(
         .then(pl.lit("user_cancel"))
         .otherwise(st.replace_strict(STATE_CLASS, default=None, return_dtype=pl.String))
     )
-    cols = [
+
+
+def _evidence_columns() -> list[str | pl.Expr]:
+    """The columns of an evidence candidate: its class ``cls``, its ``file:line``, and flags."""
+    return [
         "job",
         "attempt_idx",
         "t",
@@ -284,7 +308,7 @@ def build_incidents(
         "node",
         "rank",
         "state",
-        pl.coalesce("failure_class", pl.when(pl.col("kind") == "job_end").then(state_cls)).alias("cls"),
+        pl.coalesce("failure_class", pl.when(pl.col("kind") == "job_end").then(_end_state_class())).alias("cls"),
         (pl.col("file").fill_null("?") + pl.lit(":") + pl.col("line").cast(pl.String)).alias("ev"),
         pl.col("rule").fill_null("").is_in(WEAK_RULES).alias("_weak"),
         pl.col("_sym"),
@@ -297,6 +321,11 @@ def build_incidents(
             )
         ).alias("_soft"),
     ]
+
+
+def _evidence(ia: pl.DataFrame, ev: pl.DataFrame, pre_s: float, post_s: float) -> pl.DataFrame:
+    """Evidence candidates in each incident's window, plus its first NaN loss, by time."""
+    cols = _evidence_columns()
     # Only classified records and scheduler ends can be evidence: filtered before the columns are built.
     maybe = pl.col("failure_class").is_not_null() | (pl.col("kind") == "job_end")
     lazy = ev.lazy().filter(pl.col("t").is_not_null() & maybe).select(cols)  # (only the columns read are filtered)
@@ -320,21 +349,26 @@ def build_incidents(
         .select(cols)
         .join(ia.select("job", "attempt_idx"), on=["job", "attempt_idx"], how="semi")
     )
-    hits = pl.concat([hits.select(nan.columns), nan]).sort("job", "attempt_idx", "t")
+    return pl.concat([hits.select(nan.columns), nan]).sort("job", "attempt_idx", "t")
+
+
+def _with_stall(
+    ia: pl.DataFrame, ideal_us: dict[str, int], job_end_us: dict[str, int], factor: float, min_s: float
+) -> pl.DataFrame:
+    """The stall before detection (``_stall``), whether it is long enough to be a hang
+    (``_long``: ``factor`` ideal steps and ``min_s``), the job's ideal step and end."""
     ideal = pl.col("job").replace_strict(ideal_us, default=None, return_dtype=pl.Int64)
-    ia = ia.with_columns(
+    return ia.with_columns(
         pl.when(ideal > 0).then(ideal).otherwise(US).alias("_ideal"),
         (pl.col("t_detected") - pl.col("t_last_progress")).alias("_stall"),
         pl.col("job").replace_strict(job_end_us, default=None, return_dtype=pl.Int64).alias("_job_end"),
     ).with_columns(
-        (pl.col("_stall") > pl.max_horizontal(hang_stall_factor * pl.col("_ideal"), hang_min_stall_s * US))
-        .alias("_long")
+        (pl.col("_stall") > pl.max_horizontal(factor * pl.col("_ideal"), min_s * US)).alias("_long")
     )
-    g = _onset_records(hits, ia, pre_s)
-    inc = _root_causes(ia, g)
-    inc = _selected_evidence(inc, g)
-    inc = _start_up_oom(inc)
-    inc = _final_touches(inc, g)
+
+
+def _with_losses(inc: pl.DataFrame) -> pl.DataFrame:
+    """The table's columns (times in µs) with ``lost_steps`` and ``downtime_s``."""
     inc = inc.select(
         "job", pl.col("attempt_idx").alias("attempt"), "root_cause",
         pl.col("root_cause").replace_strict(_PLANNED_OF, return_dtype=pl.Boolean).alias("planned"),
@@ -342,7 +376,7 @@ def build_incidents(
         "confidence", "reason", "evidence", pl.col("last_step").alias("_last_step"),
         pl.col("next_resumed_from").alias("_next_rf"), "_job_end",
     ).cast({k: v for k, v in _ROWS_SCHEMA.items() if k != "job"})
-    inc = inc.with_columns(
+    return inc.with_columns(
         pl.when(pl.col("_last_step").is_null() | pl.col("_next_rf").is_null())
         .then(0)
         .otherwise((pl.col("_last_step") - pl.col("_next_rf")).clip(0))
@@ -350,8 +384,11 @@ def build_incidents(
         .alias("lost_steps"),
         ((pl.coalesce("t_resumed", "_job_end") - pl.col("t_last_progress")) / US).alias("downtime_s"),
     )
-    # Caught up: the end of the first later step row reaching the interrupted attempt's highest
-    # step (its resume point when it logged none); at once when that step was not lost.
+
+
+def _with_caught_up(inc: pl.DataFrame, att: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """Caught up: the end of the first later step row reaching the interrupted attempt's highest
+    step (its resume point when it logged none); at once when that step was not lost."""
     high = att.select(
         "job",
         pl.col("attempt_idx").cast(pl.Int32).alias("attempt"),
@@ -361,7 +398,7 @@ def build_incidents(
     cu = min_after(inc.select("job", "attempt", pl.col("_hi_step").alias("step")), steps, "t_end").rename(
         {"t_end": "t_caught_up"}
     )
-    inc = inc.join(cu, on=["job", "attempt"], how="left").with_columns(
+    return inc.join(cu, on=["job", "attempt"], how="left").with_columns(
         pl.when(pl.col("t_resumed").is_null())
         .then(None)
         .when(pl.col("_hi_step") <= pl.col("_next_rf"))
@@ -369,12 +406,6 @@ def build_incidents(
         .otherwise(pl.col("t_caught_up"))
         .alias("t_caught_up")
     )
-    inc = inc.sort("job", "attempt").with_columns(
-        (pl.int_range(pl.len()).over("job")).cast(pl.Int32).alias("incident"),
-        pl.lit(None, pl.Float64).alias("lost_time_s"),
-    )
-    return inc.drop("_last_step", "_next_rf", "_job_end", "_hi_step")
-
 
 
 def _onset_records(hits: pl.DataFrame, ia: pl.DataFrame, pre_s: float) -> pl.DataFrame:
@@ -406,6 +437,14 @@ def _onset_records(hits: pl.DataFrame, ia: pl.DataFrame, pre_s: float) -> pl.Dat
 def _root_causes(ia: pl.DataFrame, g: pl.DataFrame) -> pl.DataFrame:
     """Per interruption: the rung of the ladder (``_rung``), root cause, confidence, reason and
     the class whose records decide it (``_sel_cls``); the module docstring gives the ladder."""
+    d = _with_rung(_ladder_facts(ia, g))
+    d = _with_root_cause(_with_gpu_specific(d, g))
+    return d.with_columns(_reasons(d).alias("reason"))
+
+
+def _ladder_facts(ia: pl.DataFrame, g: pl.DataFrame) -> pl.DataFrame:
+    """The interruptions with what their onset records say, for each rung of the ladder: which
+    kinds of record are present and the first class of each (``_r_*``), and all classes seen."""
     c, sym = pl.col("cls"), pl.col("_sym")
 
     def first(mask: pl.Expr) -> pl.Expr:  # on rows in (priority, time) order
@@ -440,8 +479,13 @@ def _root_causes(ia: pl.DataFrame, g: pl.DataFrame) -> pl.DataFrame:
     d = ia.join(facts, on=KEY, how="left").join(classes, on=KEY, how="left")
     flags = ["_se_any", "_se_own", "_death", "_kill_any", "_nf", "_nf_own", "_hang", "_coll", "_fail_any",
              "_weak_any", "_weak_nonsignal"]
-    d = d.with_columns(pl.col(flags).fill_null(False), pl.col("_n").fill_null(0),
-                       pl.col("_classes").fill_null(pl.lit([], pl.List(pl.String))))
+    return d.with_columns(pl.col(flags).fill_null(False), pl.col("_n").fill_null(0),
+                          pl.col("_classes").fill_null(pl.lit([], pl.List(pl.String))))
+
+
+def _with_rung(d: pl.DataFrame) -> pl.DataFrame:
+    """The rung (``_rung``), whether peers' symptoms are set aside (``_demoted``), and the
+    first error / strong class and node failure within the records that count."""
     # Peers' symptoms never outrank a death: with node-local death evidence they are set aside;
     # when they are the only errors and a kill is on record, the kill decides.
     killed = pl.col("_se_any") & ~pl.col("_death") & ~pl.col("_se_own") & pl.col("_kill_any")
@@ -466,18 +510,29 @@ def _root_causes(ia: pl.DataFrame, g: pl.DataFrame) -> pl.DataFrame:
         .when(pl.col("_weak_any")).then(pl.lit("weak"))
         .otherwise(pl.lit("none"))
     )
-    d = d.with_columns(rung.alias("_rung"), r_se.alias("_r1"), r_st.alias("_r_st2"),
-                       pl.when(own).then(pl.col("_nf_own")).otherwise(pl.col("_nf")).alias("_nf2"))
-    # A GPU class whose deciding records are all generic CUDA failures, next to a node failure,
-    # is that node failure.
-    generic_bad = (
+    return d.with_columns(rung.alias("_rung"), r_se.alias("_r1"), r_st.alias("_r_st2"),
+                          pl.when(own).then(pl.col("_nf_own")).otherwise(pl.col("_nf")).alias("_nf2"))
+
+
+def _with_gpu_specific(d: pl.DataFrame, g: pl.DataFrame) -> pl.DataFrame:
+    """``_specific``: some deciding error record of the first error class is not a generic CUDA
+    failure text."""
+    c = pl.col("cls")
+    specific = (
         g.join(d.select(*KEY, "_r1", "_demoted"), on=KEY, how="inner")
-        .filter(pl.col("_se") & (~sym | ~pl.col("_demoted")) & (c == pl.col("_r1"))
+        .filter(pl.col("_se") & (~pl.col("_sym") | ~pl.col("_demoted")) & (c == pl.col("_r1"))
                 & ~pl.col("rule").is_in(GENERIC_GPU_RULES))
         .select(KEY).unique().with_columns(pl.lit(True).alias("_specific"))
     )
-    d = d.join(generic_bad, on=KEY, how="left").with_columns(pl.col("_specific").fill_null(False))
+    return d.join(specific, on=KEY, how="left").with_columns(pl.col("_specific").fill_null(False))
+
+
+def _with_root_cause(d: pl.DataFrame) -> pl.DataFrame:
+    """The rung's exceptions (``_gpu_swap``, ``_nan_stop``, ``_kill_hang``), the deciding class
+    ``_sel_cls``, ``root_cause`` and ``confidence``."""
     rung = pl.col("_rung")
+    # A GPU class whose deciding records are all generic CUDA failures, next to a node failure,
+    # is that node failure.
     gpu_swap = (rung == "error") & pl.col("_r1").is_in(GPU_HW) & ~pl.col("_specific") & pl.col("_nf2")
     d = d.with_columns(pl.when(gpu_swap).then(pl.lit("node_failure")).otherwise(pl.col("_r1")).alias("_r1b"),
                        gpu_swap.alias("_gpu_swap"))
@@ -503,8 +558,7 @@ def _root_causes(ia: pl.DataFrame, g: pl.DataFrame) -> pl.DataFrame:
         .when((rung == "error") | ((rung == "planned") & ~kill_hang)).then(pl.lit("high"))
         .otherwise(pl.lit("medium"))
     )
-    d = d.with_columns(sel_cls.alias("_sel_cls")).with_columns(root.alias("root_cause"), conf.alias("confidence"))
-    return d.with_columns(_reasons(d).alias("reason"))
+    return d.with_columns(sel_cls.alias("_sel_cls")).with_columns(root.alias("root_cause"), conf.alias("confidence"))
 
 
 def _reasons(d: pl.DataFrame) -> pl.Series:

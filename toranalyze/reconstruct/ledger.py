@@ -273,46 +273,7 @@ def compute(
         ),
     }
     if incidents.height:
-        inc = incidents.join(window, on="job").with_columns(
-            pl.int_range(pl.len(), dtype=pl.Int64).alias("id"),
-            pl.coalesce("t_resumed", "T1").alias("_res"),
-            pl.coalesce("t_restart", "t_resumed", "T1").alias("_rst"),
-        )
-        fam["detection"] = inc.select(
-            "job",
-            pl.col("t_last_progress").alias("start"),
-            pl.col("t_detected").alias("end"),
-            "id",
-            pl.lit("detection").alias("part"),
-        )
-        ls = pl.min_horizontal(pl.max_horizontal(pl.coalesce("t_load_start", "_rst"), "_rst"), "_res")
-        le = pl.min_horizontal(pl.max_horizontal(pl.coalesce("t_load_end", "_rst"), ls), "_res")
-        fam["recovery"] = pl.concat(
-            [
-                inc.select(
-                    "job",
-                    pl.col("t_detected").alias("start"),
-                    pl.col("_rst").alias("end"),
-                    "id",
-                    pl.lit("recovery_queue").alias("part"),
-                ),
-                inc.select(
-                    "job",
-                    pl.col("_rst").alias("start"),
-                    ls.alias("end"),
-                    "id",
-                    pl.lit("recovery_startup").alias("part"),
-                ),
-                inc.select("job", ls.alias("start"), le.alias("end"), "id", pl.lit("recovery_ckpt_load").alias("part")),
-                inc.select(
-                    "job",
-                    le.alias("start"),
-                    pl.col("_res").alias("end"),
-                    "id",
-                    pl.lit("recovery_startup").alias("part"),
-                ),
-            ]
-        )
+        fam.update(_incident_families(window, incidents))
     owned, step_owned = own(window, fam)
     # Row ``id`` is the row's position: its owned time is scattered there (null: none owned).
     owned_us = pl.repeat(None, rows.height, dtype=step_owned.schema["owned_us"], eager=True).scatter(
@@ -322,6 +283,61 @@ def compute(
         .with_columns(pl.col("owned_us").fill_null(0))
         .with_columns((pl.col("owned_us") * pl.col("n_lost") // pl.col("n")).alias("rework_us"))
     )
+    rows = _split_preserved(_with_useful_per_step(rows, jitter))
+    out = _bucket_totals(window, owned, rows)
+    _check_sums(out)
+    return out, rows
+
+
+def _incident_families(window: pl.DataFrame, incidents: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    """The ``detection`` (last progress to detection) and ``recovery`` intervals of each
+    incident; recovery in parts: queue, start-up, checkpoint load, start-up again until resumed."""
+    inc = incidents.join(window, on="job").with_columns(
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("id"),
+        pl.coalesce("t_resumed", "T1").alias("_res"),
+        pl.coalesce("t_restart", "t_resumed", "T1").alias("_rst"),
+    )
+    detection = inc.select(
+        "job",
+        pl.col("t_last_progress").alias("start"),
+        pl.col("t_detected").alias("end"),
+        "id",
+        pl.lit("detection").alias("part"),
+    )
+    ls = pl.min_horizontal(pl.max_horizontal(pl.coalesce("t_load_start", "_rst"), "_rst"), "_res")
+    le = pl.min_horizontal(pl.max_horizontal(pl.coalesce("t_load_end", "_rst"), ls), "_res")
+    recovery = pl.concat(
+        [
+            inc.select(
+                "job",
+                pl.col("t_detected").alias("start"),
+                pl.col("_rst").alias("end"),
+                "id",
+                pl.lit("recovery_queue").alias("part"),
+            ),
+            inc.select(
+                "job",
+                pl.col("_rst").alias("start"),
+                ls.alias("end"),
+                "id",
+                pl.lit("recovery_startup").alias("part"),
+            ),
+            inc.select("job", ls.alias("start"), le.alias("end"), "id", pl.lit("recovery_ckpt_load").alias("part")),
+            inc.select(
+                "job",
+                le.alias("start"),
+                pl.col("_res").alias("end"),
+                "id",
+                pl.lit("recovery_startup").alias("part"),
+            ),
+        ]
+    )
+    return {"detection": detection, "recovery": recovery}
+
+
+def _with_useful_per_step(rows: pl.DataFrame, jitter: pl.DataFrame | None) -> pl.DataFrame:
+    """``_u``: the expected useful µs of one of the row's steps (at most ``ideal_us``); rows that
+    average several steps account for their jitter (:func:`expected_useful_per_step`)."""
     if jitter is not None and jitter.height and "d_us" in rows.columns:
         rows = attach(rows, jitter, "job")
         u = expected_useful_per_step(
@@ -332,9 +348,14 @@ def compute(
         ).drop("sigma")
     else:
         rows = rows.with_columns(pl.col("ideal_us").cast(pl.Float64).alias("_u"))
-    rows = (
-        rows.with_columns(pl.min_horizontal(pl.col("_u"), pl.col("ideal_us")).alias("_u"))
-        .with_columns(
+    return rows.with_columns(pl.min_horizontal(pl.col("_u"), pl.col("ideal_us")).alias("_u"))
+
+
+def _split_preserved(rows: pl.DataFrame) -> pl.DataFrame:
+    """What a row owns beyond its rework: ``useful_us`` (per preserved step ``_u``, within what
+    it owns) and the rest ``slowdown_us``."""
+    return (
+        rows.with_columns(
             pl.min_horizontal(
                 pl.col("owned_us") - pl.col("rework_us"),
                 ((pl.col("n") - pl.col("n_lost")) * pl.col("_u")).round().cast(pl.Int64),
@@ -343,6 +364,11 @@ def compute(
         .drop("_u")
         .with_columns((pl.col("owned_us") - pl.col("rework_us") - pl.col("useful_us")).alias("slowdown_us"))
     )
+
+
+def _bucket_totals(window: pl.DataFrame, owned: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
+    """Per job: the window, ``t_obs_us``, every bucket's and recovery part's µs, and the steps
+    preserved and lost. Evaluations count as ``other`` (and are kept apart as ``eval_us``)."""
     per_step = agg_by(
         rows.select("job", "useful_us", "slowdown_us", "rework_us", "n", "n_lost"), "job",
         pl.col("useful_us").sum(),
@@ -363,7 +389,7 @@ def compute(
             ]
         )
     )
-    out = (
+    return (
         window.join(fam_tot, on="job", how="left")
         .join(per_step, on="job", how="left")
         .with_columns(pl.col(pl.Int64, pl.UInt32, pl.UInt64).fill_null(0))
@@ -373,9 +399,12 @@ def compute(
             pl.sum_horizontal(pl.col(f"{p}_us") for p in RECOVERY_PARTS).alias("recovery_us"),
         )
     )
+
+
+def _check_sums(out: pl.DataFrame) -> None:
+    """The ledger's invariants: the buckets sum to T_obs, and none is negative."""
     total = sum(pl.col(f"{b}_us") for b in BUCKETS)
     bad = out.filter(total != pl.col("t_obs_us"))
     assert bad.height == 0, f"ledger does not sum to T_obs for jobs {bad['job'].to_list()}"
     neg = out.filter(pl.min_horizontal(*[pl.col(f"{b}_us") for b in BUCKETS]) < 0)
     assert neg.height == 0, f"negative ledger bucket for jobs {neg['job'].to_list()}"
-    return out, rows

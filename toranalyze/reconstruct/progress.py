@@ -47,6 +47,7 @@ US = 1_000_000
 BIG = 2**62
 # Kinds whose records the attempt table reads beyond times: starts, ends and checkpoint loads.
 _ATTEMPT_KINDS = ("job_start", "init", "restart", "ckpt_load", "job_end", "init_done")
+_ATTEMPT_KEY = ["job", "attempt_idx"]
 
 CLEAN_STATES = ("COMPLETED", "Completed", "Succeeded", "SUCCEEDED", "PyTorchJobSucceeded", "JobSucceeded")
 
@@ -263,12 +264,55 @@ def _chain_starts(r: pl.DataFrame) -> pl.Series:
 
 def attempt_table(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """One row per (job, attempt_idx) with start/end, state, step range and resume point (µs)."""
-    life = pl.col("kind").is_in(LIFECYCLE_KINDS)
-    marker = pl.col("kind").is_in(("job_start", "init", "restart", "ckpt_load"))
-    non_kernel_err = pl.col("kind").is_in(("error", "warning")) & pl.col("source").ne_missing("kernel")
-    is_end = pl.col("kind") == "job_end"
-    bad_end = is_end & ~is_clean(pl.col("state").fill_null(""))
+    by, ids = group_keys(steps, "job", "attempt_idx")  # (step rows in (job, attempt) order: slices)
+    att = _record_facts(ev).join(_step_facts(steps, by, ids), on=["job", "attempt_idx"], how="left")
+    att = att.join(_log_intervals(steps, in_runs=bool(ids)), on="job", how="left").with_columns(
+        pl.col("log_interval").fill_null(1)
+    )
+    att = att.with_columns(
+        pl.when(pl.col("ckpt_loaded").is_not_null() & (pl.col("ckpt_loaded") < pl.col("first_step").fill_null(BIG)))
+        .then(pl.col("ckpt_loaded"))
+        .otherwise((pl.col("first_step") - pl.col("log_interval")).clip(lower_bound=0))
+        .alias("resumed_from"),
+        pl.col("t_end").max().over("job").alias("_tmax"),
+    )
+    # An attempt ends no later than the next one starts.
+    # (``min_horizontal`` skips nulls: the last attempt keeps its own end, never a sentinel.)
+    att = att.sort("job", "attempt_idx").with_columns(
+        pl.min_horizontal("t_end", pl.col("t_start").shift(-1).over("job")).alias("t_end")
+    )
+    att = att.with_columns(pl.max_horizontal("t_end", "t_start").alias("t_end")).drop("_tmax")
+    return att.sort("job", "attempt_idx")
+
+
+def _record_facts(ev: pl.DataFrame) -> pl.DataFrame:
+    """Per attempt, from its timed records: start, end, scheduler times and id, state, exit
+    code and checkpoint load."""
     timed = ev.lazy().filter(pl.col("t").is_not_null())  # only the columns read are filtered
+    return (
+        _every_record_facts(ev, timed)
+        .join(_lifecycle_facts(timed), on=["job", "attempt_idx"], how="left", maintain_order="left")
+        .with_columns(
+            pl.coalesce("_t_node", "_t_marker", "_t_life", "_t_min").alias("t_start"),
+            pl.coalesce("_bad_state", "_last_state").alias("state"),
+            pl.when(pl.col("_bad_state").is_not_null())
+            .then(pl.col("_bad_code"))
+            .otherwise(pl.col("_last_code"))
+            .alias("exit_code"),
+        )
+        # An attempt with no lifecycle record (only kernel lines, say) ends at its last record.
+        .with_columns(pl.coalesce("t_job_end", "t_last_record", "_t_any", "t_start").alias("t_end"))
+        .select("job", "attempt_idx", "t_start", "t_sched_start", "t_init", "t_job_end", "t_last_record",
+                "t_restart_evt", "job_id", "ckpt_loaded", "t_ckpt_load", "ckpt_load_us", "t_init_done", "state",
+                "exit_code", "t_end")
+        .collect()
+    )
+
+
+def _every_record_facts(ev: pl.DataFrame, timed: pl.LazyFrame) -> pl.LazyFrame:
+    """What every record counts for: the attempt's first and last records and its scheduler id."""
+    life = pl.col("kind").is_in(LIFECYCLE_KINDS)
+    non_kernel_err = pl.col("kind").is_in(("error", "warning")) & pl.col("source").ne_missing("kernel")
     # Timed events come in (job, attempt) order from assign_attempts: each attempt a run of rows,
     # grouped as slices.
     if in_key_order(ev.select("job", "attempt_idx", "t").filter(pl.col("t").is_not_null()), "job", "attempt_idx",
@@ -277,10 +321,7 @@ def attempt_table(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
         ids = [pl.col("job").first(), pl.col("attempt_idx").first()]
     else:
         by, ids = ["job", "attempt_idx"], []
-    # Every record counts for the attempt's first and last records and its scheduler id; the few
-    # records of starts, ends and loads for the rest, aggregated apart (a filter per aggregation
-    # over millions of records costs more than the aggregations).
-    common = timed.group_by(*by).agg(
+    return timed.group_by(*by).agg(
         *ids,
         pl.col("t").filter(life).min().alias("_t_life"),
         pl.col("t").min().alias("_t_min"),
@@ -289,7 +330,15 @@ def attempt_table(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
         pl.col("_base").drop_nulls().first().alias("job_id"),
         pl.col("t").max().alias("_t_any"),
     ).drop("_g", strict=False)
-    rare = timed.filter(pl.col("kind").is_in(_ATTEMPT_KINDS)).group_by("job", "attempt_idx").agg(
+
+
+def _lifecycle_facts(timed: pl.LazyFrame) -> pl.LazyFrame:
+    """What the few records of starts, ends and loads say, aggregated apart from every record's
+    facts (a filter per aggregation over millions of records costs more than the aggregations)."""
+    marker = pl.col("kind").is_in(("job_start", "init", "restart", "ckpt_load"))
+    is_end = pl.col("kind") == "job_end"
+    bad_end = is_end & ~is_clean(pl.col("state").fill_null(""))
+    return timed.filter(pl.col("kind").is_in(_ATTEMPT_KINDS)).group_by("job", "attempt_idx").agg(
         # A start on a node (a pod's container, a Slurm step on its batch host) is when the
         # processes began; a job-level "started" can precede it by scheduling and image pulls.
         pl.col("t").filter((pl.col("kind") == "job_start") & pl.col("node").is_not_null()).min().alias("_t_node"),
@@ -308,25 +357,12 @@ def attempt_table(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
         .alias("ckpt_load_us"),
         pl.col("t").filter(pl.col("kind") == "init_done").min().alias("t_init_done"),
     )
-    att = (
-        common.join(rare, on=["job", "attempt_idx"], how="left", maintain_order="left")
-        .with_columns(
-            pl.coalesce("_t_node", "_t_marker", "_t_life", "_t_min").alias("t_start"),
-            pl.coalesce("_bad_state", "_last_state").alias("state"),
-            pl.when(pl.col("_bad_state").is_not_null())
-            .then(pl.col("_bad_code"))
-            .otherwise(pl.col("_last_code"))
-            .alias("exit_code"),
-        )
-        # An attempt with no lifecycle record (only kernel lines, say) ends at its last record.
-        .with_columns(pl.coalesce("t_job_end", "t_last_record", "_t_any", "t_start").alias("t_end"))
-        .select("job", "attempt_idx", "t_start", "t_sched_start", "t_init", "t_job_end", "t_last_record",
-                "t_restart_evt", "job_id", "ckpt_loaded", "t_ckpt_load", "ckpt_load_us", "t_init_done", "state",
-                "exit_code", "t_end")
-        .collect()
-    )
-    by, ids = group_keys(steps, "job", "attempt_idx")  # (step rows in (job, attempt) order: slices)
-    per = steps.group_by(*by).agg(
+
+
+def _step_facts(steps: pl.DataFrame, by: list[str | pl.Expr], ids: list[pl.Expr]) -> pl.DataFrame:
+    """Per attempt (``group_keys``' by and ids): its step range, number of step rows and first
+    and last step ends."""
+    return steps.group_by(*by).agg(
         *ids,
         pl.col("step").min().alias("first_step"),
         pl.col("step").max().alias("last_step"),
@@ -334,30 +370,18 @@ def attempt_table(ev: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
         pl.col("t_end").min().alias("t_first_step_end"),
         pl.col("t_end").max().alias("t_last_step_end"),
     )
-    att = att.join(per, on=["job", "attempt_idx"], how="left")
-    # The usual logging interval of the job (1 when every step is logged).
-    within = run_id("job", "attempt_idx") if ids else ["job", "attempt_idx"]
-    interval = (
+
+
+def _log_intervals(steps: pl.DataFrame, in_runs: bool) -> pl.DataFrame:
+    """The usual logging interval of each job (1 when every step is logged); ``in_runs``: the
+    step rows are in (job, attempt) order."""
+    within = run_id("job", "attempt_idx") if in_runs else ["job", "attempt_idx"]
+    return (
         steps.with_columns((pl.col("step") - pl.col("step").shift(1).over(within)).alias("_d"))
         .filter(pl.col("_d") > 0)
         .group_by("job")
         .agg(pl.col("_d").mode().min().alias("log_interval"))
     )
-    att = att.join(interval, on="job", how="left").with_columns(pl.col("log_interval").fill_null(1))
-    att = att.with_columns(
-        pl.when(pl.col("ckpt_loaded").is_not_null() & (pl.col("ckpt_loaded") < pl.col("first_step").fill_null(BIG)))
-        .then(pl.col("ckpt_loaded"))
-        .otherwise((pl.col("first_step") - pl.col("log_interval")).clip(lower_bound=0))
-        .alias("resumed_from"),
-        pl.col("t_end").max().over("job").alias("_tmax"),
-    )
-    # An attempt ends no later than the next one starts.
-    # (``min_horizontal`` skips nulls: the last attempt keeps its own end, never a sentinel.)
-    att = att.sort("job", "attempt_idx").with_columns(
-        pl.min_horizontal("t_end", pl.col("t_start").shift(-1).over("job")).alias("t_end")
-    )
-    att = att.with_columns(pl.max_horizontal("t_end", "t_start").alias("t_end")).drop("_tmax")
-    return att.sort("job", "attempt_idx")
 
 
 def step_intervals(steps: pl.DataFrame, att: pl.DataFrame) -> pl.DataFrame:
@@ -574,34 +598,12 @@ def eval_intervals(ev: pl.DataFrame, s: pl.DataFrame | None = None, ckpt: pl.Dat
     ``s`` (and the save intervals ``ckpt``) are given; when its time was inferred (the block has
     no timestamp) it lasts until the next step's compute starts.
     """
-    grp = ["job", "attempt_idx"]
-    b = (
-        ev.filter((pl.col("kind") == "eval_begin") & pl.col("t").is_not_null())
-        .select(*grp, pl.col("t").alias("start"))
-        .unique()
-        .sort(*grp, "start")
-        .with_columns(pl.col("start").shift(-1).over(grp).alias("_nb"))
-    )
-    e = (
-        ev.filter((pl.col("kind") == "eval_end") & pl.col("t").is_not_null())
-        .select(*grp, pl.col("t").alias("end"), pl.col("duration_s"), "step", pl.col("ts_inferred").fill_null(False))
-        .unique(subset=[*grp, "end"], keep="first")
-    )
+    grp = _ATTEMPT_KEY
+    b, e = _eval_begins(ev), _eval_ends(ev)
     parts = []
     paired = pl.DataFrame(schema={"job": ev.schema["job"], "attempt_idx": e.schema["attempt_idx"], "end": pl.Int64})
     if b.height and e.height:
-        pb = (
-            b.sort("start")
-            .join_asof(
-                e.select(*grp, "end").sort("end"),
-                left_on="start",
-                right_on="end",
-                by=grp,
-                strategy="forward",
-                check_sortedness=False,
-            )
-            .filter(pl.col("end").is_not_null() & (pl.col("end") <= pl.col("_nb").fill_null(2**62)))
-        )
+        pb = _paired_evals(b, e)
         parts.append(pb.select("job", "start", "end"))
         paired = pb.select(*grp, "end").unique()
     lone = e.join(paired, on=[*grp, "end"], how="anti")
@@ -612,36 +614,82 @@ def eval_intervals(ev: pl.DataFrame, s: pl.DataFrame | None = None, ckpt: pl.Dat
         parts.append(with_dur)
     bare = lone.filter(pl.col("duration_s").is_null())
     if bare.height and s is not None and s.height:
-        rows = s.select(*grp, pl.col("t_log").alias("_k"), "step", "end")
-        bare = (
-            _asof(bare.sort("end"), rows, "end", "_k")
-            .with_columns(pl.coalesce("step_right", "step", pl.lit(-1, pl.Int64)).alias("key"))
-            .drop("_k", "step_right")
-            .rename({"end_right": "_step_end"})
-        )
-        bare = _with_neighbours(bare.drop("step"), s).with_columns(pl.col("_step_end").alias("_prev_end"))
-        if ckpt is not None and ckpt.height:
-            ck = ckpt.select("job", pl.col("end").alias("_ck_end"), pl.col("end").alias("_kk")).sort("_kk")
-            bare = bare.sort("end").join_asof(
-                ck, left_on="end", right_on="_kk", by="job", strategy="backward", check_sortedness=False
-            )
-            bare = bare.with_columns(
-                pl.max_horizontal(
-                    "_prev_end", pl.when(pl.col("_ck_end") <= pl.col("end")).then(pl.col("_ck_end"))
-                ).alias("_prev_end")
-            )
-        # A validation block without a time of its own (placed at the previous line's time) lasts
-        # until the next step's compute starts.
-        bare = bare.with_columns(
-            pl.col("_prev_end").alias("start"),
-            pl.lit(None, pl.Int64).alias("_b"),
-            pl.col("end").alias("_e"),
-            pl.when(pl.col("ts_inferred") & pl.col("_next_start").is_not_null())
-            .then(pl.max_horizontal("end", "_next_start"))
-            .otherwise(pl.col("end"))
-            .alias("end"),
-        ).with_columns(_snap("start", "end", "_b", "_e"))
-        parts.append(bare.filter(pl.col("start").is_not_null()).select("job", "start", "end"))
+        parts.append(_bare_evals(bare, s, ckpt))
     if not parts:
         return pl.DataFrame(schema={"job": ev.schema["job"], "start": pl.Int64, "end": pl.Int64})
     return union_intervals(pl.concat([x.select("job", "start", "end") for x in parts]))
+
+
+def _eval_begins(ev: pl.DataFrame) -> pl.DataFrame:
+    """Evaluation begins (``start``) with the attempt's next begin (``_nb``)."""
+    grp = _ATTEMPT_KEY
+    return (
+        ev.filter((pl.col("kind") == "eval_begin") & pl.col("t").is_not_null())
+        .select(*grp, pl.col("t").alias("start"))
+        .unique()
+        .sort(*grp, "start")
+        .with_columns(pl.col("start").shift(-1).over(grp).alias("_nb"))
+    )
+
+
+def _eval_ends(ev: pl.DataFrame) -> pl.DataFrame:
+    """Evaluation ends (``end``), one per time, with their stated duration, step and whether
+    their time was inferred."""
+    grp = _ATTEMPT_KEY
+    return (
+        ev.filter((pl.col("kind") == "eval_end") & pl.col("t").is_not_null())
+        .select(*grp, pl.col("t").alias("end"), pl.col("duration_s"), "step", pl.col("ts_inferred").fill_null(False))
+        .unique(subset=[*grp, "end"], keep="first")
+    )
+
+
+def _paired_evals(b: pl.DataFrame, e: pl.DataFrame) -> pl.DataFrame:
+    """Each begin with the first end of its attempt after it and before the next begin."""
+    grp = _ATTEMPT_KEY
+    return (
+        b.sort("start")
+        .join_asof(
+            e.select(*grp, "end").sort("end"),
+            left_on="start",
+            right_on="end",
+            by=grp,
+            strategy="forward",
+            check_sortedness=False,
+        )
+        .filter(pl.col("end").is_not_null() & (pl.col("end") <= pl.col("_nb").fill_null(2**62)))
+    )
+
+
+def _bare_evals(bare: pl.DataFrame, s: pl.DataFrame, ckpt: pl.DataFrame | None) -> pl.DataFrame:
+    """Intervals of lone ends without a duration: from the end of the last step (or save) before
+    them; one whose time was inferred until the next step's compute starts."""
+    rows = s.select(*_ATTEMPT_KEY, pl.col("t_log").alias("_k"), "step", "end")
+    bare = (
+        _asof(bare.sort("end"), rows, "end", "_k")
+        .with_columns(pl.coalesce("step_right", "step", pl.lit(-1, pl.Int64)).alias("key"))
+        .drop("_k", "step_right")
+        .rename({"end_right": "_step_end"})
+    )
+    bare = _with_neighbours(bare.drop("step"), s).with_columns(pl.col("_step_end").alias("_prev_end"))
+    if ckpt is not None and ckpt.height:
+        ck = ckpt.select("job", pl.col("end").alias("_ck_end"), pl.col("end").alias("_kk")).sort("_kk")
+        bare = bare.sort("end").join_asof(
+            ck, left_on="end", right_on="_kk", by="job", strategy="backward", check_sortedness=False
+        )
+        bare = bare.with_columns(
+            pl.max_horizontal(
+                "_prev_end", pl.when(pl.col("_ck_end") <= pl.col("end")).then(pl.col("_ck_end"))
+            ).alias("_prev_end")
+        )
+    # A validation block without a time of its own (placed at the previous line's time) lasts
+    # until the next step's compute starts.
+    bare = bare.with_columns(
+        pl.col("_prev_end").alias("start"),
+        pl.lit(None, pl.Int64).alias("_b"),
+        pl.col("end").alias("_e"),
+        pl.when(pl.col("ts_inferred") & pl.col("_next_start").is_not_null())
+        .then(pl.max_horizontal("end", "_next_start"))
+        .otherwise(pl.col("end"))
+        .alias("end"),
+    ).with_columns(_snap("start", "end", "_b", "_e"))
+    return bare.filter(pl.col("start").is_not_null()).select("job", "start", "end")

@@ -83,18 +83,7 @@ def healthy_windows(rows: pl.DataFrame, smooth: int = 15, min_steps: int = 5) ->
 
 def detect_in(h: pl.DataFrame, baseline_us: pl.DataFrame, threshold: float, job_type: pl.DataType) -> pl.DataFrame:
     """:func:`detect` over ``healthy_windows(rows)``."""
-    h = attach(h, baseline_us, "job", how="inner").pipe(sort_by_key, "job", "attempt_idx", "step")
-    h = flag_sorted(h.with_columns((pl.col("d_us") / pl.col("base_us")).log().alias("_lr")))
-    # Noise of the job's step times (robust sigma of log ratios); the rolling median over
-    # ``smooth`` steps must clear the threshold by 5 of its own standard errors.
-    h = h.with_columns(pl.col("_lr").median().over("job").alias("_sig"))  # (one window at a time: slices)
-    h = h.with_columns(
-        ((pl.col("_lr") - pl.col("_sig")).abs().median().over("job") * 1.4826).alias("_sig"),
-    ).with_columns(
-        pl.max_horizontal(pl.lit(threshold), 5.0 * 1.25 * pl.col("_sig") / pl.col("_w").cast(pl.Float64).sqrt()).alias(
-            "_thr"
-        )
-    )
+    h = _with_threshold(h, baseline_us, threshold)
     if h.height == 0:
         return pl.DataFrame(
             schema={
@@ -112,7 +101,33 @@ def detect_in(h: pl.DataFrame, baseline_us: pl.DataFrame, threshold: float, job_
     grp = ("job", "attempt_idx")
     h = h.with_columns(_smooth_above(h).alias("_in"))
     h = h.with_columns(pl.int_range(pl.len()).over(run_id(*grp)).alias("_idx"))
-    runs = (
+    runs = _slow_runs(h)
+    # Trim leading/trailing fast rows a smoothing window may have pulled in.
+    return runs
+
+
+def _with_threshold(h: pl.DataFrame, baseline_us: pl.DataFrame, threshold: float) -> pl.DataFrame:
+    """The rows of jobs with a baseline, with ``_lr`` (log of duration / baseline), ``_sig`` and
+    the threshold ``_thr`` their smoothed ``_lr`` must reach."""
+    h = attach(h, baseline_us, "job", how="inner").pipe(sort_by_key, "job", "attempt_idx", "step")
+    h = flag_sorted(h.with_columns((pl.col("d_us") / pl.col("base_us")).log().alias("_lr")))
+    # Noise of the job's step times (robust sigma of log ratios); the rolling median over
+    # ``smooth`` steps must clear the threshold by 5 of its own standard errors.
+    h = h.with_columns(pl.col("_lr").median().over("job").alias("_sig"))  # (one window at a time: slices)
+    return h.with_columns(
+        ((pl.col("_lr") - pl.col("_sig")).abs().median().over("job") * 1.4826).alias("_sig"),
+    ).with_columns(
+        pl.max_horizontal(pl.lit(threshold), 5.0 * 1.25 * pl.col("_sig") / pl.col("_w").cast(pl.Float64).sqrt()).alias(
+            "_thr"
+        )
+    )
+
+
+def _slow_runs(h: pl.DataFrame) -> pl.DataFrame:
+    """The periods: slow rows (``_in``) of an attempt merged across gaps under a window of rows,
+    kept when they span ``_minrows`` rows; ``_idx`` is a row's position in its attempt."""
+    grp = ("job", "attempt_idx")
+    return (
         h.filter(pl.col("_in"))
         .with_columns(
             # Slow rows separated by fewer than a window of rows belong to one period.
@@ -150,8 +165,6 @@ def detect_in(h: pl.DataFrame, baseline_us: pl.DataFrame, threshold: float, job_
         .drop("_run", "_rows", "_minrows")
         .sort("job", "start")
     )
-    # Trim leading/trailing fast rows a smoothing window may have pulled in.
-    return runs
 
 
 def _median_above(h: pl.DataFrame) -> pl.Series:
@@ -230,6 +243,26 @@ def suspects(periods: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
             pl.lit([], pl.List(pl.String)).alias("evidence"),
         )
     p = periods.with_columns(pl.int_range(pl.len()).alias("_p"))
+    node_pick = _node_pick(p, ev)
+    rank_pick = _rank_pick(p, ev)
+    out = p.join(node_pick, on="_p", how="left")
+    if rank_pick is not None and rank_pick.height:
+        out = (
+            out.join(rank_pick, on="_p", how="left")
+            .with_columns(
+                pl.coalesce("_rrank", "rank_from_node").alias("rank"),
+                pl.coalesce("node", "_rnode").alias("node"),
+            )
+            .drop("_rrank", "_rnode", "rank_from_node")
+        )
+    else:
+        out = out.rename({"rank_from_node": "rank"})
+    return out.with_columns(pl.col("evidence").fill_null([])).drop("_p")
+
+
+def _node_pick(p: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
+    """Per period ``_p``: the node with the most warning/error records in it (``fail_slow``
+    first; from a minute before its start), a rank seen on them, and up to 5 as evidence."""
     # Records that implicate a node or rank inside [start, end].
     recs = ev.lazy().filter(  # (only the columns read are filtered)
         pl.col("kind").is_in(("warning", "error"))
@@ -252,7 +285,7 @@ def suspects(periods: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
         .with_columns((pl.col("file") + pl.lit(":") + pl.col("line").cast(pl.String)).alias("ev"))
         .drop("file", "line")
     )
-    node_pick = (
+    return (
         hits.filter(pl.col("node").is_not_null())
         .with_columns((pl.col("failure_class") == "fail_slow").fill_null(False).alias("_fs"))
         .group_by("_p", "node")
@@ -267,39 +300,28 @@ def suspects(periods: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
         .first()
         .select("_p", "node", pl.col("_rank").cast(pl.Int32).alias("rank_from_node"), "evidence")
     )
-    # Per-rank timings: the rank whose median step time in the period is the highest, if it
-    # stands out from the median rank by the threshold used for detection.
+
+
+def _rank_pick(p: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame | None:
+    """Per-rank timings: per period ``_p``, the rank whose median step time in the period is the
+    highest, if it stands out from the median rank by 5 %; None without per-rank timings."""
     st = ev.select("job", "attempt_idx", "kind", "step", "rank", "node", "step_time_s").filter(
         (pl.col("kind") == "step") & pl.col("rank").is_not_null() & pl.col("step_time_s").is_not_null())
-    rank_pick = None
-    if st.height and st["rank"].n_unique() > 1:
-        r = (
-            in_windows(
-                p.select("job", "attempt_idx", "_p", pl.col("first_step").alias("_lo"),
-                         pl.col("last_step").alias("_hi")),
-                st.select("job", "attempt_idx", "step", "rank", "node", "step_time_s"), key="_p",
-                by=("job", "attempt_idx"), on="step",
-            )
-            .group_by("_p", "rank")
-            .agg(pl.col("step_time_s").median().alias("_m"), pl.col("node").drop_nulls().first().alias("_rnode"))
-            .with_columns(pl.col("_m").median().over("_p").alias("_mm"))
-            .filter(pl.col("_m") > pl.col("_mm") * 1.05)
-            .sort("_p", "_m", descending=[False, True])
-            .group_by("_p", maintain_order=True)
-            .first()
-            .select("_p", pl.col("rank").cast(pl.Int32).alias("_rrank"), "_rnode")
+    if not (st.height and st["rank"].n_unique() > 1):
+        return None
+    return (
+        in_windows(
+            p.select("job", "attempt_idx", "_p", pl.col("first_step").alias("_lo"),
+                     pl.col("last_step").alias("_hi")),
+            st.select("job", "attempt_idx", "step", "rank", "node", "step_time_s"), key="_p",
+            by=("job", "attempt_idx"), on="step",
         )
-        rank_pick = r
-    out = p.join(node_pick, on="_p", how="left")
-    if rank_pick is not None and rank_pick.height:
-        out = (
-            out.join(rank_pick, on="_p", how="left")
-            .with_columns(
-                pl.coalesce("_rrank", "rank_from_node").alias("rank"),
-                pl.coalesce("node", "_rnode").alias("node"),
-            )
-            .drop("_rrank", "_rnode", "rank_from_node")
-        )
-    else:
-        out = out.rename({"rank_from_node": "rank"})
-    return out.with_columns(pl.col("evidence").fill_null([])).drop("_p")
+        .group_by("_p", "rank")
+        .agg(pl.col("step_time_s").median().alias("_m"), pl.col("node").drop_nulls().first().alias("_rnode"))
+        .with_columns(pl.col("_m").median().over("_p").alias("_mm"))
+        .filter(pl.col("_m") > pl.col("_mm") * 1.05)
+        .sort("_p", "_m", descending=[False, True])
+        .group_by("_p", maintain_order=True)
+        .first()
+        .select("_p", pl.col("rank").cast(pl.Int32).alias("_rrank"), "_rnode")
+    )

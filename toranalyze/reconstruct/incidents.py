@@ -157,6 +157,22 @@ def interrupted_attempts(att: pl.DataFrame, ev: pl.DataFrame, stall_us: dict[str
     The last attempt of a job counts when it ended badly (a scheduler end that is not clean),
     or, with no scheduler end, when error records follow its last progress or its records go on
     for longer than ``stall_us[job]`` without progress (a hang the logs end in)."""
+    a = _with_next_attempt(att)
+    errs_after = (
+        ev.select("job", "attempt_idx", "failure_class", "t")
+        .filter(pl.col("failure_class").is_not_null() & pl.col("t").is_not_null())
+        .group_by("job", "attempt_idx")
+        .agg(pl.col("t").max().alias("_t_last_err"))
+    )
+    a = a.join(errs_after, on=["job", "attempt_idx"], how="left")
+    a = a.filter(~pl.col("_last") | _ended_badly(stall_us))
+    return a.drop("_key", "_la", "_tr2", "_rf2", "_t_last_err").sort("job", "attempt_idx")
+
+
+def _with_next_attempt(att: pl.DataFrame) -> pl.DataFrame:
+    """Attempts with ``_last`` (the job's last), the next attempt's start (``t_restart``) and
+    index, and the resume facts (``t_resumed``, ``next_resumed_from``) of the first later
+    attempt that states them (none for the last attempt)."""
     a = att.sort("job", "attempt_idx").with_columns(
         (pl.col("attempt_idx") == pl.col("attempt_idx").max().over("job")).alias("_last"),
         pl.col("t_start").shift(-1).over("job").alias("t_restart"),
@@ -183,7 +199,7 @@ def interrupted_attempts(att: pl.DataFrame, ev: pl.DataFrame, stall_us: dict[str
         .rename({"attempt_idx": "_la"})
     )
     a = a.with_columns((pl.col("attempt_idx") + 1).alias("_key")).sort("_key")
-    a = a.join_asof(
+    return a.join_asof(
         later.sort("_la").select("job", "_la", pl.col("_tr").alias("_tr2"), pl.col("_rf").alias("_rf2")),
         left_on="_key",
         right_on="_la",
@@ -195,13 +211,12 @@ def interrupted_attempts(att: pl.DataFrame, ev: pl.DataFrame, stall_us: dict[str
         .otherwise(pl.coalesce("next_resumed_from", "_rf2"))
         .alias("next_resumed_from"),
     )
-    errs_after = (
-        ev.select("job", "attempt_idx", "failure_class", "t")
-        .filter(pl.col("failure_class").is_not_null() & pl.col("t").is_not_null())
-        .group_by("job", "attempt_idx")
-        .agg(pl.col("t").max().alias("_t_last_err"))
-    )
-    a = a.join(errs_after, on=["job", "attempt_idx"], how="left")
+
+
+def _ended_badly(stall_us: dict[str, int] | None) -> pl.Expr:
+    """Whether an attempt (the job's last) ended badly: a scheduler end that is not clean, or
+    with no scheduler end error records (``_t_last_err``) after its last progress, or a stall
+    longer than ``stall_us[job]``."""
     bad_end = pl.col("state").is_not_null() & ~is_clean(pl.col("state"))
     silent_end_with_errors = (
         pl.col("t_job_end").is_null()
@@ -216,8 +231,7 @@ def interrupted_attempts(att: pl.DataFrame, ev: pl.DataFrame, stall_us: dict[str
             & pl.col("t_last_step_end").is_not_null()
             & (pl.col("t_end") - pl.col("t_last_step_end") > lim)
         ).fill_null(False)
-    a = a.filter(~pl.col("_last") | bad_end | silent_end_with_errors | stalled)
-    return a.drop("_key", "_la", "_tr2", "_rf2", "_t_last_err").sort("job", "attempt_idx")
+    return bad_end | silent_end_with_errors | stalled
 
 
 def _fmt(v: float) -> str:

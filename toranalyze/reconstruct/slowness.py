@@ -101,9 +101,7 @@ def detect_in(h: pl.DataFrame, baseline_us: pl.DataFrame, threshold: float, job_
     grp = ("job", "attempt_idx")
     h = h.with_columns(_smooth_above(h).alias("_in"))
     h = h.with_columns(pl.int_range(pl.len()).over(run_id(*grp)).alias("_idx"))
-    runs = _slow_runs(h)
-    # Trim leading/trailing fast rows a smoothing window may have pulled in.
-    return runs
+    return _slow_runs(h)
 
 
 def _with_threshold(h: pl.DataFrame, baseline_us: pl.DataFrame, threshold: float) -> pl.DataFrame:

@@ -60,6 +60,10 @@ class ConfigError(ToranalyzeError):
     """A command-line option or configuration value is invalid."""
 
 
+class WorkerError(ToranalyzeError):
+    """A worker process ended without returning its result (killed, or could not start)."""
+
+
 class NothingReadError(ToranalyzeError):
     """No input file could be read at all."""
 

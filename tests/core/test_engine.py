@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import time
 
 import polars as pl
 import pytest
 
-from toranalyze.errors import ConfigError
+from toranalyze.errors import ConfigError, WorkerError
 from toranalyze.ingest.engine import import_ray, map_ordered
 from toranalyze.ingest.pipeline import ingest
 from toranalyze.model import load_preset
@@ -19,6 +20,12 @@ HAS_RAY = importlib.util.find_spec("ray") is not None
 
 def _square(x: int) -> int:
     return x * x
+
+
+def _killed(x: int) -> int:
+    if x == 2:
+        os._exit(9)  # as the out-of-memory killer would end it: no exception, no result
+    return x
 
 
 def _fleet(tmp_path):
@@ -34,6 +41,12 @@ def _sorted(events: pl.DataFrame) -> pl.DataFrame:
 
 def test_local_map_keeps_input_order():
     assert list(map_ordered(_square, [3, 1, 2], "local", 1)) == [9, 1, 4]
+
+
+def test_a_worker_killed_midway_is_a_worker_error_with_the_next_step():
+    with pytest.raises(WorkerError) as info:
+        list(map_ordered(_killed, [1, 2, 3, 4], "local", 2))
+    assert "jobs=1" in (info.value.hint or "") and "__main__" in info.value.message
 
 
 def test_unknown_engine_is_a_config_error():

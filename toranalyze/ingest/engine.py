@@ -23,9 +23,10 @@ import os
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
-from toranalyze.errors import ConfigError
+from toranalyze.errors import ConfigError, WorkerError
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -53,8 +54,16 @@ def map_ordered(
         yield from map(fn, items)
         return
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=ctx) as pool:
-        yield from pool.map(fn, items, chunksize=1)
+    try:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=ctx) as pool:
+            yield from pool.map(fn, items, chunksize=1)
+    except BrokenProcessPool:
+        raise WorkerError(
+            "a worker process ended without its result: the system killed it (out of memory?), or it could "
+            "not start (a script that calls toranalyze with jobs > 1 needs an `if __name__ == \"__main__\":` "
+            "guard, since workers are started with spawn and import the script again)",
+            hint="run with -j 1 (jobs=1) to work in this process, or give the machine more memory",
+        ) from None
 
 
 def import_ray() -> Any:

@@ -12,8 +12,9 @@ from toranalyze_parsers.kernel.common import PCI, boot_id, event, first_of_burst
 
 from toranalyze.plugins import file_key
 
+# The address may be redacted in a pasted log ('Xid (PCI:...): 145'): the record stands, no device.
 _XID = (
-    rf"NVRM: Xid \((?:PCI:)?(?P<pci>{PCI})\): (?P<code>\d+)"
+    rf"NVRM: Xid \((?:PCI:)?(?:(?P<pci>{PCI})|[^)\s]*)\): (?P<code>\d+)"
     r"(?:, pid=(?P<pid>[^,]*))?(?:, name=(?P<name>[^,]*))?(?:,\s*(?P<text>.*))?"
 )
 # Xids that stop the GPU (or the node) and Xids that record a condition without stopping work.

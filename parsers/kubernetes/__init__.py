@@ -12,7 +12,8 @@ Documents (claimed by ``sniff``, read whole by ``parse``):
 
 Line rules (``extract``, run over every text log): events, pods and nodes
 tables, describe blocks, klog lines of kube-scheduler / kube-controller-manager /
-kubelet, and training-operator lifecycle lines (logrus text/JSON, zap JSON).
+kubelet, training-operator lifecycle lines (logrus text/JSON, zap JSON), and a cloud's record of a
+node's instance preempted (``compute.instances.preempted``, a spot node reclaimed).
 
 Cross-row facts stay within one file (within one read block of 32 MiB of a long
 one) or one document: a taint eviction is marked "(its node was NotReady)" when
@@ -35,6 +36,7 @@ from datetime import datetime
 from typing import Any
 
 import polars as pl
+from toranalyze_parsers.kubernetes.cloud import extract_cloud_preemptions
 from toranalyze_parsers.kubernetes.common import EV_SCHEMA, events_to_raw
 from toranalyze_parsers.kubernetes.describe import extract_describe
 from toranalyze_parsers.kubernetes.docs import iter_objects, load_values, looks_json
@@ -84,7 +86,7 @@ class KubernetesParser(Parser):
     gates = (
         literal_gate([".go:", "msg=", '"msg":', "Ready", "Unknown", "State:", "Started:", "Reason:", "Exit Code:",
                       "Unschedulable:", "Pressure", "low on resource", "Evicted", "OOMKilled", "exited with code",
-                      "is restarting", "unresponsive"]),
+                      "is restarting", "unresponsive", "compute.instances.preempted"]),
         r"(?:Normal|Warning)\s",  # a gate may be looser than the rule: searching for "\s" first is slow
         r"^Name:",
         r"\s\d+/\d+\s+[A-Z]",
@@ -152,6 +154,7 @@ class KubernetesParser(Parser):
                 extract_describe(lines, self.anchor),
                 extract_status_tables(lines, self.anchor),
                 extract_evictions(lines),
+                extract_cloud_preemptions(lines),
             ],
             how="vertical",
         ).sort("line", maintain_order=True)

@@ -18,16 +18,19 @@ ANCHORS: list[str] = [
     "dump signal",
     "lagging",
     "net/ib",
+    "net/ofi",
+    "retry count",
 ]
 
 # `host:pid:tid [cudaDev] [file.cc:N ]NCCL LEVEL message` (mpirun --tag-output prefix tolerated).
 # Pasted and collected lines lose parts of the head: the host alone (`host [5] ...`, some
 # collectors), no head at all (`NCCL WARN NET/IB : ...` quoted in a thread), or, before NCCL 2.4,
-# no `NCCL` word after the source file (`transport/net_ib.cu:781 WARN NET/IB : ...`).
+# no `NCCL` word after the source file (`transport/net_ib.cu:781 WARN NET/IB : ...`). Net plugins
+# name a function instead of a file (`create_nccl_ofi_component:459 NCCL WARN NET/OFI ...`).
 NCCL_LINE = (
     r"^(?:\[\d+,\d+\]<std(?:out|err)>:\s*)?"
     r"(?:(?P<host>[\w.\-]+?)(?::(?P<pid>\d+):(?P<tid>\d+))? \[(?P<dev>\d+)\] )?"
-    r"(?:(?P<src>\S+\.(?:cc|cu|c|h|cpp)):(?P<srcline>\d+) (?:NCCL )?|NCCL )"
+    r"(?:(?P<src>\S+\.(?:cc|cu|c|h|cpp)):(?P<srcline>\d+) (?:NCCL )?|(?:\w+:\d+ )?NCCL )"
     r"(?P<level>INFO|WARN|TRACE|ERROR)\b ?(?P<msg>.*)$"
 )
 
@@ -83,6 +86,11 @@ SOCKET_FATAL = (
     r"|software caused connection abort|exceeded (?:error )?retry count|socket\w*: .*\bfailed\b"
 )
 SOCKET_SOFT = r"(?i)\bretrying\b|closed by remote peer|reset by peer"
+
+# Verbs transport failures printed by other RDMA libraries beside NCCL (UCX `ib_mlx5_log.c:143
+# Transport retry count exceeded on mlx5_0:1/IB`, `CQE ERROR ... status=12(transport retry counter
+# exceeded)`): IBV_WC_RETRY_EXC_ERR, the same fabric fault as NCCL's status 12 completion.
+RDMA_RETRY = r"(?i)transport retry count(?:er)? exceeded"
 
 # Other NCCL WARN texts that mean the operation failed (proxy result, misuse, /dev/shm too small).
 WARN_ERROR = r"retcode \d+|Proxy Call to rank \d+ failed|Duplicate GPU detected|/dev/shm"

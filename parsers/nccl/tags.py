@@ -19,7 +19,7 @@ TAGS: dict[str, tuple[str, str]] = {
     "comm": ("info", "info"),  # comm … nRanks N nNodes M localRanks L
     "abort": ("warning", "warning"),  # comm … - Abort COMPLETE
     "ib": ("error", "error"),  # NET/IB completion error
-    "ib_other": ("error", "error"),  # other NET/IB / verbs failures
+    "ib_other": ("error", "error"),  # other NET/IB, NET/OFI and verbs failures (also from UCX)
     "cuda": ("error", "error"),  # Cuda failure 'X'
     "sock_soft": ("warning", "warning"),  # peer closed / retrying: the cause is elsewhere
     "sock_fatal": ("error", "error"),  # refused, timed out, unreachable
@@ -62,7 +62,7 @@ def _families() -> list[tuple[pl.Expr, list[tuple[pl.Expr, str]]]]:
     ]
     warn = [
         (msg.str.contains("Got completion from peer", literal=True), "ib"),
-        (msg.str.contains(r"NET/IB|ibv_\w+|Got CQE with error|async fatal event"), "ib_other"),
+        (msg.str.contains(r"NET/IB|NET/OFI|ibv_\w+|Got CQE with error|async fatal event"), "ib_other"),
         (msg.str.contains("Cuda failure", literal=True), "cuda"),
         (msg.str.contains(P.SOCKET_SOFT), "sock_soft"),
         (msg.str.contains(P.SOCKET_FATAL), "sock_fatal"),
@@ -90,6 +90,7 @@ def _families() -> list[tuple[pl.Expr, list[tuple[pl.Expr, str]]]]:
             "fr_dump",
         ),
         (glog_e & pg_src & ~t.str.contains(P.PG_CHATTER), "pg_error"),
+        (t.str.contains(P.RDMA_RETRY), "ib_other"),
     ]
     return [(lvl == "INFO", info), (lvl.is_in(["WARN", "ERROR"]), warn), (pt, torch)]
 

@@ -26,6 +26,9 @@ _NAN = (
     r"(?i)\bloss(?:es)? (?:is|are|was|became|has become) (?:nan|inf)\b"
     r"|(?i)\b(?:nan|inf)(?:/(?:nan|inf))? (?:in )?loss(?:es)?(?: value)? (?:detected|encountered)"
     r"|(?i)\bloss (?:contains|contained) (?:nan|inf)"
+    # TensorFlow's NanTensorHook ('Model diverged with loss = NaN.'); Megatron's grad-norm check
+    # ('found NaN in local grad norm in backwards pass').
+    r"|(?i)\bdiverged with loss\s*=\s*(?:nan|inf)\b|(?i)\bfound (?:nan|inf) in (?:local )?grad(?:ient)? norm"
 )
 
 LINE_NOISE: tuple[str, ...] = (

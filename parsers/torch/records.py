@@ -426,6 +426,8 @@ def _compose(recs: pl.LazyFrame) -> pl.LazyFrame:
         .otherwise(exc_name)
     )
     gpu = message.str.extract(r"(?:\(GPU |\bGPU )(\d+)(?:;| has a total capac)", 1)
+    # Megatron's gradient checks name where they ran: '... in backwards pass. Device: 3, node: host'.
+    named = message.str.extract_groups(r"\bDevice: (?P<dev>\d+), node: (?P<host>[\w.\-]+)")
     # Orphan NCCL exception lines (no frames around them) are the nccl parser's records.
     nccl_orphan = ~pl.col("_tb") & ~cfe & ~cpp & fatal.is_null() & main.str.contains(NCCL_OWNED).fill_null(False)
     return recs.filter(~nccl_orphan).select(
@@ -435,9 +437,9 @@ def _compose(recs: pl.LazyFrame) -> pl.LazyFrame:
         pl.lit("error").alias("severity"),
         # ChildFailedError's 'time :' is the host's local clock, without a zone
         pl.col("_cf_time").str.strptime(NAIVE_US, "%Y-%m-%d_%H:%M:%S", strict=False).alias("ts"),
-        pl.col("_cf_host").alias("node"),
+        pl.coalesce(pl.col("_cf_host"), named.struct.field("host")).alias("node"),
         pl.col("_cf_rank").cast(pl.Int32, strict=False).alias("rank"),
-        gpu.cast(pl.Int32, strict=False).alias("gpu"),
+        pl.coalesce(gpu, named.struct.field("dev")).cast(pl.Int32, strict=False).alias("gpu"),
         code.alias("code"),
         message.alias("message"),
     )

@@ -89,3 +89,20 @@ def test_streamed_table_of_many_blocks_equals_the_table_in_memory(tmp_path: Path
     assert streamed.events.equals(memory.events)
     assert [f.as_dict() for f in streamed.files] == [f.as_dict() for f in memory.files]
     assert not [p for p in (tmp_path / "out").iterdir() if p.name != "events.parquet"]
+
+
+def test_a_shell_prompt_names_the_host_of_the_output_below_it_in_its_file(tmp_path: Path) -> None:
+    # Command output pasted into a ticket under its prompt: the prompt is the only place the host
+    # is named. It holds until the next prompt, never above it, and never in the next file.
+    xid = "[Wed Jul 31 23:14:{:02d} 2024] NVRM: Xid (PCI:0000:00:08): 79, pid=1, name=python, GPU has fallen off the bus."
+    (tmp_path / "a.log").write_text("\n".join([
+        xid.format(1),
+        "root@node4:~# dmesg -T | grep NVRM",
+        xid.format(2),
+        "(venv) me@gpu-07.cluster:~/run$ dmesg -T",
+        xid.format(3),
+    ]) + "\n")
+    (tmp_path / "b.log").write_text(xid.format(4) + "\n")
+    ev = ingest([str(tmp_path)], IngestOptions(), jobs=1).events.filter(failure_class="gpu_hardware")
+    nodes = dict(zip(ev["file"].str.split("/").list.last() + ":" + ev["line"].cast(str), ev["node"], strict=True))
+    assert nodes == {"a.log:1": None, "a.log:3": "node4", "a.log:5": "gpu-07.cluster", "b.log:1": None}

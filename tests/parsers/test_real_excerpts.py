@@ -27,6 +27,8 @@ KNOWN_MISSES = {
     "real_excerpts/trainer/torchrun_exitcode_minus9_glog_prefix.log": SIGKILL_ALONE,
     "real_excerpts/trainer/torchrun_exitcode_minus9_colossalai.log": SIGKILL_ALONE,
     "real_excerpts_heldout/trainer/torchrun_exitcode_minus9_bracket_ts.log": SIGKILL_ALONE,
+    "real_excerpts/trainer/srun_prefixed_watchdog_unspecified_launch_failure.log":
+        "the watchdog line is hard-wrapped inside 'CUDA error' ('CUDA erro' / 'r: unspecified launch failure')",
     "real_excerpts_heldout/kubernetes/kubelet_eviction_manager_ephemeral_storage.log":
         "jsonpath output ('name<TAB><TAB>Evicted<TAB><TAB>message') is not a layout the parser knows",
     "real_excerpts_heldout/kubernetes/describe_events_failedscheduling_selector_gpu.log":

@@ -397,6 +397,29 @@ def _with_prefix_context(events: pl.DataFrame, prepared: pl.DataFrame) -> pl.Dat
     ).drop("p_ts", "p_off", "p_node", "p_rank", "p_local")
 
 
+# A shell prompt pasted above a command's output ('root@node4:~# dmesg -T', '(venv) me@gpu-3:~/run$
+# nvidia-smi'): the output below it, up to the next prompt of its file, came from that host.
+_PROMPT = r"^(?:\([\w.\-]+\)\s+)?[\w.\-]+@([\w.\-]+):\S*[#$] "
+
+
+def _with_prompt_hosts(events: pl.DataFrame, prepared: pl.DataFrame) -> pl.DataFrame:
+    """Events that name no node take the host of the nearest shell prompt above them in their file."""
+    if events.height == 0 or events["node"].null_count() == 0:
+        return events
+    at = prepared.filter(pl.col("raw").str.contains("@", literal=True))
+    prompts = at.filter(pl.col("raw").str.contains(_PROMPT)).select(
+        pl.col("line").alias("_at"), pl.col("raw").str.extract(_PROMPT, 1).alias("_host")
+    )
+    if prompts.height == 0:
+        return events
+    ordered = events.with_row_index("_r").sort("line")
+    joined = ordered.join_asof(prompts.unique("_at", keep="first").sort("_at"), left_on="line", right_on="_at")
+    # The files of a batch are FILE_LINES apart: a prompt of an earlier file names nothing here.
+    same_file = (pl.col("_at") // FILE_LINES) == file_key()
+    host = pl.when(same_file).then(pl.col("_host"))
+    return joined.sort("_r").with_columns(pl.coalesce("node", host).alias("node")).drop("_r", "_at", "_host")
+
+
 def covered_lines(events: pl.DataFrame) -> pl.Series:
     end = pl.coalesce("line_end", "line")
     return events.select(pl.int_ranges("line", end + 1, dtype=pl.Int64).alias("l")).explode("l")["l"]
@@ -440,7 +463,7 @@ def _block_events(
 ) -> tuple[pl.DataFrame, pl.Series]:
     """A block's parser rows -> its events (prefix context, one row per line, kind and step, the
     parser listed first kept) and the distinct lines events or noise cover."""
-    events = _with_prefix_context(extracted, prepared)
+    events = _with_prompt_hosts(_with_prefix_context(extracted, prepared), prepared)
     covered = covered_lines(events)
     if noise.tests:
         # Noise can add only lines no event covers: the alternations search those only.

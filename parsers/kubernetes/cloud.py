@@ -1,0 +1,39 @@
+"""A node's virtual machine taken back by its cloud: the record the provider keeps of it.
+
+    NAME            TYPE                         TARGET                              ... TIMESTAMP
+    systemevent-... compute.instances.preempted  us-central1-a/instances/gke-pool-9e51 ... 2025-05-07T08:20:20-07:00
+
+(``gcloud compute operations list``; audit-log entries name the same ``compute.instances.preempted``
+method and the instance path.) A spot or preemptible node of a Kubernetes cluster goes this way:
+the row is a ``Preempted`` node state on the instance, which is the node's name.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from toranalyze.ingest.clock import ISO_PATTERN, offset_iso, ts_iso
+from toranalyze.schema import conform_raw
+
+_PREEMPTED = r"compute\.instances\.preempted\b.*?\binstances/(?P<node>[\w.\-]+)"
+
+
+def extract_cloud_preemptions(lines: pl.LazyFrame) -> pl.LazyFrame:
+    """RAW rows for a cloud's record of an instance preempted."""
+    text = pl.col("text")
+    at = text.str.extract(rf"({ISO_PATTERN})", 1)
+    return conform_raw(
+        lines.filter(text.str.contains("compute.instances.preempted", literal=True))
+        .with_columns(text.str.extract(_PREEMPTED, 1).alias("_node"))
+        .filter(pl.col("_node").is_not_null())
+        .select(
+            pl.col("line"),
+            ts_iso(at).alias("ts"),
+            offset_iso(at).alias("ts_offset_s"),
+            pl.lit("node_state").alias("kind"),
+            pl.lit("error").alias("severity"),
+            pl.lit("Preempted").alias("state"),
+            pl.col("_node").alias("node"),
+            pl.format("instance {} preempted by its cloud provider", pl.col("_node")).alias("message"),
+        )
+    )

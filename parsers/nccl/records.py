@@ -93,32 +93,38 @@ def line_fields(col: str) -> list[pl.Expr]:
     ]
 
 
-def tag_and_group(lines: pl.LazyFrame) -> pl.LazyFrame:
-    """Prefiltered lines -> one row per record head with its joined text and continuation parts,
-    and the ``HEAD_FIELDS`` and ``wrap_n`` (continuation lines joined onto it) of its first line."""
-    text = pl.col("text")
-    heads = lines.with_columns(line_fields("text")).collect()
-    lf = heads.with_columns(tags(heads)).lazy()
+def _prev_s(expr: pl.Expr) -> pl.Expr:
+    """``expr`` at the previous line of the same writer (``_ps``)."""
+    return expr.gather(pl.col("_ps"))
 
-    line = pl.col("line")
-    # `_ps`: row index of the previous line of the same writer (one window, then cheap gathers)
+
+def _tagged(lines: pl.LazyFrame) -> pl.LazyFrame:
+    """The head fields and tag of each line; materialised once because ``tags`` reads the frame."""
+    heads = lines.with_columns(line_fields("text")).collect()
+    return heads.with_columns(tags(heads)).lazy()
+
+
+def _writer_links(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """`_ps`: row index of the previous line of the same writer (one window, then cheap gathers)."""
     lf = lf.with_row_index("_i").with_columns(_stream().alias("_stream"))
-    lf = lf.with_columns(
+    return lf.with_columns(
         pl.when(pl.col("_stream").is_not_null()).then(pl.col("_i").shift(1).over("_stream")).alias("_ps")
     )
 
-    def prev_s(expr: pl.Expr) -> pl.Expr:
-        return expr.gather(pl.col("_ps"))
 
-    s_ok = (line - prev_s(line)).is_between(1, STREAM_GAP)
+def _line_kinds(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """Whether each line starts a record, is a detail line or a stack frame, and whether the
+    previous line of its writer (``s_ok``) or the line just above (``p_ok``) may be continued."""
+    text, line = pl.col("text"), pl.col("line")
+    s_ok = (line - _prev_s(line)).is_between(1, STREAM_GAP)
     # the line above continues only a record of the same writer (or one of them names no writer)
     stream = pl.col("_stream")
     same_writer = stream.is_null() | stream.shift(1).is_null() | (stream == stream.shift(1))
     p_ok = ((line - line.shift(1)) == 1) & same_writer
     starts = text.str.contains(P.RECORD_START) | pl.col("tag").is_not_null()
     bare = text.str.contains(P.BARE_LAST_ERROR)
-    after_bare_last = ~starts & ((s_ok & prev_s(bare)) | (p_ok & bare.shift(1)))
-    lf = lf.with_columns(
+    after_bare_last = ~starts & ((s_ok & _prev_s(bare)) | (p_ok & bare.shift(1)))
+    return lf.with_columns(
         (pl.col("_level").is_null() & (text.str.contains(P.DETAIL_LINE) | after_bare_last))
         .fill_null(False)
         .alias("det"),
@@ -128,7 +134,11 @@ def tag_and_group(lines: pl.LazyFrame) -> pl.LazyFrame:
         p_ok.fill_null(False).alias("p_ok"),
     )
 
-    # Hard wraps: join up to MAX_WRAP following lines while the record is visibly unfinished.
+
+def _hard_wraps(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """Join up to MAX_WRAP following lines while the record is visibly unfinished: ``joined``,
+    ``wrap_n`` (lines joined) and ``consumed`` (the line was joined onto one above)."""
+    text, line = pl.col("text"), pl.col("line")
     wrappable = (pl.col("tag") == "ib") | (
         pl.col("tag").is_in(_TIMEOUT_TAGS) & text.str.contains("collective operation timeout", literal=True)
     )
@@ -148,32 +158,35 @@ def tag_and_group(lines: pl.LazyFrame) -> pl.LazyFrame:
     consumed = pl.lit(False)
     for k in range(1, MAX_WRAP + 1):
         consumed = consumed | (pl.col("wrap_n").shift(k, fill_value=0) >= k)
-    lf = lf.with_columns(consumed.alias("consumed"))
+    return lf.with_columns(consumed.alias("consumed"))
 
-    # Error chains and flight-recorder frames continue the record of the previous line of the same
-    # writer (ranks interleave), else of the line physically above; a detail line with nothing to
-    # continue heads its own record.
+
+def _chain_links(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """Error chains and flight-recorder frames continue the record of the previous line of the same
+    writer (``via_s``: ranks interleave), else of the line physically above (``via_p``)."""
+    det, frame = pl.col("det"), pl.col("frame")
     lf = lf.with_columns(
-        (pl.col("tag").is_not_null() | pl.col("det") | pl.col("consumed")).alias("_ch_det"),
-        ((pl.col("tag") == "fr_stack").fill_null(False) | pl.col("frame")).alias("_ch_fr"),
+        (pl.col("tag").is_not_null() | det | pl.col("consumed")).alias("_ch_det"),
+        ((pl.col("tag") == "fr_stack").fill_null(False) | frame).alias("_ch_fr"),
     )
-    via_s = pl.col("s_ok") & (
-        (pl.col("det") & prev_s(pl.col("_ch_det"))) | (pl.col("frame") & prev_s(pl.col("_ch_fr")))
-    ).fill_null(False)
-    via_p = pl.col("p_ok") & (
-        (pl.col("det") & pl.col("_ch_det").shift(1)) | (pl.col("frame") & pl.col("_ch_fr").shift(1))
-    ).fill_null(False)
-    lf = lf.with_columns(
+    via_s = pl.col("s_ok") & ((det & _prev_s(pl.col("_ch_det"))) | (frame & _prev_s(pl.col("_ch_fr")))).fill_null(False)
+    via_p = pl.col("p_ok") & ((det & pl.col("_ch_det").shift(1)) | (frame & pl.col("_ch_fr").shift(1))).fill_null(False)
+    return lf.with_columns(
         (~pl.col("consumed") & via_s).alias("via_s"),
         (~pl.col("consumed") & ~via_s & via_p).alias("via_p"),
     )
+
+
+def _record_roots(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """``_root``: the row index of each line's record head; a detail line with nothing to continue
+    heads its own record (tagged ``detail`` when it has no tag)."""
     orphan = pl.col("det") & ~pl.col("consumed") & ~pl.col("via_s") & ~pl.col("via_p")
     idx = pl.col("_i")
     parent = (
         pl.when(pl.col("consumed") | pl.col("via_p"))
         .then(idx - 1)
         .when(pl.col("via_s"))
-        .then(prev_s(idx))
+        .then(_prev_s(idx))
         .otherwise(idx)
     )
     lf = lf.with_columns(
@@ -183,14 +196,26 @@ def tag_and_group(lines: pl.LazyFrame) -> pl.LazyFrame:
     # Pointer jumping: every line ends up pointing at its record's head (chains of up to 2**6 lines).
     for _ in range(6):
         lf = lf.with_columns(pl.col("_root").gather(pl.col("_root")))
+    return lf
+
+
+def _records(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """One row per tagged record head, in line order, with its continuation ``part``s joined."""
     is_part = pl.col("via_s") | pl.col("via_p")
-    part = pl.when(is_part).then(text.str.strip_chars()).otherwise(None)
+    part = pl.when(is_part).then(pl.col("text").str.strip_chars()).otherwise(None)
     rows = lf.with_columns(part.alias("part")).collect()
     # Most records are one line: only the lines of records that joined others are grouped.
     linked = rows.select(pl.col("consumed") | is_part).to_series()
     joined = rows.select(pl.col("_root").is_in(rows.filter(linked)["_root"].implode())).to_series()
     heads = pl.concat([_one_line(rows.filter(~joined)), _grouped(rows.filter(joined))])
     return heads.lazy().sort("_root").filter(pl.col("tag").is_not_null()).drop("_root")
+
+
+def tag_and_group(lines: pl.LazyFrame) -> pl.LazyFrame:
+    """Prefiltered lines -> one row per record head with its joined text and continuation parts,
+    and the ``HEAD_FIELDS`` and ``wrap_n`` (continuation lines joined onto it) of its first line."""
+    lf = _line_kinds(_writer_links(_tagged(lines)))
+    return _records(_record_roots(_chain_links(_hard_wraps(lf))))
 
 
 def _kept() -> list[pl.Expr]:

@@ -45,16 +45,19 @@ def _joined_fields(heads: pl.DataFrame) -> pl.DataFrame:
     return heads.with_columns(heads[c].scatter(where, again[c]) for c in HEAD_FIELDS)
 
 
-def events(heads: pl.LazyFrame) -> pl.LazyFrame:
-    """Record heads (``tag_and_group``) -> RAW_SCHEMA columns (unconformed)."""
+_COMM_TAGS = ["init", "comm", "abort"]  # comm lines: the rank and world size are in the message
+
+
+def _with_message(heads: pl.LazyFrame) -> pl.LazyFrame:
+    """Heads (materialised once for ``_joined_fields``) with their ``message``: the NCCL message or
+    the line's text without layout, then the continuation parts."""
     head = pl.col("head")
-    tag = pl.col("tag")
     is_nccl = pl.col("_level").is_not_null()
     # glog header and desync-report bullets ("\t - ") are layout, not text
     body = head.str.replace(P.GLOG_HEAD, "").str.strip_chars().str.replace(r"^-\s+", "")
     first = pl.when(is_nccl).then(pl.col("_msg").str.strip_chars()).otherwise(body)
     conts = pl.when(pl.col("conts") == "").then(None).otherwise(pl.col("conts"))
-    lf = (
+    return (
         _joined_fields(heads.collect())
         .lazy()
         .with_columns(
@@ -66,11 +69,14 @@ def events(heads: pl.LazyFrame) -> pl.LazyFrame:
             pl.col("_dev").cast(pl.Int32),
         )
     )
-    msg = pl.col("message")
-    comm_line = tag.is_in(["init", "comm", "abort"])
+
+
+def _rank(msg: pl.Expr, tag: pl.Expr) -> pl.Expr:
+    """The rank a comm line or desync report names; for PyTorch lines the writer's rank prefix,
+    else the process group's rank; none for other NCCL_DEBUG lines."""
     desync_rank = msg.str.extract_groups(P.DESYNC_RANKS)
-    rank = (
-        pl.when(comm_line)
+    return (
+        pl.when(tag.is_in(_COMM_TAGS))
         .then(msg.str.extract(r"\brank (\d+)", 1))
         .when(tag == "desync")
         .then(pl.coalesce(desync_rank.struct.field("1"), desync_rank.struct.field("2")))
@@ -78,7 +84,11 @@ def events(heads: pl.LazyFrame) -> pl.LazyFrame:
         .then(None)
         .otherwise(pl.coalesce(pl.col("p_rank").cast(pl.String), msg.str.extract(P.PG_RANK, 1)))
     )
-    code = (
+
+
+def _code(msg: pl.Expr, tag: pl.Expr) -> pl.Expr:
+    """The most specific number the record states (see the module docstring)."""
+    return (
         pl.when(tag == "ib")
         .then(msg.str.extract(P.IB_STATUS, 1))
         .when(tag == "warn_err")
@@ -89,31 +99,44 @@ def events(heads: pl.LazyFrame) -> pl.LazyFrame:
         .then(None)
         .otherwise(_nccl_result(msg))
     )
+
+
+def _duration_s(msg: pl.Expr, tag: pl.Expr) -> pl.Expr:
+    """A collective's timeout, or how long a watchdog was stuck, in seconds."""
     timeout_s = msg.str.extract(r"Timeout\(ms\)=(\d+)", 1).cast(pl.Float64) / 1000.0
-    duration = (
+    return (
         pl.when(msg.str.contains("collective operation timeout", literal=True))
         .then(timeout_s)
         .when(tag == "wd_stuck")
         .then(msg.str.extract(r"stuck for (\d+) seconds", 1).cast(pl.Float64))
     )
+
+
+def _int_field(when: pl.Expr, msg: pl.Expr, pattern: str) -> pl.Expr:
+    """The number ``pattern`` captures in ``msg`` where ``when`` holds, as Int32."""
+    return pl.when(when).then(msg.str.extract(pattern, 1)).cast(pl.Int32, strict=False)
+
+
+def events(heads: pl.LazyFrame) -> pl.LazyFrame:
+    """Record heads (``tag_and_group``) -> RAW_SCHEMA columns (unconformed)."""
+    tag, msg, is_nccl = pl.col("tag"), pl.col("message"), pl.col("_is_nccl")
     use_glog = pl.col("p_ts").is_null() & pl.col("_mmdd").is_not_null()
     kinds = {t: k for t, (k, _) in TAGS.items()}
     sevs = {t: s for t, (_, s) in TAGS.items()}
-    return lf.select(
+    cuda_dev = msg.str.extract(r"cudaDev (\d+)", 1).cast(pl.Int32, strict=False)
+    return _with_message(heads).select(
         pl.when(use_glog).then(ts_glog(pl.col("_mmdd").str.zfill(4), pl.col("_hms"))).alias("ts"),
         (~use_glog).alias("ts_year_known"),
         tag.replace_strict(kinds, return_dtype=pl.String).alias("kind"),
         tag.replace_strict(sevs, return_dtype=pl.String).alias("severity"),
-        pl.when(pl.col("_is_nccl")).then(pl.col("_host")).alias("node"),
-        rank.cast(pl.Int32, strict=False).alias("rank"),
-        pl.when(pl.col("_is_nccl"))
-        .then(pl.coalesce(msg.str.extract(r"cudaDev (\d+)", 1).cast(pl.Int32, strict=False), pl.col("_dev")))
-        .alias("gpu"),
+        pl.when(is_nccl).then(pl.col("_host")).alias("node"),
+        _rank(msg, tag).cast(pl.Int32, strict=False).alias("rank"),
+        pl.when(is_nccl).then(pl.coalesce(cuda_dev, pl.col("_dev"))).alias("gpu"),
         pl.when(tag == "init").then(_bus_id(msg.str.extract(r"busId ([0-9a-fA-F]+)", 1))).alias("device"),
-        pl.when(comm_line).then(msg.str.extract(r"(?i)\bnranks (\d+)", 1)).cast(pl.Int32, strict=False).alias("n_gpus"),
-        pl.when(tag == "comm").then(msg.str.extract(r"nNodes (\d+)", 1)).cast(pl.Int32, strict=False).alias("n_nodes"),
-        duration.alias("duration_s"),
-        code.alias("code"),
+        _int_field(tag.is_in(_COMM_TAGS), msg, r"(?i)\bnranks (\d+)").alias("n_gpus"),
+        _int_field(tag == "comm", msg, r"nNodes (\d+)").alias("n_nodes"),
+        _duration_s(msg, tag).alias("duration_s"),
+        _code(msg, tag).alias("code"),
         msg.alias("message"),
         pl.col("line"),
         pl.when(pl.col("last_line") > pl.col("line")).then(pl.col("last_line")).alias("line_end"),

@@ -224,29 +224,22 @@ def _pod_saw_not_ready(obj_kind: pl.Expr, name: pl.Expr) -> pl.Expr:
     return (obj_kind == "pod") & flagged.fill_null(False)
 
 
-def events_to_raw(ev: pl.LazyFrame, anchor: datetime | None = None) -> pl.LazyFrame:
-    """EV_SCHEMA rows -> RAW_SCHEMA rows.
-
-    Tables print ages relative to when kubectl ran; without an ``anchor`` (the
-    capture time, naive UTC) such rows get ts null and keep the age in the message.
-    """
-    reason = pl.col("reason")
-    etype = pl.col("ev_type")
+def _kind_and_severity(reason: pl.Expr, obj_kind: pl.Expr, code: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+    """(kind, severity) by ``REASONS``, then the operator's job phase, then the event type."""
     phase = reason.str.extract(JOB_REASON, 1)
-    fallback_kind = pl.when(etype == "Warning").then(pl.lit("warning")).otherwise(pl.lit("info"))
+    fallback_kind = pl.when(pl.col("ev_type") == "Warning").then(pl.lit("warning")).otherwise(pl.lit("info"))
     kind = pl.coalesce(_map(reason, REASONS, 0), _map(phase, _JOB_PHASE, 0), fallback_kind)
     severity = pl.coalesce(_map(reason, REASONS, 1), _map(phase, _JOB_PHASE, 1), fallback_kind)
-    obj_kind = pl.col("obj_kind").str.to_lowercase()
-    name = pl.col("obj_name")
-    note = pl.col("note").str.strip_chars()
-    code = (
-        pl.when(reason == "ExitedWithCode")
-        .then(note.str.extract(r"exited with code (-?\d+)", 1))
-        .otherwise(None)
-    )
     # A zero exit reported by the operator is a normal completion.
     severity = pl.when(code == "0").then(pl.lit("info")).otherwise(severity)
-    node = pl.coalesce(
+    # A node condition echoed on a pod ('Node is not ready') is the pod's error, not a node state row.
+    kind = pl.when((kind == "node_state") & (obj_kind == "pod")).then(pl.lit("error")).otherwise(kind)
+    return kind, severity
+
+
+def _node(reason: pl.Expr, obj_kind: pl.Expr, name: pl.Expr, note: pl.Expr) -> pl.Expr:
+    """The reporting host, the node the event is about, the node from context, or one the note names."""
+    return pl.coalesce(
         pl.when(pl.col("src_host").str.len_chars() > 0).then(pl.col("src_host")),
         pl.when(obj_kind == "node").then(name),
         pl.col("node_hint"),
@@ -254,18 +247,24 @@ def events_to_raw(ev: pl.LazyFrame, anchor: datetime | None = None) -> pl.LazyFr
         note.str.extract(r"^Node (\S+) (?:status is now|event): ", 1),
         pl.when(reason.is_in(["Preempted", "Preempting"])).then(note.str.extract(r" on node (\S+?)\.?$", 1)),
     )
+
+
+def _job(obj_kind: pl.Expr, name: pl.Expr, note: pl.Expr) -> pl.Expr:
+    """The job known from context, the job object itself, or the job of the pod (involved or exited)."""
     exited_pod = note.str.extract(r"^Pod: [^.\s]+\.(\S+) exited with code", 1)
-    job = pl.coalesce(
+    return pl.coalesce(
         pl.col("job_hint"),
         pl.when(obj_kind.str.ends_with("job")).then(name),
         pl.when(obj_kind == "pod").then(job_from_pod(name)),
         job_from_pod(exited_pod),
     )
+
+
+def _message(reason: pl.Expr, obj_kind: pl.Expr, name: pl.Expr, note: pl.Expr) -> pl.Expr:
+    """'<Reason>: <note> [kind/name] (xN) (age A)', each part only when known."""
     obj = pl.when(name.is_not_null()).then(
         pl.concat_str([pl.when(obj_kind.is_not_null()).then(obj_kind + "/"), name], ignore_nulls=True)
     )
-    # A node condition echoed on a pod ('Node is not ready') is the pod's error, not a node state row.
-    kind = pl.when((kind == "node_state") & (obj_kind == "pod")).then(pl.lit("error")).otherwise(kind)
     extra = pl.concat_str(
         [
             pl.when(obj.is_not_null()).then(pl.concat_str([pl.lit(" ["), obj, pl.lit("]")])),
@@ -279,29 +278,48 @@ def events_to_raw(ev: pl.LazyFrame, anchor: datetime | None = None) -> pl.LazyFr
         ],
         ignore_nulls=True,
     )
-    message = pl.concat_str([reason, pl.lit(": "), note.fill_null(""), extra], ignore_nulls=True)
+    return pl.concat_str([reason, pl.lit(": "), note.fill_null(""), extra], ignore_nulls=True)
+
+
+def _times(anchor: datetime | None) -> tuple[pl.Expr, pl.Expr, pl.Expr]:
+    """(ts, ts_offset_s, ts_inferred): a row with an age and no time is placed ``age`` before
+    the ``anchor`` when there is one (the newest age of '6s (x5 over 3m1s)')."""
+    if anchor is None:
+        return pl.col("ts"), pl.col("ts_offset_s"), pl.col("ts_inferred")
     last_age = age_seconds(pl.col("age").str.extract(r"^(\S+)", 1))
-    if anchor is not None:
-        from_age = pl.lit(anchor, NAIVE_US) - pl.duration(seconds=last_age)
-        use_age = pl.col("ts").is_null() & last_age.is_not_null()
-        ts = pl.when(use_age).then(from_age).otherwise(pl.col("ts"))
-        offset = pl.when(use_age).then(pl.lit(0, pl.Int32)).otherwise(pl.col("ts_offset_s"))
-        inferred = pl.col("ts_inferred") | use_age
-    else:
-        ts, offset, inferred = pl.col("ts"), pl.col("ts_offset_s"), pl.col("ts_inferred")
+    from_age = pl.lit(anchor, NAIVE_US) - pl.duration(seconds=last_age)
+    use_age = pl.col("ts").is_null() & last_age.is_not_null()
+    ts = pl.when(use_age).then(from_age).otherwise(pl.col("ts"))
+    offset = pl.when(use_age).then(pl.lit(0, pl.Int32)).otherwise(pl.col("ts_offset_s"))
+    return ts, offset, pl.col("ts_inferred") | use_age
+
+
+def events_to_raw(ev: pl.LazyFrame, anchor: datetime | None = None) -> pl.LazyFrame:
+    """EV_SCHEMA rows -> RAW_SCHEMA rows.
+
+    Tables print ages relative to when kubectl ran; without an ``anchor`` (the
+    capture time, naive UTC) such rows get ts null and keep the age in the message.
+    """
+    reason = pl.col("reason")
+    obj_kind = pl.col("obj_kind").str.to_lowercase()
+    name = pl.col("obj_name")
+    note = pl.col("note").str.strip_chars()
+    code = pl.when(reason == "ExitedWithCode").then(note.str.extract(r"exited with code (-?\d+)", 1)).otherwise(None)
+    kind, severity = _kind_and_severity(reason, obj_kind, code)
+    ts, offset, inferred = _times(anchor)
     return conform_raw(
         conform_ev(ev).select(
             ts.alias("ts"),
             offset.alias("ts_offset_s"),
             pl.col("ts_year_known"),
             inferred.alias("ts_inferred"),
-            job.alias("job_id"),
+            _job(obj_kind, name, note).alias("job_id"),
             kind.alias("kind"),
             severity.alias("severity"),
-            node.alias("node"),
+            _node(reason, obj_kind, name, note).alias("node"),
             code.alias("code"),
             reason.alias("state"),
-            message.alias("message"),
+            _message(reason, obj_kind, name, note).alias("message"),
             pl.col("line"),
             pl.col("line_end"),
         )

@@ -50,8 +50,19 @@ def _when(anchor: datetime | None, ago_s: pl.Expr) -> tuple[pl.Expr, pl.Expr, pl
     return at, pl.lit(0, pl.Int32), pl.lit(True)
 
 
-def extract_status_tables(lines: pl.LazyFrame, anchor: datetime | None = None) -> pl.LazyFrame:
-    """RAW rows for pod and node rows of kubectl get tables."""
+def _pod_severity(status: pl.Expr) -> pl.Expr:
+    """'error', 'warning' or 'info' by the pod's STATUS (used as both kind and severity)."""
+    return (
+        pl.when(status.is_in(_POD_ERRORS))
+        .then(pl.lit("error"))
+        .when(status.is_in(_POD_WARNINGS))
+        .then(pl.lit("warning"))
+        .otherwise(pl.lit("info"))
+    )
+
+
+def _pod_rows(lines: pl.LazyFrame, anchor: datetime | None) -> pl.LazyFrame:
+    """RAW rows (unconformed) for the rows of ``kubectl get pods``."""
     text = pl.col("text")
     p = pl.col("_p")
     pods = lines.filter(text.str.contains(r"\s\d+/\d+\s+[A-Z]")).with_columns(text.str.extract_groups(_POD).alias("_p"))
@@ -61,43 +72,39 @@ def extract_status_tables(lines: pl.LazyFrame, anchor: datetime | None = None) -
     ts, off, inferred = _when(anchor, age_seconds(p.struct.field("last")))
     node = p.struct.field("node")
     last = p.struct.field("last")
-    pod_rows = pods.filter(status.is_not_null()).select(
+    message = pl.concat_str(
+        [
+            pl.format("{}: pod/{} ({} ready, {} restarts", status, name, p.struct.field("ready"), restarts),
+            pl.when(last.is_not_null()).then(pl.format(", last {} ago", last)),
+            pl.format(") (age {})", p.struct.field("age")),
+        ],
+        ignore_nulls=True,
+    )
+    return pods.filter(status.is_not_null()).select(
         ts.alias("ts"),
         off.alias("ts_offset_s"),
         inferred.alias("ts_inferred"),
-        pl.when(status.is_in(_POD_ERRORS))
-        .then(pl.lit("error"))
-        .when(status.is_in(_POD_WARNINGS))
-        .then(pl.lit("warning"))
-        .otherwise(pl.lit("info"))
-        .alias("kind"),
-        pl.when(status.is_in(_POD_ERRORS))
-        .then(pl.lit("error"))
-        .when(status.is_in(_POD_WARNINGS))
-        .then(pl.lit("warning"))
-        .otherwise(pl.lit("info"))
-        .alias("severity"),
+        _pod_severity(status).alias("kind"),
+        _pod_severity(status).alias("severity"),
         status.str.replace(r"^Init:", "").alias("state"),
         restarts.cast(pl.Int32).alias("attempt"),
         job_from_pod(name).alias("job_id"),
         pl.when(node.is_not_null() & (node != "<none>")).then(node).alias("node"),
-        pl.concat_str(
-            [
-                pl.format("{}: pod/{} ({} ready, {} restarts", status, name, p.struct.field("ready"), restarts),
-                pl.when(last.is_not_null()).then(pl.format(", last {} ago", last)),
-                pl.format(") (age {})", p.struct.field("age")),
-            ],
-            ignore_nulls=True,
-        ).alias("message"),
+        message.alias("message"),
         pl.col("line"),
     )
+
+
+def _node_rows(lines: pl.LazyFrame, anchor: datetime | None) -> pl.LazyFrame:
+    """RAW rows (unconformed) for the rows of ``kubectl get nodes``."""
+    text = pl.col("text")
     n = pl.col("_n")
     nstatus = n.struct.field("status")
     not_ready = nstatus.str.starts_with("NotReady") | nstatus.str.starts_with("Unknown")
     cordoned = nstatus.str.ends_with(",SchedulingDisabled")
     nts, noff, ninferred = _when(anchor, pl.lit(None, pl.Int64))
     nodes = lines.filter(text.str.contains("Ready", literal=True) | text.str.contains("Unknown", literal=True))
-    node_rows = (
+    return (
         nodes.with_columns(text.str.extract_groups(_NODE).alias("_n"))
         .filter(nstatus.is_not_null())
         .select(
@@ -123,4 +130,8 @@ def extract_status_tables(lines: pl.LazyFrame, anchor: datetime | None = None) -
             pl.col("line"),
         )
     )
-    return pl.concat([conform_raw(pod_rows), conform_raw(node_rows)], how="vertical")
+
+
+def extract_status_tables(lines: pl.LazyFrame, anchor: datetime | None = None) -> pl.LazyFrame:
+    """RAW rows for pod and node rows of kubectl get tables."""
+    return pl.concat([conform_raw(_pod_rows(lines, anchor)), conform_raw(_node_rows(lines, anchor))], how="vertical")

@@ -120,7 +120,68 @@ def event_row(ev: dict[str, Any]) -> Row:
 # ----------------------------------------------------------------------- pods
 
 
+def _terminated_rows(term: dict[str, Any], cs: dict[str, Any], who: str, common: Row) -> list[Row]:
+    """A terminated run: its end (reason, exit code) and, when the API kept it, its start."""
+    reason = term.get("reason") or "Terminated"
+    code = term.get("exitCode")
+    detail = f" (exit code {code})" if code is not None else ""
+    if term.get("signal"):
+        detail += f" (signal {term['signal']})"
+    if term.get("message"):
+        detail += f": {str(term['message']).strip()}"
+    first, last = _lines(term, cs)
+    ok = reason == "Completed" and code == 0
+    # The reason wins over the exit code: OOMKilled can come with exit code 0.
+    rows = [
+        _timed(
+            {
+                **common,
+                "kind": "job_end",
+                "severity": "info" if ok else "error",
+                "state": reason,
+                "code": None if code is None else str(code),
+                "message": f"{who} terminated: {reason}{detail}",
+                "line": first,
+                "line_end": last,
+            },
+            term.get("finishedAt"),
+        )
+    ]
+    started = _timed({}, term.get("startedAt"))
+    if started["ts"] is not None and started["ts"].year > 1970:
+        rows.append({**common, **started, "kind": "job_start", "severity": "info", "state": "Running",
+                     "message": f"{who} started", "line": first})
+    return rows
+
+
+def _running_row(running: dict[str, Any], cs: dict[str, Any], who: str, common: Row) -> Row:
+    """A running container: its start."""
+    first, _ = _lines(running, cs)
+    return _timed(
+        {**common, "kind": "job_start", "severity": "info", "state": "Running",
+         "message": f"{who} started", "line": first},
+        running.get("startedAt"),
+    )
+
+
+def _waiting_row(waiting: dict[str, Any], cs: dict[str, Any], who: str, common: Row) -> Row:
+    """A container waiting: quiet while starting, an error when it cannot start, else a warning."""
+    reason = waiting["reason"]
+    first, last = _lines(waiting, cs)
+    text = f": {waiting['message']}" if waiting.get("message") else ""
+    return {
+        **common,
+        "kind": "info" if reason in QUIET_WAIT else "warning",
+        "severity": "info" if reason in QUIET_WAIT else ("error" if reason in BAD_WAIT else "warning"),
+        "state": reason,
+        "message": f"{who} waiting: {reason}{text}",
+        "line": first,
+        "line_end": last,
+    }
+
+
 def _container_rows(cs: dict[str, Any], pod: str, base: Row) -> list[Row]:
+    """Rows of one container status: its previous run (``lastState``), then its current one."""
     rows: list[Row] = []
     name = cs.get("name", "?")
     restarts = cs.get("restartCount")
@@ -132,61 +193,13 @@ def _container_rows(cs: dict[str, Any], pod: str, base: Row) -> list[Row]:
         common = {**base, "attempt": attempt}
         term = _d(st.get("terminated"))
         if term:
-            reason = term.get("reason") or "Terminated"
-            code = term.get("exitCode")
-            detail = f" (exit code {code})" if code is not None else ""
-            if term.get("signal"):
-                detail += f" (signal {term['signal']})"
-            if term.get("message"):
-                detail += f": {str(term['message']).strip()}"
-            first, last = _lines(term, cs)
-            ok = reason == "Completed" and code == 0
-            # The reason wins over the exit code: OOMKilled can come with exit code 0.
-            rows.append(
-                _timed(
-                    {
-                        **common,
-                        "kind": "job_end",
-                        "severity": "info" if ok else "error",
-                        "state": reason,
-                        "code": None if code is None else str(code),
-                        "message": f"{who} terminated: {reason}{detail}",
-                        "line": first,
-                        "line_end": last,
-                    },
-                    term.get("finishedAt"),
-                )
-            )
-            started = _timed({}, term.get("startedAt"))
-            if started["ts"] is not None and started["ts"].year > 1970:
-                rows.append({**common, **started, "kind": "job_start", "severity": "info", "state": "Running",
-                             "message": f"{who} started", "line": first})
+            rows.extend(_terminated_rows(term, cs, who, common))
         running = _d(st.get("running"))
         if running:
-            first, last = _lines(running, cs)
-            rows.append(
-                _timed(
-                    {**common, "kind": "job_start", "severity": "info", "state": "Running",
-                     "message": f"{who} started", "line": first},
-                    running.get("startedAt"),
-                )
-            )
+            rows.append(_running_row(running, cs, who, common))
         waiting = _d(st.get("waiting"))
         if waiting.get("reason"):
-            reason = waiting["reason"]
-            first, last = _lines(waiting, cs)
-            text = f": {waiting['message']}" if waiting.get("message") else ""
-            rows.append(
-                {
-                    **common,
-                    "kind": "info" if reason in QUIET_WAIT else "warning",
-                    "severity": "info" if reason in QUIET_WAIT else ("error" if reason in BAD_WAIT else "warning"),
-                    "state": reason,
-                    "message": f"{who} waiting: {reason}{text}",
-                    "line": first,
-                    "line_end": last,
-                }
-            )
+            rows.append(_waiting_row(waiting, cs, who, common))
     return rows
 
 

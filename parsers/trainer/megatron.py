@@ -219,15 +219,16 @@ def _block_of(frame: pl.LazyFrame, index: pl.LazyFrame, name: str) -> pl.LazyFra
     )
 
 
-def _simple(lines: pl.LazyFrame, records: pl.DataFrame) -> pl.LazyFrame:
-    """One-line records: validation, checkpoints, start-up and exit banners (``records``: the
-    iteration records, which delimit start-ups)."""
-    t = pl.col("text")
-    step_of = pl.coalesce(
-        t.str.extract(_EVAL, 1), t.str.extract(_SAVE_BEGIN, 1), t.str.extract(_SAVE_END, 1),
-        t.str.extract(_LOAD, 1), t.str.extract(_LOADED, 1), t.str.extract(r"exiting program at iteration\s+(\d+)", 1),
-    )
-    kind = (
+# Every line _simple_kind tags holds one of these (a cheap literal test before the regexes).
+_SIMPLE_WORDS = (
+    "grad_norm", "gradnorm", "loss at iteration", "checkpoint", "datetime:", "training ...", "> initiali",
+    "world size", "model ...", "kill switch", "exiting program",
+)
+
+
+def _simple_kind(t: pl.Expr) -> pl.Expr:
+    """The kind of a one-line record; null for other lines."""
+    return (
         pl.when(t.str.contains(_EVAL)).then(pl.lit("eval_end"))
         .when(t.str.contains(_SAVE_BEGIN)).then(pl.lit("ckpt_save_begin"))
         .when(t.str.contains(_SAVE_END)).then(pl.lit("ckpt_save_end"))
@@ -238,41 +239,52 @@ def _simple(lines: pl.LazyFrame, records: pl.DataFrame) -> pl.LazyFrame:
         .when(t.str.contains(_EXIT)).then(pl.lit("info"))
         .when(t.str.contains(_BAD_GRAD)).then(pl.lit("warning"))
     )
-    prefilter = contains_any(t, [
-        "grad_norm", "gradnorm", "loss at iteration", "checkpoint", "datetime:", "training ...", "> initiali",
-        "world size", "model ...", "kill switch", "exiting program",
-    ])
-    # 'could not find the metadata file …' continues on the next line
+
+
+def _simple_step(t: pl.Expr) -> pl.Expr:
+    """The iteration an eval, checkpoint or exit line names (as text)."""
+    return pl.coalesce(
+        t.str.extract(_EVAL, 1), t.str.extract(_SAVE_BEGIN, 1), t.str.extract(_SAVE_END, 1),
+        t.str.extract(_LOAD, 1), t.str.extract(_LOADED, 1), t.str.extract(r"exiting program at iteration\s+(\d+)", 1),
+    )
+
+
+def _after_no_ckpt(lines: pl.LazyFrame) -> pl.LazyFrame:
+    """(line, _next): the text of the line after each 'could not find the metadata file …' line,
+    which it continues."""
+    t = pl.col("text")
     after_no_ckpt = lines.filter(t.str.contains(_NO_CKPT)).select((pl.col("line") + 1).alias("line"))
-    following = (
+    return (
         lines.join(after_no_ckpt, on="line", how="semi")
         .unique("line", keep="first")
         .select((pl.col("line") - 1).alias("line"), pl.col("text").alias("_next"))
     )
-    rows = (
-        lines.filter(prefilter)
-        .with_columns(kind.alias("kind"))
-        .filter(pl.col("kind").is_not_null() & ~t.str.contains(_ITER))
-        .join(following, on="line", how="left")
-        .sort("line")
-    )
-    # A save's duration is printed by the timer just after it; an init banner takes the start time
-    # derived later in the same start-up (no iteration in between).
-    # (A start-up of another file of a batch never counts: its line says which file it is in.)
+
+
+def _with_timers_and_starts(rows: pl.LazyFrame, lines: pl.LazyFrame, records: pl.DataFrame) -> pl.LazyFrame:
+    """``rows`` with ``_save_s`` and ``_started``: a save's duration is printed by the timer just
+    after it; an init banner takes the start time derived later in the same start-up (no iteration
+    in between). (A start-up of another file of a batch never counts: its line says which file it is in.)"""
     index = _iteration_index(records)
     started = _block_of(_start_times(lines).sort("line"), index, "_sblock").with_columns(file_key().alias("_sfile"))
     same = (pl.col("_sblock") == pl.col("_block")) & (pl.col("_sfile") == file_key())
-    rows = (
+    return (
         _block_of(rows, index, "_block")
         .join_asof(_save_timers(lines).sort("line"), on="line", strategy="forward", tolerance=3)
         .join_asof(started, on="line", strategy="forward")
         .with_columns(pl.when(same).then(pl.col("_started")).alias("_started"))
     )
+
+
+def _simple_columns(rows: pl.LazyFrame) -> pl.LazyFrame:
+    """The event columns of the one-line records."""
+    t = pl.col("text")
+    kind = pl.col("kind")
     no_ckpt_end = (
         t.str.contains(_NO_CKPT) & pl.col("_next").str.contains("will not load any checkpoints", literal=True)
     ).fill_null(False)
     ts = (
-        pl.when(pl.col("kind") == "init").then(pl.col("_started"))
+        pl.when(kind == "init").then(pl.col("_started"))
         .when(t.str.contains("datetime:", literal=True)).then(pl.col("clock"))
     )
     minutes = field(r"exiting program after ([\d.]+) minutes")
@@ -280,24 +292,38 @@ def _simple(lines: pl.LazyFrame, records: pl.DataFrame) -> pl.LazyFrame:
         "line",
         pl.when(no_ckpt_end).then(pl.col("line") + 1).alias("line_end"),
         "kind",
-        pl.when(pl.col("kind") == "warning").then(pl.lit("warning")).otherwise(pl.lit("info")).alias("severity"),
+        pl.when(kind == "warning").then(pl.lit("warning")).otherwise(pl.lit("info")).alias("severity"),
         ts.alias("ts"),
-        ((pl.col("kind") == "init") & pl.col("_started").is_not_null()).alias("ts_inferred"),
-        pl.when(t.str.contains(_NO_CKPT)).then(pl.lit(0, pl.Int64)).otherwise(to_int(step_of)).alias("step"),
-        pl.when(pl.col("kind") == "eval_end").then(field(rf"lm loss value:\s*({NUM_OR_NAN})")).alias("loss"),
-        pl.when(pl.col("kind") == "ckpt_save_end").then(pl.col("_save_s"))
-        .when(pl.col("kind") == "job_end").then(minutes * 60.0)
+        ((kind == "init") & pl.col("_started").is_not_null()).alias("ts_inferred"),
+        pl.when(t.str.contains(_NO_CKPT)).then(pl.lit(0, pl.Int64)).otherwise(to_int(_simple_step(t))).alias("step"),
+        pl.when(kind == "eval_end").then(field(rf"lm loss value:\s*({NUM_OR_NAN})")).alias("loss"),
+        pl.when(kind == "ckpt_save_end").then(pl.col("_save_s"))
+        .when(kind == "job_end").then(minutes * 60.0)
         .alias("duration_s"),
-        pl.when(pl.col("kind") == "init").then(to_int(t.str.extract(_WORLD, 1))).alias("n_gpus"),
-        pl.when(pl.col("kind") == "job_end").then(pl.lit("COMPLETED"))
-        .when(pl.col("kind") == "info").then(pl.lit("EXIT"))
+        pl.when(kind == "init").then(to_int(t.str.extract(_WORLD, 1))).alias("n_gpus"),
+        pl.when(kind == "job_end").then(pl.lit("COMPLETED"))
+        .when(kind == "info").then(pl.lit("EXIT"))
         .alias("state"),
-        pl.when(pl.col("kind") == "job_end").then(pl.lit("0")).alias("code"),
+        pl.when(kind == "job_end").then(pl.lit("0")).alias("code"),
         pl.when(no_ckpt_end)
         .then(message() + pl.lit(" ") + pl.col("_next").str.strip_chars())
         .otherwise(message())
         .alias("message"),
     )
+
+
+def _simple(lines: pl.LazyFrame, records: pl.DataFrame) -> pl.LazyFrame:
+    """One-line records: validation, checkpoints, start-up and exit banners (``records``: the
+    iteration records, which delimit start-ups)."""
+    t = pl.col("text")
+    rows = (
+        lines.filter(contains_any(t, _SIMPLE_WORDS))
+        .with_columns(_simple_kind(t).alias("kind"))
+        .filter(pl.col("kind").is_not_null() & ~t.str.contains(_ITER))
+        .join(_after_no_ckpt(lines), on="line", how="left")
+        .sort("line")
+    )
+    return _simple_columns(_with_timers_and_starts(rows, lines, records))
 
 
 def _with_inferred_time(lines: pl.LazyFrame, steps: pl.LazyFrame, simple: pl.LazyFrame) -> pl.LazyFrame:

@@ -35,10 +35,12 @@ _KEYS = ["init_start", "init_stop", "init_checkpoint_step", "tracked_stats", "ev
 NEEDS = (":::MLLOG",)
 
 
-def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
+def _records(lines: pl.LazyFrame) -> pl.LazyFrame:
+    """The kept MLLOG records with ``_json``, ``_key``, ``_ms``, ``_stat`` and ``_file``, one copy of
+    each (ranks repeat them), in time order per file."""
     t = pl.col("text")
     js = pl.col("_json")
-    rows = (
+    return (
         lines.filter(t.str.contains(":::MLLOG", literal=True))
         .with_columns(t.str.extract(r":::MLLOG (\{.*)$", 1).alias("_json"))
         .with_columns(
@@ -52,35 +54,57 @@ def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
         .unique(["_file", "_key", "_ms", "_stat"], keep="first", maintain_order=True)
         .sort("_file", "_ms", "line")
     )
+
+
+def _kind(key: pl.Expr, status: pl.Expr) -> pl.Expr:
+    """The kind of a record; null for records not kept (a later ``init_start`` of a run)."""
     file = pl.col("_file")
-    key = pl.col("_key")
-    is_step = key == "tracked_stats"
-    base = field(r'"key":\s*"init_checkpoint_step",\s*"value":\s*(\d+)', "_json").cast(pl.Int64)
-    base_all = base.max().over(file).fill_null(0)
-    count = is_step.cast(pl.Int64).cum_sum().over(file)
     # Runs are separated by init_stop; the first init_start of each run is the attempt's start.
     run = (key == "init_stop").cast(pl.Int32).cum_sum().shift(1, fill_value=0).over(file)
     first_init = (key == "init_start") & ((key == "init_start").cast(pl.Int32).cum_sum().over(file, run) == 1)
-    started = pl.when(key == "eval_start").then(pl.col("_ms")).forward_fill().over(file)
-    run_started = pl.when(key == "run_start").then(pl.col("_ms")).forward_fill().over(file)
-    status = js.str.extract(r'"status":\s*"([^"]+)"', 1)
     success = key.eq("run_stop") & status.eq("success").fill_null(False)
-    kind = (
+    return (
         pl.when(first_init).then(pl.lit("init"))
         .when(key == "init_stop").then(pl.lit("init_done"))
         .when(key == "init_checkpoint_step").then(pl.lit("ckpt_load"))
-        .when(is_step).then(pl.lit("step"))
+        .when(key == "tracked_stats").then(pl.lit("step"))
         .when(key == "eval_start").then(pl.lit("eval_begin"))
         .when(key == "eval_stop").then(pl.lit("eval_end"))
         .when(success).then(pl.lit("job_end"))
         .when(key.is_in(["run_start", "run_stop", "block_start", "block_stop"])).then(pl.lit("info"))
     )
-    step = (
+
+
+def _step(key: pl.Expr) -> pl.Expr:
+    """The checkpoint step, plus the optimizer steps counted so far in the file."""
+    file = pl.col("_file")
+    base = field(r'"key":\s*"init_checkpoint_step",\s*"value":\s*(\d+)', "_json").cast(pl.Int64)
+    base_all = base.max().over(file).fill_null(0)
+    is_step = key == "tracked_stats"
+    count = is_step.cast(pl.Int64).cum_sum().over(file)
+    return (
         pl.when(key == "init_checkpoint_step").then(base)
         .when(is_step | key.is_in(["eval_start", "eval_stop", "block_start", "block_stop"])).then(base_all + count)
     )
-    out = rows.with_columns(kind.alias("kind"), step.alias("step"), started.alias("_eval_ms"),
-                            run_started.alias("_run_ms"), status.alias("_status")).filter(pl.col("kind").is_not_null())
+
+
+def _classified(rows: pl.LazyFrame) -> pl.LazyFrame:
+    """Records with ``kind`` and ``step``, and the start times (``_eval_ms``, ``_run_ms``) and run
+    ``_status`` their durations and states need; windows run before the unkept records go."""
+    file = pl.col("_file")
+    key = pl.col("_key")
+    started = pl.when(key == "eval_start").then(pl.col("_ms")).forward_fill().over(file)
+    run_started = pl.when(key == "run_start").then(pl.col("_ms")).forward_fill().over(file)
+    status = pl.col("_json").str.extract(r'"status":\s*"([^"]+)"', 1)
+    return rows.with_columns(_kind(key, status).alias("kind"), _step(key).alias("step"), started.alias("_eval_ms"),
+                             run_started.alias("_run_ms"), status.alias("_status")).filter(pl.col("kind").is_not_null())
+
+
+def _columns(out: pl.LazyFrame) -> pl.LazyFrame:
+    """The event columns of the classified records."""
+    js = pl.col("_json")
+    key = pl.col("_key")
+    is_step = key == "tracked_stats"
     loss = to_float(js.str.extract(r'"reduced_train_loss":\s*"?([-+]?(?:NaN|Infinity|\d[\d.eE+-]*))', 1))
     duration = (
         pl.when(key == "eval_stop").then(((pl.col("_ms") - pl.col("_eval_ms")) / 1000.0).round(6))
@@ -89,7 +113,7 @@ def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
     severity = pl.when((key == "run_stop") & (pl.col("_status").fill_null("") != "success")).then(
         pl.lit("warning")
     ).otherwise(pl.lit("info"))
-    result = out.select(
+    return out.select(
         "line",
         "kind",
         severity.alias("severity"),
@@ -108,4 +132,7 @@ def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
         .otherwise(pl.col("_key") + pl.lit(" ") + js)
         .alias("message"),
     )
-    return [part(result)]
+
+
+def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
+    return [part(_columns(_classified(_records(lines))))]

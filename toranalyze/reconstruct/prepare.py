@@ -181,25 +181,18 @@ def place_untimed_errors(ev: pl.DataFrame, keep: pl.Series | None = None) -> pl.
     return ev.with_columns(pl.col("t").cast(UTC_US).alias("ts")) if "ts" in ev.columns else ev
 
 
-def relative_times(ev: pl.DataFrame, keep: pl.Series | None = None) -> tuple[pl.DataFrame, list[Any]]:
-    """Give a job whose records carry no timestamp at all (a pasted excerpt of a trainer log) a
-    relative clock: in file and line order, each step row ends ``n × step_time`` after the previous
-    one (``n`` the steps since the previous row, the usual logging interval for the first row),
-    and any other record sits at the end of the last step before it, from the epoch on. Returns
-    (events, the jobs so rebuilt); jobs with any timestamp, or not among ``keep`` (None: all), are
-    left alone."""
+def _bare_jobs(ev: pl.DataFrame, keep: pl.Series | None) -> list[Any]:
+    """The jobs (among ``keep``; None: all) none of whose records carries a timestamp, in job order."""
     t = pl.col("t")
     bare = ev.group_by("job").agg(t.is_null().all().alias("_bare"), (pl.col("kind") == "step").any().alias("_steps"))
     if keep is not None:
         bare = bare.filter(pl.col("job").is_in(keep.implode()))
-    jobs = sorted(bare.filter(pl.col("_bare"))["job"].to_list())  # in job order: the notes' order
-    if not jobs:
-        return ev, []
-    part = ev.filter(pl.col("job").is_in(jobs)).sort("job", "file", "line", "_row")
-    is_step = (pl.col("kind") == "step") & pl.col("step").is_not_null()
-    steps = part.filter(is_step).with_columns((pl.col("step") - pl.col("step").shift(1).over("job")).alias("_n"))
-    # The logging interval: the most common gap between rows when it occurs twice; a larger gap
-    # is an elision of the excerpt and counts as one interval (the ledger counts the steps).
+    return sorted(bare.filter(pl.col("_bare"))["job"].to_list())  # in job order: the notes' order
+
+
+def _logging_interval(steps: pl.DataFrame) -> pl.DataFrame:
+    """(job, _li): the most common gap ``_n`` between step rows when it occurs twice, else the
+    smallest gap when there are two gaps, else 1."""
     interval = (
         steps.filter(pl.col("_n") > 0)
         .group_by("job", "_n")
@@ -212,9 +205,17 @@ def relative_times(ev: pl.DataFrame, keep: pl.Series | None = None) -> tuple[pl.
     smallest = (
         steps.filter(pl.col("_n") > 0).group_by("job").agg(pl.col("_n").min().alias("_min"), pl.len().alias("_k"))
     )
-    interval = interval.join(smallest, on="job", how="full", coalesce=True).select(
+    return interval.join(smallest, on="job", how="full", coalesce=True).select(
         "job", pl.coalesce("_li", pl.when(pl.col("_k") >= 2).then(pl.col("_min")), pl.lit(1)).alias("_li")
     )
+
+
+def _step_spans(part: pl.DataFrame, is_step: pl.Expr) -> pl.DataFrame:
+    """(_row, _dt) of the step rows: the µs a row's steps took since the previous step row."""
+    steps = part.filter(is_step).with_columns((pl.col("step") - pl.col("step").shift(1).over("job")).alias("_n"))
+    # The logging interval: the most common gap between rows when it occurs twice; a larger gap
+    # is an elision of the excerpt and counts as one interval (the ledger counts the steps).
+    interval = _logging_interval(steps)
     steps = (
         steps.join(interval, on="job", how="left")
         .with_columns(pl.col("_li").fill_null(1))
@@ -231,13 +232,13 @@ def relative_times(ev: pl.DataFrame, keep: pl.Series | None = None) -> tuple[pl.
             .alias("_dt")
         )
     )
-    part = part.join(steps.select("_row", "_dt"), on="_row", how="left").with_columns(
-        pl.col("_dt").fill_null(0).cum_sum().over("job").alias("t")
-    )
-    part = part.with_columns(pl.col("t").cast(UTC_US).alias("ts"), pl.lit(True).alias("ts_inferred")).drop("_dt")
-    # The excerpt starts where its first step started: a start marker there opens the attempt
-    # (when the steps state their times at all).
-    first = (
+    return steps.select("_row", "_dt")
+
+
+def _excerpt_starts(part: pl.DataFrame, is_step: pl.Expr, rows: pl.Series) -> pl.DataFrame:
+    """The excerpt starts where its first step started: a start marker there opens the attempt
+    (when the steps state their times at all). Its ``_row``s follow the largest of ``rows``."""
+    return (
         part.filter(is_step & pl.col("step_time_s").is_not_null())
         .group_by("job", maintain_order=True)
         .agg(pl.all().first())
@@ -252,8 +253,27 @@ def relative_times(ev: pl.DataFrame, keep: pl.Series | None = None) -> tuple[pl.
             *[pl.lit(False).alias(c) for c in inc_mod.FLAG_COLUMNS],
             pl.lit(0, pl.Int64).alias("line"),
         )
-        .with_columns((pl.int_range(pl.len(), dtype=pl.Int64) + ev["_row"].cast(pl.Int64).max() + 1).alias("_row"))
+        .with_columns((pl.int_range(pl.len(), dtype=pl.Int64) + rows.cast(pl.Int64).max() + 1).alias("_row"))
     )
+
+
+def relative_times(ev: pl.DataFrame, keep: pl.Series | None = None) -> tuple[pl.DataFrame, list[Any]]:
+    """Give a job whose records carry no timestamp at all (a pasted excerpt of a trainer log) a
+    relative clock: in file and line order, each step row ends ``n × step_time`` after the previous
+    one (``n`` the steps since the previous row, the usual logging interval for the first row),
+    and any other record sits at the end of the last step before it, from the epoch on. Returns
+    (events, the jobs so rebuilt); jobs with any timestamp, or not among ``keep`` (None: all), are
+    left alone."""
+    jobs = _bare_jobs(ev, keep)
+    if not jobs:
+        return ev, []
+    part = ev.filter(pl.col("job").is_in(jobs)).sort("job", "file", "line", "_row")
+    is_step = (pl.col("kind") == "step") & pl.col("step").is_not_null()
+    part = part.join(_step_spans(part, is_step), on="_row", how="left").with_columns(
+        pl.col("_dt").fill_null(0).cum_sum().over("job").alias("t")
+    )
+    part = part.with_columns(pl.col("t").cast(UTC_US).alias("ts"), pl.lit(True).alias("ts_inferred")).drop("_dt")
+    first = _excerpt_starts(part, is_step, ev["_row"])
     part = pl.concat([first.select(part.columns), part], how="vertical")
     rest = ev.filter(~pl.col("job").is_in(jobs))
     return pl.concat([rest, part.select(rest.columns)], how="vertical"), jobs

@@ -183,60 +183,11 @@ class KubeWriter(RunWriter):
             self._op(t + 400_000 + ni * 9_000, job, "SuccessfulCreateService", f"Created service: {name}")
 
     def _start(self, k: int, a: Attempt, ni: int, prev: Run | None, job: PyJob) -> Run:
-        host = a.nodes[ni]
-        name, rtype, rindex = self.pod_name(ni)
         t_run = a.start + ni * 20_000
         if prev is not None and prev.end == "inplace":
-            pod = prev.pod
-            # the kubelet restarts the container after its back-off
-            gap = t_run - (prev.finished or t_run)
-            if gap > 12 * US:
-                first = (prev.finished or t_run) + US
-                n = max(1, int(gap // (25 * US)))
-                self._kubelet(t_run - 2 * US, pod, "BackOff",
-                              f"Back-off restarting failed container {KO.CONTAINER} in pod {pod.name}_{NS}({pod.uid})",
-                              "Warning", count=n, first=first)
-            pod.restarts += 1
-            pod.last_term = prev.term()
-            cid = prev.restart_cid
+            pod, cid = self._restart_in_place(prev, t_run)
         else:
-            # a new pod object: created by the operator, placed by the scheduler, image pulled
-            if prev is None and k == 0:
-                created = job.created + US + ni * 30_000
-            elif prev is not None and prev.pod.job is not job:
-                created = job.created + US + ni * 30_000
-            elif prev is not None and prev.end == "lost":
-                created = (prev.deleted or a.start) + 40 * US + ni * 30_000  # force-deleted once the grace ran out
-            else:
-                gone = max(x for x in (prev.deleted, prev.finished, 0) if x is not None) if prev else a.start
-                created = gone + 600_000 + ni * 30_000
-            created = min(created, t_run - 3 * US)
-            pull = 0 if host in self.pulled else self._u(35.0, 150.0)
-            sched = max(created + 200_000, t_run - pull - 2 * US)
-            pull = max(0, t_run - 2 * US - sched) if host not in self.pulled else 0
-            uid = self.ids.uid("pod", k, ni)
-            pod = Pod(name, ni, rtype, rindex, uid, host, created, sched, sched + 400_000,
-                      f"10.244.{self.tl.hosts.index(host) + 1}.{(k * 7 + ni) % 250 + 2}", job)
-            self._op(created, job, "SuccessfulCreatePod", f"Created pod: {name}")
-            wait = sched - created
-            if wait > 3 * US:
-                # every GPU node is taken while it waits, but a cordoned one
-                cordoned = 1 if (prev is not None and prev.extra.get("cordoned")) else 0
-                self.events.new(created + 100_000, self._pref(pod, created), "FailedScheduling",
-                                self._unschedulable(len(self.tl.hosts) - cordoned, cordoned), "Scheduling", "Warning",
-                                count=max(1, int(wait // (60 * US)) + 1), last=sched - US)
-            self.events.new(sched, self._pref(pod, sched), "Scheduled",
-                            f"Successfully assigned {NS}/{name} to {host}", "Binding")
-            if host in self.pulled:
-                self._kubelet(t_run - 600_000, pod, "Pulled",
-                              f'Container image "{KO.IMAGE}" already present on machine')
-            else:
-                self._kubelet(sched + 500_000, pod, "Pulling", f'Pulling image "{KO.IMAGE}"')
-                took = fmt_go_ms(max(1, (t_run - 700_000 - sched - 500_000) // 1000))
-                self._kubelet(t_run - 700_000, pod, "Pulled",
-                              f'Successfully pulled image "{KO.IMAGE}" in {took} ({took} including waiting)')
-                self.pulled.add(host)
-            cid = self.ids.hex64("cid", pod.uid, 0)
+            pod, cid = self._new_pod(k, a, ni, prev, job, t_run)
         self._kubelet(t_run - 200_000, pod, "Created", f"Created container {KO.CONTAINER}")
         self._kubelet(t_run, pod, "Started", f"Started container {KO.CONTAINER}")
         run = Run(pod, t_run, cid, restarts=pod.restarts, last_term=pod.last_term)
@@ -245,6 +196,70 @@ class KubeWriter(RunWriter):
             # the pod's activeDeadlineSeconds (a mutable field) to it at every (re)start
             run.deadline_s = int(-(-(a.start - pod.start_time + int(self.tl.config.walltime_s * US)) // US))
         return run
+
+    def _restart_in_place(self, prev: Run, t_run: int) -> tuple[Pod, str]:
+        """The same pod, its container restarted by the kubelet after its back-off: (pod, container id)."""
+        pod = prev.pod
+        gap = t_run - (prev.finished or t_run)
+        if gap > 12 * US:
+            first = (prev.finished or t_run) + US
+            n = max(1, int(gap // (25 * US)))
+            self._kubelet(t_run - 2 * US, pod, "BackOff",
+                          f"Back-off restarting failed container {KO.CONTAINER} in pod {pod.name}_{NS}({pod.uid})",
+                          "Warning", count=n, first=first)
+        pod.restarts += 1
+        pod.last_term = prev.term()
+        return pod, prev.restart_cid
+
+    def _pod_created(self, k: int, a: Attempt, ni: int, prev: Run | None, job: PyJob, t_run: int) -> int:
+        """When the operator creates attempt ``k``'s pod ``ni``: after a new PyTorchJob, once a lost
+        node's pod is force-deleted, or once the previous pod is gone."""
+        if prev is None and k == 0:
+            created = job.created + US + ni * 30_000
+        elif prev is not None and prev.pod.job is not job:
+            created = job.created + US + ni * 30_000
+        elif prev is not None and prev.end == "lost":
+            created = (prev.deleted or a.start) + 40 * US + ni * 30_000  # force-deleted once the grace ran out
+        else:
+            gone = max(x for x in (prev.deleted, prev.finished, 0) if x is not None) if prev else a.start
+            created = gone + 600_000 + ni * 30_000
+        return min(created, t_run - 3 * US)
+
+    def _new_pod(self, k: int, a: Attempt, ni: int, prev: Run | None, job: PyJob, t_run: int) -> tuple[Pod, str]:
+        """A new pod object: created by the operator, placed by the scheduler, image pulled: (pod,
+        container id)."""
+        host = a.nodes[ni]
+        name, rtype, rindex = self.pod_name(ni)
+        created = self._pod_created(k, a, ni, prev, job, t_run)
+        pull = 0 if host in self.pulled else self._u(35.0, 150.0)
+        sched = max(created + 200_000, t_run - pull - 2 * US)
+        uid = self.ids.uid("pod", k, ni)
+        pod = Pod(name, ni, rtype, rindex, uid, host, created, sched, sched + 400_000,
+                  f"10.244.{self.tl.hosts.index(host) + 1}.{(k * 7 + ni) % 250 + 2}", job)
+        self._op(created, job, "SuccessfulCreatePod", f"Created pod: {name}")
+        wait = sched - created
+        if wait > 3 * US:
+            # every GPU node is taken while it waits, but a cordoned one
+            cordoned = 1 if (prev is not None and prev.extra.get("cordoned")) else 0
+            self.events.new(created + 100_000, self._pref(pod, created), "FailedScheduling",
+                            self._unschedulable(len(self.tl.hosts) - cordoned, cordoned), "Scheduling", "Warning",
+                            count=max(1, int(wait // (60 * US)) + 1), last=sched - US)
+        self.events.new(sched, self._pref(pod, sched), "Scheduled",
+                        f"Successfully assigned {NS}/{name} to {host}", "Binding")
+        self._image_events(pod, sched, t_run)
+        return pod, self.ids.hex64("cid", pod.uid, 0)
+
+    def _image_events(self, pod: Pod, sched: int, t_run: int) -> None:
+        """The image is pulled once per node; later pods there find it present."""
+        if pod.node in self.pulled:
+            self._kubelet(t_run - 600_000, pod, "Pulled",
+                          f'Container image "{KO.IMAGE}" already present on machine')
+            return
+        self._kubelet(sched + 500_000, pod, "Pulling", f'Pulling image "{KO.IMAGE}"')
+        took = fmt_go_ms(max(1, (t_run - 700_000 - sched - 500_000) // 1000))
+        self._kubelet(t_run - 700_000, pod, "Pulled",
+                      f'Successfully pulled image "{KO.IMAGE}" in {took} ({took} including waiting)')
+        self.pulled.add(pod.node)
 
     def _exit(self, run: Run, t: int, reason: str, code: int) -> None:
         run.reason, run.code, run.finished = reason, code, t
@@ -490,6 +505,22 @@ class KubeWriter(RunWriter):
         last = tl.attempts[-1]
         ok = last.incident is None
         end = last.end + 600_000 if ok else last.end + US
+        return {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": {"creationTimestamp": ts(job.created), "generation": 1, "name": self.job, "namespace": NS,
+                         "resourceVersion": self.ids.rv(end), "uid": job.uid},
+            "spec": {"pytorchReplicaSpecs": self._replica_specs(),
+                     "runPolicy": {"backoffLimit": max(0, cfg.max_attempts - 1), "cleanPodPolicy": "None",
+                                   "suspend": False}},
+            "status": {"completionTime": ts(end), "conditions": self._job_conditions(job, last, ok, end),
+                       "lastReconcileTime": ts(end), "replicaStatuses": self._replica_statuses(ok),
+                       "startTime": ts(job.created + US)},
+        }
+
+    def _replica_specs(self) -> dict[str, Any]:
+        """The PyTorchJob's Master and Worker replica specs (one pod template)."""
+        cfg = self.tl.config
         template_spec: dict[str, Any] = {
             "containers": [KO.container_spec(self.job, cfg.nodes, cfg.gpus_per_node, None)],
             "tolerations": [KO.TOLERATIONS[-1]],
@@ -501,6 +532,10 @@ class KubeWriter(RunWriter):
         if cfg.nodes > 1:
             replicas["Worker"] = {"replicas": cfg.nodes - 1, "restartPolicy": "OnFailure",
                                   "template": {"spec": template_spec}}
+        return replicas
+
+    def _job_conditions(self, job: PyJob, last: Attempt, ok: bool, end: int) -> list[dict[str, Any]]:
+        """Created, Running (no longer), then Succeeded or Failed at ``end``."""
         conds = [
             {"lastTransitionTime": ts(job.created), "lastUpdateTime": ts(job.created),
              "message": f"PyTorchJob {self.job} is created.", "reason": "PyTorchJobCreated", "status": "True",
@@ -518,23 +553,18 @@ class KubeWriter(RunWriter):
                           "message": f"PyTorchJob {self.job} has failed because it has reached the specified "
                                      f"backoff limit", "reason": "PyTorchJobFailed", "status": "True",
                           "type": "Failed"})
+        return conds
+
+    def _replica_statuses(self, ok: bool) -> dict[str, Any]:
+        """Each replica type's selector and how many of its pods succeeded or failed."""
+        cfg = self.tl.config
         sel = f"training.kubeflow.org/job-name={self.job},training.kubeflow.org/operator-name={KO.OPERATOR}"
         rstat: dict[str, Any] = {"Master": {"selector": f"{sel},training.kubeflow.org/replica-type=master"}}
         key = "succeeded" if ok else "failed"
         rstat["Master"][key] = 1
         if cfg.nodes > 1:
             rstat["Worker"] = {"selector": f"{sel},training.kubeflow.org/replica-type=worker", key: cfg.nodes - 1}
-        return {
-            "apiVersion": "kubeflow.org/v1",
-            "kind": "PyTorchJob",
-            "metadata": {"creationTimestamp": ts(job.created), "generation": 1, "name": self.job, "namespace": NS,
-                         "resourceVersion": self.ids.rv(end), "uid": job.uid},
-            "spec": {"pytorchReplicaSpecs": replicas,
-                     "runPolicy": {"backoffLimit": max(0, cfg.max_attempts - 1), "cleanPodPolicy": "None",
-                                   "suspend": False}},
-            "status": {"completionTime": ts(end), "conditions": conds, "lastReconcileTime": ts(end),
-                       "replicaStatuses": rstat, "startTime": ts(job.created + US)},
-        }
+        return rstat
 
     # ------------------------------------------------------------------ logs
     def evidence(self, a: Attempt) -> Evidence:

@@ -184,7 +184,7 @@ def place_untimed_errors(ev: pl.DataFrame, keep: pl.Series | None = None) -> pl.
 def _bare_jobs(ev: pl.DataFrame, keep: pl.Series | None) -> list[Any]:
     """The jobs (among ``keep``; None: all) none of whose records carries a timestamp, in job order."""
     t = pl.col("t")
-    bare = ev.group_by("job").agg(t.is_null().all().alias("_bare"), (pl.col("kind") == "step").any().alias("_steps"))
+    bare = ev.group_by("job").agg(t.is_null().all().alias("_bare"))
     if keep is not None:
         bare = bare.filter(pl.col("job").is_in(keep.implode()))
     return sorted(bare.filter(pl.col("_bare"))["job"].to_list())  # in job order: the notes' order

@@ -193,3 +193,17 @@ def test_lemons_found_and_a_lone_failure_is_not_one() -> None:
     nodes = pl.concat([one["exposure"].with_columns(pl.lit(f"n{i}").alias("node"), pl.lit(8).alias("gpus"),
                                                     pl.lit(1).alias("nodes")) for i in range(8)])
     assert lemon_nodes(one["incidents"], nodes) == []
+
+
+def test_a_relative_clock_falls_in_no_calendar_window() -> None:
+    # An excerpt without timestamps runs on a clock from the Unix epoch: its hours are exposure,
+    # but a week of 1969-12-29 in the rates' windows would be a date that never happened.
+    exposure = pl.DataFrame({
+        "run": ["excerpt", "real"], "job": ["1", "2"], "attempt": [0, 0],
+        "t_start": [datetime(1970, 1, 1, tzinfo=UTC), datetime(2024, 3, 4, tzinfo=UTC)],
+        "t_end": [datetime(1970, 1, 1, 1, tzinfo=UTC), datetime(2024, 3, 4, 5, tzinfo=UTC)],
+        "gpus": [8, 8], "nodes": [1, 1],
+    })
+    fail = pl.DataFrame({"t_onset": [datetime(1970, 1, 1, 0, 30, tzinfo=UTC), datetime(2024, 3, 4, 2, tzinfo=UTC)]})
+    w = fit.window_rates(fail, exposure)
+    assert w.select("key", "failures", "node_hour").rows() == [("2024-03-04", 1, 5.0)]

@@ -14,6 +14,7 @@ for an hour, whatever its size). A job of ``g`` GPUs on ``n`` nodes meets a clas
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from typing import Any
 
@@ -28,6 +29,9 @@ UNITS = ("gpu_hour", "node_hour", "job_hour")
 CONF = 0.95
 ALL_UNEXPECTED = "all_unexpected"
 _US_PER_H = 3_600_000_000
+# A job whose records carry no timestamp runs on a relative clock from the Unix epoch
+# (reconstruct.prepare.relative_times): its hours count, but they fall in no calendar window.
+_CALENDAR_FROM = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
 
 
 def poisson_interval(k: np.ndarray | int, exposure: np.ndarray | float, conf: float = CONF) -> tuple[Any, Any, Any]:
@@ -265,6 +269,7 @@ def window_rates(fail: pl.DataFrame, exposure: pl.DataFrame, window: str = "1w")
     running time of every attempt clipped to the window."""
     att = exposure.group_by("run", "job", "attempt").agg(
         pl.col("t_start").min(), pl.col("t_end").max(), pl.col("gpus").sum(), pl.col("nodes").sum())
+    att = att.filter(pl.col("t_start") >= _calendar_from(att["t_start"].dtype))
     if att.is_empty():
         return pl.DataFrame(schema={"scope": pl.String, "key": pl.String, "failures": pl.Int64,
                                     **{u: pl.Float64 for u in UNITS}})
@@ -278,10 +283,18 @@ def window_rates(fail: pl.DataFrame, exposure: pl.DataFrame, window: str = "1w")
     ex = over.group_by("w0").agg((pl.col("h") * pl.col("gpus")).sum().alias("gpu_hour"),
                                  (pl.col("h") * pl.col("nodes")).sum().alias("node_hour"),
                                  pl.col("h").sum().alias("job_hour"))
-    f = fail.drop_nulls("t_onset").group_by(pl.col("t_onset").dt.truncate(window).alias("w0")).len("failures")
+    f = (fail.drop_nulls("t_onset").filter(pl.col("t_onset") >= _calendar_from(fail["t_onset"].dtype))
+         .group_by(pl.col("t_onset").dt.truncate(window).alias("w0")).len("failures"))
     return ex.join(f, on="w0", how="left").sort("w0").select(
         pl.lit("window").alias("scope"), pl.col("w0").dt.strftime("%Y-%m-%d").alias("key"),
         pl.col("failures").fill_null(0).cast(pl.Int64), *UNITS)
+
+
+def _calendar_from(dtype: pl.DataType) -> pl.Expr:
+    """``_CALENDAR_FROM`` as a literal of ``dtype`` (naive or zoned, any unit)."""
+    zone = getattr(dtype, "time_zone", None)
+    at = _CALENDAR_FROM if zone else _CALENDAR_FROM.replace(tzinfo=None)
+    return pl.lit(at).cast(dtype)
 
 
 # --------------------------------------------------------------------------- durations

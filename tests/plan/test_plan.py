@@ -163,3 +163,14 @@ def test_monte_carlo_bounds_hopeless_plans_and_keeps_their_ratio() -> None:
     assert tor.mean() == pytest.approx(tor_fail_stop_exact(M, tau, delta, R), rel=0.02)
     never = simulate_tor([Process("x", M)], Repair(R), tau=2.0, delta=delta, work=720.0, runs=5, seed=3)
     assert (never < 1e-3).all()
+
+
+def test_cautions_name_thin_rates_and_failures_faster_than_a_save(rates: dict) -> None:
+    assert plan(rates, PlanOptions(gpus=64, runs=20))["cautions"] == []
+    thin = copy.deepcopy(rates)
+    thin["exposure"].update(node_hours=1e-6, job_hours=0.05)
+    said = plan(thin, PlanOptions(gpus=64, runs=20))["cautions"]
+    assert len(said) == 1 and "180 s of running time" in said[0]
+    m = plan(rates, PlanOptions(gpus=4096, runs=20))["inputs"]["mtbf_h"]
+    said = plan(rates, PlanOptions(gpus=4096, ckpt_save_h=2 * m, runs=20))["cautions"]
+    assert any("fail more often than it can save" in c for c in said)

@@ -37,6 +37,8 @@ def _print(p: dict[str, Any]) -> None:
               f"{_m(i['mtbf_h'])} (95% {_m(i['mtbf_lo_h'])} - {_m(i['mtbf_hi_h'])}); checkpoint every "
               f"{_m(i['ckpt_interval_h'])}, save {_m(i['ckpt_save_h'])}, repair {_m(i['repair_h'])} "
               f"({i['repair_source']})")
+    for caution in p["cautions"]:
+        out.print(f"[yellow]caution:[/] {caution}")
     lo = "-" if cf["lo"] is None else f"{cf['lo']:.4f}"
     hi = "-" if cf["hi"] is None else f"{cf['hi']:.4f}"
     out.print(f"TOR closed form (exact, fail-stop): [bold]{cf['tor']:.4f}[/] (rates' 95%: {lo} - {hi})")

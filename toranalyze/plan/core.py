@@ -70,6 +70,29 @@ def mtbf(rates: dict[str, Any], gpus: int) -> dict[str, float | None]:
     return {"mtbf_h": row["mtbf_hours"], "lo_h": row["lo"], "hi_h": row["hi"]}
 
 
+THIN_RUNNING_H = 1.0  # node-hours of running time under which the rates are too thin to plan with
+FEW_FAILURES = 5  # unexpected failures under which the rates' bounds are wide
+
+
+def cautions(rates: dict[str, Any], mtbf_h: float | None, opts: PlanOptions) -> list[str]:
+    """What a planner should know before trusting the numbers: rates resting on little running
+    time or few failures (a pasted excerpt makes a rates file too), and failures that come faster
+    than a checkpoint is saved."""
+    out = []
+    ex = rates.get("exposure") or {}
+    running_h = max(float(ex.get("node_hours") or 0.0), float(ex.get("job_hours") or 0.0))
+    if running_h < THIN_RUNNING_H:
+        out.append(f"the rates rest on {running_h * 3600:.3g} s of running time: too little to plan with "
+                   "(analyse whole runs, or a fleet of them with `toranalyze fleet`)")
+    n = int((rates.get("unexpected") or {}).get("failures") or 0)
+    if 0 < n < FEW_FAILURES:
+        out.append(f"the rates rest on {n} unexpected failure{'s' if n > 1 else ''}: read the 95% bounds, "
+                   "not the point estimate")
+    if mtbf_h is not None and mtbf_h <= opts.ckpt_save_h:
+        out.append("the job would fail more often than it can save a checkpoint: no interval makes progress")
+    return out
+
+
 def _cf(M: float | None, tau: float, delta: float, R: float) -> float:
     return tor_fail_stop_exact(M if M else math.inf, tau, delta, R)
 
@@ -133,6 +156,7 @@ def plan(rates: dict[str, Any], opts: PlanOptions) -> dict[str, Any]:
     mc = _ci(_mc(procs, rep, tau, opts))
     best = optimum(procs, rep, opts, daly or tau)
     return {
+        "cautions": cautions(rates, M, opts),
         "inputs": {"gpus": opts.gpus, "ckpt_interval_h": tau, "ckpt_save_h": d, "repair_h": rep.mean_h,
                    "repair_sigma": rep.sigma, "repair_source": rep_src, "ideal_days": opts.ideal_days,
                    "runs": opts.runs, "seed": opts.seed, "mtbf_h": M, "mtbf_lo_h": mt["lo_h"], "mtbf_hi_h": mt["hi_h"],

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
+import numpy as np
 import pytest
 
 from toranalyze.cli import main
@@ -174,3 +175,32 @@ def test_cautions_name_thin_rates_and_failures_faster_than_a_save(rates: dict) -
     m = plan(rates, PlanOptions(gpus=4096, runs=20))["inputs"]["mtbf_h"]
     said = plan(rates, PlanOptions(gpus=4096, ckpt_save_h=2 * m, runs=20))["cautions"]
     assert any("fail more often than it can save" in c for c in said)
+
+
+def test_the_interval_grid_stays_positive_for_microsecond_intervals() -> None:
+    from toranalyze.plan.core import interval_grid
+
+    normal = interval_grid(1.5)
+    assert len(normal) == 25 and normal[0] == pytest.approx(0.375) and normal[-1] == pytest.approx(6.0)
+    assert (normal == np.round(normal, 9)).all()  # as before: rounded to the nanohour
+    tiny = interval_grid(3e-11)
+    assert len(tiny) == 25 and (tiny > 0).all() and tiny[0] == pytest.approx(7.5e-12)
+
+
+@pytest.mark.slow  # every simulated run fails until the failure cap: about 30 s
+def test_failures_every_few_microseconds_plan_without_a_division_by_zero(rates: dict) -> None:
+    # A rates file written from a pasted excerpt can imply a failure every microsecond: the
+    # interval grid must not round such intervals to 0 (numpy warned of a division by zero and
+    # the warning corrupted `plan --json` read from a captured output).
+    import warnings
+
+    frantic = copy.deepcopy(rates)
+    for c in frantic["classes"].values():
+        for r in c["rates"].values():  # the same failures over a trillionth of the running time
+            r["exposure"] = r["exposure"] / 1e12
+            r["rate"] = r["rate"] * 1e12 if r.get("rate") else r.get("rate")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        p = plan(frantic, PlanOptions(gpus=1024, runs=20))
+    assert p["intervals"]["optimum"]["tau_h"] > 0 and p["closed_form"]["tor"] < 1e-3
+    assert any("fail more often than it can save" in c for c in p["cautions"])

@@ -106,11 +106,20 @@ def _ci(x: np.ndarray) -> dict[str, float]:
     return {"tor": m, "lo": m - 1.96 * se, "hi": m + 1.96 * se, "se": se}
 
 
+def interval_grid(around: float) -> np.ndarray:
+    """25 intervals from ``around``/4 to 4 x ``around`` on a log scale, rounded to the nanohour,
+    except intervals that small (failures every few microseconds: a rates file written from an
+    excerpt), which rounding would make 0."""
+    scaled = around * np.geomspace(0.25, 4.0, 25)
+    rounded = np.round(scaled, 9)
+    return np.unique(np.where(rounded > 0, rounded, scaled))
+
+
 def optimum(procs: list[Process], rep: Repair, opts: PlanOptions, around: float) -> dict[str, Any]:
     """The interval with the best simulated TOR on a log grid around ``around`` (common random
     numbers: every interval sees the same failures), and its gain over ``around`` with a paired
     95% interval."""
-    grid = np.unique(np.round(around * np.geomspace(0.25, 4.0, 25), 9))
+    grid = interval_grid(around)
     base = _mc(procs, rep, around, opts)
     sims = [_mc(procs, rep, float(t), opts) for t in grid]
     k = int(np.argmax([s.mean() for s in sims]))

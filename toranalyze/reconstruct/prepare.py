@@ -113,21 +113,10 @@ def _slim(ev: pl.DataFrame) -> pl.DataFrame:
     return ev.select([c for c in ev.columns if c in _STAGE_COLUMNS]).with_columns(pl.col("job").cast(JOB_CODE))
 
 
-def place_untimed_errors(ev: pl.DataFrame, keep: pl.Series | None = None) -> pl.DataFrame:
-    """Move an error or warning whose time was inferred past a restart it cannot precede.
-
-    A record without a timestamp of its own (a traceback line) is placed at the previous timed
-    line of its file, but it lies anywhere up to the next timed line. When the job (re)started
-    in between — one pod log spanning several container restarts, whose workers print no timed
-    line of their own — the error belongs to the later attempt and is printed as its processes
-    die: it takes the next timed line's time. Only the events of the jobs ``keep`` (None: all)
-    count.
-    """
-    if "ts_inferred" not in ev.columns or not ev["ts_inferred"].fill_null(False).any():
-        return ev
-    # Files as integers (any order will do: the fill stays within a file), so the sort is numeric;
-    # assign_jobs numbers them (``_fc``).
-    file = "_fc" if "_fc" in ev.columns else "file"
+def _file_line_order(ev: pl.DataFrame, keep: pl.Series | None) -> pl.DataFrame:
+    """The timed records of the jobs ``keep`` (None: all) in file and line order, files as
+    integers ``_fc`` (any order will do: the fill stays within a file), so the sort is numeric."""
+    file = "_fc" if "_fc" in ev.columns else "file"  # assign_jobs numbers the files
     order = ev.select("_row", "job", file, "line", "t", "ts_inferred", "kind").filter(
         pl.col("t").is_not_null() & (pl.lit(True) if keep is None else pl.col("job").is_in(keep.implode())))
     if file == "file":
@@ -135,32 +124,36 @@ def place_untimed_errors(ev: pl.DataFrame, keep: pl.Series | None = None) -> pl.
         order = order.join(files, on="file", how="left", nulls_equal=True)
     packed = packed_key(order, ["_fc", "line", "_row"])  # unique (row ids): the same order, on one column
     if packed is None:
-        order = order.sort("_fc", "line", "_row")
-    else:  # records come in file and line order, files numbered as they come: often sorted already
-        order = order.with_columns(packed.alias("_k"))
-        order = order if order["_k"].is_sorted() else order.sort("_k")
-    order = (
+        return order.sort("_fc", "line", "_row")
+    # Records come in file and line order, files numbered as they come: often sorted already.
+    order = order.with_columns(packed.alias("_k"))
+    return order if order["_k"].is_sorted() else order.sort("_k")
+
+
+def _next_timed(order: pl.DataFrame) -> pl.DataFrame:
+    """``order`` with ``_hi``: the time of the next line of its file whose time is its own."""
+    return (
         order.with_columns(pl.col("_fc").set_sorted())  # windows over files take slices
         .with_columns(pl.when(~pl.col("ts_inferred").fill_null(False)).then(pl.col("t")).alias("_hi"))
         .with_columns(pl.col("_hi").backward_fill().over("_fc").alias("_hi"))
     )
-    cand = order.filter(
-        pl.col("ts_inferred").fill_null(False)
-        & pl.col("kind").is_in(("error", "warning"))
-        & (pl.col("_hi") > pl.col("t"))
-    )
-    if cand.height == 0:
-        return ev
-    starts = (
+
+
+def _start_times(ev: pl.DataFrame) -> pl.DataFrame:
+    """(job, _s): the distinct stated times at which a job started or restarted, in time order."""
+    return (
         ev.filter(pl.col("kind").is_in(("job_start", "init", "restart")) & ~pl.col("ts_inferred").fill_null(False))
         .select("job", pl.col("t").alias("_s"))
         .drop_nulls()
         .unique()
         .sort("_s")
     )
-    if starts.height == 0:
-        return ev
-    hit = (
+
+
+def _restarted_before(cand: pl.DataFrame, starts: pl.DataFrame) -> pl.DataFrame:
+    """(_row, _hi) of the candidates whose job (re)started after their inferred time and no later
+    than their next timed line."""
+    return (
         cand.sort("t")
         .join_asof(
             starts,
@@ -174,6 +167,31 @@ def place_untimed_errors(ev: pl.DataFrame, keep: pl.Series | None = None) -> pl.
         .filter(pl.col("_s").is_not_null() & (pl.col("_s") <= pl.col("_hi")))
         .select("_row", "_hi")
     )
+
+
+def place_untimed_errors(ev: pl.DataFrame, keep: pl.Series | None = None) -> pl.DataFrame:
+    """Move an error or warning whose time was inferred past a restart it cannot precede.
+
+    A record without a timestamp of its own (a traceback line) is placed at the previous timed
+    line of its file, but it lies anywhere up to the next timed line. When the job (re)started
+    in between — one pod log spanning several container restarts, whose workers print no timed
+    line of their own — the error belongs to the later attempt and is printed as its processes
+    die: it takes the next timed line's time. Only the events of the jobs ``keep`` (None: all)
+    count.
+    """
+    if "ts_inferred" not in ev.columns or not ev["ts_inferred"].fill_null(False).any():
+        return ev
+    cand = _next_timed(_file_line_order(ev, keep)).filter(
+        pl.col("ts_inferred").fill_null(False)
+        & pl.col("kind").is_in(("error", "warning"))
+        & (pl.col("_hi") > pl.col("t"))
+    )
+    if cand.height == 0:
+        return ev
+    starts = _start_times(ev)
+    if starts.height == 0:
+        return ev
+    hit = _restarted_before(cand, starts)
     if hit.height == 0:
         return ev
     hi = attach(ev.select("_row"), hit, "_row")["_hi"]

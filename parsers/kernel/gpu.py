@@ -75,12 +75,9 @@ _GSP_TIMEOUT = (
 )
 
 
-def nvrm_events(lf: pl.LazyFrame) -> pl.LazyFrame:
-    """NVRM lines without an Xid number that still matter."""
-    body = pl.col("body")
-    pci = norm_pci(body.str.extract(rf"({PCI})", 1))
-    no_xid = ~body.str.contains("NVRM: Xid", literal=True)
-
+def _fallen_off_the_bus(body: pl.Expr, no_xid: pl.Expr) -> list[pl.Expr]:
+    """_fallen (one-line record), _split (the first line of a record split over up to three lines),
+    _end (its last line) and _joined (its message, the lines joined)."""
     # 'NVRM: GPU 0000:05:00.0: GPU has fallen off the bus.' / 'NVRM: GPU at 0000:01:00.0 has fallen ...'
     fallen = no_xid & body.str.contains(_FALLEN) & body.str.contains(rf"NVRM: GPU (?:at )?(?:PCI:)?{PCI}")
     # Newer drivers split it: 'NVRM: The NVIDIA GPU 0000:b3:00.0' / '(PCI ID: …) installed in this
@@ -94,13 +91,22 @@ def nvrm_events(lf: pl.LazyFrame) -> pl.LazyFrame:
         .when(nxt2.str.contains(_FALLEN) & (line2 - pl.col("line") <= 2))
         .then(line2)
     )
-    split_fallen = the_gpu & end.is_not_null()
     joined = pl.concat_str(
         [pl.col("msg"), nxt1.str.strip_chars(), pl.when(end == line2).then(nxt2.str.strip_chars())],
         separator=" ",
         ignore_nulls=True,
     )
-    reset = body.str.contains(r"\[NV_ERR_(?:RESET_REQUIRED|GPU_IS_LOST)\]")
+    return [
+        fallen.alias("_fallen"),
+        (the_gpu & end.is_not_null()).alias("_split"),
+        end.alias("_end"),
+        joined.alias("_joined"),
+    ]
+
+
+def _gsp_records(body: pl.Expr, no_xid: pl.Expr) -> list[pl.Expr]:
+    """_gsp (the first GSP timeout of a burst), _banner (an Xid banner with no Xid record after it)
+    and _banner_code (its Xid number)."""
     # The GSP firmware stops answering: an RPC times out, or (newer drivers, before any Xid) its
     # heartbeat does: '_kgspIsHeartbeatTimedOut: Heartbeat timed out', '_kgspLogRpcTimeout: ** GSP Timeout'.
     gsp_timeout = no_xid & body.str.contains(_GSP_TIMEOUT)
@@ -108,25 +114,31 @@ def nvrm_events(lf: pl.LazyFrame) -> pl.LazyFrame:
     banner_code = body.str.extract(r"_kgspLogXid(\d+): \*+ ", 1)
     xid_line = pl.when(body.str.contains(r"NVRM: Xid \(")).then(pl.col("line")).backward_fill()
     banner = banner_code.is_not_null() & ((xid_line - pl.col("line")).fill_null(99) > 10)
-    probe = body.str.contains("NVRM: The NVIDIA probe routine failed", literal=True)
-    dump = body.str.contains("NVRM: A GPU crash dump has been created", literal=True)
-    loaded = body.str.contains(r"NVRM: loading NVIDIA UNIX .*Kernel Module")
-    at_pci = body.str.extract_groups(rf"NVRM: GPU at (?:PCI:)?(?P<pci>{PCI}): (?P<uuid>GPU-[0-9a-fA-F\-]+)")
+    return [first_of_burst(gsp_timeout, 100).alias("_gsp"), banner.alias("_banner"), banner_code.alias("_banner_code")]
 
-    nv = lf.filter(has("NVRM")).with_columns(
-        fallen.alias("_fallen"),
-        split_fallen.alias("_split"),
-        end.alias("_end"),
-        joined.alias("_joined"),
-        pci.alias("_pci"),
-        first_of_burst(reset, 100).alias("_reset"),
-        first_of_burst(gsp_timeout, 100).alias("_gsp"),
-        banner.alias("_banner"),
-        banner_code.alias("_banner_code"),
-        probe.alias("_probe"),
-        dump.alias("_dump"),
-        loaded.alias("_loaded"),
+
+def _notices(body: pl.Expr) -> list[pl.Expr]:
+    """_probe, _dump, _loaded (driver notices) and _uuid (a GPU's UUID, from the line naming its PCI address)."""
+    at_pci = body.str.extract_groups(rf"NVRM: GPU at (?:PCI:)?(?P<pci>{PCI}): (?P<uuid>GPU-[0-9a-fA-F\-]+)")
+    return [
+        body.str.contains("NVRM: The NVIDIA probe routine failed", literal=True).alias("_probe"),
+        body.str.contains("NVRM: A GPU crash dump has been created", literal=True).alias("_dump"),
+        body.str.contains(r"NVRM: loading NVIDIA UNIX .*Kernel Module").alias("_loaded"),
         at_pci.struct.field("uuid").alias("_uuid"),
+    ]
+
+
+def nvrm_events(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """NVRM lines without an Xid number that still matter."""
+    body = pl.col("body")
+    no_xid = ~body.str.contains("NVRM: Xid", literal=True)
+    reset = body.str.contains(r"\[NV_ERR_(?:RESET_REQUIRED|GPU_IS_LOST)\]")
+    nv = lf.filter(has("NVRM")).with_columns(
+        *_fallen_off_the_bus(body, no_xid),
+        norm_pci(body.str.extract(rf"({PCI})", 1)).alias("_pci"),
+        first_of_burst(reset, 100).alias("_reset"),
+        *_gsp_records(body, no_xid),
+        *_notices(body),
     )
     frames = [
         nv.filter("_fallen").select(event("error", "critical", device=pl.col("_pci"))),

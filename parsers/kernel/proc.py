@@ -85,27 +85,34 @@ _MEMCG_JOB = r"(?:oom_memcg|task_memcg)=[^,]*/job_(\d+)(?:/|,|$)"
 _OOM_SPAN = 5000  # lines an OOM report may take (task tables on big hosts are long)
 
 
-def oom_events(lf: pl.LazyFrame) -> pl.LazyFrame:
-    """One event per OOM kill; a ``Killed process`` line outside a report stands alone."""
+def _oom_lines(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """The lines an OOM kill may show on, marked (_start, _kill, _bare) and each with the lines of
+    the next kill and next report start, the last constraint line (_cline, _ctext) and the previous kill."""
     body = pl.col("body")
+    constraint = body.str.contains(_CONSTRAINT, literal=True)
     o = lf.filter(has("oom-kill", "Killed process", "invoked oom-killer", "Out of memory")).select(
         "line",
         "msg",
         "body",
         body.str.contains(" invoked oom-killer: ", literal=True).alias("_start"),
         body.str.contains(_KILLED).alias("_kill"),
-        pl.when(body.str.contains(_CONSTRAINT, literal=True)).then(pl.col("line")).alias("_cline"),
-        pl.when(body.str.contains(_CONSTRAINT, literal=True)).then(body.str.strip_chars()).alias("_ctext"),
+        pl.when(constraint).then(pl.col("line")).alias("_cline"),
+        pl.when(constraint).then(body.str.strip_chars()).alias("_ctext"),
         body.str.contains(r"^Out of memory(?: and no killable processes|: Kill process)").alias("_bare"),
     )
-    o = o.with_columns(
+    return o.with_columns(
         pl.when("_kill").then(pl.col("line")).backward_fill().alias("_next_kill"),
         pl.when("_start").then(pl.col("line")).shift(-1).backward_fill().alias("_next_start"),
         pl.col("_cline").forward_fill(),
         pl.col("_ctext").forward_fill(),
         pl.when("_kill").then(pl.col("line")).shift(1).forward_fill().alias("_prev_kill"),
     )
-    starts = o.filter("_start").select(
+
+
+def _report_starts(o: pl.LazyFrame) -> pl.LazyFrame:
+    """(line, _head, _end) per report start: _end the line of its kill when that comes before the
+    next report and within ``_OOM_SPAN`` lines, else null."""
+    return o.filter("_start").select(
         pl.col("line"),
         pl.col("msg").alias("_head"),
         pl.when(
@@ -115,21 +122,39 @@ def oom_events(lf: pl.LazyFrame) -> pl.LazyFrame:
         .then(pl.col("_next_kill"))
         .alias("_end"),
     )
+
+
+def _reports(o: pl.LazyFrame, starts: pl.LazyFrame) -> pl.LazyFrame:
+    """A report's start with its kill line (_killmsg) and the constraint line within it (_ctext)."""
     kills = o.filter("_kill").select(
         pl.col("line").alias("_end"), pl.col("msg").alias("_killmsg"), "_cline", "_ctext"
     )
-    records = starts.join(kills, on="_end", how="left").with_columns(
+    return starts.join(kills, on="_end", how="left").with_columns(
         pl.when(pl.col("_cline") > pl.col("line")).then(pl.col("_ctext")).alias("_ctext")
     )
-    parts = pl.concat_str([pl.col("_head"), pl.col("_ctext"), pl.col("_killmsg")], separator=" | ", ignore_nulls=True)
+
+
+def _lone_kills(o: pl.LazyFrame, starts: pl.LazyFrame) -> pl.LazyFrame:
+    """The kill and bare out-of-memory lines no report ends with."""
     in_record = starts.filter(pl.col("_end").is_not_null()).select(pl.col("_end").alias("line"))
     lone = o.filter(pl.col("_kill") | pl.col("_bare")).join(in_record, on="line", how="anti")
     # An old kernel prints 'Out of memory: Kill process N … or sacrifice child' right before its
     # 'Killed process N' line: that pair is one kill.
-    lone = lone.filter(~(pl.col("_bare") & pl.col("body").str.contains("or sacrifice child", literal=True)))
+    return lone.filter(~(pl.col("_bare") & pl.col("body").str.contains("or sacrifice child", literal=True)))
+
+
+def oom_events(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """One event per OOM kill; a ``Killed process`` line outside a report stands alone."""
+    o = _oom_lines(lf)
+    starts = _report_starts(o)
+    parts = pl.concat_str([pl.col("_head"), pl.col("_ctext"), pl.col("_killmsg")], separator=" | ", ignore_nulls=True)
+    # The constraint line just before a lone kill, not one an earlier kill consumed.
+    lone_job = pl.when(
+        (pl.col("line") - pl.col("_cline") <= 5) & (pl.col("_cline") > pl.col("_prev_kill").fill_null(0))
+    ).then(pl.col("_ctext").str.extract(_MEMCG_JOB, 1))
     return pl.concat(
         [
-            records.select(
+            _reports(o, starts).select(
                 event(
                     "error",
                     "error",
@@ -138,17 +163,7 @@ def oom_events(lf: pl.LazyFrame) -> pl.LazyFrame:
                     job_id=pl.col("_ctext").str.extract(_MEMCG_JOB, 1),
                 )
             ),
-            lone.select(
-                event(
-                    "error",
-                    "error",
-                    # The constraint line just before this kill, not one an earlier kill consumed.
-                    job_id=pl.when(
-                        (pl.col("line") - pl.col("_cline") <= 5)
-                        & (pl.col("_cline") > pl.col("_prev_kill").fill_null(0))
-                    ).then(pl.col("_ctext").str.extract(_MEMCG_JOB, 1)),
-                )
-            ),
+            _lone_kills(o, starts).select(event("error", "error", job_id=lone_job)),
         ],
         how="diagonal_relaxed",
     )

@@ -129,18 +129,15 @@ def mlx5_events(lf: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def ibstat_events(lf: pl.LazyFrame) -> pl.LazyFrame:
-    """``ibstat`` and ``ibdev2netdev`` snapshots: one row per port with its state.
-
-    ibstat prints ``CA 'mlx5_0'`` then per port ``Port 1:`` / ``State: Down`` /
-    ``Physical state: Polling``; a port in Init or Armed carries no traffic yet (warning).
-    """
+def _port_states(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """ibstat's ``State:`` lines, each with its CA (_ca), port (_port), state (_state) and the
+    physical state on the next line (_phys)."""
     body = pl.col("body")
     ca = body.str.extract(r"^CA '([\w\-]+)'\s*$", 1)
     port = body.str.extract(r"^\s+Port (\d+):\s*$", 1)
     state = body.str.extract(r"^\s+State: (\w+)\s*$", 1)
     phys = body.str.extract(r"^\s+Physical state: (\w+)\s*$", 1)
-    s = lf.with_columns(
+    return lf.with_columns(
         ca.forward_fill().over(file_key()).alias("_ca"),
         # A new CA resets the port ('' until its first 'Port N:').
         pl.when(ca.is_not_null())
@@ -153,16 +150,25 @@ def ibstat_events(lf: pl.LazyFrame) -> pl.LazyFrame:
         state.alias("_state"),
         pl.when(pl.col("line").shift(-1) == pl.col("line") + 1).then(phys.shift(-1)).alias("_phys"),
     ).filter(pl.col("_state").is_not_null() & pl.col("_ca").is_not_null() & pl.col("_port").is_not_null())
-    st = pl.col("_state").str.to_lowercase()
-    norm = (
+
+
+def _ibstat_state(raw: pl.Expr) -> pl.Expr:
+    """A port state as the link states name it: DOWN, UP, INIT, else upper-cased as printed."""
+    st = raw.str.to_lowercase()
+    return (
         pl.when(st == "down")
         .then(pl.lit("DOWN"))
         .when(st == "active")
         .then(pl.lit("UP"))
         .when(st.str.starts_with("init"))
         .then(pl.lit("INIT"))
-        .otherwise(pl.col("_state").str.to_uppercase())
+        .otherwise(raw.str.to_uppercase())
     )
+
+
+def _ibstat_port_events(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """One event per ibstat port: an error when down, info when active, else a warning."""
+    norm = _ibstat_state(pl.col("_state"))
     level = (
         pl.when(norm == "DOWN")
         .then(pl.lit("error"))
@@ -176,7 +182,7 @@ def ibstat_events(lf: pl.LazyFrame) -> pl.LazyFrame:
         .then(pl.format("{}, Physical state: {}", msg, pl.col("_phys")))
         .otherwise(msg)
     )
-    ibstat = s.select(
+    return _port_states(lf).select(
         event(
             level,
             level,
@@ -185,14 +191,28 @@ def ibstat_events(lf: pl.LazyFrame) -> pl.LazyFrame:
             line_end=pl.when(pl.col("_phys").is_not_null()).then(pl.col("line") + 1),
         )
     )
-    g = body.str.extract_groups(r"^(?P<dev>[\w\-]+) port (?P<port>\d+) ==> (?P<ifc>[\w.\-]+) \((?P<st>Up|Down)\)\s*$")
-    i2n = (
+
+
+def _ibdev2netdev_events(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """One link event per ``mlx5_0 port 1 ==> ib0 (Up)`` line."""
+    g = pl.col("body").str.extract_groups(
+        r"^(?P<dev>[\w\-]+) port (?P<port>\d+) ==> (?P<ifc>[\w.\-]+) \((?P<st>Up|Down)\)\s*$"
+    )
+    return (
         lf.filter(has(" ==> "))
         .with_columns(g.alias("_g"))
         .filter(pl.col("_g").struct.field("st").is_not_null())
         .select(_link_event(_state(pl.col("_g").struct.field("st"))))
     )
-    return pl.concat([ibstat, i2n], how="diagonal_relaxed")
+
+
+def ibstat_events(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """``ibstat`` and ``ibdev2netdev`` snapshots: one row per port with its state.
+
+    ibstat prints ``CA 'mlx5_0'`` then per port ``Port 1:`` / ``State: Down`` /
+    ``Physical state: Polling``; a port in Init or Armed carries no traffic yet (warning).
+    """
+    return pl.concat([_ibstat_port_events(lf), _ibdev2netdev_events(lf)], how="diagonal_relaxed")
 
 
 NOISE = (

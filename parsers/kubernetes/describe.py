@@ -160,17 +160,10 @@ def _ts(stamp: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
     return pl.when(valid).then(ts), pl.when(valid).then(off)
 
 
-def _state_rows(states: pl.LazyFrame) -> pl.LazyFrame:
-    restarts = pl.col("_restarts").cast(pl.Int32, strict=False)
-    # The previous run of a container that has restarted N times was attempt N-1.
-    previous = pl.when(restarts > 0).then(restarts - 1)
-    attempt = pl.when(pl.col("which") == "Last State").then(previous).otherwise(restarts)
-    who = pl.format("container {} of pod/{}", pl.col("_ctr").fill_null("?"), pl.col("_obj_name").fill_null("?"))
-    reason = pl.col("Reason")
+def _state_detail() -> pl.Expr:
+    """What a state block adds after its reason: exit code, signal, message and any other lines."""
     code = pl.col("Exit Code")
-    started_ts, started_off = _ts(pl.col("Started"))
-    finished_ts, finished_off = _ts(pl.col("Finished"))
-    detail = pl.concat_str(
+    return pl.concat_str(
         [
             pl.when(code.is_not_null()).then(pl.format(" (exit code {})", code)),
             pl.when(pl.col("Signal").is_not_null()).then(pl.format(" (signal {})", pl.col("Signal"))),
@@ -179,14 +172,27 @@ def _state_rows(states: pl.LazyFrame) -> pl.LazyFrame:
         ],
         ignore_nulls=True,
     )
-    common = [
+
+
+def _state_common() -> list[pl.Expr]:
+    """The job, node and attempt of a state block's rows."""
+    restarts = pl.col("_restarts").cast(pl.Int32, strict=False)
+    # The previous run of a container that has restarted N times was attempt N-1.
+    previous = pl.when(restarts > 0).then(restarts - 1)
+    attempt = pl.when(pl.col("which") == "Last State").then(previous).otherwise(restarts)
+    return [
         pl.col("_job").alias("job_id"),
         pl.col("_node").alias("node"),
         attempt.cast(pl.Int32).alias("attempt"),
     ]
-    terminated = states.filter(pl.col("phase") == "Terminated")
+
+
+def _terminated_rows(states: pl.LazyFrame, who: pl.Expr, detail: pl.Expr) -> pl.LazyFrame:
+    """A job_end per Terminated block: info when it completed with exit code 0, else an error."""
+    reason, code = pl.col("Reason"), pl.col("Exit Code")
+    finished_ts, finished_off = _ts(pl.col("Finished"))
     ok = (reason == "Completed") & (code == "0")
-    ends = terminated.select(
+    return states.filter(pl.col("phase") == "Terminated").select(
         finished_ts.alias("ts"),
         finished_off.alias("ts_offset_s"),
         pl.lit("job_end").alias("kind"),
@@ -196,9 +202,14 @@ def _state_rows(states: pl.LazyFrame) -> pl.LazyFrame:
         pl.concat_str([who, pl.lit(" terminated: "), reason.fill_null("Terminated"), detail]).alias("message"),
         pl.col("line"),
         pl.col("line_end"),
-        *common,
+        *_state_common(),
     )
-    starts = states.filter(pl.col("phase").is_in(["Terminated", "Running"]) & started_ts.is_not_null()).select(
+
+
+def _started_rows(states: pl.LazyFrame, who: pl.Expr) -> pl.LazyFrame:
+    """A job_start per Terminated or Running block that states when it started."""
+    started_ts, started_off = _ts(pl.col("Started"))
+    return states.filter(pl.col("phase").is_in(["Terminated", "Running"]) & started_ts.is_not_null()).select(
         started_ts.alias("ts"),
         started_off.alias("ts_offset_s"),
         pl.lit("job_start").alias("kind"),
@@ -207,10 +218,15 @@ def _state_rows(states: pl.LazyFrame) -> pl.LazyFrame:
         pl.concat_str([who, pl.lit(" started")]).alias("message"),
         # A terminated block keeps its header for the job_end row; the start points at Started:.
         pl.when(pl.col("phase") == "Running").then(pl.col("line")).otherwise(pl.col("started_line")).alias("line"),
-        *common,
+        *_state_common(),
     )
+
+
+def _waiting_rows(states: pl.LazyFrame, who: pl.Expr, detail: pl.Expr) -> pl.LazyFrame:
+    """A row per Waiting block with a reason: info for a quiet wait, an error for a bad one, else a warning."""
+    reason = pl.col("Reason")
     quiet, bad = list(QUIET_WAIT), list(BAD_WAIT)
-    waiting = states.filter((pl.col("phase") == "Waiting") & reason.is_not_null()).select(
+    return states.filter((pl.col("phase") == "Waiting") & reason.is_not_null()).select(
         pl.when(reason.is_in(quiet)).then(pl.lit("info")).otherwise(pl.lit("warning")).alias("kind"),
         pl.when(reason.is_in(quiet))
         .then(pl.lit("info"))
@@ -222,8 +238,17 @@ def _state_rows(states: pl.LazyFrame) -> pl.LazyFrame:
         pl.concat_str([who, pl.lit(" waiting: "), reason, detail]).alias("message"),
         pl.col("line"),
         pl.col("line_end"),
-        *common,
+        *_state_common(),
     )
+
+
+def _state_rows(states: pl.LazyFrame) -> pl.LazyFrame:
+    """The rows of the State/Last State blocks: ends, then starts, then waits."""
+    who = pl.format("container {} of pod/{}", pl.col("_ctr").fill_null("?"), pl.col("_obj_name").fill_null("?"))
+    detail = _state_detail()
+    ends = _terminated_rows(states, who, detail)
+    starts = _started_rows(states, who)
+    waiting = _waiting_rows(states, who, detail)
     return pl.concat([conform_raw(f) for f in (ends, starts, waiting)], how="vertical")
 
 
@@ -254,11 +279,10 @@ def _pod_reason_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def _node_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
-    """Node conditions (Ready, and any abnormal one), a lost node and a cordon."""
-    c = pl.col("text").str.extract_groups(_CONDITION_ROW)
+def _condition_parts(c: pl.Expr) -> tuple[pl.Expr, pl.Expr, pl.Expr]:
+    """(state, severity, message) of a condition row: Ready/NotReady or the condition's type; a
+    node not ready or without network is an error, another condition a warning."""
     ctype, status = c.struct.field("type"), c.struct.field("status")
-    ts, off = rfc1123_parts(c.struct.field("tt"))
     ready = ctype == "Ready"
     state = (
         pl.when(ready & (status == "True")).then(pl.lit("Ready")).when(ready).then(pl.lit("NotReady")).otherwise(ctype)
@@ -273,6 +297,16 @@ def _node_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
     message = pl.format(
         "{}={} {}: {}", ctype, status, c.struct.field("reason"), c.struct.field("msg").fill_null("")
     ).alias("message")
+    return state, severity, message
+
+
+def _condition_rows(lf: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """(the Ready and abnormal conditions, a node lost) of the node blocks."""
+    c = pl.col("text").str.extract_groups(_CONDITION_ROW)
+    ctype, status = c.struct.field("type"), c.struct.field("status")
+    ts, off = rfc1123_parts(c.struct.field("tt"))
+    ready = ctype == "Ready"
+    state, severity, message = _condition_parts(c)
     nodes = lf.filter(pl.col("_obj_kind") == "node").with_columns(c.alias("_c"))
     conditions = nodes.filter(ctype.is_not_null() & (ready | (status == "True"))).select(
         ts.alias("ts"),
@@ -297,7 +331,12 @@ def _node_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
         pl.col("line"),
         pl.col("_node").alias("node"),
     )
-    cordon = lf.filter(
+    return conditions, lost
+
+
+def _cordon_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """A warning per node marked ``Unschedulable: true``."""
+    return lf.filter(
         (pl.col("_obj_kind") == "node") & (pl.col("_key") == "Unschedulable") & (pl.col("_val") == "true")
     ).select(
         pl.lit("node_state").alias("kind"),
@@ -308,7 +347,12 @@ def _node_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
         pl.col("line"),
         pl.col("_node").alias("node"),
     )
-    return pl.concat([conform_raw(conditions), conform_raw(lost), conform_raw(cordon)], how="vertical")
+
+
+def _node_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """Node conditions (Ready, and any abnormal one), a lost node and a cordon."""
+    conditions, lost = _condition_rows(lf)
+    return pl.concat([conform_raw(conditions), conform_raw(lost), conform_raw(_cordon_rows(lf))], how="vertical")
 
 
 def _job_rows(lf: pl.LazyFrame) -> pl.LazyFrame:

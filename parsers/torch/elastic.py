@@ -149,10 +149,9 @@ def _one_liners(lf: pl.LazyFrame) -> list[pl.LazyFrame]:
     ]
 
 
-def _blocks(typed: pl.LazyFrame) -> pl.LazyFrame:
-    """'Rendezvous complete ... Result:' and 'Starting elastic_operator ...' with their indented key lines."""
-    is_hdr = pl.col("_x").str.contains(_RDZV) | _lit(_LAUNCH)
-    is_kv = pl.col("_x").str.contains(_KV)
+def _block_lines(typed: pl.LazyFrame) -> pl.LazyFrame:
+    """The lines that may belong to a block, marked header (_hdr) or key line (_kv) and numbered
+    by block within their stream (_blk): a key line continues the block of the line before it."""
     # Only headers and indented lines can be part of a block; a key line whose previous line in
     # its stream is anything else starts no block, so the others are dropped before the regexes.
     maybe = contains_any(pl.col("_x"), ["Rendezvous complete", _LAUNCH]) | pl.col("_x").str.contains(r"^\s\s")
@@ -162,10 +161,15 @@ def _blocks(typed: pl.LazyFrame) -> pl.LazyFrame:
         .filter("_maybe")
         .drop("_maybe")
     )
-    lf = lf.with_columns(is_hdr.alias("_hdr"), is_kv.alias("_kv"))
+    is_hdr = pl.col("_x").str.contains(_RDZV) | _lit(_LAUNCH)
+    lf = lf.with_columns(is_hdr.alias("_hdr"), pl.col("_x").str.contains(_KV).alias("_kv"))
     prev = (pl.col("_hdr") | pl.col("_kv")).shift(1).over("_s").fill_null(False)
     link = pl.col("_kv") & ~pl.col("_gap") & prev
-    lf = lf.with_columns((~link).cum_sum().over("_s").alias("_blk"))
+    return lf.with_columns((~link).cum_sum().over("_s").alias("_blk"))
+
+
+def _block_fields(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """One row per block opened by a header: its lines, header and the values of its keys."""
     grp = ["_s", "_blk"]
     rows = lf.filter(pl.col("_hdr").first().over(grp))
     kv = pl.col("_x").str.extract_groups(_KV)
@@ -179,18 +183,16 @@ def _blocks(typed: pl.LazyFrame) -> pl.LazyFrame:
 
     keys = ["restart_count", "group_rank", "group_world_size", "global_world_sizes", "entrypoint",
             "min_nodes", "max_nodes", "nproc_per_node", "max_restarts"]
-    blocks = rows.group_by(grp, maintain_order=True).agg(
+    return rows.group_by(grp, maintain_order=True).agg(
         pl.col("line").first(),
         pl.col("line").last().alias("line_end"),
         pl.col("_x").first(),
         *[val(k) for k in keys],
     )
-    rdzv = pl.col("_x").str.extract(_RDZV, 1)
-    is_rdzv = rdzv.is_not_null()
-    world = pl.col("global_world_sizes").str.extract(r"^\[(\d+)", 1).cast(pl.Int32, strict=False)
-    # A launch config states the job size only when it is not elastic (min_nodes == max_nodes).
-    nodes = pl.when(pl.col("min_nodes") == pl.col("max_nodes")).then(pl.col("max_nodes").cast(pl.Int32, strict=False))
-    nproc = pl.col("nproc_per_node").cast(pl.Int32, strict=False)
+
+
+def _block_message(rdzv: pl.Expr, world: pl.Expr, nproc: pl.Expr) -> pl.Expr:
+    """A rendezvous result (``rdzv`` its header's name) or a launch config, on one line."""
     rdzv_msg = _fmt(
         "[{}] rendezvous complete: restart_count={} group_rank={} group_world_size={} world_size={}",
         rdzv, pl.col("restart_count"), pl.col("group_rank"), pl.col("group_world_size"), world,
@@ -199,6 +201,18 @@ def _blocks(typed: pl.LazyFrame) -> pl.LazyFrame:
         "torchrun launch: entrypoint={} nodes={}:{} nproc_per_node={} max_restarts={}",
         pl.col("entrypoint"), pl.col("min_nodes"), pl.col("max_nodes"), nproc, pl.col("max_restarts"),
     )
+    return pl.when(rdzv.is_not_null()).then(rdzv_msg).otherwise(launch_msg)
+
+
+def _blocks(typed: pl.LazyFrame) -> pl.LazyFrame:
+    """'Rendezvous complete ... Result:' and 'Starting elastic_operator ...' with their indented key lines."""
+    blocks = _block_fields(_block_lines(typed))
+    rdzv = pl.col("_x").str.extract(_RDZV, 1)
+    is_rdzv = rdzv.is_not_null()
+    world = pl.col("global_world_sizes").str.extract(r"^\[(\d+)", 1).cast(pl.Int32, strict=False)
+    # A launch config states the job size only when it is not elastic (min_nodes == max_nodes).
+    nodes = pl.when(pl.col("min_nodes") == pl.col("max_nodes")).then(pl.col("max_nodes").cast(pl.Int32, strict=False))
+    nproc = pl.col("nproc_per_node").cast(pl.Int32, strict=False)
     return blocks.select(
         "line",
         pl.when(pl.col("line_end") > pl.col("line")).then(pl.col("line_end")).alias("line_end"),
@@ -211,7 +225,7 @@ def _blocks(typed: pl.LazyFrame) -> pl.LazyFrame:
         pl.when(is_rdzv).then(pl.col("group_world_size").cast(pl.Int32, strict=False)).otherwise(nodes)
         .alias("n_nodes"),
         pl.when(is_rdzv).then(world).otherwise(nodes * nproc).alias("n_gpus"),
-        pl.when(is_rdzv).then(rdzv_msg).otherwise(launch_msg).alias("message"),
+        _block_message(rdzv, world, nproc).alias("message"),
     )
 
 

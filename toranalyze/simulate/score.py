@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 import polars as pl
@@ -105,6 +106,101 @@ def _slow_observable(p: dict, log_interval: int, min_steps: int) -> bool:
     return rows >= max(2 if li > 1 else 1, -(-min_steps // li))
 
 
+def _tor_scores(row: dict[str, Any], tj: dict) -> dict[str, Any]:
+    """The TOR and ledger errors of an estimated job row against its truth job."""
+    total = sum(row[f"{b}_us"] for b in BUCKETS)
+    return dict(
+        tor_true=tj["tor"],
+        tor_est=row["tor"],
+        tor_abs_err=abs(row["tor"] - tj["tor"]) if row["tor"] is not None else None,
+        ledger_sums=total == row["t_obs_us"],
+        t_obs_err_s=(row["t_obs_us"] - tj["ledger_us"]["t_obs"]) / 1e6,
+        bucket_err_s={b: (row[f"{b}_us"] - tj["ledger_us"][b]) / 1e6 for b in BUCKETS if b in tj["ledger_us"]},
+        ideal_err_s=(row["ideal_step_time_s"] or 0) - tj["ideal_step_time_s"],
+    )
+
+
+def _nearest_incident(ti: dict, est: list[dict], used: set[int], match_tolerance_s: float) -> int | None:
+    """The unmatched estimated incident whose last progress and detection times are closest to
+    the truth incident's (summed distance within ``match_tolerance_s``); the first of equals."""
+    tl, td = _req(ti["t_last_progress"]), _req(ti["t_detected"])
+    best, best_d = None, None
+    for k, e in enumerate(est):
+        if k in used:
+            continue
+        d = abs((_t(e["t_last_progress"]) or 0) - tl) + abs((_t(e["t_detected"]) or 0) - td)
+        if d <= match_tolerance_s and (best_d is None or d < best_d):
+            best, best_d = k, d
+    return best
+
+
+def _phase_errors(e: dict, ti: dict) -> dict[str, float | None]:
+    """Per phase both sides give: the distance in seconds; None when only one side gives it."""
+    out: dict[str, float | None] = {}
+    for p in PHASES:
+        a, b = _t(e[p]), _t(ti.get(p))
+        if a is not None and b is not None:
+            out[p] = abs(a - b)
+        elif (a is None) != (b is None):
+            out[p] = None  # one side missing
+    return out
+
+
+def _matched_incident(m: dict[str, Any], ti: dict, e: dict, tj: dict, log_interval: int) -> None:
+    """Fill ``m`` with the root cause, lost steps and phase errors of a matched incident."""
+    m["root_est"] = e["root_cause"]
+    m["root_ok"] = e["root_cause"] == ti["root_cause"]
+    m["lost_true"], m["lost_est"] = ti["lost_steps"], e["lost_steps"]
+    # What the logs can show: the steps lost after the last logged one are not in them.
+    m["lost_observable"] = max(0, ti["lost_steps"] - (int(ti["last_step"]) -
+                                                      _observable_last_step(ti, tj, log_interval)))
+    m["phase_err_s"] = _phase_errors(e, ti)
+
+
+def _incident_scores(
+    t_inc: list[dict], est: list[dict], tj: dict, match_tolerance_s: float, log_interval: int
+) -> tuple[list[dict[str, Any]], set[int]]:
+    """Per truth incident, in order, its match among ``est`` and scores; and the matched indices."""
+    used: set[int] = set()
+    incs = []
+    for ti in t_inc:
+        best = _nearest_incident(ti, est, used, match_tolerance_s)
+        m: dict[str, Any] = {"root_true": ti["root_cause"], "matched": best is not None}
+        if best is not None:
+            used.add(best)
+            _matched_incident(m, ti, est[best], tj, log_interval)
+        else:
+            m["root_ok"] = False
+        incs.append(m)
+    return incs, used
+
+
+def _slow_scores(
+    t_slow: list[dict], sp: list[dict], log_interval: int, slow_min_steps: int
+) -> tuple[list[dict[str, Any]], int]:
+    """Per true slow period: found (the first estimated period overlapping it), factors and
+    whether the logs can show it; and the number of estimated periods overlapping none."""
+    found_est: set[int] = set()
+    slows = []
+    for p in t_slow:
+        s0, s1 = _req(p["start"]), _req(p["end"])
+        hit = None
+        for k, e in enumerate(sp):
+            if (_t(e["start"]) or 0) < s1 and (_t(e["end"]) or 0) > s0:
+                hit = k if hit is None else hit
+                found_est.add(k)
+        ent: dict[str, Any] = {
+            "found": hit is not None,
+            "factor_true": p["factor"],
+            "observable": _slow_observable(p, log_interval, slow_min_steps),
+        }
+        if hit is not None:
+            ent["factor_est"] = sp[hit]["factor"]
+            ent["factor_rel_err"] = abs(sp[hit]["factor"] - p["factor"]) / p["factor"]
+        slows.append(ent)
+    return slows, len(sp) - len(found_est)
+
+
 def score_job(
     an: Any,
     tj: dict,
@@ -124,73 +220,13 @@ def score_job(
             slow_false=0,
         )
         return res
-    row = an.tor.filter(pl.col("job") == job).row(0, named=True)
-    total = sum(row[f"{b}_us"] for b in BUCKETS)
-    res.update(
-        tor_true=tj["tor"],
-        tor_est=row["tor"],
-        tor_abs_err=abs(row["tor"] - tj["tor"]) if row["tor"] is not None else None,
-        ledger_sums=total == row["t_obs_us"],
-        t_obs_err_s=(row["t_obs_us"] - tj["ledger_us"]["t_obs"]) / 1e6,
-        bucket_err_s={b: (row[f"{b}_us"] - tj["ledger_us"][b]) / 1e6 for b in BUCKETS if b in tj["ledger_us"]},
-        ideal_err_s=(row["ideal_step_time_s"] or 0) - tj["ideal_step_time_s"],
-    )
+    res.update(_tor_scores(an.tor.filter(pl.col("job") == job).row(0, named=True), tj))
     est = an.incidents.filter(pl.col("job") == job).sort("t_last_progress").to_dicts()
     res["n_inc_true"], res["n_inc_est"] = len(t_inc), len(est)
-    used: set[int] = set()
-    incs = []
-    for ti in t_inc:
-        tl, td = _req(ti["t_last_progress"]), _req(ti["t_detected"])
-        best, best_d = None, None
-        for k, e in enumerate(est):
-            if k in used:
-                continue
-            d = abs((_t(e["t_last_progress"]) or 0) - tl) + abs((_t(e["t_detected"]) or 0) - td)
-            if d <= match_tolerance_s and (best_d is None or d < best_d):
-                best, best_d = k, d
-        m: dict[str, Any] = {"root_true": ti["root_cause"], "matched": best is not None}
-        if best is not None:
-            used.add(best)
-            e = est[best]
-            m["root_est"] = e["root_cause"]
-            m["root_ok"] = e["root_cause"] == ti["root_cause"]
-            m["lost_true"], m["lost_est"] = ti["lost_steps"], e["lost_steps"]
-            # What the logs can show: the steps lost after the last logged one are not in them.
-            m["lost_observable"] = max(0, ti["lost_steps"] - (int(ti["last_step"]) -
-                                                              _observable_last_step(ti, tj, log_interval)))
-            m["phase_err_s"] = {}
-            for p in PHASES:
-                a, b = _t(e[p]), _t(ti.get(p))
-                if a is not None and b is not None:
-                    m["phase_err_s"][p] = abs(a - b)
-                elif (a is None) != (b is None):
-                    m["phase_err_s"][p] = None  # one side missing
-        else:
-            m["root_ok"] = False
-        incs.append(m)
-    res["incidents"] = incs
+    res["incidents"], used = _incident_scores(t_inc, est, tj, match_tolerance_s, log_interval)
     res["extra_incidents"] = [est[k]["root_cause"] for k in range(len(est)) if k not in used]
     sp = an.slow_periods.filter(pl.col("job") == job).to_dicts()
-    found_est: set[int] = set()
-    slows = []
-    for p in t_slow:
-        s0, s1 = _req(p["start"]), _req(p["end"])
-        hit = None
-        for k, e in enumerate(sp):
-            if (_t(e["start"]) or 0) < s1 and (_t(e["end"]) or 0) > s0:
-                hit = k if hit is None else hit
-                found_est.add(k)
-        ent: dict[str, Any] = {
-            "found": hit is not None,
-            "factor_true": p["factor"],
-            "observable": _slow_observable(p, log_interval, slow_min_steps),
-        }
-        if hit is not None:
-            ent["factor_est"] = sp[hit]["factor"]
-            ent["factor_rel_err"] = abs(sp[hit]["factor"] - p["factor"]) / p["factor"]
-        slows.append(ent)
-    res["slow"] = slows
-    res["slow_false"] = len(sp) - len(found_est)
+    res["slow"], res["slow_false"] = _slow_scores(t_slow, sp, log_interval, slow_min_steps)
     return res
 
 
@@ -324,59 +360,55 @@ def format_summary(s: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def events_from_timeline(tl: Any, job_dir: str = "sim") -> pl.DataFrame:
-    """The events a perfect set of parsers would extract from a simulated timeline.
+_US = 1_000_000
+_TIMELINE_COLUMNS = ("t", "kind", "source", "job_id", "step", "step_time_s", "loss", "duration_s", "state", "code",
+                     "node", "rank", "failure_class", "file")
 
-    Scores the reconstruction alone (no parsing in the loop): scheduler start/end per attempt,
-    trainer init / checkpoint load / steps (NaN loss after a numerics onset) / saves / evals, and
-    per incident one classified error at its first-error time on its node plus collective
-    timeouts on two other ranks as symptoms.
-    """
+
+def _attempt_events(add: Callable[..., None], a: Any, slurm: str, train: str) -> None:
+    """An attempt's scheduler start and end and its trainer records, in the order they are added."""
     import numpy as np
 
+    jid = str(a.job_id)
+    add(1, t=a.start, kind="job_start", source="slurm", job_id=jid, file=slurm)
+    add(1, t=a.start, kind="init", source="trainer", file=train)
+    if a.resumed_from > 0:
+        add(1, t=a.first_step_start, kind="ckpt_load", source="trainer", step=a.resumed_from,
+            duration_s=(a.first_step_start - a.load_begin) / _US, file=train)
+    n = len(a.steps)
+    if n:
+        loss = np.full(n, 2.0)
+        if a.nan_from_step is not None:
+            loss[a.steps >= a.nan_from_step] = np.nan
+        add(n, t=a.step_end.tolist(), kind="step", source="trainer", step=a.steps.tolist(),
+            step_time_s=(a.step_dur / _US).tolist(), loss=loss.tolist(), file=train)
+    for s in a.saves:
+        add(1, t=s.begin, kind="ckpt_save_begin", source="trainer", step=s.step, file=train)
+        if s.completed:
+            add(1, t=s.end, kind="ckpt_save_end", source="trainer", step=s.step, file=train)
+    for e in a.evals:
+        add(1, t=e.begin, kind="eval_begin", source="trainer", step=e.step, file=train)
+        if e.completed:
+            add(1, t=e.end, kind="eval_end", source="trainer", step=e.step, file=train)
+    add(1, t=a.end, kind="job_end", source="slurm", job_id=jid, state=a.exit_state, code=a.exit_code, file=slurm)
+
+
+def _incident_events(add: Callable[..., None], inc: Any, train: str, kern: str) -> None:
+    """An unplanned, non-numerics incident's classified error, and collective timeouts on two
+    other ranks as its symptoms (unless it is one itself, or a hang)."""
+    if inc.t_first_error is None or inc.planned or inc.root_cause == "numerics":
+        return
+    add(1, t=inc.t_first_error, kind="error", source="kernel", node=inc.node, rank=inc.rank,
+        failure_class=inc.root_cause, file=kern)
+    if inc.root_cause not in ("collective_timeout", "hang"):
+        add(2, t=min(inc.t_detected, inc.t_first_error + 600 * _US), kind="error", source="nccl",
+            rank=[0, 1], failure_class="collective_timeout", file=train)
+
+
+def _as_events(cols: dict[str, list]) -> pl.DataFrame:
+    """The columns as an event table in time order, with the event schema's columns and dtypes."""
     from toranalyze.schema import EVENT_SCHEMA
 
-    US = 1_000_000
-    cols: dict[str, list] = {k: [] for k in ("t", "kind", "source", "job_id", "step", "step_time_s", "loss",
-                                              "duration_s", "state", "code", "node", "rank", "failure_class", "file")}
-
-    def add(n: int, **kv: Any) -> None:
-        for k in cols:
-            v = kv.get(k)
-            cols[k].extend(list(v) if isinstance(v, list | np.ndarray) else [v] * n)
-
-    slurm, train, kern = f"{job_dir}/slurm.out", f"{job_dir}/train.log", f"{job_dir}/kern.log"
-    for a in tl.attempts:
-        jid = str(a.job_id)
-        add(1, t=a.start, kind="job_start", source="slurm", job_id=jid, file=slurm)
-        add(1, t=a.start, kind="init", source="trainer", file=train)
-        if a.resumed_from > 0:
-            add(1, t=a.first_step_start, kind="ckpt_load", source="trainer", step=a.resumed_from,
-                duration_s=(a.first_step_start - a.load_begin) / US, file=train)
-        n = len(a.steps)
-        if n:
-            loss = np.full(n, 2.0)
-            if a.nan_from_step is not None:
-                loss[a.steps >= a.nan_from_step] = np.nan
-            add(n, t=a.step_end.tolist(), kind="step", source="trainer", step=a.steps.tolist(),
-                step_time_s=(a.step_dur / US).tolist(), loss=loss.tolist(), file=train)
-        for s in a.saves:
-            add(1, t=s.begin, kind="ckpt_save_begin", source="trainer", step=s.step, file=train)
-            if s.completed:
-                add(1, t=s.end, kind="ckpt_save_end", source="trainer", step=s.step, file=train)
-        for e in a.evals:
-            add(1, t=e.begin, kind="eval_begin", source="trainer", step=e.step, file=train)
-            if e.completed:
-                add(1, t=e.end, kind="eval_end", source="trainer", step=e.step, file=train)
-        add(1, t=a.end, kind="job_end", source="slurm", job_id=jid, state=a.exit_state, code=a.exit_code, file=slurm)
-    for inc in tl.incidents:
-        if inc.t_first_error is None or inc.planned or inc.root_cause == "numerics":
-            continue
-        add(1, t=inc.t_first_error, kind="error", source="kernel", node=inc.node, rank=inc.rank,
-            failure_class=inc.root_cause, file=kern)
-        if inc.root_cause not in ("collective_timeout", "hang"):
-            add(2, t=min(inc.t_detected, inc.t_first_error + 600 * US), kind="error", source="nccl",
-                rank=[0, 1], failure_class="collective_timeout", file=train)
     df = pl.DataFrame(cols, schema_overrides={"t": pl.Int64, "rank": pl.Int32, "step": pl.Int64})
     df = df.with_columns(
         pl.col("t").cast(pl.Datetime("us", "UTC")).alias("ts"),
@@ -389,3 +421,28 @@ def events_from_timeline(tl: Any, job_dir: str = "sim") -> pl.DataFrame:
     for name, dtype in EVENT_SCHEMA.items():
         out.append(pl.col(name).cast(dtype) if name in df.columns else pl.lit(None, dtype).alias(name))
     return df.select(out)
+
+
+def events_from_timeline(tl: Any, job_dir: str = "sim") -> pl.DataFrame:
+    """The events a perfect set of parsers would extract from a simulated timeline.
+
+    Scores the reconstruction alone (no parsing in the loop): scheduler start/end per attempt,
+    trainer init / checkpoint load / steps (NaN loss after a numerics onset) / saves / evals, and
+    per incident one classified error at its first-error time on its node plus collective
+    timeouts on two other ranks as symptoms.
+    """
+    import numpy as np
+
+    cols: dict[str, list] = {k: [] for k in _TIMELINE_COLUMNS}
+
+    def add(n: int, **kv: Any) -> None:
+        for k in cols:
+            v = kv.get(k)
+            cols[k].extend(list(v) if isinstance(v, list | np.ndarray) else [v] * n)
+
+    slurm, train, kern = f"{job_dir}/slurm.out", f"{job_dir}/train.log", f"{job_dir}/kern.log"
+    for a in tl.attempts:
+        _attempt_events(add, a, slurm, train)
+    for inc in tl.incidents:
+        _incident_events(add, inc, train, kern)
+    return _as_events(cols)

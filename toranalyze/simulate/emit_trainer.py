@@ -13,7 +13,7 @@ import numpy as np
 
 from toranalyze.simulate import fmt
 from toranalyze.simulate.context import RunContext
-from toranalyze.simulate.timeline import Attempt, Chunk
+from toranalyze.simulate.timeline import Attempt, Chunk, Eval, Save
 
 Line = tuple[int, str]
 
@@ -80,17 +80,55 @@ def _draws(rng: np.random.Generator, skip: int, draw) -> Iterator[float]:  # noq
         yield from draw(rng, LOSS_CHUNK).tolist()
 
 
+def _iteration_line(ctx: RunContext, s: int, printed: int, avg_ms: float, nan_count: int, nz: float, gn: float) -> str:
+    """Step ``s``'s iteration line stamped ``printed``: loss and grad norm, or the NaN count when
+    steps since the previous line went NaN."""
+    T = ctx.cfg.train_iters
+    gbs = ctx.cfg.global_batch_size
+    body = (
+        f"[{fmt.bracket(printed)}] iteration {s:8d}/{T:8d} | consumed samples: {s * gbs:12d} | "
+        f"elapsed time per iteration (ms): {avg_ms:.1f} | learning rate: {lr_at(s, T):.6E} | "
+        f"global batch size: {gbs:5d} |"
+    )
+    if nan_count:
+        return body + f" loss scale: 1.0 | number of skipped iterations: {0:3d} | number of nan iterations: {nan_count:3d} |"
+    return body + (
+        f" lm loss: {loss_at(s, nz):.6E} | loss scale: 1.0 | grad norm: {gn:.3f} |"
+        f" number of skipped iterations: {0:3d} | number of nan iterations: {0:3d} |"
+    )
+
+
+def _save_lines(ctx: RunContext, sv: Save, sk: int) -> Iterator[Line]:
+    """A checkpoint save's begin line, and its end line when it completed."""
+    s = sv.step
+    yield sv.begin, f"[{fmt.bracket(sv.begin + sk)}] saving checkpoint at iteration {s:7d} to {ctx.ckpt_dir}"
+    if sv.completed:
+        yield sv.end, (
+            f"[{fmt.bracket(sv.end + sk)}]   successfully saved checkpoint at iteration {s:7d} to {ctx.ckpt_dir}"
+        )
+
+
+def _eval_lines(ev: Eval) -> Iterator[Line]:
+    """A completed validation's block: its loss between two dashed lines."""
+    s = ev.step
+    vl = loss_at(s, 0.01) + 0.03
+    dash = "-" * 100
+    yield ev.end, dash
+    yield ev.end, (
+        f" validation loss at iteration {s} | lm loss value: {vl:.6E} | lm loss PPL: {math.exp(vl):.6E} | "
+    )
+    yield ev.end, dash
+
+
 def progress(ctx: RunContext, a: Attempt, chunks: Iterable[Chunk] | None = None) -> Iterator[Line]:
     """Iteration lines, checkpoint saves and validation blocks, in time order.
 
     ``chunks`` are the attempt's steps (numbers, ends, durations) in order, as
     :meth:`Timeline.steps` hands them out; by default the attempt's kept arrays.
     """
-    cfg = ctx.cfg
     sk = ctx.skew(a.nodes[0])
-    T = cfg.train_iters
-    gbs = cfg.global_batch_size
-    li = max(1, cfg.log_interval)
+    T = ctx.cfg.train_iters
+    li = max(1, ctx.cfg.log_interval)
     if chunks is None:
         chunks = [(a.steps, a.step_end, a.step_dur)] if len(a.steps) else []
     n = a.n_steps
@@ -113,38 +151,16 @@ def progress(ctx: RunContext, a: Attempt, chunks: Iterable[Chunk] | None = None)
             if s >= nan_from:
                 nan_count += 1
             if s % li == 0 or s == T:
-                body = (
-                    f"[{fmt.bracket(t + sk)}] iteration {s:8d}/{T:8d} | consumed samples: {s * gbs:12d} | "
-                    f"elapsed time per iteration (ms): {acc_ms / acc_n:.1f} | learning rate: {lr_at(s, T):.6E} | "
-                    f"global batch size: {gbs:5d} |"
-                )
-                if nan_count:
-                    body += f" loss scale: 1.0 | number of skipped iterations: {0:3d} | number of nan iterations: {nan_count:3d} |"
-                else:
-                    body += (
-                        f" lm loss: {loss_at(s, nz):.6E} | loss scale: 1.0 | grad norm: {gn:.3f} |"
-                        f" number of skipped iterations: {0:3d} | number of nan iterations: {0:3d} |"
-                    )
-                yield t, body
+                yield t, _iteration_line(ctx, s, t + sk, acc_ms / acc_n, nan_count, nz, gn)
                 acc_ms = 0.0
                 acc_n = 0
                 nan_count = 0
             sv = saves.get(s)
             if sv is not None:
-                yield sv.begin, f"[{fmt.bracket(sv.begin + sk)}] saving checkpoint at iteration {s:7d} to {ctx.ckpt_dir}"
-                if sv.completed:
-                    yield sv.end, (
-                        f"[{fmt.bracket(sv.end + sk)}]   successfully saved checkpoint at iteration {s:7d} to {ctx.ckpt_dir}"
-                    )
+                yield from _save_lines(ctx, sv, sk)
             ev = evals.get(s)
             if ev is not None and ev.completed:
-                vl = loss_at(s, 0.01) + 0.03
-                dash = "-" * 100
-                yield ev.end, dash
-                yield ev.end, (
-                    f" validation loss at iteration {s} | lm loss value: {vl:.6E} | lm loss PPL: {math.exp(vl):.6E} | "
-                )
-                yield ev.end, dash
+                yield from _eval_lines(ev)
 
 
 def final(ctx: RunContext, a: Attempt) -> Iterator[Line]:

@@ -82,7 +82,9 @@ def cautions(rates: dict[str, Any], mtbf_h: float | None, opts: PlanOptions) -> 
     ex = rates.get("exposure") or {}
     running_h = max(float(ex.get("node_hours") or 0.0), float(ex.get("job_hours") or 0.0))
     if running_h < THIN_RUNNING_H:
-        out.append(f"the rates rest on {running_h * 3600:.3g} s of running time: too little to plan with "
+        secs = running_h * 3600
+        span = f"{secs:.3g} s" if secs < 600 else f"{secs / 60:.0f} min"
+        out.append(f"the rates rest on {span} of running time: too little to plan with "
                    "(analyse whole runs, or a fleet of them with `toranalyze fleet`)")
     n = int((rates.get("unexpected") or {}).get("failures") or 0)
     if 0 < n < FEW_FAILURES:

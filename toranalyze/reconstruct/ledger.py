@@ -237,7 +237,8 @@ def expected_useful_per_step(m: pl.Series, n: pl.Series, ideal: pl.Series, sigma
         from scipy.special import ndtr
 
         z = (tt[ok] - mm[ok]) / s[ok]
-        excess = s[ok] * np.exp(-0.5 * z * z) / np.sqrt(2.0 * np.pi) + (mm[ok] - tt[ok]) * ndtr(-z)
+        with np.errstate(over="ignore"):  # a spread tiny against |t* - m|: z*z is inf, its density 0
+            excess = s[ok] * np.exp(-0.5 * z * z) / np.sqrt(2.0 * np.pi) + (mm[ok] - tt[ok]) * ndtr(-z)
         # Bounded by 0 (a step time is never negative: with a spread as large as the mean, as in
         # a job whose rows disagree wildly, the normal approximation would put mass below 0 and
         # the value with it) and by min(m, t*), which rounding could pass.

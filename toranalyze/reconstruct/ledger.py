@@ -236,8 +236,10 @@ def expected_useful_per_step(m: pl.Series, n: pl.Series, ideal: pl.Series, sigma
         # (scipy's import costs about a second of CPU: only rows averaging several steps need it)
         from scipy.special import ndtr
 
-        z = (tt[ok] - mm[ok]) / s[ok]
-        with np.errstate(over="ignore"):  # a spread tiny against |t* - m|: z*z is inf, its density 0
+        # A spread tiny against |t* - m| makes z (or z*z) infinite: its density is then 0 and ndtr 0 or
+        # 1, which is the limit, so the overflow is not worth a warning.
+        with np.errstate(over="ignore"):
+            z = (tt[ok] - mm[ok]) / s[ok]
             excess = s[ok] * np.exp(-0.5 * z * z) / np.sqrt(2.0 * np.pi) + (mm[ok] - tt[ok]) * ndtr(-z)
         # Bounded by 0 (a step time is never negative: with a spread as large as the mean, as in
         # a job whose rows disagree wildly, the normal approximation would put mass below 0 and

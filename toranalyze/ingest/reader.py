@@ -28,7 +28,7 @@ from toranalyze.schema import RAW_SCHEMA, validate_kinds, validate_raw
 
 BLOCK_BYTES = 32 * 1024 * 1024
 HEAD_BYTES = 16 * 1024
-LONG_LINE = 1024 * 1024  # lines longer than this are cut for matching (a warning says so)
+LONG_LINE = 1024 * 1024  # lines (or \r repaints) longer than this are cut for matching (a warning says so)
 
 
 class _GzipReader(io.RawIOBase):
@@ -137,9 +137,35 @@ def _frame_from_block(block: bytes, first_line: int) -> pl.DataFrame:
             pl.int_range(first_line, first_line + n, dtype=pl.Int64).alias("line"),
             pl.col("raw").str.strip_suffix("\n"),
         )
-        .select("line", pl.col("raw").str.slice(0, LONG_LINE))
+        .select("line", "raw")
         .collect()
     )
+
+
+def _cut_long_lines(frame: pl.DataFrame) -> tuple[pl.DataFrame, str | None]:
+    """``frame`` with every line longer than LONG_LINE cut to its first LONG_LINE characters for
+    matching, and a warning naming them (None: none was that long).
+
+    A line of carriage-return repaints (a progress bar that never printed a newline: megabytes
+    of ``\r``-separated bar states) is cut per repaint instead, so every repaint is read.
+    """
+    raw = pl.col("raw")
+    long = frame.select(raw.str.len_bytes() > LONG_LINE).to_series()
+    if not long.any():  # the usual block: no pass over the strings at all
+        return frame, None
+    segments = raw.str.split("\r")
+    cut = frame.filter(long).with_columns(
+        pl.when(raw.str.contains("\r", literal=True))
+        .then(segments.list.eval(pl.element().str.slice(0, LONG_LINE)).list.join("\r"))
+        .otherwise(raw.str.slice(0, LONG_LINE)),
+        segments.list.eval(pl.element().str.len_bytes() > LONG_LINE).list.sum().alias("_n"),
+    ).filter(pl.col("_n") > 0)
+    if cut.height == 0:  # long lines of short repaints only
+        return frame, None
+    lines = cut["line"]
+    at = f"line {lines[0]}" if cut.height == 1 else f"{cut.height} lines (the first: line {lines[0]})"
+    warning = f"{at} longer than {LONG_LINE} bytes: only the first {LONG_LINE} characters were matched"
+    return frame.update(cut.drop("_n"), on="line"), warning
 
 
 def parsing() -> pl.Config:
@@ -205,7 +231,9 @@ class Chunks:
                     else:
                         data, carry = data[: cut + 1], data[cut + 1 :]
                 if data:
-                    frame = _frame_from_block(data, next_line)
+                    frame, cut_warning = _cut_long_lines(_frame_from_block(data, next_line))
+                    if cut_warning:
+                        self.warnings.append(cut_warning)
                     if frame.height:
                         next_line += frame.height
                         yield frame

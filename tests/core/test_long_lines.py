@@ -1,0 +1,47 @@
+"""Lines too long to match whole: a progress bar that never printed a newline, a minified blob."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import polars as pl
+
+from toranalyze.ingest import reader
+from toranalyze.ingest.pipeline import IngestOptions, ingest
+
+START = dt.datetime(2024, 5, 7, 11, 3, 12, tzinfo=dt.UTC)
+
+
+def _bar_log(path: Path, steps: int) -> None:
+    """A clock line, then one line of ``steps`` tqdm repaints separated by carriage returns only
+    (tqdm writing to a file: the newline comes when the bar closes), 2 s a step."""
+    repaints = []
+    for i in range(steps + 1):
+        m, s = divmod(2 * i, 60)
+        h, m = divmod(m, 60)
+        elapsed = f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+        repaints.append(f"{i * 100 // steps:3d}%|          | {i}/{steps} [{elapsed}<00:00,  2.00s/it]")
+    path.write_text(f"[{START:%Y-%m-%d %H:%M:%S}] Starting training\n" + "\r".join(repaints) + "\n")
+
+
+def test_every_repaint_of_a_bar_line_longer_than_the_match_limit_is_read(tmp_path: Path) -> None:
+    steps = 30_000
+    _bar_log(tmp_path / "train.log", steps)
+    assert (tmp_path / "train.log").stat().st_size > 1.5 * reader.LONG_LINE
+    result = ingest([str(tmp_path / "train.log")], IngestOptions(), jobs=1)
+    ev = result.events.filter(kind="step").sort("step")
+    assert ev["step"].to_list() == list(range(1, steps + 1))
+    late = ev.select((pl.col("ts") - START).dt.total_seconds() - 2 * pl.col("step")).to_series()
+    assert late.abs().max() == 0  # each repaint placed by its own elapsed time
+    assert result.files[0].warnings == []  # no repaint was cut
+
+
+def test_a_line_longer_than_the_match_limit_is_cut_with_a_warning_naming_it(tmp_path: Path) -> None:
+    blob = "x" * (reader.LONG_LINE + 10)
+    xid = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python, GPU has fallen off the bus."
+    (tmp_path / "kern.log").write_text(f"{xid}\n{blob}\r{blob}\n{xid}\n")
+    result = ingest([str(tmp_path / "kern.log")], IngestOptions(), jobs=1)
+    assert result.events.filter(failure_class="gpu_hardware")["line"].to_list() == [1, 3]
+    (warning,) = result.files[0].warnings
+    assert warning.startswith(f"line 2 longer than {reader.LONG_LINE} bytes")

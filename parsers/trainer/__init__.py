@@ -30,8 +30,10 @@ them, its ``step_time_s`` being the per-iteration time the trainer reports (cons
 row by the step difference to the previous one). ``loss`` is NaN only when the trainer printed
 NaN/Inf or dropped the loss for NaN; it is null when the record carries no loss.
 
-Files are read in blocks (see ``toranalyze.ingest.reader``); the rules above work within one block, so
-a record whose context lies in the previous block (a very long file) loses that context.
+Files are read in blocks (see ``toranalyze.ingest.reader``); the rules above work within one block.
+The few lines a block's bars and clock-less records need from earlier blocks (a bar's start and
+clock, its latest repaint, the latest clock) are carried into the next one (``carry``); other
+context in a previous block (a very long file) is lost.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from typing import Any
 
 import polars as pl
 from toranalyze_parsers.trainer import deepspeed, hf, lightning, m4, megatron, mlperf, titan, tqdm
+from toranalyze_parsers.trainer.carry import carry as carry_lines
 from toranalyze_parsers.trainer.common import LEVEL_TQDM, enrich
 
 from toranalyze.plugins import Parser, contains_any, file_key, file_starts, literal_gate
@@ -256,6 +259,10 @@ class TrainerParser(Parser):
         ev = _dedupe_steps(_fill_steps(_one_step_source(_own_clocks(ev, enriched)))).collect().lazy()
         ev = _collapse(ev).collect().lazy()
         return conform_raw(_startup_clocks(ev, enriched))
+
+    def carry(self, lines: pl.DataFrame, rows: pl.DataFrame | None) -> pl.DataFrame:
+        """The lines of a block the next block of its file reads ahead of its own (see ``carry``)."""
+        return carry_lines(lines, rows)
 
 
 parser = TrainerParser()

@@ -355,16 +355,18 @@ def _searched_in(pattern: str) -> str:
     return "text" if "^" in pattern else "raw"
 
 
-def _extract_all(prepared: pl.DataFrame, parsers: Sequence[Any], path: str) -> pl.DataFrame:
-    return _run_parsers(prepared, gated(prepared, parsers), path)
-
-
-def _run_parsers(prepared: pl.DataFrame, parsers: Sequence[Any], path: str) -> pl.DataFrame:
-    """Every parser's rows over ``prepared`` (its gates already tested)."""
+def _run_parsers(
+    prepared: pl.DataFrame, parsers: Sequence[Any], path: str, carried: CarriedLines | None = None
+) -> pl.DataFrame:
+    """Every parser's rows over ``prepared`` (its gates already tested), each parser declaring
+    ``carry`` given the lines of earlier blocks it asked for when ``carried`` is given."""
     frames = []
     for parser in parsers:
+        run = partial(_run_parser, parser, prepared)
+        if carried is not None and hasattr(parser, "carry"):
+            run = partial(carried.run, parser, prepared)
         try:
-            df = on_thread(f"parser-{parser.name}", partial(_run_parser, parser, prepared))
+            df = on_thread(f"parser-{parser.name}", run)
         except _BadSchema as bad:
             raise bad.error from None
         except Exception as exc:
@@ -398,6 +400,36 @@ def _run_parser(parser: Any, prepared: pl.DataFrame) -> pl.DataFrame | None:
     except SchemaError as exc:
         raise _BadSchema(exc) from None
     return out.with_columns(pl.lit(parser.name).alias("parser"), pl.lit(parser.source).alias("source")).collect()
+
+
+@dataclass
+class CarriedLines:
+    """The lines of a file's earlier blocks that parsers declaring ``carry`` see again.
+
+    A parser reads one block at a time, so state a block's rules take from lines far above (the
+    clock and start of a progress bar that began blocks ago) would be lost at each block's start.
+    ``parser.carry(lines, rows)`` (the lines it read and its rows of them) names the few of those
+    lines the next block needs; they
+    are put ahead of the next block's lines (in line order) and the parser's rows on them are
+    dropped, being the earlier block's. The carry of a block is only worked out once a next block
+    comes, so a file of one block pays nothing for it.
+    """
+
+    # parser -> the lines it last read and its rows of them (its carry is worked out from both)
+    seen: dict[str, tuple[pl.DataFrame, pl.DataFrame | None]] = field(default_factory=dict)
+
+    def run(self, parser: Any, prepared: pl.DataFrame) -> pl.DataFrame | None:
+        before = self.seen.pop(parser.name, None)
+        lines = prepared
+        if before is not None and prepared.height:
+            ahead = parser.carry(*before)
+            if ahead.height:
+                lines = pl.concat([ahead.select(prepared.columns), prepared])
+        df = _run_parser(parser, lines)
+        self.seen[parser.name] = (lines, df)
+        if df is None or lines is prepared:
+            return df
+        return df.filter(pl.col("line") >= prepared["line"][0])
 
 
 def _empty_parsed() -> pl.DataFrame:
@@ -467,6 +499,7 @@ class TextEvents:
     covered: int = 0
     used: set[str] = field(default_factory=set)
     warnings: list[str] = field(default_factory=list)
+    carried: CarriedLines = field(default_factory=CarriedLines)
 
     def __iter__(self) -> Iterator[pl.DataFrame]:
         chunks = Chunks(self.path, self.block_bytes or BLOCK_BYTES)
@@ -480,7 +513,8 @@ class TextEvents:
 
     def _block(self, chunk: pl.DataFrame, noise: NoiseLines, priority: dict[str, int]) -> pl.DataFrame:
         prepared = on_thread("lines", lambda: prepare_lines(chunk))
-        events, covered = _block_events(prepared, _extract_all(prepared, self.parsers, self.path), noise, priority)
+        extracted = _run_parsers(prepared, gated(prepared, self.parsers), self.path, self.carried)
+        events, covered = _block_events(prepared, extracted, noise, priority)
         self.covered += covered.len()
         self.used.update(events["parser"].unique().to_list())
         return events
@@ -549,7 +583,7 @@ def _one_block(chunks: Chunks) -> pl.DataFrame | None:
 
 
 def _extract_batch(prepared: pl.DataFrame, parsers: Sequence[Any], paths: Sequence[str]) -> pl.DataFrame:
-    """``_extract_all`` of a batch: each parser reads the files whose lines hold one of its gates,
+    """Every gated parser's rows of a batch: each parser reads the files whose lines hold one of its gates,
     as it would alone; a batched parser reads them at once, the others file by file."""
     frames = []
     keyed = prepared.with_columns(file_key().alias("_k"))

@@ -1,0 +1,69 @@
+"""A trainer log read in many blocks places its steps as when read whole (``TrainerParser.carry``)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+from toranalyze_parsers.trainer import parser as trainer
+from toranalyze_parsers.trainer.carry import carry
+
+from toranalyze.ingest.lines import prepare_lines
+from toranalyze.ingest.reader import Chunks, read_text_events
+
+STEPS = 3000
+
+
+def _repaint(i: int, total: int, desc: str = "") -> str:
+    m, s = divmod(2 * i, 60)
+    h, m = divmod(m, 60)
+    elapsed = f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+    return f"{desc}{i * 100 // total:3d}%|          | {i}/{total} [{elapsed}<00:00,  2.00s/it]"
+
+
+def _hf_log(path: Path, newline_repaints: bool) -> None:
+    """HF Trainer's banner, then one bar of STEPS repaints (2 s a step) with a loss dict every 50
+    steps and an evaluation bar every 1000; repaints separated by \\r (tqdm writing to a file) or
+    each on its own line."""
+    sep = "\n" if newline_repaints else "\r"
+    out = [
+        "[INFO|trainer.py:2128] 2024-05-07 11:03:12,000 >> ***** Running training *****\n",
+        f"[INFO|trainer.py:2134] 2024-05-07 11:03:12,000 >>   Total optimization steps = {STEPS:,}\n",
+    ]
+    for i in range(STEPS + 1):
+        out.append(sep + _repaint(i, STEPS))
+        if i and i % 50 == 0:
+            out.append(f"\n{{'loss': {2 + 1 / i:.4f}, 'learning_rate': 1e-05, 'epoch': {i / STEPS:.3f}}}\n")
+        if i and i % 1000 == 0:
+            out.append("".join("\r" + _repaint(k, 20, "Evaluating: ") for k in range(21)) + "\n")
+    path.write_text("".join(out) + "\n")
+
+
+@pytest.mark.parametrize("newline_repaints", [False, True])
+def test_steps_read_in_many_blocks_are_placed_as_in_one(tmp_path: Path, newline_repaints: bool) -> None:
+    path = tmp_path / "train.log"
+    _hf_log(path, newline_repaints)
+    assert path.stat().st_size > 40 * 4096
+    whole = read_text_events(str(path), [trainer]).events
+    blocks = read_text_events(str(path), [trainer], block_bytes=4096).events
+    steps = whole.filter(kind="step")
+    assert steps.height == STEPS // 50 and steps["ts"].null_count() == 0
+    # 2 s a step from the banner's clock: the whole read is right, and the blocks agree with it
+    late = steps.select((pl.col("ts") - pl.col("ts").min()).dt.total_seconds() - 2 * (pl.col("step") - 50))
+    assert late.to_series().abs().max() <= 1
+    cols = ["line", "kind", "step", "ts", "ts_inferred", "loss"]
+    assert_frame_equal(blocks.select(cols), whole.select(cols))
+
+
+def test_the_carried_lines_are_few_and_name_the_bar_start_clock(tmp_path: Path) -> None:
+    path = tmp_path / "train.log"
+    _hf_log(path, newline_repaints=True)
+    lines = prepare_lines(next(iter(Chunks(str(path)))))
+    kept = carry(lines)
+    assert 0 < kept.height <= 8  # the banners, each bar's start and latest repaint, a clock
+    start = kept.filter(pl.col("text").str.contains(r"\| 0/3000 \["))
+    assert start["p_ts"].to_list() == [dt.datetime(2024, 5, 7, 11, 3, 12)]
+    assert kept["line"].is_sorted()

@@ -29,6 +29,20 @@ KNOWN_MISSES = {
     "real_excerpts_heldout/trainer/torchrun_exitcode_minus9_bracket_ts.log": SIGKILL_ALONE,
     "real_excerpts/trainer/srun_prefixed_watchdog_unspecified_launch_failure.log":
         "the watchdog line is hard-wrapped inside 'CUDA error' ('CUDA erro' / 'r: unspecified launch failure')",
+    "real_excerpts/slurm/slurmctld_update_node_health_check_failed.log":
+        "'update_node: node X reason set to: Scheduler health check failed' is read as information",
+    "real_excerpts/nccl/collector_stamp_redacted_pid_ibv_modify_qp_timed_out.log":
+        "an NCCL head whose pid was redacted ('host:XXXXXX [5]') and that has no tid",
+    "real_excerpts/kubernetes/get_pods_evicted_then_bold_describe_message_memory.log":
+        "describe's 'Message:' field pasted without its block: only the pod row's Evicted is read",
+    "real_excerpts/kubernetes/pod_wide_table_evicted_and_event_ephemeral_storage.log":
+        "an Events row pasted without the describe block around it",
+    "real_excerpts/kubernetes/events_backtick_failedscheduling_insufficient_gpu_mem.log":
+        "an Events table opened by a backtick ('`Events:'), so not read as a describe fragment",
+    "real_excerpts/gpu/zsh_prompt_device_handle_unknown_aer_deltas.log":
+        "the host is named only by a zsh prompt ('me@cn-234 ~ % nvidia-smi')",
+    "real_excerpts/nccl/net_ib_error4_vendor81_prose_backtick_prefix.log":
+        "the first NCCL head follows prose and a backtick ('error log `H100-2:...'): its node is lost",
     "real_excerpts_heldout/kubernetes/kubelet_eviction_manager_ephemeral_storage.log":
         "jsonpath output ('name<TAB><TAB>Evicted<TAB><TAB>message') is not a layout the parser knows",
     "real_excerpts_heldout/kubernetes/describe_events_failedscheduling_selector_gpu.log":

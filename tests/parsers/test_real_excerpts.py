@@ -29,8 +29,6 @@ KNOWN_MISSES = {
     "real_excerpts_heldout/trainer/torchrun_exitcode_minus9_bracket_ts.log": SIGKILL_ALONE,
     "real_excerpts/trainer/srun_prefixed_watchdog_unspecified_launch_failure.log":
         "the watchdog line is hard-wrapped inside 'CUDA error' ('CUDA erro' / 'r: unspecified launch failure')",
-    "real_excerpts/nccl/collector_stamp_redacted_pid_ibv_modify_qp_timed_out.log":
-        "an NCCL head whose pid was redacted ('host:XXXXXX [5]') and that has no tid",
     "real_excerpts/kubernetes/get_pods_evicted_then_bold_describe_message_memory.log":
         "describe's 'Message:' field pasted without its block: only the pod row's Evicted is read",
     "real_excerpts/kubernetes/pod_wide_table_evicted_and_event_ephemeral_storage.log":

@@ -31,18 +31,12 @@ KNOWN_MISSES = {
         "the watchdog line is hard-wrapped inside 'CUDA error' ('CUDA erro' / 'r: unspecified launch failure')",
     "real_excerpts/kubernetes/get_pods_evicted_then_bold_describe_message_memory.log":
         "describe's 'Message:' field pasted without its block: only the pod row's Evicted is read",
-    "real_excerpts/kubernetes/pod_wide_table_evicted_and_event_ephemeral_storage.log":
-        "an Events row pasted without the describe block around it",
-    "real_excerpts/kubernetes/events_backtick_failedscheduling_insufficient_gpu_mem.log":
-        "an Events table opened by a backtick ('`Events:'), so not read as a describe fragment",
     "real_excerpts/gpu/zsh_prompt_device_handle_unknown_aer_deltas.log":
         "the host is named only by a zsh prompt ('me@cn-234 ~ % nvidia-smi')",
     "real_excerpts/nccl/net_ib_error4_vendor81_prose_backtick_prefix.log":
         "the first NCCL head follows prose and a backtick ('error log `H100-2:...'): its node is lost",
     "real_excerpts_heldout/kubernetes/kubelet_eviction_manager_ephemeral_storage.log":
         "jsonpath output ('name<TAB><TAB>Evicted<TAB><TAB>message') is not a layout the parser knows",
-    "real_excerpts_heldout/kubernetes/describe_events_failedscheduling_selector_gpu.log":
-        "an Events row pasted without the describe block around it",
     "real_excerpts_heldout/kubernetes/describe_events_evicted_ephemeral_no_from_node.log":
         "an Events row pasted without indentation or the describe block around it",
     "real_excerpts_heldout/slurm/sinfo_R_cyclecloud_node_fail.log": "a site-defined drain reason (cyclecloud_node_fail)",

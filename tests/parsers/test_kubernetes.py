@@ -717,3 +717,11 @@ def test_an_events_row_without_its_describe_block_is_read(lines: list[str], node
 def test_a_line_that_only_looks_like_an_events_row_is_not_one() -> None:
     # no age column after the reason: prose, not a describe row
     assert extract_lines(parser, ["  Warning  Evicted pods keep piling up on this node"]).height == 0
+
+
+def test_describe_message_field_pasted_alone_names_the_eviction_resource() -> None:
+    # https://github.com/kubernetes/kubernetes/issues/112927: describe's Message field, bold markers and all.
+    line = ("Message:        The node was low on resource: memory. Container citadel was using 43536Ki, "
+            "which exceeds its request of 0.**")
+    row = only(classified(extract_lines(parser, [line])))
+    assert (row["state"], row["failure_class"]) == ("Evicted", "oom_host")

@@ -29,8 +29,6 @@ KNOWN_MISSES = {
     "real_excerpts_heldout/trainer/torchrun_exitcode_minus9_bracket_ts.log": SIGKILL_ALONE,
     "real_excerpts/trainer/srun_prefixed_watchdog_unspecified_launch_failure.log":
         "the watchdog line is hard-wrapped inside 'CUDA error' ('CUDA erro' / 'r: unspecified launch failure')",
-    "real_excerpts/kubernetes/get_pods_evicted_then_bold_describe_message_memory.log":
-        "describe's 'Message:' field pasted without its block: only the pod row's Evicted is read",
     "real_excerpts/gpu/zsh_prompt_device_handle_unknown_aer_deltas.log":
         "the host is named only by a zsh prompt ('me@cn-234 ~ % nvidia-smi')",
     "real_excerpts/nccl/net_ib_error4_vendor81_prose_backtick_prefix.log":

@@ -292,6 +292,15 @@ def test_redacted_pid_keeps_the_head(tmp_path: Path) -> None:
     assert ev["message"].str.slice(0, 13).to_list() == ["Call to ibv_m", "Net : Connect"]
 
 
+def test_head_quoted_inline_after_prose(tmp_path: Path) -> None:
+    # https://github.com/NVIDIA/nccl/issues/928: the first line of the log opens the post's sentence.
+    ev = parse_file_lines(tmp_path, [
+        "error log `H100-2:19989:20082 [1] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer "
+        "fe80::966d:ae03:8b:df78%ib0<53249> with error 4, opcode 32564, len 32564, vendor err 81 (Send)",
+    ])
+    assert (ev["node"].to_list(), ev["code"].to_list(), ev["kind"].to_list()) == (["H100-2"], ["4"], ["error"])
+
+
 # --- PyTorch NCCL errors (multi-line chains) -----------------------------------------------------------
 
 

@@ -29,8 +29,6 @@ KNOWN_MISSES = {
     "real_excerpts_heldout/trainer/torchrun_exitcode_minus9_bracket_ts.log": SIGKILL_ALONE,
     "real_excerpts/trainer/srun_prefixed_watchdog_unspecified_launch_failure.log":
         "the watchdog line is hard-wrapped inside 'CUDA error' ('CUDA erro' / 'r: unspecified launch failure')",
-    "real_excerpts/nccl/net_ib_error4_vendor81_prose_backtick_prefix.log":
-        "the first NCCL head follows prose and a backtick ('error log `H100-2:...'): its node is lost",
     "real_excerpts_heldout/kubernetes/kubelet_eviction_manager_ephemeral_storage.log":
         "jsonpath output ('name<TAB><TAB>Evicted<TAB><TAB>message') is not a layout the parser knows",
     "real_excerpts_heldout/kubernetes/describe_events_evicted_ephemeral_no_from_node.log":

@@ -17,7 +17,10 @@ import polars as pl
 from toranalyze.plugins import file_key
 from toranalyze.schema import conform_raw
 
-_BARE = r"""^\s*(?:message:\s*['"]?|(?P<field>Message:\s*))?(The node (?:was low on resource: [\w-]+|had condition: \[\w+\]).*?)['"]?\s*$"""
+_BARE = (
+    r"""^\s*(?:message:\s*['"]?|(?P<field>Message:\s*))?"""
+    r"""(The node (?:was low on resource: [\w-]+|had condition: \[\w+\]).*?)['"]?\s*$"""
+)
 
 
 def extract_evictions(lines: pl.LazyFrame) -> pl.LazyFrame:

@@ -52,10 +52,12 @@ _CONDITION_ROW = (
     rf"^\s+(?P<type>[A-Z]\w*)\s+(?P<status>True|False|Unknown)\s+(?P<hb>{RFC1123})\s+(?P<tt>{RFC1123})\s+"
     r"(?P<reason>\w+)(?:\s+(?P<msg>.*?))?\s*$"
 )
-# Lines that only a describe output prints: a fragment pasted without its 'Name:' header.
+# Lines that only a describe output prints: a fragment pasted without its 'Name:' header. An
+# Events row (type, reason, age, source) is one too, with or without its table around it.
 _FRAGMENT = (
     r"^(?:Events|Conditions|Containers):\s*$|^\s*(?:Last )?State:\s+(?:Terminated|Waiting)\s*$"
     r"|^Reason:\s+[A-Z]\w+\s*$|^\s+\d+[ydhms]\s+\d+[ydhms]\s+\d+\s+\S.*\s(?:Normal|Warning)\s"
+    rf"|^\s+(?:Normal|Warning)\s+[A-Z][\w.-]*\s+{INTERVAL}\s+[\w.-]+(?:, [\w.-]+)?\s+\S"
 )
 _FIELDS = ("Reason", "Message", "Exit Code", "Signal", "Started", "Finished")
 _SECTIONS = ["Name", "Conditions", "Volumes", "QoS Class", "Node-Selectors", "Tolerations", "Events",

@@ -1,5 +1,6 @@
-"""Kubelet eviction messages pasted on their own: a pod status ``message:`` (YAML), or the bare
-sentence copied out of ``kubectl describe``/``get -o jsonpath``.
+"""Kubelet eviction messages pasted on their own: a pod status ``message:`` (YAML), describe's
+``Message:`` field without its block, or the bare sentence copied out of ``kubectl
+describe``/``get -o jsonpath``.
 
     message: 'The node was low on resource: memory. Container node was using 35505620Ki,
     The node was low on resource: ephemeral-storage. Container x was using 92Ki, ...
@@ -13,19 +14,29 @@ from __future__ import annotations
 
 import polars as pl
 
+from toranalyze.plugins import file_key
 from toranalyze.schema import conform_raw
 
-_BARE = r"""^\s*(?:message:\s*['"]?)?(The node (?:was low on resource: [\w-]+|had condition: \[\w+\]).*?)['"]?\s*$"""
+_BARE = (
+    r"""^\s*(?:message:\s*['"]?|(?P<field>Message:\s*))?"""
+    r"""(The node (?:was low on resource: [\w-]+|had condition: \[\w+\]).*?)['"]?\s*$"""
+)
 
 
 def extract_evictions(lines: pl.LazyFrame) -> pl.LazyFrame:
-    """RAW rows for eviction sentences that open a line."""
+    """RAW rows for eviction sentences that open a line. Describe's ``Message:`` field counts only
+    in a file holding no describe block (a ``Name:`` line): a whole block is read by describe."""
     text = pl.col("text")
-    sentence = text.str.extract(_BARE, 1)
+    sentence = text.str.extract(_BARE, 2)
+    field = text.str.extract(_BARE, 1).is_not_null()
+    named = text.str.starts_with("Name:")
+    sentences = text.str.contains("The node ", literal=True)
     return conform_raw(
-        lines.filter(text.str.contains("The node ", literal=True))
-        .with_columns(sentence.alias("_s"))
-        .filter(pl.col("_s").is_not_null())
+        lines.filter(sentences | named)
+        .with_columns(named.any().over(file_key()).alias("_blk"))
+        .filter(sentences)
+        .with_columns(sentence.alias("_s"), field.alias("_f"))
+        .filter(pl.col("_s").is_not_null() & ~(pl.col("_f") & pl.col("_blk")))
         .select(
             pl.col("line"),
             pl.lit("error").alias("kind"),

@@ -32,7 +32,7 @@ from toranalyze.schema import NAIVE_US
 
 # Reasons Slurm itself gives a node it takes out of service (sinfo -R, scontrol show node).
 NODE_REASONS = ["Not responding", "Kill task failed", "Prolog error", "Epilog error", "batch job complete failure",
-                "Node unexpectedly rebooted", "Low RealMemory", "Low socket*core*thread count"]
+                "Node unexpectedly rebooted", "Low RealMemory", "Low socket*core*thread count", "health check failed"]
 _NODE_REASON = "|".join(r.replace("*", r"\*") for r in NODE_REASONS)
 
 # Cheap first cut: only lines holding one of these reach the rules.
@@ -272,6 +272,7 @@ def _ctld(base: _Base) -> list[pl.DataFrame | None]:
     run_err = rf"slurmd error running {_CTLD_JOB} on node\(s\)=(?P<node>[^\s:]+): (?P<why>.*)$"
     nodes = _g("nodes").str.strip_chars_end(",")
     st = _g("st").replace({"DRAINED": "DRAIN", "DRAINING": "DRAIN"})
+    out_of_service = _g("why").str.contains(rf"(?i){_NODE_REASON}").fill_null(False)
     return [
         _rule(base, "_job_complete", complete, "job_end",
               pl.when(how_state == "COMPLETED").then(pl.lit("info")).otherwise(pl.lit("error")),
@@ -294,7 +295,11 @@ def _ctld(base: _Base) -> list[pl.DataFrame | None]:
               pl.when(st.is_in(["DOWN", "FAIL", "FAILING"])).then(pl.lit("error"))
               .when(st == "DRAIN").then(pl.lit("warning")).otherwise(pl.lit("info")),
               node=_g("node"), state=st),
-        _rule(base, "reason set to", reason, "info", "info", node=_g("node")),
+        # A reason Slurm (or its health check) gives a node it takes out of service is an error;
+        # an administrator's free-text reason (a drain for maintenance, an Xid noted) stays information.
+        _rule(base, "reason set to", reason,
+              pl.when(out_of_service).then(pl.lit("error")).otherwise(pl.lit("info")),
+              pl.when(out_of_service).then(pl.lit("error")).otherwise(pl.lit("info")), node=_g("node")),
         _rule(base, "returned to service", r"node (?P<node>\S+) returned to service", "node_state", "info",
               node=_g("node"), state=pl.lit("RESUME")),
         _rule(base, "unexpectedly rebooted", r"Node (?P<node>\S+) unexpectedly rebooted", "node_state", "warning",

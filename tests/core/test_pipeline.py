@@ -101,8 +101,13 @@ def test_a_shell_prompt_names_the_host_of_the_output_below_it_in_its_file(tmp_pa
         xid.format(2),
         "(venv) me@gpu-07.cluster:~/run$ dmesg -T",
         xid.format(3),
+        "zeyer@cn-234 ~ % dmesg -T",  # zsh's default prompt (https://github.com/rwth-i6/returnn/issues/1486)
+        xid.format(4),
+        "write to me@example.org / 50 % of the time",  # prose: no prompt
+        xid.format(5),
     ]) + "\n")
-    (tmp_path / "b.log").write_text(xid.format(4) + "\n")
+    (tmp_path / "b.log").write_text(xid.format(6) + "\n")
     ev = ingest([str(tmp_path)], IngestOptions(), jobs=1).events.filter(failure_class="gpu_hardware")
     nodes = dict(zip(ev["file"].str.split("/").list.last() + ":" + ev["line"].cast(str), ev["node"], strict=True))
-    assert nodes == {"a.log:1": None, "a.log:3": "node4", "a.log:5": "gpu-07.cluster", "b.log:1": None}
+    assert nodes == {"a.log:1": None, "a.log:3": "node4", "a.log:5": "gpu-07.cluster", "a.log:7": "cn-234",
+                     "a.log:9": "cn-234", "b.log:1": None}

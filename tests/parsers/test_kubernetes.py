@@ -693,3 +693,35 @@ def test_a_node_fragment_without_its_name_reports_the_cordon() -> None:
     start = next(i for i, s in enumerate(lines) if s.startswith("Unschedulable:") and s.endswith("true")) - 1
     cordon = only(extract_lines(parser, lines[start:start + 12]), state="SchedulingDisabled")
     assert cordon["message"] == "Unschedulable: true (node ? cordoned)" and cordon["node"] is None
+
+
+@pytest.mark.parametrize(
+    ("lines", "node", "failure_class"),
+    [
+        # https://github.com/intel/pmem-csi/issues/261: one Events row pasted alone, one leading space.
+        ([" Warning  Evicted    6m28s  kubelet, host-1    The node was low on resource: ephemeral-storage. "
+          "Container .... was using 52Ki, which exceeds its request of 0."], "host-1", "storage"),
+        # https://github.com/AliyunContainerService/gpushare-scheduler-extender/issues/59: the table behind a backtick.
+        (["`Events:", "  Type     Reason            Age                From               Message",
+          "  ----     ------            ----               ----               -------",
+          "  Warning  FailedScheduling  6s (x5 over 3m1s)  default-scheduler  0/2 nodes are available: "
+          "2 Insufficient aliyun.com/gpu-mem`"], None, "scheduling"),
+    ],
+)
+def test_an_events_row_without_its_describe_block_is_read(lines: list[str], node: str | None,
+                                                         failure_class: str) -> None:
+    row = only(classified(extract_lines(parser, lines)).filter(pl.col("failure_class").is_not_null()))
+    assert (row["node"], row["failure_class"]) == (node, failure_class)
+
+
+def test_a_line_that_only_looks_like_an_events_row_is_not_one() -> None:
+    # no age column after the reason: prose, not a describe row
+    assert extract_lines(parser, ["  Warning  Evicted pods keep piling up on this node"]).height == 0
+
+
+def test_describe_message_field_pasted_alone_names_the_eviction_resource() -> None:
+    # https://github.com/kubernetes/kubernetes/issues/112927: describe's Message field, bold markers and all.
+    line = ("Message:        The node was low on resource: memory. Container citadel was using 43536Ki, "
+            "which exceeds its request of 0.**")
+    row = only(classified(extract_lines(parser, [line])))
+    assert (row["state"], row["failure_class"]) == ("Evicted", "oom_host")

@@ -281,6 +281,26 @@ def test_collector_stamp_on_nccl_warn_gives_the_time(tmp_path: Path) -> None:
     assert ev["node"].to_list() == ["node-01"]
 
 
+def test_redacted_pid_keeps_the_head(tmp_path: Path) -> None:
+    # https://github.com/NVIDIA/nccl/issues/2013: the pid redacted and no tid, behind a collector stamp.
+    ev = parse_file_lines(tmp_path, [
+        "[2026-03-13 22:26:02] host-01.example.com:XXXXXX [5] ibvwrap.c:262 NCCL WARN Call to ibv_modify_qp failed "
+        "with 110 Connection timed out, on dev mlx_x:1, curr state INIT, next state RTR, local GID index 3",
+        "node-9:xxxx:xxxx [2] misc/socket.cc:538 NCCL WARN Net : Connection closed by remote peer node-3<47861>",
+    ])
+    assert ev["node"].to_list() == ["host-01.example.com", "node-9"]
+    assert ev["message"].str.slice(0, 13).to_list() == ["Call to ibv_m", "Net : Connect"]
+
+
+def test_head_quoted_inline_after_prose(tmp_path: Path) -> None:
+    # https://github.com/NVIDIA/nccl/issues/928: the first line of the log opens the post's sentence.
+    ev = parse_file_lines(tmp_path, [
+        "error log `H100-2:19989:20082 [1] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer "
+        "fe80::966d:ae03:8b:df78%ib0<53249> with error 4, opcode 32564, len 32564, vendor err 81 (Send)",
+    ])
+    assert (ev["node"].to_list(), ev["code"].to_list(), ev["kind"].to_list()) == (["H100-2"], ["4"], ["error"])
+
+
 # --- PyTorch NCCL errors (multi-line chains) -----------------------------------------------------------
 
 

@@ -31,8 +31,6 @@ KNOWN_MISSES = {
         "the watchdog line is hard-wrapped inside 'CUDA error' ('CUDA erro' / 'r: unspecified launch failure')",
     "real_excerpts_heldout/kubernetes/kubelet_eviction_manager_ephemeral_storage.log":
         "jsonpath output ('name<TAB><TAB>Evicted<TAB><TAB>message') is not a layout the parser knows",
-    "real_excerpts_heldout/kubernetes/describe_events_failedscheduling_selector_gpu.log":
-        "an Events row pasted without the describe block around it",
     "real_excerpts_heldout/kubernetes/describe_events_evicted_ephemeral_no_from_node.log":
         "an Events row pasted without indentation or the describe block around it",
     "real_excerpts_heldout/slurm/sinfo_R_cyclecloud_node_fail.log": "a site-defined drain reason (cyclecloud_node_fail)",

@@ -326,6 +326,11 @@ CTLD = [
      "node_state", None, "gpu017", "IDLE", None, None, None),
     ("[2024-04-01T14:02:11.774] update_node: node gpu017 reason set to: xid 79",
      "info", None, "gpu017", None, None, None, None),
+    # https://github.com/aws/aws-parallelcluster/issues/6842: the scheduler's health check took the node out.
+    ("[2025-07-04T00:54:23.932] update_node: node od-r7i-l-dy-od-16-gb-1-cores-8 reason set to: Scheduler health "
+     "check failed", "error", None, "od-r7i-l-dy-od-16-gb-1-cores-8", None, None, None, "node_failure"),
+    ("[2024-04-01T14:02:11.774] update_node: node gpu017 reason set to: Not responding",
+     "error", None, "gpu017", None, None, None, "node_failure"),
     ("[2024-04-02T00:00:00.000] Node gpu017 now responding",
      "node_state", None, "gpu017", "RESPONDING", None, None, None),
     ("[2024-04-02T01:00:00.000] node gpu017 returned to service",

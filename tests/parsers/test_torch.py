@@ -414,6 +414,25 @@ Exception raised from checkTimeout at ../torch/csrc/distributed/c10d/ProcessGrou
     assert (row["code"], row["failure_class"]) == ("c10::DistBackendError", "collective_timeout")
 
 
+def test_watchdog_abort_cut_after_its_rank_is_a_collective_timeout() -> None:
+    # https://github.com/huggingface/open-r1/issues/620: three aborts glued on one line, the
+    # exception text hard-wrapped onto the next one; the line itself names no application error.
+    text = (
+        "  what():    what():    what():  [PG ID 0 PG GUID 0(default_pg) Rank 2] Process group watchdog thread "
+        "terminated with exception: [Rank 2]"
+    )
+    row = one(classified(run(text)))
+    assert row["failure_class"] == "collective_timeout"
+
+
+def test_watchdog_abort_with_an_nccl_error_keeps_its_class() -> None:
+    text = (
+        "  what():  [PG 0 Rank 3] Process group watchdog thread terminated with exception: NCCL error: "
+        "unhandled system error, NCCL version 2.18.1"
+    )
+    assert one(classified(run(text)))["failure_class"] == "network"
+
+
 def test_std_runtime_error_and_bare_terminate() -> None:
     ev = run(
         "terminate called after throwing an instance of 'std::runtime_error'\n"

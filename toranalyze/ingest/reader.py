@@ -458,8 +458,9 @@ def _with_prefix_context(events: pl.DataFrame, prepared: pl.DataFrame) -> pl.Dat
 
 
 # A shell prompt pasted above a command's output ('root@node4:~# dmesg -T', '(venv) me@gpu-3:~/run$
-# nvidia-smi'): the output below it, up to the next prompt of its file, came from that host.
-_PROMPT = r"^(?:\([\w.\-]+\)\s+)?[\w.\-]+@([\w.\-]+):\S*[#$] "
+# nvidia-smi', zsh's 'me@cn-234 ~ % nvidia-smi'): the output below it, up to the next prompt of its
+# file, came from that host.
+_PROMPT = r"^(?:\([\w.\-]+\)\s+)?[\w.\-]+@([\w.\-]+)(?::\S*[#$]| (?:~|/)\S* [%#$]) "
 
 
 def _with_prompt_hosts(events: pl.DataFrame, prepared: pl.DataFrame) -> pl.DataFrame:

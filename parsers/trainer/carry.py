@@ -10,7 +10,9 @@ stalled, then caught up). The carried lines:
   the next block places the bar's repaints as the whole file would;
 * each kind of bar's latest repaint (the step, clock and rate of records that follow it);
 * the latest line stating a clock, the latest step record's line (the step of records that
-  name none), and HF's ``Total optimization steps`` banners (which bars are the training's).
+  name none; a Megatron iteration record with the time it was placed at as its clock, from which
+  the next block's clock-less iterations are summed), and HF's ``Total optimization steps``
+  banners (which bars are the training's).
 
 What the next block's lines state themselves overrides these, as it would in the whole file.
 """
@@ -22,12 +24,14 @@ from toranalyze_parsers.trainer.common import enrich
 from toranalyze_parsers.trainer.tqdm import bars
 
 from toranalyze.plugins import contains_any
+from toranalyze.schema import NAIVE_US
 
 BANNER = "Total optimization steps"
 BAR_LITERALS = ("%|", "it [")  # what every bar repaint holds (tqdm.bars' own prefilter)
 PROBE = 4096  # the last lines searched first for a clock
 START = r"\[[0:]+[<,\]]"  # a repaint at elapsed 0: a bar's start (tqdm.bars reads the same field)
 LAST = 64  # the last repaints of a block read for each kind's latest
+ITERATION = "iteration"  # what a Megatron iteration record holds
 
 
 def carry(lines: pl.DataFrame, rows: pl.DataFrame | None = None) -> pl.DataFrame:
@@ -38,25 +42,37 @@ def carry(lines: pl.DataFrame, rows: pl.DataFrame | None = None) -> pl.DataFrame
     ordered = lines.sort("line", maintain_order=True)  # as enrich() orders them: `_i` indexes this
     text = pl.col("text")
     banners = ordered.with_row_index("_i").filter(text.str.contains(BANNER, literal=True)).select("_i")
-    banners = pl.concat([banners, _latest_step(ordered, rows)])
+    step = _latest_step(ordered, rows)
     if not ordered.select(contains_any(text, BAR_LITERALS).any()).item():
-        keep, anchors = pl.concat([banners, _latest_clock(ordered)]), None
+        keep, anchors = pl.concat([banners, _latest_clock(ordered)]), step
     else:
         keep, anchors = _bar_lines(ordered)
-        keep = pl.concat([keep, banners])
-    kept = ordered.with_row_index("_i").join(keep.unique(), on="_i", how="semi")
-    if anchors is not None:
-        kept = kept.join(anchors, on="_i", how="left").with_columns(pl.coalesce("_anchor", "p_ts").alias("p_ts"))
-    return kept.sort("_i").select(lines.columns)
+        keep, anchors = pl.concat([keep, banners]), pl.concat([anchors, step])
+    keep = pl.concat([keep, step.select("_i")]).unique()
+    return (
+        ordered.with_row_index("_i")
+        .join(keep, on="_i", how="semi")
+        .join(anchors.drop_nulls("_anchor").unique("_i"), on="_i", how="left")
+        .with_columns(pl.coalesce("_anchor", "p_ts").alias("p_ts"))
+        .sort("_i")
+        .select(lines.columns)
+    )
 
 
 def _latest_step(ordered: pl.DataFrame, rows: pl.DataFrame | None) -> pl.DataFrame:
-    """The index of the line of the latest step record (what later records naming no step take)."""
+    """The line of the latest step record (the step of later records naming none), by index
+    ``_i``; a Megatron iteration record with the time it was placed at as its ``_anchor`` (a
+    clock-less one is placed by summing iteration times since the latest clock: the next block
+    sums from it, as the whole file would)."""
+    none = pl.DataFrame(schema={"_i": pl.UInt32, "_anchor": NAIVE_US})
     steps = rows.filter(pl.col("kind") == "step") if rows is not None else None
     if steps is None or steps.height == 0:
-        return pl.DataFrame(schema={"_i": pl.UInt32})
-    at = ordered.with_row_index("_i").filter(pl.col("line") == steps["line"].max())
-    return at.select("_i").tail(1)
+        return none
+    last = steps.filter(pl.col("line") == steps["line"].max()).tail(1)
+    at = ordered.with_row_index("_i").filter(pl.col("line") == last["line"][0]).tail(1)
+    megatron = at["text"].str.contains(ITERATION, literal=True).any()
+    anchor = last["ts"].cast(NAIVE_US) if megatron else pl.Series([None], dtype=NAIVE_US)
+    return at.select("_i").with_columns(anchor.alias("_anchor"))
 
 
 def _latest_clock(ordered: pl.DataFrame) -> pl.DataFrame:

@@ -67,3 +67,20 @@ def test_the_carried_lines_are_few_and_name_the_bar_start_clock(tmp_path: Path) 
     start = kept.filter(pl.col("text").str.contains(r"\| 0/3000 \["))
     assert start["p_ts"].to_list() == [dt.datetime(2024, 5, 7, 11, 3, 12)]
     assert kept["line"].is_sorted()
+
+
+REAL = Path(__file__).resolve().parent.parent / "data" / "trainer" / "real"
+
+
+@pytest.mark.parametrize(
+    "name", ["bigscience_meg_gpt2_n16_pp16_user_scancel_1809577.log", "bigscience_meg_ds_3d_gpt2_perf_n16-ds-off.out"]
+)
+def test_clockless_megatron_iterations_read_in_many_blocks_are_placed_as_in_one(name: str) -> None:
+    """Real Megatron logs whose iteration records state no clock: each is placed at the latest
+    clock plus the iteration times summed since, a sum that now goes on across blocks."""
+    path = str(REAL / name)
+    whole = read_text_events(path, [trainer]).events.filter(kind="step")
+    blocks = read_text_events(path, [trainer], block_bytes=4096).events.filter(kind="step")
+    assert whole.height > 5 and whole["ts_inferred"].all()
+    cols = ["line", "step", "ts", "ts_inferred"]
+    assert_frame_equal(blocks.select(cols), whole.select(cols))

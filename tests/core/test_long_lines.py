@@ -6,9 +6,11 @@ import datetime as dt
 from pathlib import Path
 
 import polars as pl
+from polars.testing import assert_frame_equal
 
 from toranalyze.ingest import reader
 from toranalyze.ingest.pipeline import IngestOptions, ingest
+from toranalyze.plugins import default_registry
 
 START = dt.datetime(2024, 5, 7, 11, 3, 12, tzinfo=dt.UTC)
 
@@ -45,3 +47,29 @@ def test_a_line_longer_than_the_match_limit_is_cut_with_a_warning_naming_it(tmp_
     assert result.events.filter(failure_class="gpu_hardware")["line"].to_list() == [1, 3]
     (warning,) = result.files[0].warnings
     assert warning.startswith(f"line 2 longer than {reader.LONG_LINE} bytes")
+
+
+def test_a_line_of_repaints_longer_than_a_block_is_read_in_pieces_numbered_as_that_line(tmp_path: Path) -> None:
+    path = tmp_path / "train.log"
+    _bar_log(path, 3000)
+    with path.open("a") as out:
+        out.write("[2024-05-07 12:43:14] Training completed.\n")
+    frames = list(reader.Chunks(str(path), block_bytes=4096))
+    assert len(frames) > 40 and max(f.height for f in frames) <= 2
+    numbers = pl.concat(frames)["line"]
+    assert numbers.unique().sort().to_list() == [1, 2, 3] and numbers.is_sorted()
+    # every piece ends after a repaint: joined back at carriage returns, they are the file's lines
+    pieces = pl.concat(frames).group_by("line", maintain_order=True).agg(pl.col("raw").str.strip_suffix("\r"))
+    joined = ["\r".join(p) for p in pieces["raw"].to_list()]
+    assert joined == path.read_bytes().decode().split("\n")[:-1]
+
+
+def test_a_bar_read_in_pieces_gives_the_rows_of_one_block(tmp_path: Path) -> None:
+    path = tmp_path / "train.log"
+    _bar_log(path, 3000)
+    parsers = [p for p in default_registry().parsers() if p.name == "trainer"]
+    whole = reader.read_text_events(str(path), parsers)
+    pieces = reader.read_text_events(str(path), parsers, block_bytes=4096)
+    assert whole.events.filter(kind="step").height == 3000
+    assert_frame_equal(pieces.events, whole.events)
+    assert (pieces.lines, pieces.covered) == (whole.lines, whole.covered) == (2, 1)

@@ -28,6 +28,7 @@ from toranalyze.schema import RAW_SCHEMA, validate_kinds, validate_raw
 
 BLOCK_BYTES = 32 * 1024 * 1024
 HEAD_BYTES = 16 * 1024
+REPAINT_SHARE = 4  # a line of repaints longer than a block is read in pieces of a quarter block
 LONG_LINE = 1024 * 1024  # lines (or \r repaints) longer than this are cut for matching (a warning says so)
 
 
@@ -221,6 +222,16 @@ class Chunks:
                 data = carry + block
                 if not eof:
                     cut = data.rfind(b"\n")
+                    repaint = data.rfind(b"\r") if cut < 0 else -1
+                    if repaint >= 0:
+                        # A line of carriage-return repaints longer than a block (a progress bar
+                        # written to a file) is read in pieces cut after a repaint, all numbered
+                        # as that line: memory stays a piece's (a repaint is an event, so such a
+                        # line holds many events a byte), and the carriage returns split it anyway.
+                        data, carry = data[: repaint + 1], data[repaint + 1 :]
+                        for piece in _repaint_pieces(data, self.block_bytes // REPAINT_SHARE):
+                            yield from self._frames(piece, next_line)
+                        continue
                     if cut < 0:
                         carry = data
                         if len(carry) > 16 * self.block_bytes:
@@ -230,16 +241,36 @@ class Chunks:
                             continue
                     else:
                         data, carry = data[: cut + 1], data[cut + 1 :]
-                if data:
-                    frame, cut_warning = _cut_long_lines(_frame_from_block(data, next_line))
-                    if cut_warning:
-                        self.warnings.append(cut_warning)
-                    if frame.height:
-                        next_line += frame.height
-                        yield frame
+                for frame in self._frames(data, next_line):
+                    next_line += frame.height
+                    yield frame
                 if eof:
                     break
         self.lines = next_line - 1
+
+    def _frames(self, data: bytes, first_line: int) -> Iterator[pl.DataFrame]:
+        """The frame of ``data``'s lines (none when it holds none), long lines cut."""
+        if not data:
+            return
+        frame, cut_warning = _cut_long_lines(_frame_from_block(data, first_line))
+        if cut_warning:
+            self.warnings.append(cut_warning)
+        if frame.height:
+            yield frame
+
+
+def _repaint_pieces(data: bytes, size: int) -> Iterator[bytes]:
+    """``data`` (no newline; ending after a carriage return) in pieces of about ``size`` bytes,
+    each ending after a carriage return (a repaint longer than ``size`` is one piece)."""
+    start = 0
+    while len(data) - start > size:
+        cut = data.rfind(b"\r", start, start + size)
+        if cut < start:
+            cut = data.find(b"\r", start + size)
+        yield data[start : cut + 1]
+        start = cut + 1
+    if start < len(data):
+        yield data[start:]
 
 
 @dataclass
@@ -419,17 +450,30 @@ class CarriedLines:
     seen: dict[str, tuple[pl.DataFrame, pl.DataFrame | None]] = field(default_factory=dict)
 
     def run(self, parser: Any, prepared: pl.DataFrame) -> pl.DataFrame | None:
-        before = self.seen.pop(parser.name, None)
-        lines = prepared
-        if before is not None and prepared.height:
-            ahead = parser.carry(*before)
-            if ahead.height:
-                lines = pl.concat([ahead.select(prepared.columns), prepared])
+        """The parser's rows of ``prepared``, read after the lines carried from earlier blocks."""
+        lines = self._ahead(parser, prepared)
         df = _run_parser(parser, lines)
         self.seen[parser.name] = (lines, df)
         if df is None or lines is prepared:
             return df
         return df.filter(pl.col("line") >= prepared["line"][0])
+
+    def skip(self, parser: Any, prepared: pl.DataFrame) -> None:
+        """A block the parser's gates rule out: what it carries may still lie in it (a clock)."""
+        self.seen[parser.name] = (self._ahead(parser, prepared), None)
+
+    def _ahead(self, parser: Any, prepared: pl.DataFrame) -> pl.DataFrame:
+        before = self.seen.pop(parser.name, None)
+        if before is None or not prepared.height:
+            return prepared
+        ahead = parser.carry(*before)
+        if not ahead.height:
+            return prepared
+        # A carried piece of the line this block goes on with counts as the line before it: the
+        # parser's rows on it are the earlier block's.
+        first = prepared["line"][0]
+        ahead = ahead.select(prepared.columns).with_columns(pl.min_horizontal("line", first - 1))
+        return pl.concat([ahead, prepared])
 
 
 def _empty_parsed() -> pl.DataFrame:
@@ -491,7 +535,8 @@ class TextEvents:
     """A text file's events, block by block: each block's rows in line order, one per (line,
     kind, step), the parser listed first keeping a line it shares with another. After iteration
     ``lines``, ``covered``, ``used`` (parsers that found something) and ``warnings`` are filled.
-    Lines never span blocks, so the blocks concatenated are the file's table."""
+    The blocks concatenated are the file's table: a line spans two blocks only when it is a line
+    of carriage-return repaints longer than a block, both then numbering it alike."""
 
     path: str
     parsers: Sequence[Any]
@@ -501,6 +546,7 @@ class TextEvents:
     used: set[str] = field(default_factory=set)
     warnings: list[str] = field(default_factory=list)
     carried: CarriedLines = field(default_factory=CarriedLines)
+    last_covered: int | None = None  # the previous block's last covered line
 
     def __iter__(self) -> Iterator[pl.DataFrame]:
         chunks = Chunks(self.path, self.block_bytes or BLOCK_BYTES)
@@ -514,9 +560,17 @@ class TextEvents:
 
     def _block(self, chunk: pl.DataFrame, noise: NoiseLines, priority: dict[str, int]) -> pl.DataFrame:
         prepared = on_thread("lines", lambda: prepare_lines(chunk))
-        extracted = _run_parsers(prepared, gated(prepared, self.parsers), self.path, self.carried)
+        chosen = gated(prepared, self.parsers)
+        for parser in self.parsers:
+            if parser not in chosen and hasattr(parser, "carry"):
+                on_thread(f"parser-{parser.name}", partial(self.carried.skip, parser, prepared))
+        extracted = _run_parsers(prepared, chosen, self.path, self.carried)
         events, covered = _block_events(prepared, extracted, noise, priority)
-        self.covered += covered.len()
+        # a line this block goes on with is counted once (covered lines are this block's only)
+        again = covered.len() > 0 and covered.min() == chunk["line"][0] == self.last_covered
+        self.covered += covered.len() - again
+        if covered.len():
+            self.last_covered = int(covered.max())  # type: ignore[arg-type]
         self.used.update(events["parser"].unique().to_list())
         return events
 

@@ -28,6 +28,7 @@ from toranalyze.schema import RAW_SCHEMA, validate_kinds, validate_raw
 
 BLOCK_BYTES = 32 * 1024 * 1024
 HEAD_BYTES = 16 * 1024
+EAGER_CARRY_BYTES = 4 * 1024 * 1024  # a block this big has its carry worked out at once (CarriedLines)
 REPAINT_SHARE = 4  # a line of repaints longer than a block is read in pieces of a quarter block
 LONG_LINE = 1024 * 1024  # lines (or \r repaints) longer than this are cut for matching (a warning says so)
 
@@ -440,33 +441,38 @@ class CarriedLines:
     A parser reads one block at a time, so state a block's rules take from lines far above (the
     clock and start of a progress bar that began blocks ago) would be lost at each block's start.
     ``parser.carry(lines, rows)`` (the lines it read and its rows of them) names the few of those
-    lines the next block needs; they
-    are put ahead of the next block's lines (in line order) and the parser's rows on them are
-    dropped, being the earlier block's. The carry of a block is only worked out once a next block
-    comes, so a file of one block pays nothing for it.
+    lines the next block needs; they are put ahead of the next block's lines (in line order) and
+    the parser's rows on them are dropped, being the earlier block's. The carry of a block is only
+    worked out once a next block comes, so a file of one block pays nothing for it.
     """
 
-    # parser -> the lines it last read and its rows of them (its carry is worked out from both)
-    seen: dict[str, tuple[pl.DataFrame, pl.DataFrame | None]] = field(default_factory=dict)
+    # parser -> the lines it last read and its rows of them (its carry is worked out from both),
+    # or, after a big block, the carry itself (holding a big block until the next one comes would
+    # cost its memory, a small block's carry would be worked out for nothing in a one-block file)
+    seen: dict[str, tuple[pl.DataFrame, pl.DataFrame | None] | pl.DataFrame] = field(default_factory=dict)
 
     def run(self, parser: Any, prepared: pl.DataFrame) -> pl.DataFrame | None:
         """The parser's rows of ``prepared``, read after the lines carried from earlier blocks."""
         lines = self._ahead(parser, prepared)
         df = _run_parser(parser, lines)
-        self.seen[parser.name] = (lines, df)
+        self._keep(parser, lines, df)
         if df is None or lines is prepared:
             return df
         return df.filter(pl.col("line") >= prepared["line"][0])
 
     def skip(self, parser: Any, prepared: pl.DataFrame) -> None:
         """A block the parser's gates rule out: what it carries may still lie in it (a clock)."""
-        self.seen[parser.name] = (self._ahead(parser, prepared), None)
+        self._keep(parser, self._ahead(parser, prepared), None)
+
+    def _keep(self, parser: Any, lines: pl.DataFrame, rows: pl.DataFrame | None) -> None:
+        big = lines.estimated_size() > EAGER_CARRY_BYTES
+        self.seen[parser.name] = parser.carry(lines, rows) if big else (lines, rows)
 
     def _ahead(self, parser: Any, prepared: pl.DataFrame) -> pl.DataFrame:
         before = self.seen.pop(parser.name, None)
         if before is None or not prepared.height:
             return prepared
-        ahead = parser.carry(*before)
+        ahead = before if isinstance(before, pl.DataFrame) else parser.carry(*before)
         if not ahead.height:
             return prepared
         # A carried piece of the line this block goes on with counts as the line before it: the

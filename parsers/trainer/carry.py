@@ -39,7 +39,8 @@ def carry(lines: pl.DataFrame, rows: pl.DataFrame | None = None) -> pl.DataFrame
     the parser's rows of them (the latest step record is carried as it is)."""
     if lines.height == 0:
         return lines
-    ordered = lines.sort("line", maintain_order=True)  # as enrich() orders them: `_i` indexes this
+    # as enrich() orders them (`_i` indexes this); blocks come in line order, so seldom a copy
+    ordered = lines if lines["line"].is_sorted() else lines.sort("line", maintain_order=True)
     text = pl.col("text")
     banners = ordered.with_row_index("_i").filter(text.str.contains(BANNER, literal=True)).select("_i")
     step = _latest_step(ordered, rows)

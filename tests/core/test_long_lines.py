@@ -6,6 +6,7 @@ import datetime as dt
 from pathlib import Path
 
 import polars as pl
+import pytest
 from polars.testing import assert_frame_equal
 
 from toranalyze.ingest import reader
@@ -15,7 +16,7 @@ from toranalyze.plugins import default_registry
 START = dt.datetime(2024, 5, 7, 11, 3, 12, tzinfo=dt.UTC)
 
 
-def _bar_log(path: Path, steps: int) -> None:
+def _bar_log(path: Path, steps: int, newline: str = "\n", color: bool = False) -> None:
     """A clock line, then one line of ``steps`` tqdm repaints separated by carriage returns only
     (tqdm writing to a file: the newline comes when the bar closes), 2 s a step."""
     repaints = []
@@ -23,8 +24,10 @@ def _bar_log(path: Path, steps: int) -> None:
         m, s = divmod(2 * i, 60)
         h, m = divmod(m, 60)
         elapsed = f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
-        repaints.append(f"{i * 100 // steps:3d}%|          | {i}/{steps} [{elapsed}<00:00,  2.00s/it]")
-    path.write_text(f"[{START:%Y-%m-%d %H:%M:%S}] Starting training\n" + "\r".join(repaints) + "\n")
+        bar = f"{i * 100 // steps:3d}%|          | {i}/{steps} [{elapsed}<00:00,  2.00s/it]"
+        repaints.append(f"\x1b[32m{bar}\x1b[0m" if color else bar)
+    text = f"[{START:%Y-%m-%d %H:%M:%S}] Starting training{newline}" + "\r".join(repaints) + newline
+    path.write_bytes(text.encode())
 
 
 def test_every_repaint_of_a_bar_line_longer_than_the_match_limit_is_read(tmp_path: Path) -> None:
@@ -64,12 +67,16 @@ def test_a_line_of_repaints_longer_than_a_block_is_read_in_pieces_numbered_as_th
     assert joined == path.read_bytes().decode().split("\n")[:-1]
 
 
-def test_a_bar_read_in_pieces_gives_the_rows_of_one_block(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("newline", "color"), [("\n", False), ("\r\n", False), ("\n", True)])
+def test_a_bar_read_in_pieces_gives_the_rows_of_one_block(tmp_path: Path, newline: str, color: bool) -> None:
     path = tmp_path / "train.log"
-    _bar_log(path, 3000)
+    _bar_log(path, 1500, newline, color)
     parsers = [p for p in default_registry().parsers() if p.name == "trainer"]
     whole = reader.read_text_events(str(path), parsers)
-    pieces = reader.read_text_events(str(path), parsers, block_bytes=4096)
-    assert whole.events.filter(kind="step").height == 3000
+    pieces = reader.read_text_events(str(path), parsers, block_bytes=16384)
+    steps = whole.events.filter(kind="step")
+    assert steps["step"].to_list() == list(range(1, 1501))
+    late = steps.select((pl.col("ts") - START.replace(tzinfo=None)).dt.total_seconds() - 2 * pl.col("step"))
+    assert late.to_series().abs().max() == 0
     assert_frame_equal(pieces.events, whole.events)
     assert (pieces.lines, pieces.covered) == (whole.lines, whole.covered) == (2, 1)

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from toranalyze.ingest import reader
@@ -80,3 +82,25 @@ def test_a_bar_read_in_pieces_gives_the_rows_of_one_block(tmp_path: Path, newlin
     assert late.to_series().abs().max() == 0
     assert_frame_equal(pieces.events, whole.events)
     assert (pieces.lines, pieces.covered) == (whole.lines, whole.covered) == (2, 1)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(alphabet="ab\r\n", max_size=400), block=st.integers(min_value=4, max_value=48))
+def test_blocks_and_pieces_keep_every_repaint_of_every_line_under_its_number(
+    tmp_path: Path, text: str, block: int
+) -> None:
+    path = tmp_path / "any.log"
+    path.write_bytes(text.encode())
+    chunks = reader.Chunks(str(path), block_bytes=block)
+    frames = list(chunks)
+    got: dict[int, list[str]] = {}
+    for frame in frames:
+        for line, raw in frame.iter_rows():
+            got.setdefault(line, []).extend(s for s in raw.split("\r") if s)
+    want = {k + 1: [s for s in line.split("\r") if s] for k, line in enumerate(text.split("\n"))}
+    if text.endswith("\n") or not text:
+        want.pop(len(want))  # nothing after the last newline
+    assert {k: v for k, v in got.items() if v} == {k: v for k, v in want.items() if v}
+    assert chunks.lines == len(want) or not text
+    numbers = [line for frame in frames for line in frame["line"]]
+    assert numbers == sorted(numbers)

@@ -209,6 +209,7 @@ class Chunks:
     def __iter__(self) -> Iterator[pl.DataFrame]:
         next_line = 1
         carry = b""
+        open_line = False  # pieces of line next_line were read, its end not yet
         try:
             fh = _open_stream(self.path)
         except OSError as exc:
@@ -232,6 +233,7 @@ class Chunks:
                         data, carry = data[: repaint + 1], data[repaint + 1 :]
                         for piece in _repaint_pieces(data, self.block_bytes // REPAINT_SHARE):
                             yield from self._frames(piece, next_line)
+                        open_line = True
                         continue
                     if cut < 0:
                         carry = data
@@ -244,10 +246,11 @@ class Chunks:
                         data, carry = data[: cut + 1], data[cut + 1 :]
                 for frame in self._frames(data, next_line):
                     next_line += frame.height
+                    open_line = False  # the line read in pieces ended in this frame
                     yield frame
                 if eof:
                     break
-        self.lines = next_line - 1
+        self.lines = next_line - 1 + open_line  # a file may end inside a line read in pieces
 
     def _frames(self, data: bytes, first_line: int) -> Iterator[pl.DataFrame]:
         """The frame of ``data``'s lines (none when it holds none), long lines cut."""

@@ -104,3 +104,11 @@ def test_blocks_and_pieces_keep_every_repaint_of_every_line_under_its_number(
     assert chunks.lines == len(want) or not text
     numbers = [line for frame in frames for line in frame["line"]]
     assert numbers == sorted(numbers)
+
+
+def test_a_small_file_of_repaints_without_a_newline_is_one_block(tmp_path: Path) -> None:
+    # (so it is still read in a batch with other small files)
+    path = tmp_path / "bar.log"
+    path.write_bytes(b"  0%|  | 0/2 [00:00<?, ?it/s]\r 50%|# | 1/2 [00:01<00:01, 1.00s/it]")
+    (frame,) = list(reader.Chunks(str(path)))
+    assert frame["line"].to_list() == [1]

@@ -224,7 +224,7 @@ class Chunks:
                 data = carry + block
                 if not eof:
                     cut = data.rfind(b"\n")
-                    repaint = data.rfind(b"\r") if cut < 0 else -1
+                    repaint = data.rfind(b"\r") if cut < 0 and len(data) >= self.block_bytes else -1
                     if repaint >= 0:
                         # A line of carriage-return repaints longer than a block (a progress bar
                         # written to a file) is read in pieces cut after a repaint, all numbered

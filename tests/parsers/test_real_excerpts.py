@@ -29,6 +29,21 @@ KNOWN_MISSES = {
     "real_excerpts_heldout/trainer/torchrun_exitcode_minus9_bracket_ts.log": SIGKILL_ALONE,
     "real_excerpts/trainer/srun_prefixed_watchdog_unspecified_launch_failure.log":
         "the watchdog line is hard-wrapped inside 'CUDA error' ('CUDA erro' / 'r: unspecified launch failure')",
+    "real_excerpts/gpu/gpud_xid79_summary_gpu_is_lost.log":
+        "a GPU health agent's Xid summary ('XID 79(...) detected on PCI:...') and NVML's ERROR_GPU_IS_LOST",
+    "real_excerpts/kubernetes/get_nodes_notready_no_header.log":
+        "node rows of an old kubectl (NAME STATUS AGE, no ROLES or VERSION column)",
+    "real_excerpts/kubernetes/pod_cannot_be_scheduled_insufficient_gpu.log":
+        "the scheduler's '0/5 nodes are available: ...' sentence quoted without an Events row",
+    "real_excerpts/kubernetes/events_node_low_on_memory_backticks.log":
+        "the eviction sentence quoted as inline code (between backticks)",
+    "real_excerpts/trainer/megatron_async_ckpt_local_process_eio.log":
+        "a storage errno in a logger's line, not in a traceback",
+    "real_excerpts/trainer/pytorchstreamwriter_file_write_failed.log":
+        "torch.save's 'PytorchStreamWriter failed writing file' names no errno",
+    "real_excerpts/kernel/syslog_edac_ce_dimm_errors.log":
+        "corrected DIMM errors (EDAC CE, 'Machine check events logged') are unclassified warnings by design: "
+        "routine at fleet scale, they must not compete as a root cause; a failing DIMM shows only in their rate",
     "real_excerpts_heldout/kubernetes/kubelet_eviction_manager_ephemeral_storage.log":
         "jsonpath output ('name<TAB><TAB>Evicted<TAB><TAB>message') is not a layout the parser knows",
     "real_excerpts_heldout/kubernetes/describe_events_evicted_ephemeral_no_from_node.log":

@@ -8,6 +8,11 @@
   ``Diagnostic``, ...), which may sit on a continuation row whose first column is blank;
 * ``ibstat`` aborting on a host channel adapter that vanished: ``ibpanic: ... stat of IB device
   'mlx5_8' failed``;
+* a GPU health agent's summary of an Xid it read from the kernel log, without the driver's own
+  line: ``XID 79(GPU has fallen off the bus) detected on PCI:0000:ae:00``, ``XID 149.0 (err status
+  0x0) NVLINK_NETIR_ERROR ... detected on GPU PCI:0019:01:00`` (``code`` is the Xid number, so
+  the Xid rules classify it), and NVML's ``ERROR_GPU_IS_LOST`` (``NVML_ERROR_GPU_IS_LOST``) in an
+  agent's or exporter's error text;
 * ``nvidia-smi -q`` memory health: volatile uncorrectable ECC counts above zero (errors), and
   lifetime counts, rows or pages pending remap/retirement, a failed remap (warnings, a remap
   failure an error). The section a field belongs to (``Volatile``, ``Aggregate``, ``Retired
@@ -25,11 +30,18 @@ _HANDLE = (
     r"Unable to (?:determine|detect) the device handle for GPU ?(?P<pci>[0-9A-Fa-f]{3,8}:[0-9A-Fa-f]{2}:"
     r"[0-9A-Fa-f]{2}\.\d)?:? ?(?P<why>.*)$|nvmlDeviceGetHandle\w*\(\): (?P<why2>.+)$"
 )
+# An agent's summary; the driver's 'NVRM: Xid (PCI:...): N' line is the gpu parser's.
+_XID_SUMMARY = (
+    r"\bXID (?P<code>\d+)(?:\.\d+)?\s*\((?P<what>[^)]*)\).*?\bdetected on (?:GPU )?(?:PCI:)?"
+    r"(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})"
+)
+_GPU_LOST = r"\b(?:NVML_)?ERROR_GPU_IS_LOST\b"
 _DCGM_ROW = r"^\|\s*(?P<test>[A-Za-z][\w /-]*?)?\s*\|\s*(?P<res>Pass|Fail|Warn|Skip)\w* - GPU:\s*(?P<gpu>\d+)"
 _IBPANIC = r"ibpanic: .*stat of IB device '(?P<dev>[\w\-]+)' failed"
 
-FRAGMENTS = ("device handle", "nvmlDeviceGetHandle", "ERR!", " - GPU:", "ibpanic", "Uncorrectable", "Pending",
-             "Remapping Failure", "Double Bit", "Volatile", "Aggregate", "Retired Pages", "Remapped Rows")
+FRAGMENTS = ("XID ", "GPU_IS_LOST", "device handle", "nvmlDeviceGetHandle", "ERR!", " - GPU:", "ibpanic",
+             "Uncorrectable", "Pending", "Remapping Failure", "Double Bit", "Volatile", "Aggregate", "Retired Pages",
+             "Remapped Rows")
 _SECTION = r"^\s*(Volatile|Aggregate|Retired Pages|Remapped Rows|Double Bit|Single Bit)\s*$"
 _MEM_FIELD = (
     r"^\s*(?P<field>(?:DRAM|SRAM) Uncorrectable|Device Memory|Total|Uncorrectable Error|Double Bit ECC"
@@ -77,7 +89,26 @@ def tool_events(lf: pl.LazyFrame) -> pl.LazyFrame:
         .filter(pl.col("_dev").is_not_null())
         .select(event("error", "error", message=pl.format("ibstat: IB device {} is missing ({})", "_dev", body)))
     )
-    return pl.concat([handle, err, dcgm, ib, _smi_memory(lf)], how="diagonal_relaxed")
+    x = body.str.extract_groups(_XID_SUMMARY)
+    summary = (
+        lf.filter(has("XID ") & ~has("NVRM: Xid"))
+        .with_columns(x.alias("_xs"))
+        .filter(pl.col("_xs").struct.field("code").is_not_null())
+        .select(
+            event(
+                "error",
+                "error",
+                message=pl.format("Xid {} reported by a GPU health agent: {}", pl.col("_xs").struct.field("code"),
+                                  body.str.strip_chars()),
+                code=pl.col("_xs").struct.field("code"),
+                device=norm_pci(pl.col("_xs").struct.field("pci")),
+            )
+        )
+    )
+    lost = lf.filter(has("GPU_IS_LOST") & body.str.contains(_GPU_LOST)).select(
+        event("error", "error", message=pl.format("NVML: the GPU is lost ({})", body.str.strip_chars()))
+    )
+    return pl.concat([handle, err, dcgm, ib, summary, lost, _smi_memory(lf)], how="diagonal_relaxed")
 
 
 def _smi_memory(lf: pl.LazyFrame) -> pl.LazyFrame:

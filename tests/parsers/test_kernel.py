@@ -842,3 +842,35 @@ def test_every_link_layout_is_found() -> None:
     peeled = _PREFIX.peeled(_detector_lines().tail(len(_LINK_LINES)))
     found = _KERNEL.net.link_events(peeled.lazy()).collect()
     assert found.height == len(_LINK_LINES)
+
+
+REAL_GPU = DATA / "real_excerpts" / "gpu"
+
+
+def test_a_health_agents_xid_summary_and_nvml_gpu_lost_are_gpu_hardware() -> None:
+    # https://github.com/leptonai/gpud/issues/604: an agent's summary of Xid 79, no NVRM line; then
+    # NVML's ERROR_GPU_IS_LOST in the agent's error text.
+    ev = classified(parse_file(parser, REAL_GPU / "gpud_xid79_summary_gpu_is_lost.log"))
+    assert ev.select("line", "code", "device", "failure_class").rows() == [
+        (1, "79", "0000:ae:00", "gpu_hardware"),
+        (3, None, None, "gpu_hardware"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("line", "code", "failure_class"),
+    [
+        ("XID 149.0 (err status 0x00000000) NVLINK_NETIR_ERROR NVLINK: NETIR Error detected on GPU PCI:0019:01:00",
+         "149", "gpu_interconnect"),
+        ("XID 94 (Contained ECC error) detected on PCI:0000:9b:00", "94", "gpu_memory"),
+    ],
+)
+def test_an_xid_summary_takes_the_class_of_its_xid(line: str, code: str, failure_class: str) -> None:
+    row = one(line)
+    assert (row["code"], row["failure_class"]) == (code, failure_class)
+
+
+def test_the_drivers_own_xid_line_is_not_read_twice_as_a_summary() -> None:
+    ev = events(['[XID found] (54 minutes ago) "NVRM: Xid (PCI:0000:9b:00): 119, pid=1, name=python, '
+                 'Timeout after 45s of waiting for RPC response from GPU4 GSP!"'])
+    assert ev.height == 1 and ev["failure_class"].to_list() == ["gpu_hardware"]

@@ -29,8 +29,6 @@ KNOWN_MISSES = {
     "real_excerpts_heldout/trainer/torchrun_exitcode_minus9_bracket_ts.log": SIGKILL_ALONE,
     "real_excerpts/trainer/srun_prefixed_watchdog_unspecified_launch_failure.log":
         "the watchdog line is hard-wrapped inside 'CUDA error' ('CUDA erro' / 'r: unspecified launch failure')",
-    "real_excerpts/gpu/gpud_xid79_summary_gpu_is_lost.log":
-        "a GPU health agent's Xid summary ('XID 79(...) detected on PCI:...') and NVML's ERROR_GPU_IS_LOST",
     "real_excerpts/kubernetes/get_nodes_notready_no_header.log":
         "node rows of an old kubectl (NAME STATUS AGE, no ROLES or VERSION column)",
     "real_excerpts/kubernetes/pod_cannot_be_scheduled_insufficient_gpu.log":

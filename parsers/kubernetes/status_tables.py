@@ -12,6 +12,9 @@ so that a snapshot never reads as a state change.
 
     NAME          STATUS                        ROLES    AGE   VERSION
     gpu-node-05   NotReady                      <none>   37d   v1.28.7
+
+    NAME                                       STATUS     AGE
+    gke-cluster-1-default-pool-777adf16-erra   NotReady   4d
 """
 
 from __future__ import annotations
@@ -28,9 +31,10 @@ _POD = (
     r"(?P<status>[A-Za-z][\w./:-]*)\s+(?P<restarts>\d+)(?: \((?P<last>(?:\d+[ydhms])+) ago\))?\s+"
     rf"(?P<age>{AGE})(?:\s+(?P<ip>\S+)\s+(?P<node>\S+)(?:\s+\S+\s+\S+)?)?\s*$"
 )
+# kubectl before 1.6 printed NAME, STATUS and AGE only: a row then ends with its age.
 _NODE = (
     r"^(?P<name>[a-z0-9][\w.-]*)\s+(?P<status>(?:Ready|NotReady|Unknown)(?:,SchedulingDisabled)?)\s+"
-    rf"(?P<roles>\S+)\s+(?P<age>{AGE})\s+(?P<version>v\d+\.\d+\S*)(?:\s+.*)?$"
+    rf"(?:(?P<roles>\S+)\s+(?P<age>{AGE})\s+(?P<version>v\d+\.\d+\S*)(?:\s+.*)?|(?P<age3>{AGE})\s*)$"
 )
 HEADERS = (
     r"^\s*(?:NAMESPACE\s+)?NAME\s+READY\s+STATUS\s+RESTARTS\s+AGE",
@@ -125,8 +129,15 @@ def _node_rows(lines: pl.LazyFrame, anchor: datetime | None) -> pl.LazyFrame:
             .otherwise(pl.lit("Ready"))
             .alias("state"),
             n.struct.field("name").alias("node"),
-            pl.format("node {} {} (age {}, {})", n.struct.field("name"), nstatus, n.struct.field("age"),
-                      n.struct.field("version")).alias("message"),
+            pl.concat_str(
+                [
+                    pl.format("node {} {} (age {}", n.struct.field("name"), nstatus,
+                              pl.coalesce(n.struct.field("age"), n.struct.field("age3"))),
+                    pl.format(", {}", n.struct.field("version")),
+                    pl.lit(")"),
+                ],
+                ignore_nulls=True,
+            ).alias("message"),
             pl.col("line"),
         )
     )

@@ -725,3 +725,21 @@ def test_describe_message_field_pasted_alone_names_the_eviction_resource() -> No
             "which exceeds its request of 0.**")
     row = only(classified(extract_lines(parser, [line])))
     assert (row["state"], row["failure_class"]) == ("Evicted", "oom_host")
+
+
+REAL_K8S = DATA / "real_excerpts" / "kubernetes"
+
+
+def test_node_rows_of_an_old_kubectl_without_roles_or_version_are_read() -> None:
+    # https://github.com/kubernetes/kubernetes/issues/32522: NAME STATUS AGE rows, the header not pasted.
+    ev = classified(parse_file(parser, REAL_K8S / "get_nodes_notready_no_header.log"))
+    down = ev.filter(pl.col("failure_class").is_not_null())
+    assert down["node"].to_list() == [f"gke-cluster-1-default-pool-777adf16-{n}" for n in ("erra", "w20k", "xsix", "y98j")]
+    assert set(down["failure_class"]) == {"node_failure"}
+    assert ev.filter(pl.col("state") == "Ready").height == 12
+    assert down["message"][0] == "node gke-cluster-1-default-pool-777adf16-erra NotReady (age 4d)"
+
+
+def test_a_three_column_line_needs_an_age_to_be_a_node_row() -> None:
+    assert extract_lines(parser, ["worker NotReady since the upgrade"]).height == 0
+

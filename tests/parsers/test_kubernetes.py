@@ -743,3 +743,16 @@ def test_node_rows_of_an_old_kubectl_without_roles_or_version_are_read() -> None
 def test_a_three_column_line_needs_an_age_to_be_a_node_row() -> None:
     assert extract_lines(parser, ["worker NotReady since the upgrade"]).height == 0
 
+
+def test_the_schedulers_sentence_quoted_alone_is_failed_scheduling() -> None:
+    # https://github.com/kubeflow/kubeflow/issues/1262: a test harness printing why the pod is pending.
+    row = only(classified(parse_file(parser, REAL_K8S / "pod_cannot_be_scheduled_insufficient_gpu.log")))
+    assert (row["state"], row["failure_class"]) == ("FailedScheduling", "scheduling")
+    assert row["message"] == "FailedScheduling: 0/5 nodes are available: 5 Insufficient nvidia.com/gpu."
+
+
+def test_the_schedulers_sentence_in_an_events_row_is_read_once() -> None:
+    lines = ["  Warning  FailedScheduling  2s (x57 over 15m)  default-scheduler  0/6 nodes are available: "
+             "6 Insufficient nvidia.com/gpu."]
+    assert only(classified(extract_lines(parser, lines)))["failure_class"] == "scheduling"
+

@@ -29,8 +29,6 @@ KNOWN_MISSES = {
     "real_excerpts_heldout/trainer/torchrun_exitcode_minus9_bracket_ts.log": SIGKILL_ALONE,
     "real_excerpts/trainer/srun_prefixed_watchdog_unspecified_launch_failure.log":
         "the watchdog line is hard-wrapped inside 'CUDA error' ('CUDA erro' / 'r: unspecified launch failure')",
-    "real_excerpts/kubernetes/pod_cannot_be_scheduled_insufficient_gpu.log":
-        "the scheduler's '0/5 nodes are available: ...' sentence quoted without an Events row",
     "real_excerpts/kubernetes/events_node_low_on_memory_backticks.log":
         "the eviction sentence quoted as inline code (between backticks)",
     "real_excerpts/trainer/megatron_async_ckpt_local_process_eio.log":

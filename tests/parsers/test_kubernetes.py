@@ -756,3 +756,9 @@ def test_the_schedulers_sentence_in_an_events_row_is_read_once() -> None:
              "6 Insufficient nvidia.com/gpu."]
     assert only(classified(extract_lines(parser, lines)))["failure_class"] == "scheduling"
 
+
+def test_an_eviction_sentence_quoted_as_inline_code_is_read() -> None:
+    # https://github.com/kubeflow/kubeflow/issues/1261: the sentence between backticks.
+    row = only(classified(parse_file(parser, REAL_K8S / "events_node_low_on_memory_backticks.log")))
+    assert (row["state"], row["failure_class"], row["message"]) == (
+        "Evicted", "oom_host", "Evicted: The node was low on resource: memory.")

@@ -31,6 +31,10 @@ _NAN = (
     r"|(?i)\bdiverged with loss\s*=\s*(?:nan|inf)\b|(?i)\bfound (?:nan|inf) in (?:local )?grad(?:ient)? norm"
 )
 
+# A storage errno in a line a logger wrote, not a traceback: 'ERROR: megatron.core.dist_checkpointing
+# .strategies.filesystem_async: Local process 0 encountered an error: [Errno 5] Input/output error'.
+_ERRNO = r"\[Errno (?:5|28|30|116|122)\]"
+
 LINE_NOISE: tuple[str, ...] = (
     # one line per GPU thread after a device-side assert; the RuntimeError that follows is the record
     r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion .* failed\.",
@@ -54,7 +58,7 @@ def _events(lf: pl.LazyFrame, cond: pl.Expr, code: pl.Expr, kind: pl.Expr | None
 # Literals the worker and CUDA rules need; with the NaN rule's own pattern (a looser 'loss' test
 # would keep every iteration record of a trainer log) one pass finds the rows any rule can use.
 _NEEDS = ["ERROR: Unexpected", "CUDA error: ", "CUDA driver error", "CUDA out of memory", "cudaError", "CUBLAS_STATUS_",
-          "CUDNN_STATUS_", "device-side assert triggered", "uncorrectable ECC error", "GPU is lost"]
+          "CUDNN_STATUS_", "device-side assert triggered", "uncorrectable ECC error", "GPU is lost", "[Errno "]
 
 
 def line_events(typed: pl.LazyFrame) -> pl.LazyFrame:
@@ -68,6 +72,7 @@ def line_events(typed: pl.LazyFrame) -> pl.LazyFrame:
     signal_line = pl.col("_t") == SIGLINE
     cuda = text.str.contains(_CUDA) & ~text.str.contains(_NOT_CUDA) & ~signal_line & worker.is_null()
     nan = text.str.contains(r"(?i)nan|inf") & text.str.contains(_NAN) & ~cuda
+    errno = text.str.contains(_ERRNO) & ~cuda & ~nan & ~signal_line & worker.is_null()
     no_code, error, warning = pl.lit(None, pl.String), pl.lit("error"), pl.lit("warning")
     return pl.concat(
         [
@@ -76,6 +81,7 @@ def line_events(typed: pl.LazyFrame) -> pl.LazyFrame:
             _events(lf, cuda, no_code),
             # 'loss is nan, skipping batch' is a trainer coping, not a crash
             _events(lf, nan, no_code, pl.when(text.str.contains(r"(?i)\bskip")).then(warning).otherwise(error)),
+            _events(lf, errno, no_code),
         ],
         how="vertical",
     )

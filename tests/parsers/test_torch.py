@@ -793,3 +793,23 @@ def test_any_line_interleaving_of_two_ranks_gives_one_record_each(order: list[bo
         "RuntimeError: CUDA error: unknown error",
         "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
     ]
+
+
+REAL_TRAINER = Path(__file__).resolve().parent.parent / "data" / "real_excerpts" / "trainer"
+
+
+def test_a_storage_errno_in_a_loggers_line_is_storage() -> None:
+    # https://github.com/THUDM/slime/issues/326: Megatron's async checkpoint writer logs the errno, no traceback.
+    row = one(classified(parse_file(parser, REAL_TRAINER / "megatron_async_ckpt_local_process_eio.log")))
+    assert (row["kind"], row["failure_class"]) == ("error", "storage")
+
+
+def test_a_storage_errno_inside_a_traceback_stays_one_event() -> None:
+    # https://github.com/pytorch/pytorch/issues/48580: the errno is the traceback's exception line.
+    ev = classified(parse_file(parser, REAL_TRAINER / "torch_save_close_eio.log"))
+    assert ev.select("code", "failure_class").rows() == [("OSError", "storage")]
+
+
+def test_another_errno_in_a_loggers_line_is_not_an_event() -> None:
+    assert run("ERROR: worker 3 lost its store connection: [Errno 111] Connection refused").height == 0
+

@@ -29,8 +29,6 @@ KNOWN_MISSES = {
     "real_excerpts_heldout/trainer/torchrun_exitcode_minus9_bracket_ts.log": SIGKILL_ALONE,
     "real_excerpts/trainer/srun_prefixed_watchdog_unspecified_launch_failure.log":
         "the watchdog line is hard-wrapped inside 'CUDA error' ('CUDA erro' / 'r: unspecified launch failure')",
-    "real_excerpts/trainer/pytorchstreamwriter_file_write_failed.log":
-        "torch.save's 'PytorchStreamWriter failed writing file' names no errno",
     "real_excerpts/kernel/syslog_edac_ce_dimm_errors.log":
         "corrected DIMM errors (EDAC CE, 'Machine check events logged') are unclassified warnings by design: "
         "routine at fleet scale, they must not compete as a root cause; a failing DIMM shows only in their rate",

@@ -813,3 +813,8 @@ def test_a_storage_errno_inside_a_traceback_stays_one_event() -> None:
 def test_another_errno_in_a_loggers_line_is_not_an_event() -> None:
     assert run("ERROR: worker 3 lost its store connection: [Errno 111] Connection refused").height == 0
 
+
+def test_a_failed_checkpoint_write_by_torch_save_is_storage() -> None:
+    # https://github.com/rwth-i6/returnn/issues/1829: the zip writer names no errno.
+    ev = classified(parse_file(parser, REAL_TRAINER / "pytorchstreamwriter_file_write_failed.log"))
+    assert ev.select("code", "failure_class").rows() == [("RuntimeError", "storage")]

@@ -208,6 +208,18 @@ def job_from_pod_py(name: str) -> str:
     return re.sub(rf"-(?:\d+-)?{_GEN_SUFFIX}$", "", name)
 
 
+def sentence_row(kind: str, state: str) -> list[pl.Expr]:
+    """The columns of a row for a sentence (``_s``) a component wrote and a user quoted alone:
+    ``kind`` (also its severity), ``state``, and the message '<state>: <sentence>'."""
+    return [
+        pl.col("line"),
+        pl.lit(kind).alias("kind"),
+        pl.lit(kind).alias("severity"),
+        pl.lit(state).alias("state"),
+        pl.concat_str([pl.lit(f"{state}: "), pl.col("_s")]).alias("message"),
+    ]
+
+
 def empty_ev() -> pl.LazyFrame:
     return pl.LazyFrame(schema=EV_SCHEMA)
 

@@ -14,6 +14,7 @@ The row is an ``Evicted`` error: the rules split it by the resource the node ran
 from __future__ import annotations
 
 import polars as pl
+from toranalyze_parsers.kubernetes.common import sentence_row
 
 from toranalyze.plugins import file_key
 from toranalyze.schema import conform_raw
@@ -38,11 +39,5 @@ def extract_evictions(lines: pl.LazyFrame) -> pl.LazyFrame:
         .filter(sentences)
         .with_columns(sentence.alias("_s"), field.alias("_f"))
         .filter(pl.col("_s").is_not_null() & ~(pl.col("_f") & pl.col("_blk")))
-        .select(
-            pl.col("line"),
-            pl.lit("error").alias("kind"),
-            pl.lit("error").alias("severity"),
-            pl.lit("Evicted").alias("state"),
-            pl.concat_str([pl.lit("Evicted: "), pl.col("_s")]).alias("message"),
-        )
+        .select(sentence_row("error", "Evicted"))
     )

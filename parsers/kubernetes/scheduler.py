@@ -11,6 +11,7 @@ line holding any of their marks is left to them. The row is a ``FailedScheduling
 from __future__ import annotations
 
 import polars as pl
+from toranalyze_parsers.kubernetes.common import sentence_row
 
 from toranalyze.schema import conform_raw
 
@@ -27,11 +28,5 @@ def extract_unschedulable(lines: pl.LazyFrame) -> pl.LazyFrame:
         .filter(~text.str.contains(_ELSEWHERE))
         .with_columns(text.str.extract(_SENTENCE, 1).alias("_s"))
         .filter(pl.col("_s").is_not_null())
-        .select(
-            pl.col("line"),
-            pl.lit("warning").alias("kind"),
-            pl.lit("warning").alias("severity"),
-            pl.lit("FailedScheduling").alias("state"),
-            pl.concat_str([pl.lit("FailedScheduling: "), pl.col("_s")]).alias("message"),
-        )
+        .select(sentence_row("warning", "FailedScheduling"))
     )

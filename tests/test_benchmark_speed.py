@@ -20,12 +20,12 @@ FLOOR_B = 0.03
 FLOOR_A = 0.005
 
 
-@pytest.mark.slow  # simulates a corpus and reads it three ways (about a minute)
+@pytest.mark.slow  # simulates a corpus and reads it four ways (about a minute)
 def test_harness_reports_every_figure_and_ingest_keeps_its_ratios(tmp_path: Path) -> None:
     out = tmp_path / "speed.json"
     subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "ingest_speed.py"), "--size-mb", "96", "--small-files", "40", "--jobs", "1",
-         "--work", str(tmp_path / "work"), "--only", "ingest,baseline_a,baseline_b,per_file", "--repeat", "2",
+         "--work", str(tmp_path / "work"), "--only", "ingest,baseline_a,baseline_b,sketch,per_file", "--repeat", "2",
          "--json", str(out)],
         check=True, capture_output=True, text=True, cwd=ROOT,
     )
@@ -38,6 +38,10 @@ def test_harness_reports_every_figure_and_ingest_keeps_its_ratios(tmp_path: Path
     assert ingest["rss_mb"] < 1024, figures  # events stream to Parquet: memory does not follow the corpus
     assert res["ratio_baseline_b"] >= FLOOR_B, figures
     assert res["ratio_baseline_a"] >= FLOOR_A, figures
+    # The one-query sketch keeps some lines, finds the iteration lines and beats the per-line loop.
+    sketch = res["sketch"]
+    assert 0 < sketch["iterations"] < sketch["rows"] <= res["baseline_a"]["lines"], figures
+    assert res["ratio_sketch_baseline_b"] > 1 and len(res["ratios_sketch_baseline_a"]) == 2, figures
     per = res["per_file"]
     assert per["files_s"] > per["cat_s"] > 0 and per["per_file_ms"] > 0, figures
     # Two interleaved rounds: each step's runs listed, the figures those of the median run (the

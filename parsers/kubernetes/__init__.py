@@ -42,6 +42,7 @@ from toranalyze_parsers.kubernetes.describe import extract_describe
 from toranalyze_parsers.kubernetes.docs import iter_objects, load_values, looks_json
 from toranalyze_parsers.kubernetes.eviction import extract_evictions
 from toranalyze_parsers.kubernetes.klog import extract_klog, extract_operator
+from toranalyze_parsers.kubernetes.node_status import extract_node_status
 from toranalyze_parsers.kubernetes.objects import event_row, job_rows, node_rows, pod_index, pod_rows
 from toranalyze_parsers.kubernetes.scheduler import extract_unschedulable
 from toranalyze_parsers.kubernetes.status_tables import HEADERS, extract_status_tables
@@ -87,7 +88,8 @@ class KubernetesParser(Parser):
     gates = (
         literal_gate([".go:", "msg=", '"msg":', "Ready", "Unknown", "State:", "Started:", "Reason:", "Exit Code:",
                       "Unschedulable:", "Pressure", "low on resource", "Evicted", "OOMKilled", "exited with code",
-                      "is restarting", "unresponsive", "compute.instances.preempted", "nodes are available: "]),
+                      "is restarting", "unresponsive", "compute.instances.preempted", "nodes are available: ",
+                      "stopped posting"]),
         r"(?:Normal|Warning)\s",  # a gate may be looser than the rule: searching for "\s" first is slow
         r"^Name:",
         r"\s\d+/\d+\s+[A-Z]",
@@ -156,6 +158,7 @@ class KubernetesParser(Parser):
                 extract_status_tables(lines, self.anchor),
                 extract_evictions(lines),
                 extract_unschedulable(lines),
+                extract_node_status(lines),
                 extract_cloud_preemptions(lines),
             ],
             how="vertical",

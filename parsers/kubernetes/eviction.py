@@ -1,7 +1,7 @@
 """Kubelet eviction messages pasted on their own: a pod status ``message:`` (YAML), describe's
 ``Message:`` field without its block, or the bare sentence copied out of ``kubectl
 describe``/``get -o jsonpath`` (also quoted as inline code in an issue: ```The node was low on
-resource: memory.```).
+resource: memory.```), or the tail of the event recorder's line from ``reason: 'Evicted'`` on.
 
     message: 'The node was low on resource: memory. Container node was using 35505620Ki,
     The node was low on resource: ephemeral-storage. Container x was using 92Ki, ...
@@ -20,7 +20,7 @@ from toranalyze.plugins import file_key
 from toranalyze.schema import conform_raw
 
 _BARE = (
-    r"""^\s*`?(?:message:\s*['"]?|(?P<field>Message:\s*))?"""
+    r"""^\s*`?(?:message:\s*['"]?|(?P<field>Message:\s*)|(?:type: '\w+' )?reason: '\w+' )?"""
     r"""(The node (?:was low on resource: [\w-]+|had condition: \[\w+\]).*?)['"`]?\s*$"""
 )
 

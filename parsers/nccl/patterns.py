@@ -25,14 +25,15 @@ ANCHORS: list[str] = [
 # `host:pid:tid [cudaDev] [file.cc:N ]NCCL LEVEL message` (mpirun --tag-output prefix tolerated).
 # Pasted and collected lines lose parts of the head: the host alone (`host [5] ...`, some
 # collectors), no head at all (`NCCL WARN NET/IB : ...` quoted in a thread), or, before NCCL 2.4,
-# no `NCCL` word after the source file (`transport/net_ib.cu:781 WARN NET/IB : ...`). Net plugins
+# no `NCCL` word after the source file (`transport/net_ib.cu:781 WARN NET/IB : ...`), or a space
+# instead of the colon before the source line (2.3's `include/socket.h 398 NCCL WARN ...`). Net plugins
 # name a function instead of a file (`create_nccl_ofi_component:459 NCCL WARN NET/OFI ...`).
 # Shared logs redact the pid (`host-01:XXXXXX [5] ...`), sometimes with the tid gone too. A line
 # quoted inline in a post opens with a few words and a backtick (``error log `host:1:2 [1] ...``).
 NCCL_LINE = (
     r"^(?:[^`]{0,40}`)?(?:\[\d+,\d+\]<std(?:out|err)>:\s*)?"
     r"(?:(?P<host>[\w.\-]+?)(?::(?P<pid>\d+|[Xx*]+)(?::(?P<tid>\d+|[Xx*]+))?)? \[(?P<dev>\d+)\] )?"
-    r"(?:(?P<src>\S+\.(?:cc|cu|c|h|cpp)):(?P<srcline>\d+) (?:NCCL )?|(?:\w+:\d+ )?NCCL )"
+    r"(?:(?P<src>\S+\.(?:cc|cu|c|h|cpp))[: ](?P<srcline>\d+) (?:NCCL )?|(?:\w+:\d+ )?NCCL )"
     r"(?P<level>INFO|WARN|TRACE|ERROR)\b ?(?P<msg>.*)$"
 )
 

@@ -183,8 +183,11 @@ def _oom(base: _Base) -> list[pl.DataFrame | None]:
     )
     # 'Exceeded step memory limit at some point.' is printed even when nothing was killed.
     level = pl.when(_g("rest").str.contains("at some point")).then(pl.lit("warning")).otherwise(pl.lit("error"))
+    # Pasted as one line, the notice is followed by srun's task line, which names the node.
+    srun_node = pl.col("text").str.extract(r"srun: error: ([^\s:`'\"]+): tasks? [\d,\-\[\]]+: ", 1)
     return [
-        _rule(base, "Detected", detected, "error", "error", job_id=_g("job"), state=pl.lit("OUT_OF_MEMORY")),
+        _rule(base, "Detected", detected, "error", "error", job_id=_g("job"), state=pl.lit("OUT_OF_MEMORY"),
+              node=srun_node),
         _rule(base, "emory limit", limit, level, level, job_id=_g("job"), state=pl.lit("OUT_OF_MEMORY")),
     ]
 
@@ -206,7 +209,7 @@ def _srun(base: _Base) -> list[pl.DataFrame | None]:
             code=code,
             state=pl.when(what.str.contains("(?i)out of memory")).then(pl.lit("OUT_OF_MEMORY")),
         ),
-        _rule(base, "Node failure on", r"Node failure on (?P<node>[^\s,]+)", "error", "error",
+        _rule(base, "Node failure on", r"Node failure on (?P<node>[^\s,`'\"]+)", "error", "error",
               node=_g("node"), state=pl.lit("NODE_FAIL")),
         _rule(base, "srun: Job step aborted", r"srun: Job step aborted", "warning", "warning"),
         _rule(base, "srun: Job step ", r"srun: Job step (?P<job>\d+)\.\w+ aborted before step completely launched",

@@ -762,3 +762,37 @@ def test_an_eviction_sentence_quoted_as_inline_code_is_read() -> None:
     row = only(classified(parse_file(parser, REAL_K8S / "events_node_low_on_memory_backticks.log")))
     assert (row["state"], row["failure_class"], row["message"]) == (
         "Evicted", "oom_host", "Evicted: The node was low on resource: memory.")
+
+
+def test_an_eviction_sentence_after_the_recorders_reason_is_read() -> None:
+    # https://github.com/kubernetes/kubernetes/pull/63415: the tail of an event recorder line, as inline code.
+    line = ("`reason: 'Evicted' The node was low on resource: memory. Container high-priority-memory-hog was using "
+            "166088Ki, which exceeds its request of 10Mi.`")
+    row = only(classified(extract_lines(parser, [line])))
+    assert (row["state"], row["failure_class"]) == ("Evicted", "oom_host")
+
+
+def test_kubelet_stopped_posting_quoted_alone_is_the_named_node_failing() -> None:
+    # https://github.com/kubernetes/kubernetes/issues/21485: an e2e harness printing the node's Ready condition.
+    line = ("Feb 17 13:58:47.304: INFO: Condition Ready of node e2e-gce-builder-2-3-minion-kb53 is false instead of "
+            "true. Reason: NodeStatusUnknown, message: Kubelet stopped posting node status.")
+    row = only(classified(extract_lines(parser, [line])))
+    assert (row["kind"], row["state"], row["node"], row["failure_class"]) == (
+        "node_state", "NodeStatusUnknown", "e2e-gce-builder-2-3-minion-kb53", "node_failure")
+    bare = only(classified(extract_lines(parser, ["Kubelet stopped posting node status."])))
+    assert (bare["node"], bare["failure_class"]) == (None, "node_failure")
+
+
+def test_kubelet_stopped_posting_in_a_conditions_row_is_read_once() -> None:
+    lines = ["  Ready            Unknown   Thu, 30 Nov 2017 10:53:56 +0000   Thu, 30 Nov 2017 10:55:21 +0000   "
+             "NodeStatusUnknown     Kubelet stopped posting node status."]
+    assert extract_lines(parser, lines).filter(pl.col("message").str.starts_with("NodeStatusUnknown: ")).height == 0
+
+
+def test_kernel_monitor_filesystem_errors_are_storage() -> None:
+    # https://github.com/gardenlinux/gardenlinux/issues/263: node-problem-detector's Events rows.
+    lines = ["  Warning  Ext4Warning  2m14s                  kernel-monitor  EXT4-fs warning (device nvme19n1): "
+             "htree_dirblock_to_tree:997: inode #1048579: lblock 0: comm etcd: error -5 reading directory block",
+             "  Warning  Ext4Error    2m13s                  kernel-monitor  EXT4-fs error (device nvme19n1): "
+             "ext4_wait_block_bitmap:517: comm etcd: Cannot read block bitmap - block_group = 34, block_bitmap = 1048578"]
+    assert classified(extract_lines(parser, lines))["failure_class"].to_list() == [None, "storage"]

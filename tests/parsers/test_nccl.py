@@ -292,6 +292,16 @@ def test_redacted_pid_keeps_the_head(tmp_path: Path) -> None:
     assert ev["message"].str.slice(0, 13).to_list() == ["Call to ibv_m", "Net : Connect"]
 
 
+def test_nccl_2_3_head_with_a_space_before_the_source_line() -> None:
+    # https://github.com/NVIDIA/nccl/issues/193: `include/socket.h 398`, and a socket failure without `Net : `.
+    ev = classified(extract_lines(parser, [
+        "worker0-0d9gnb:15:91 [3] include/socket.h 398 NCCL WARN Call to write failed : Connection reset by peer.",
+        "worker0-0d9gnb:15:91 [3] transport.cu:153 NCCL WARN transport.cu:153 ->2 [Proxy thread error]",
+    ]))
+    assert ev["node"].to_list() == ["worker0-0d9gnb"] * 2
+    assert ev["failure_class"].to_list() == ["network", None]
+
+
 def test_head_quoted_inline_after_prose(tmp_path: Path) -> None:
     # https://github.com/NVIDIA/nccl/issues/928: the first line of the log opens the post's sentence.
     ev = parse_file_lines(tmp_path, [

@@ -86,8 +86,10 @@ def test_expected_class_is_found(events: pl.DataFrame, case: dict) -> None:
             assert case["node"] in nodes, f"expected node {case['node']}, got {sorted(nodes)}"
 
 
-# Excerpts whose node is on a line the classified record is not (scontrol's BatchHost= field).
-NODE_NOT_ON_LINE = {"slurm/scontrol_show_job_launch_failed_requeued_held.log"}
+# Excerpts whose node is on a line the classified record is not (scontrol's BatchHost= field; a
+# shell prompt printed after the output, which names the host only of the commands below it).
+NODE_NOT_ON_LINE = {"slurm/scontrol_show_job_launch_failed_requeued_held.log",
+                    "slurm/stderr_quoted_slurm_script_killed_oom_kill_prompt_after.log"}
 
 
 def test_manifest_lists_every_excerpt_with_a_source() -> None:

@@ -205,6 +205,15 @@ def test_oom_wordings(line: str, job_id: str | None) -> None:
     assert _classified(extract_lines(parser, [line]))["failure_class"].to_list() == ["oom_host"]
 
 
+def test_oom_notice_joined_with_sruns_task_line_takes_its_node() -> None:
+    # https://github.com/nextflow-io/nextflow/issues/5932: both lines pasted as one sentence of a post.
+    rows = extract_lines(parser, [
+        "it gives me the error slurmstepd: error: Detected 1 oom_kill event in StepId=11300781.0. Some of the "
+        "step tasks have been OOM Killed. srun: error: sdumont6156: task 0: Out Of Memory, how do I remove"])
+    notice = rows.filter(pl.col("job_id") == "11300781").row(0, named=True)
+    assert (notice["state"], notice["node"]) == ("OUT_OF_MEMORY", "sdumont6156")
+
+
 def test_memory_limit_notice_without_kill_is_a_warning() -> None:
     row = _one(["slurmstepd: error: Exceeded step memory limit at some point."])
     assert (row["kind"], row["severity"]) == ("warning", "warning")
@@ -230,6 +239,8 @@ def test_slurmd_step_tag_gives_the_job() -> None:
         ("srun: error: gpu11: task 1: Aborted (core dumped)", "gpu11", 1, "6", None, "software"),
         ("srun: error: gpu12: task 5: Out Of Memory", "gpu12", 5, None, "OUT_OF_MEMORY", "oom_host"),
         ("srun: error: Node failure on gpu13", "gpu13", None, None, "NODE_FAIL", "node_failure"),
+        # https://github.com/nebius/soperator/issues/854: quoted as inline code, the backtick is not the node's.
+        ("`salloc: error: Node failure on worker-1`", "worker-1", None, None, "NODE_FAIL", "node_failure"),
     ],
 )
 def test_srun_task_and_node_errors(line: str, node: str, rank: int | None, code: str | None, state: str | None,

@@ -297,9 +297,12 @@ def test_nccl_2_3_head_with_a_space_before_the_source_line() -> None:
     ev = classified(extract_lines(parser, [
         "worker0-0d9gnb:15:91 [3] include/socket.h 398 NCCL WARN Call to write failed : Connection reset by peer.",
         "worker0-0d9gnb:15:91 [3] transport.cu:153 NCCL WARN transport.cu:153 ->2 [Proxy thread error]",
+        # a failed call that is not a socket's is no network failure (/dev/shm full; a device allocation)
+        "gpu-1:123:456 [0] misc/shmutils.cc:92 NCCL WARN Call to posix_fallocate failed : No space left on device",
+        "gpu-1:123:456 [0] include/alloc.h:48 NCCL WARN Call to cudaMalloc failed : out of memory",
     ]))
-    assert ev["node"].to_list() == ["worker0-0d9gnb"] * 2
-    assert ev["failure_class"].to_list() == ["network", None]
+    assert ev["node"].to_list() == ["worker0-0d9gnb"] * 2 + ["gpu-1"] * 2
+    assert ev["failure_class"].to_list() == ["network", None, None, None]
 
 
 def test_head_quoted_inline_after_prose(tmp_path: Path) -> None:

@@ -31,9 +31,11 @@ row by the step difference to the previous one). ``loss`` is NaN only when the t
 NaN/Inf or dropped the loss for NaN; it is null when the record carries no loss.
 
 Files are read in blocks (see ``toranalyze.ingest.reader``); the rules above work within one block.
-The few lines a block's bars and clock-less records need from earlier blocks (a bar's start and
-clock, its latest repaint, the latest clock) are carried into the next one (``carry``); other
-context in a previous block (a very long file) is lost.
+The few lines a block's rules need from earlier blocks (a bar's start and clock, its latest
+repaint, the latest clock, step record and checkpoint load) are carried into the next one, with
+hints no line states (the step the record was given, the bar steps its attempt reported; see
+``carry``): running counts, the step source and the steps reported go on across blocks. What a
+rule would take from a later block (a step source first seen there) is not known to earlier ones.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from typing import Any
 import polars as pl
 from toranalyze_parsers.trainer import deepspeed, hf, lightning, m4, megatron, mlperf, titan, tqdm
 from toranalyze_parsers.trainer.carry import carry as carry_lines
-from toranalyze_parsers.trainer.common import LEVEL_TQDM, enrich
+from toranalyze_parsers.trainer.common import ATTEMPT_STARTS, CARRIED_SEEN, LEVEL_TQDM, enrich, seen_steps
 
 from toranalyze.plugins import Parser, contains_any, file_key, file_starts, literal_gate
 from toranalyze.schema import conform_raw
@@ -152,18 +154,25 @@ def _collapse(ev: pl.LazyFrame) -> pl.LazyFrame:
     return pl.concat([kept, merged], how="diagonal").sort("line", maintain_order=True)
 
 
-def _dedupe_steps(ev: pl.LazyFrame) -> pl.LazyFrame:
+def _dedupe_steps(ev: pl.LazyFrame, seen: pl.DataFrame | None = None) -> pl.LazyFrame:
     """A step repeated within one attempt (ranks, repaints, duplicated output) is kept once.
 
     An attempt starts at a start or resume record, or where the trainer's own records go back to
     an earlier step (a restart whose banners the log does not show). Progress bars going back do
-    not count: ranks repaint the same bar one after the other."""
+    not count: ranks repaint the same bar one after the other. ``seen``: the bar steps earlier
+    blocks reported in the attempt of the carried step record on ``line`` (``seen_steps``)."""
     records = (pl.col("kind") == "step") & ~pl.col("_bar")
     previous = pl.when(records).then(pl.col("step")).shift(1).forward_fill().over(file_key())
     back = (records & (pl.col("step") < previous)).fill_null(False)
-    restart = (pl.col("kind").is_in(["init", "init_done", "ckpt_load"]) | back).cast(pl.Int32).cum_sum()
+    restart = (pl.col("kind").is_in(ATTEMPT_STARTS) | back).cast(pl.Int32).cum_sum()
     first = pl.struct(file_key().alias("_file"), restart.alias("_attempt"), "kind", "step").is_first_distinct()
-    return ev.filter((pl.col("kind") != "step") | first)
+    keep = (pl.col("kind") != "step") | first
+    if seen is not None and seen.height:
+        at = seen["line"][0]
+        same = restart == restart.filter(pl.col("line") == at).max()
+        again = pl.col("_bar") & (pl.col("line") > at) & same & pl.col("step").is_in(seen["step"].implode())
+        keep = keep & ~again.fill_null(False)
+    return ev.filter(keep)
 
 
 def _startup_clocks(ev: pl.LazyFrame, lines: pl.LazyFrame) -> pl.LazyFrame:
@@ -231,6 +240,13 @@ def _near_literals(enriched: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _seen(enriched: pl.LazyFrame) -> pl.DataFrame | None:
+    """The bar steps earlier blocks reported (hint ``carried_seen`` of a carried line), if any."""
+    if CARRIED_SEEN not in enriched.collect_schema().names():
+        return None
+    return seen_steps(enriched.filter(pl.col(CARRIED_SEEN).is_not_null()).collect())
+
+
 def _active(enriched: pl.LazyFrame) -> list[Any]:
     """The framework modules that can find something here: a module declaring ``NEEDS`` (literals
     every row of its comes from) runs only when a line holds one; planning it costs more than
@@ -256,7 +272,8 @@ class TrainerParser(Parser):
         enriched = _near_literals(enrich(lines)).lazy()
         parts = [p for m in _active(enriched) for p in m.extract(enriched)]
         ev = pl.concat(parts, how="vertical").sort("line", maintain_order=True)
-        ev = _dedupe_steps(_fill_steps(_one_step_source(_own_clocks(ev, enriched)))).collect().lazy()
+        ev = _dedupe_steps(_fill_steps(_one_step_source(_own_clocks(ev, enriched))), _seen(enriched))
+        ev = ev.collect().lazy()
         ev = _collapse(ev).collect().lazy()
         return conform_raw(_startup_clocks(ev, enriched))
 

@@ -11,8 +11,15 @@ stalled, then caught up). The carried lines:
 * each kind of bar's latest repaint (the step, clock and rate of records that follow it);
 * the latest line stating a clock, the latest step record's line (the step of records that
   name none; a Megatron iteration record with the time it was placed at as its clock, from which
-  the next block's clock-less iterations are summed), and HF's ``Total optimization steps``
-  banners (which bars are the training's).
+  the next block's clock-less iterations are summed; read again, it keeps the file's step source
+  in the next block), the latest checkpoint load's (the step a resumed run counts from), and
+  HF's ``Total optimization steps`` banners (which bars are the training's).
+
+Two hints (columns the carried lines hold, null on the next block's own; ``common``) bring what
+no line states: ``carried_step`` on the step record and the load, the step the parser gave them
+(MLPerf's steps and HF's counted loss dicts count on from it), and ``carried_seen`` on a bar
+repaint, the bar steps reported so far in its attempt (ranks repainting the bar in a later block
+report none of them again).
 
 What the next block's lines state themselves overrides these, as it would in the whole file.
 """
@@ -20,7 +27,14 @@ What the next block's lines state themselves overrides these, as it would in the
 from __future__ import annotations
 
 import polars as pl
-from toranalyze_parsers.trainer.common import enrich
+from toranalyze_parsers.trainer.common import (
+    ATTEMPT_STARTS,
+    CARRIED_SEEN,
+    CARRIED_STEP,
+    SEEN_DTYPE,
+    enrich,
+    seen_steps,
+)
 from toranalyze_parsers.trainer.tqdm import bars
 
 from toranalyze.plugins import contains_any
@@ -35,45 +49,100 @@ ITERATION = "iteration"  # what a Megatron iteration record holds
 
 
 def carry(lines: pl.DataFrame, rows: pl.DataFrame | None = None) -> pl.DataFrame:
-    """The rows of ``lines`` (a block, after its own carried lines) the next block needs; ``rows``:
-    the parser's rows of them (the latest step record is carried as it is)."""
+    """The rows of ``lines`` (a block, after its own carried lines) the next block needs, with the
+    hints ``carried_step`` and ``carried_seen``; ``rows``: the parser's rows of them (the latest
+    step record and checkpoint load are carried as they are)."""
     if lines.height == 0:
         return lines
     # as enrich() orders them (`_i` indexes this); blocks come in line order, so seldom a copy
     ordered = lines if lines["line"].is_sorted() else lines.sort("line", maintain_order=True)
     text = pl.col("text")
     banners = ordered.with_row_index("_i").filter(text.str.contains(BANNER, literal=True)).select("_i")
-    step = _latest_step(ordered, rows)
+    records = _records(ordered, rows)
+    anchors = records.select("_i", "_anchor")
     if not ordered.select(contains_any(text, BAR_LITERALS).any()).item():
-        keep, anchors = pl.concat([banners, _latest_clock(ordered)]), step
+        keep = pl.concat([banners, _latest_clock(ordered)])
     else:
-        keep, anchors = _bar_lines(ordered)
-        keep, anchors = pl.concat([keep, banners]), pl.concat([anchors, step])
-    keep = pl.concat([keep, step.select("_i")]).unique()
+        keep, bar_anchors = _bar_lines(ordered)
+        keep, anchors = pl.concat([keep, banners]), pl.concat([bar_anchors, anchors])
+    keep = pl.concat([keep, records.select("_i")]).unique()
+    columns = [c for c in lines.columns if c not in (CARRIED_STEP, CARRIED_SEEN)]
     return (
-        ordered.with_row_index("_i")
+        ordered.select(columns)
+        .with_row_index("_i")
         .join(keep, on="_i", how="semi")
         .join(anchors.drop_nulls("_anchor").unique("_i"), on="_i", how="left")
+        .join(records.select("_i", CARRIED_STEP, CARRIED_SEEN), on="_i", how="left")
         .with_columns(pl.coalesce("_anchor", "p_ts").alias("p_ts"))
         .sort("_i")
-        .select(lines.columns)
+        .select(*columns, CARRIED_STEP, CARRIED_SEEN)
     )
 
 
-def _latest_step(ordered: pl.DataFrame, rows: pl.DataFrame | None) -> pl.DataFrame:
-    """The line of the latest step record (the step of later records naming none), by index
-    ``_i``; a Megatron iteration record with the time it was placed at as its ``_anchor`` (a
-    clock-less one is placed by summing iteration times since the latest clock: the next block
-    sums from it, as the whole file would)."""
-    none = pl.DataFrame(schema={"_i": pl.UInt32, "_anchor": NAIVE_US})
-    steps = rows.filter(pl.col("kind") == "step") if rows is not None else None
-    if steps is None or steps.height == 0:
-        return none
-    last = steps.filter(pl.col("line") == steps["line"].max()).tail(1)
-    at = ordered.with_row_index("_i").filter(pl.col("line") == last["line"][0]).tail(1)
-    megatron = at["text"].str.contains(ITERATION, literal=True).any()
-    anchor = last["ts"].cast(NAIVE_US) if megatron else pl.Series([None], dtype=NAIVE_US)
-    return at.select("_i").with_columns(anchor.alias("_anchor"))
+_NO_RECORDS = pl.DataFrame(
+    schema={"_i": pl.UInt32, "_anchor": NAIVE_US, CARRIED_STEP: pl.Int64, CARRIED_SEEN: SEEN_DTYPE}
+)
+
+
+def _records(ordered: pl.DataFrame, rows: pl.DataFrame | None) -> pl.DataFrame:
+    """The lines (index ``_i``) of the latest step record and the latest checkpoint load, each with
+    the step the parser gave it (``carried_step``: running counts go on from it, and a load is the
+    step a resumed run counts from); the step record also with the time a Megatron iteration was
+    placed at (``_anchor``; clock-less ones are placed by summing iteration times since the latest
+    clock: the next block sums from it, as the whole file would) and, a bar repaint, the bar steps
+    reported in its attempt (``carried_seen``). For a block the gates ruled out (no ``rows``) the
+    carried ones are still the latest."""
+    indexed = ordered.with_row_index("_i")
+    if rows is None:
+        if CARRIED_STEP not in ordered.columns:
+            return _NO_RECORDS
+        hinted = indexed.filter(pl.col(CARRIED_STEP).is_not_null())
+        return hinted.select("_i", pl.lit(None, NAIVE_US).alias("_anchor"), CARRIED_STEP, CARRIED_SEEN)
+    step, load = _latest(indexed, rows, "step"), _latest(indexed, rows, "ckpt_load")
+    none = [pl.lit(None, NAIVE_US).alias("_anchor"), pl.lit(None, SEEN_DTYPE).alias(CARRIED_SEEN)]
+    hints: list[pl.Expr | pl.Series] = list(none)
+    if step.height:
+        megatron = step["text"].str.contains(ITERATION, literal=True).any()
+        bar = step.select(contains_any(pl.col("text"), BAR_LITERALS).any()).item()
+        hints = [
+            pl.when(pl.lit(megatron)).then(pl.col("_ts")).alias("_anchor"),
+            (_seen(indexed, rows) if bar else pl.lit(None, SEEN_DTYPE)).alias(CARRIED_SEEN),
+        ]
+    both = [step.with_columns(hints), load.with_columns(none)]
+    return pl.concat([f.select(_NO_RECORDS.columns) for f in both]).unique("_i", keep="first", maintain_order=True)
+
+
+def _latest(indexed: pl.DataFrame, rows: pl.DataFrame, kind: str) -> pl.DataFrame:
+    """The line of the latest row of ``kind`` (its last segment), with the row's step and time."""
+    of = rows.filter(pl.col("kind") == kind)
+    if of.height == 0:
+        none = [pl.lit(None, pl.Int64).alias(CARRIED_STEP), pl.lit(None, NAIVE_US).alias("_ts")]
+        return indexed.clear().select("_i", "line", "text", *none)
+    last = of.filter(pl.col("line") == of["line"].max()).tail(1)
+    at = indexed.filter(pl.col("line") == last["line"][0]).tail(1)
+    return at.select("_i", "line", "text").with_columns(
+        last["step"].cast(pl.Int64).alias(CARRIED_STEP), last["ts"].cast(NAIVE_US).alias("_ts")
+    )
+
+
+def _seen(indexed: pl.DataFrame, rows: pl.DataFrame) -> pl.Series:
+    """The bar steps reported in the latest step record's attempt, as ranges (one value): the steps
+    of ``rows`` since their latest attempt start, and those carried from earlier blocks when that
+    attempt began there."""
+    since = rows.filter(pl.col("kind").is_in(ATTEMPT_STARTS)).select(pl.col("line").max().fill_null(-1)).item()
+    steps = rows.filter((pl.col("kind") == "step") & (pl.col("line") > since)).select("step")
+    if CARRIED_SEEN in indexed.columns:
+        prior = seen_steps(indexed.filter(pl.col(CARRIED_SEEN).is_not_null() & (pl.col("line") > since)))
+        steps = pl.concat([steps, prior.select("step")])
+    runs = (
+        steps.drop_nulls()
+        .unique()
+        .sort("step")
+        .with_columns((pl.col("step").diff() != 1).fill_null(True).cum_sum().alias("_run"))
+        .group_by("_run", maintain_order=True)
+        .agg(pl.col("step").first().alias("lo"), pl.col("step").last().alias("hi"))
+    )
+    return runs.select(pl.struct("lo", "hi")).to_series().implode().cast(SEEN_DTYPE)
 
 
 def _latest_clock(ordered: pl.DataFrame) -> pl.DataFrame:

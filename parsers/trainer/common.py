@@ -42,6 +42,15 @@ LEVEL_TRAINER = 0
 LEVEL_DEEPSPEED = 1
 LEVEL_TQDM = 2
 
+# What starts an attempt (within one, a step is reported once).
+ATTEMPT_STARTS = ("init", "init_done", "ckpt_load")
+
+# Hints: columns only lines carried from an earlier block of the file hold (see ``carry``), null
+# on a block's own lines and absent from a file's first block.
+CARRIED_STEP = "carried_step"  # the step the earlier block gave the record on the line
+CARRIED_SEEN = "carried_seen"  # the bar steps reported so far in that record's attempt, as ranges
+SEEN_DTYPE = pl.List(pl.Struct({"lo": pl.Int64, "hi": pl.Int64}))
+
 
 # HF example scripts log with datefmt "%m/%d/%Y %H:%M:%S": '05/25/2021 06:35:01 - WARNING - __main__ - …'.
 _US_CLOCK = r"^(\d{2}/\d{2}/\d{4} \d{2}:\d{2}:\d{2}) - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - "
@@ -75,6 +84,13 @@ def _stated_clock(df: pl.DataFrame) -> pl.Series:
     us_clock = text.str.extract(_US_CLOCK, 1).str.strptime(NAIVE_US, "%m/%d/%Y %H:%M:%S", strict=False)
     none = pl.Series("_stated", [], NAIVE_US).extend_constant(None, df.height)
     return fill_where(none, df, may, pl.coalesce(ts_iso(in_text), us_clock))
+
+
+def seen_steps(hinted: pl.DataFrame) -> pl.DataFrame:
+    """``line`` and ``step``: each bar step the ``carried_seen`` hints of ``hinted`` name."""
+    ranges = hinted.select("line", pl.col(CARRIED_SEEN).alias("_r")).explode("_r").unnest("_r")
+    steps = ranges.select("line", pl.int_ranges("lo", pl.col("hi") + 1).alias("step")).explode("step")
+    return steps.drop_nulls("step")
 
 
 def field(pattern: str, col: str = "text") -> pl.Expr:

@@ -3,7 +3,8 @@
 * Loss dicts ``{'loss': …, 'learning_rate': …, 'epoch': …}`` are the training steps. HF does not
   print the step in them, so ``step`` = the dict's ``'step'`` key if present, else the position
   of the training bar when the dict was written (HF logs right after advancing the bar), else
-  the running count of distinct dicts in the file (exact only with ``logging_steps=1``).
+  the running count of distinct dicts in the file (exact only with ``logging_steps=1``; a
+  later block of a file counts on from a carried dict's step).
   ``ts`` and ``step_time_s`` come from that bar repaint (anchor + elapsed, and its s/it).
   Identical dicts printed by several nodes count once.
 * Without loss dicts, the training bar itself gives the steps (level 2): one row per step
@@ -22,7 +23,7 @@
 from __future__ import annotations
 
 import polars as pl
-from toranalyze_parsers.trainer.common import LEVEL_TQDM, NUM, NUM_OR_NAN, field, message, part, to_int
+from toranalyze_parsers.trainer.common import CARRIED_STEP, LEVEL_TQDM, NUM, NUM_OR_NAN, field, message, part, to_int
 from toranalyze_parsers.trainer.tqdm import bars
 
 from toranalyze.plugins import contains_any, file_key
@@ -126,7 +127,12 @@ def _dicts(lines: pl.LazyFrame, train_bars: pl.LazyFrame) -> pl.LazyFrame:
         .filter(pl.col("kind").is_not_null())
         .with_columns((pl.col("kind") == "step").cast(pl.Int64).cum_sum().over(file_key()).alias("_count"))
     )
-    step = pl.coalesce(to_int(d.str.extract(r"'step': (\d+)", 1)), pl.col("_bar_n"), pl.col("_count"))
+    named = pl.coalesce(to_int(d.str.extract(r"'step': (\d+)", 1)), pl.col("_bar_n"))
+    if CARRIED_STEP in lines.collect_schema().names():
+        # a later block of the file: the count goes on from a carried dict's step, if it was counted
+        counted = pl.when(named.is_null() & (pl.col("kind") == "step")).then(pl.col(CARRIED_STEP) - pl.col("_count"))
+        both = both.with_columns(pl.col("_count") + counted.max().over(file_key()).fill_null(0))
+    step = pl.coalesce(named, pl.col("_count"))
     loss = pl.coalesce(
         field(rf"'loss': {_Q}({NUM_OR_NAN}){_Q}", "_dict"), field(rf"'eval_loss': {_Q}({NUM_OR_NAN}){_Q}", "_dict")
     )

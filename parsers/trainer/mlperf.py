@@ -7,7 +7,8 @@ are de-duplicated by (key, time_ms, first field of the value) and ordered by tim
 * ``init_checkpoint_step`` -> ckpt_load at that step (the benchmark resumes from a checkpoint);
 * each ``tracked_stats`` with ``train_step_timing`` is one optimizer step: ``step`` = the
   checkpoint step + the running count of such records (``metadata.step`` counts tokens or
-  samples, not steps), ``step_time_s`` = train_step_timing, ``loss`` = reduced_train_loss;
+  samples, not steps; a later block of a file counts on from the step of the record carried
+  from the block before), ``step_time_s`` = train_step_timing, ``loss`` = reduced_train_loss;
 * ``eval_start`` / ``eval_stop`` -> eval_begin / eval_end (``duration_s`` = stop − start);
 * ``run_start``, ``block_start`` / ``block_stop`` (a training block between evaluations) -> info;
   ``run_stop`` with status ``success`` -> job_end, state COMPLETED, code 0; with another status
@@ -20,7 +21,7 @@ understood chatter.
 from __future__ import annotations
 
 import polars as pl
-from toranalyze_parsers.trainer.common import NUM, field, part, to_float
+from toranalyze_parsers.trainer.common import CARRIED_STEP, NUM, field, part, to_float
 
 from toranalyze.ingest.clock import ts_epoch_ms
 from toranalyze.plugins import file_key
@@ -75,29 +76,34 @@ def _kind(key: pl.Expr, status: pl.Expr) -> pl.Expr:
     )
 
 
-def _step(key: pl.Expr) -> pl.Expr:
-    """The checkpoint step, plus the optimizer steps counted so far in the file."""
+def _step(key: pl.Expr, carried: bool) -> pl.Expr:
+    """The checkpoint step, plus the optimizer steps counted so far in the file; in a later block
+    of a file (``carried``), counted on from the step the earlier block gave the carried record."""
     file = pl.col("_file")
     base = field(r'"key":\s*"init_checkpoint_step",\s*"value":\s*(\d+)', "_json").cast(pl.Int64)
     base_all = base.max().over(file).fill_null(0)
     is_step = key == "tracked_stats"
-    count = is_step.cast(pl.Int64).cum_sum().over(file)
+    steps = base_all + is_step.cast(pl.Int64).cum_sum().over(file)
+    if carried:
+        steps = steps + pl.when(is_step).then(pl.col(CARRIED_STEP) - steps).max().over(file).fill_null(0)
     return (
         pl.when(key == "init_checkpoint_step").then(base)
-        .when(is_step | key.is_in(["eval_start", "eval_stop", "block_start", "block_stop"])).then(base_all + count)
+        .when(is_step | key.is_in(["eval_start", "eval_stop", "block_start", "block_stop"])).then(steps)
     )
 
 
-def _classified(rows: pl.LazyFrame) -> pl.LazyFrame:
+def _classified(rows: pl.LazyFrame, carried: bool) -> pl.LazyFrame:
     """Records with ``kind`` and ``step``, and the start times (``_eval_ms``, ``_run_ms``) and run
-    ``_status`` their durations and states need; windows run before the unkept records go."""
+    ``_status`` their durations and states need; windows run before the unkept records go
+    (``carried``: a later block of a file, see ``_step``)."""
     file = pl.col("_file")
     key = pl.col("_key")
     started = pl.when(key == "eval_start").then(pl.col("_ms")).forward_fill().over(file)
     run_started = pl.when(key == "run_start").then(pl.col("_ms")).forward_fill().over(file)
     status = pl.col("_json").str.extract(r'"status":\s*"([^"]+)"', 1)
-    return rows.with_columns(_kind(key, status).alias("kind"), _step(key).alias("step"), started.alias("_eval_ms"),
-                             run_started.alias("_run_ms"), status.alias("_status")).filter(pl.col("kind").is_not_null())
+    return rows.with_columns(_kind(key, status).alias("kind"), _step(key, carried).alias("step"),
+                             started.alias("_eval_ms"), run_started.alias("_run_ms"),
+                             status.alias("_status")).filter(pl.col("kind").is_not_null())
 
 
 def _columns(out: pl.LazyFrame) -> pl.LazyFrame:
@@ -135,4 +141,5 @@ def _columns(out: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
-    return [part(_columns(_classified(_records(lines))))]
+    carried = CARRIED_STEP in lines.collect_schema().names()  # a later block of a file
+    return [part(_columns(_classified(_records(lines), carried)))]

@@ -84,3 +84,61 @@ def test_clockless_megatron_iterations_read_in_many_blocks_are_placed_as_in_one(
     assert whole.height > 5 and whole["ts_inferred"].all()
     cols = ["line", "step", "ts", "ts_inferred"]
     assert_frame_equal(blocks.select(cols), whole.select(cols))
+
+
+def _blocks(path: str, block_bytes: int) -> int:
+    return sum(1 for _ in Chunks(path, block_bytes))
+
+
+@pytest.mark.parametrize(
+    ("name", "block_bytes"),
+    [
+        ("mlperf-v3.0_nvidia-coreweave_hgxh100_n448_gpt3_result_0.txt.zst", 64 * 1024),
+        ("mlperf-v3.0_nvidia_dgxh100_n64_nemo_gpt3_result_0.txt.zst", 16 * 1024),
+        ("bigscience_hf_ds_zero3_gpt2_n4_success_full_run_1832555.log", 4096),
+    ],
+)
+def test_counted_and_repainted_steps_read_in_many_blocks_are_those_of_one(name: str, block_bytes: int) -> None:
+    """MLPerf counts its steps on from the checkpoint step; four HF ranks repaint the same bar one
+    after another. Both the count and the steps already reported go on across blocks (the MLPerf
+    logs in bigger blocks than 4 KB only to keep the test fast: a block holds a few records)."""
+    path = str(REAL / name)
+    assert _blocks(path, block_bytes) >= 3
+    whole = read_text_events(path, [trainer]).events.filter(kind="step")
+    blocks = read_text_events(path, [trainer], block_bytes=block_bytes).events.filter(kind="step")
+    assert whole.height >= 16
+    cols = ["line", "step", "ts", "ts_inferred", "step_time_s", "loss"]
+    assert_frame_equal(blocks.select(cols), whole.select(cols))
+
+
+def _hf_dicts_log(path: Path, filler: int) -> None:
+    """HF loss dicts with neither a bar nor a 'step' key (their steps are counted), and halfway
+    ``filler`` lines that hold nothing of the trainer's (blocks the parser's gates rule out)."""
+    dicts = [f"{{'loss': {2 + 1 / i:.6f}, 'learning_rate': 1e-05, 'epoch': {i / 1000:.4f}}}\n" for i in range(1, 1001)]
+    other = [f"worker {k}: nothing to report here\n" for k in range(filler)]
+    path.write_text("".join(dicts[:500] + other + dicts[500:]))
+
+
+def test_counted_loss_dicts_read_in_many_blocks_are_numbered_as_in_one(tmp_path: Path) -> None:
+    path = tmp_path / "train.log"
+    _hf_dicts_log(path, filler=400)
+    whole = read_text_events(str(path), [trainer]).events.filter(kind="step")
+    blocks = read_text_events(str(path), [trainer], block_bytes=4096).events.filter(kind="step")
+    assert whole["step"].to_list() == list(range(1, 1001))
+    assert_frame_equal(blocks.select("line", "step", "loss"), whole.select("line", "step", "loss"))
+
+
+def test_the_step_source_chosen_goes_on_across_blocks(tmp_path: Path) -> None:
+    """Megatron's iteration records every 100 steps and DeepSpeed's ``step=`` line every step: the
+    records are the steps, in blocks holding DeepSpeed's lines only too."""
+    out = []
+    for i in range(1, 1001):
+        out.append(f"[2024-05-07 11:00:00,000] [INFO] [logging.py:60:log_dist] [Rank 0] step={i}, skipped=0, lr=[1e-05]\n")
+        if i == 1 or i % 100 == 0:
+            out.append(f" iteration {i:8d}/    1000 | elapsed time per iteration (ms): 1000.0 | lm loss: 2.0E+00 |\n")
+    path = tmp_path / "train.log"
+    path.write_text("".join(out))
+    whole = read_text_events(str(path), [trainer]).events.filter(kind="step")
+    blocks = read_text_events(str(path), [trainer], block_bytes=4096).events.filter(kind="step")
+    assert whole["step"].to_list() == [1, *range(100, 1001, 100)]
+    assert_frame_equal(blocks.select("line", "step"), whole.select("line", "step"))

@@ -445,8 +445,11 @@ class CarriedLines:
     clock and start of a progress bar that began blocks ago) would be lost at each block's start.
     ``parser.carry(lines, rows)`` (the lines it read and its rows of them) names the few of those
     lines the next block needs; they are put ahead of the next block's lines (in line order) and
-    the parser's rows on them are dropped, being the earlier block's. The carry of a block is only
-    worked out once a next block comes, so a file of one block pays nothing for it.
+    the parser's rows on them are dropped, being the earlier block's. The carried frame may hold
+    columns the prepared lines do not (hints: state that no line states, such as a running count);
+    they are kept, null on the block's own lines, so a parser finds them only on carried lines and
+    only in a file's later blocks. The carry of a block is only worked out once a next block comes,
+    so a file of one block pays nothing for it.
     """
 
     # parser -> the lines it last read and its rows of them (its carry is worked out from both),
@@ -481,8 +484,8 @@ class CarriedLines:
         # A carried piece of the line this block goes on with counts as the line before it: the
         # parser's rows on it are the earlier block's.
         first = prepared["line"][0]
-        ahead = ahead.select(prepared.columns).with_columns(pl.min_horizontal("line", first - 1))
-        return pl.concat([ahead, prepared])
+        ahead = ahead.with_columns(pl.min_horizontal("line", first - 1))
+        return pl.concat([ahead, prepared], how="diagonal")
 
 
 def _empty_parsed() -> pl.DataFrame:

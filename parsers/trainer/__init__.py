@@ -45,7 +45,16 @@ from typing import Any
 import polars as pl
 from toranalyze_parsers.trainer import deepspeed, hf, lightning, m4, megatron, mlperf, titan, tqdm
 from toranalyze_parsers.trainer.carry import carry as carry_lines
-from toranalyze_parsers.trainer.common import ATTEMPT_STARTS, CARRIED_SEEN, LEVEL_TQDM, enrich, seen_steps
+from toranalyze_parsers.trainer.common import (
+    ATTEMPT_STARTS,
+    CARRIED_SEEN,
+    LEVEL_TQDM,
+    RECORD_ENDS,
+    collapsible_kind,
+    enrich,
+    is_exit,
+    seen_steps,
+)
 
 from toranalyze.plugins import Parser, contains_any, file_key, file_starts, literal_gate
 from toranalyze.schema import conform_raw
@@ -60,16 +69,9 @@ _MODULES = (
     m4,
 )
 
-_BEGINS = ("init", "ckpt_save_begin", "eval_begin")
-_ENDS = ("init_done", "ckpt_save_end", "ckpt_load", "eval_end")
 _STEP_FILLED = ("ckpt_save_begin", "ckpt_save_end", "eval_begin", "eval_end")
 _PROGRESS = ("step", "ckpt_save_begin", "ckpt_save_end", "ckpt_load", "eval_begin", "eval_end")
 _TS = ("ts", "ts_offset_s", "ts_year_known", "ts_inferred")
-
-
-def _is_exit() -> pl.Expr:
-    kind = pl.col("kind")
-    return ((kind == "job_end") | ((kind == "info") & (pl.col("state") == "EXIT"))).fill_null(False)
 
 
 def _own_clocks(ev: pl.LazyFrame, lines: pl.LazyFrame) -> pl.LazyFrame:
@@ -104,7 +106,7 @@ def _fill_steps(ev: pl.LazyFrame) -> pl.LazyFrame:
     """Checkpoint, evaluation and exit rows naming no step take the latest progress step."""
     kind = pl.col("kind")
     known = pl.when(kind.is_in(_PROGRESS)).then(pl.col("step")).forward_fill().over(file_key())
-    wants = kind.is_in(_STEP_FILLED) | _is_exit()
+    wants = kind.is_in(_STEP_FILLED) | is_exit()
     filled = pl.when(wants & pl.col("step").is_null()).then(known).otherwise(pl.col("step"))
     return ev.with_columns(filled.alias("step"))
 
@@ -112,7 +114,7 @@ def _fill_steps(ev: pl.LazyFrame) -> pl.LazyFrame:
 def _collapse(ev: pl.LazyFrame) -> pl.LazyFrame:
     """Consecutive rows of one begin/end/exit record (same kind, step, state) become one row."""
     kind = pl.col("kind")
-    collapsible = kind.is_in(_BEGINS + _ENDS) | _is_exit()
+    collapsible = collapsible_kind()
     key = pl.struct(kind, pl.col("step").fill_null(-1), pl.col("state").fill_null(""))
     new_run = (
         ~collapsible | ~collapsible.shift(1, fill_value=False) | (key != key.shift(1)).fill_null(True) | file_starts()
@@ -140,7 +142,7 @@ def _collapse(ev: pl.LazyFrame) -> pl.LazyFrame:
             *[pl.col(c).drop_nulls().first() for c in others],
         )
     )
-    chosen = pl.when(pl.col("kind").is_in(_ENDS)).then(pl.col("_last_ts")).otherwise(pl.col("_first_ts"))
+    chosen = pl.when(pl.col("kind").is_in(RECORD_ENDS)).then(pl.col("_last_ts")).otherwise(pl.col("_first_ts"))
     merged = (
         grouped.with_columns(chosen.alias("_ts"))
         .with_columns(

@@ -32,6 +32,7 @@ from toranalyze_parsers.trainer.common import (
     CARRIED_SEEN,
     CARRIED_STEP,
     SEEN_DTYPE,
+    collapsible_kind,
     enrich,
     seen_steps,
 )
@@ -45,6 +46,7 @@ BAR_LITERALS = ("%|", "it [")  # what every bar repaint holds (tqdm.bars' own pr
 PROBE = 4096  # the last lines searched first for a clock
 START = r"\[[0:]+[<,\]]"  # a repaint at elapsed 0: a bar's start (tqdm.bars reads the same field)
 LAST = 64  # the last repaints of a block read for each kind's latest
+OPEN_LINES = 64  # the most lines of an open begin/end record carried
 ITERATION = "iteration"  # what a Megatron iteration record holds
 
 
@@ -65,7 +67,7 @@ def carry(lines: pl.DataFrame, rows: pl.DataFrame | None = None) -> pl.DataFrame
     else:
         keep, bar_anchors = _bar_lines(ordered)
         keep, anchors = pl.concat([keep, banners]), pl.concat([bar_anchors, anchors])
-    keep = pl.concat([keep, records.select("_i")]).unique()
+    keep = pl.concat([keep, records.select("_i"), _open_record(ordered, rows)]).unique()
     columns = [c for c in lines.columns if c not in (CARRIED_STEP, CARRIED_SEEN)]
     return (
         ordered.select(columns)
@@ -110,6 +112,24 @@ def _records(ordered: pl.DataFrame, rows: pl.DataFrame | None) -> pl.DataFrame:
         ]
     both = [step.with_columns(hints), load.with_columns(none)]
     return pl.concat([f.select(_NO_RECORDS.columns) for f in both]).unique("_i", keep="first", maintain_order=True)
+
+
+def _open_record(ordered: pl.DataFrame, rows: pl.DataFrame | None) -> pl.DataFrame:
+    """The lines (``_i``) of the block's last row when it is a begin, end or exit record: the next
+    block's first rows may continue it (start-up banners cut by the block boundary), and read
+    after it they collapse into it, as in one block, instead of starting a record (an attempt)
+    of their own; the row itself, on a carried line, stays the earlier block's."""
+    empty = pl.DataFrame(schema={"_i": pl.UInt32})
+    if rows is None or rows.height == 0:
+        return empty
+    last = rows.filter(pl.col("line") == pl.col("line").max())
+    if not last.select(collapsible_kind().all()).item():
+        return empty
+    lo = last["line"][0]
+    hi = max(lo, last.select(pl.col("line_end").max()).item() or lo)
+    if hi - lo >= OPEN_LINES:
+        return empty
+    return ordered.with_row_index("_i").filter(pl.col("line").is_between(lo, hi)).select("_i")
 
 
 def _latest(indexed: pl.DataFrame, rows: pl.DataFrame, kind: str) -> pl.DataFrame:

@@ -44,6 +44,21 @@ LEVEL_TQDM = 2
 
 # What starts an attempt (within one, a step is reported once).
 ATTEMPT_STARTS = ("init", "init_done", "ckpt_load")
+# Begin and end records: consecutive rows of one (same kind, step, state) are one record, timed
+# at its first row (a begin) or its last (an end).
+RECORD_BEGINS = ("init", "ckpt_save_begin", "eval_begin")
+RECORD_ENDS = ("init_done", "ckpt_save_end", "ckpt_load", "eval_end")
+
+
+def is_exit() -> pl.Expr:
+    kind = pl.col("kind")
+    return ((kind == "job_end") | ((kind == "info") & (pl.col("state") == "EXIT"))).fill_null(False)
+
+
+def collapsible_kind() -> pl.Expr:
+    """Rows that consecutive rows of the same record collapse into (begins, ends, exits)."""
+    return pl.col("kind").is_in(RECORD_BEGINS + RECORD_ENDS) | is_exit()
+
 
 # Hints: columns only lines carried from an earlier block of the file hold (see ``carry``), null
 # on a block's own lines and absent from a file's first block.

@@ -39,8 +39,8 @@ from toranalyze.schema import conform_raw
 
 _KV = r"^(?P<ind>\s*)(?P<key>[A-Z][\w -]*?):(?:\s+(?P<val>.*?))?\s*$"
 _EVENT_ROW = (
-    r"^\s+(?P<type>Normal|Warning)\s+(?P<reason>[A-Za-z][\w.-]*)\s+"
-    rf"(?P<age>{INTERVAL})\s+(?P<src>[\w.-]+(?:, [\w.-]+)?)\s+(?P<msg>.*?)\s*$"
+    r"^`?\s+(?P<type>Normal|Warning)\s+(?P<reason>[A-Za-z][\w.-]*)\s+"
+    rf"(?P<age>{INTERVAL})\s+(?P<src>[\w.-]+(?:, [\w.-]+)?)\s+(?P<msg>.*?)`?\s*$"
 )
 # kubectl <= 1.9: FirstSeen LastSeen Count From SubObjectPath Type Reason Message.
 _OLD_EVENT_ROW = (
@@ -53,11 +53,12 @@ _CONDITION_ROW = (
     r"(?P<reason>\w+)(?:\s+(?P<msg>.*?))?\s*$"
 )
 # Lines that only a describe output prints: a fragment pasted without its 'Name:' header. An
-# Events row (type, reason, age, source) is one too, with or without its table around it.
+# Events row (type, reason, age, source) is one too, with or without its table around it, and
+# quoted as inline code in a post (a backtick before its indent).
 _FRAGMENT = (
     r"^(?:Events|Conditions|Containers):\s*$|^\s*(?:Last )?State:\s+(?:Terminated|Waiting)\s*$"
     r"|^Reason:\s+[A-Z]\w+\s*$|^\s+\d+[ydhms]\s+\d+[ydhms]\s+\d+\s+\S.*\s(?:Normal|Warning)\s"
-    rf"|^\s+(?:Normal|Warning)\s+[A-Z][\w.-]*\s+{INTERVAL}\s+[\w.-]+(?:, [\w.-]+)?\s+\S"
+    rf"|^`?\s+(?:Normal|Warning)\s+[A-Z][\w.-]*\s+{INTERVAL}\s+[\w.-]+(?:, [\w.-]+)?\s+\S"
 )
 _FIELDS = ("Reason", "Message", "Exit Code", "Signal", "Started", "Finished")
 _SECTIONS = ["Name", "Conditions", "Volumes", "QoS Class", "Node-Selectors", "Tolerations", "Events",
@@ -411,7 +412,7 @@ def _job_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def _event_rows(lf: pl.LazyFrame, anchor: datetime | None) -> pl.LazyFrame:
-    cand = lf.filter(pl.col("text").str.contains(r"^\s.*(?:Normal|Warning)"))
+    cand = lf.filter(pl.col("text").str.contains(r"^`?\s.*(?:Normal|Warning)"))
     new = cand.with_columns(pl.col("text").str.extract_groups(_EVENT_ROW).alias("_g"))
     old = cand.with_columns(pl.col("text").str.extract_groups(_OLD_EVENT_ROW).alias("_g"))
     g = pl.col("_g")

@@ -41,7 +41,8 @@ class TorchParser(Parser):
             "death signal", "forcefully exiting", "finished", "[c10d] The client socket", "Rendezvous complete",
             "Starting elastic_operator", "ERROR: Unexpected", "CUDA error: ", "CUDA driver error",
             "CUDA out of memory", "cudaError", "CUBLAS_STATUS_", "CUDNN_STATUS_", "device-side assert triggered",
-            "uncorrectable ECC error", "GPU is lost", "[Errno ", *SIGNAL_WORDS,
+            "uncorrectable ECC error", "GPU is lost", "[Errno ", "esource exhausted", "ESOURCE_EXHAUSTED",
+            "found in input tensor", *SIGNAL_WORDS,
         ]),
         r"(?i:loss)",
     )

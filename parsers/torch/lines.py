@@ -19,6 +19,10 @@ _WORKER_CODES = {"bus error": "-7", "segmentation fault": "-11", "floating-point
 _CUDA = (
     r"CUDA error: |CUDA driver error|CUDA out of memory|cudaError[A-Z]\w+|CUBLAS_STATUS_[A-Z_]+|CUDNN_STATUS_[A-Z_]+"
     r"|device-side assert triggered|uncorrectable ECC error|GPU is lost"
+    # TensorFlow and XLA (JAX) name an accelerator OOM by their status code: 'Resource exhausted: OOM
+    # when allocating tensor ...', 'RESOURCE_EXHAUSTED: Out of memory while trying to allocate ...'
+    # (a quota or message-size RESOURCE_EXHAUSTED is not one).
+    r"|(?i)\bresource[ _]exhausted:\s+(?:OOM\b|Out\b)"
 )
 # Not ours: NCCL's own lines name CUDA failures too ('NCCL WARN Cuda failure ...').
 _NOT_CUDA = NCCL_OWNED + r"|NCCL (?:WARN|INFO)|Cuda failure"
@@ -29,6 +33,8 @@ _NAN = (
     # TensorFlow's NanTensorHook ('Model diverged with loss = NaN.'); Megatron's grad-norm check
     # ('found NaN in local grad norm in backwards pass').
     r"|(?i)\bdiverged with loss\s*=\s*(?:nan|inf)\b|(?i)\bfound (?:nan|inf) in (?:local )?grad(?:ient)? norm"
+    # fairseq's NaN check through tensorboardX: 'NaN or Inf found in input tensor.'
+    r"|(?i)\bnan or inf found in input tensor"
 )
 
 # A storage errno in a line a logger wrote, not a traceback: 'ERROR: megatron.core.dist_checkpointing
@@ -58,7 +64,8 @@ def _events(lf: pl.LazyFrame, cond: pl.Expr, code: pl.Expr, kind: pl.Expr | None
 # Literals the worker and CUDA rules need; with the NaN rule's own pattern (a looser 'loss' test
 # would keep every iteration record of a trainer log) one pass finds the rows any rule can use.
 _NEEDS = ["ERROR: Unexpected", "CUDA error: ", "CUDA driver error", "CUDA out of memory", "cudaError", "CUBLAS_STATUS_",
-          "CUDNN_STATUS_", "device-side assert triggered", "uncorrectable ECC error", "GPU is lost", "[Errno "]
+          "CUDNN_STATUS_", "device-side assert triggered", "uncorrectable ECC error", "GPU is lost", "[Errno ",
+          "esource exhausted", "ESOURCE_EXHAUSTED", "found in input tensor"]
 
 
 def line_events(typed: pl.LazyFrame) -> pl.LazyFrame:

@@ -706,6 +706,8 @@ def test_a_node_fragment_without_its_name_reports_the_cordon() -> None:
           "  ----     ------            ----               ----               -------",
           "  Warning  FailedScheduling  6s (x5 over 3m1s)  default-scheduler  0/2 nodes are available: "
           "2 Insufficient aliyun.com/gpu-mem`"], None, "scheduling"),
+        # https://github.com/microsoft/DLWorkspace/pull/1128: the row alone as inline code, its age <invalid>.
+        (["`  Warning  Evicted    <invalid>  kubelet  The node had condition: [DiskPressure].`"], None, "storage"),
     ],
 )
 def test_an_events_row_without_its_describe_block_is_read(lines: list[str], node: str | None,
@@ -717,6 +719,7 @@ def test_an_events_row_without_its_describe_block_is_read(lines: list[str], node
 def test_a_line_that_only_looks_like_an_events_row_is_not_one() -> None:
     # no age column after the reason: prose, not a describe row
     assert extract_lines(parser, ["  Warning  Evicted pods keep piling up on this node"]).height == 0
+    assert extract_lines(parser, ["`  Warning  Evicted pods keep piling up on this node`"]).height == 0
 
 
 def test_describe_message_field_pasted_alone_names_the_eviction_resource() -> None:

@@ -44,6 +44,21 @@ KNOWN_MISSES = {
         "a ctime stamp glued to mpirun's '[1,0]<stdout>:' tag",
     "real_excerpts_heldout/nccl/nccl_fatal_event_qp_status4_collector_ts.log":
         "a collector stamp with a zone name ('+08:00') before the bracketed one",
+    "real_excerpts/kernel/pcieport_aer_fatal_sdes_without_clock.log":
+        "a kernel AER record pasted without its dmesg clock or syslog head",
+    "real_excerpts/gpu/dmesg_level_prefix_nvswitch_sxid_and_json_scan.log":
+        "NVSwitch SXid records are not a rule (and the line is behind a health agent's 'line kern  :err   :')",
+    "real_excerpts/nccl/nvls_cuda_failure_invalid_argument_after_fabric_manager_restart.log":
+        "NVLS 'Cuda failure 1 invalid argument' names no fabric-manager cause; the thread found it",
+    "real_excerpts/trainer/horovod_stalled_ops_missing_ranks.log": "Horovod's stall inspector warning is not a rule",
+    "real_excerpts/trainer/skipping_backward_optimizer_step_nan_or_inf_loss.log":
+        "a trainer skipping a NaN step is coping, not failing: unclassified by design, like 'loss is nan, skipping batch'",
+    "real_excerpts/slurm/sacct_table_redacted_ids_timeout_after_node_failure.log":
+        "sacct rows whose JobIDs were redacted to 'x' are not read as sacct rows",
+    "real_excerpts/kubernetes/custom_columns_pods_evicted_disk_pressure.log":
+        "custom-columns rows (name, namespace, Evicted, node, message) are not a layout the parser knows",
+    "real_excerpts/kubernetes/node_events_has_disk_pressure_free_disk_space_failed.log":
+        "a node's DiskPressure condition is unclassified by design (its evictions are classified); none is pasted",
 }
 
 

@@ -818,3 +818,50 @@ def test_a_failed_checkpoint_write_by_torch_save_is_storage() -> None:
     # https://github.com/rwth-i6/returnn/issues/1829: the zip writer names no errno.
     ev = classified(parse_file(parser, REAL_TRAINER / "pytorchstreamwriter_file_write_failed.log"))
     assert ev.select("code", "failure_class").rows() == [("RuntimeError", "storage")]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # https://github.com/tensorflow/tensor2tensor/issues/413: TensorFlow's glog line, no traceback.
+        "2017-11-13 10:31:59.958338: W tensorflow/core/framework/op_kernel.cc:1192] Resource exhausted: OOM when "
+        "allocating tensor with shape[15,8,183,183]",
+        # https://github.com/huggingface/transformers/issues/8305: TF2's numbered status, two spaces.
+        "  (0) Resource exhausted:  OOM when allocating tensor with shape[3200,3072] and type float on "
+        "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc",
+        # https://github.com/jax-ml/jax/issues/788: XLA's status, hard-wrapped after 'Out'.
+        "[1] 2019-06-13 01:17:08.886805: E external/org_tensorflow/tensorflow/compiler/xla/python/local_client.cc:672] "
+        "Execution of replica 0 failed: Resource exhausted: Out ",
+    ],
+)
+def test_a_tensorflow_or_xla_resource_exhausted_oom_line_is_oom_gpu(line: str) -> None:
+    row = one(classified(run(line)))
+    assert (row["kind"], row["failure_class"]) == ("error", "oom_gpu")
+
+
+def test_an_xla_runtime_error_out_of_memory_is_oom_gpu() -> None:
+    # https://github.com/jax-ml/jax/issues/13428: the traceback's exception is XlaRuntimeError.
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 3, in <module>\n'
+        "    out_flat = compiled.execute(in_flat)\n"
+        "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 6291456 bytes."
+    )
+    assert classified(run(text)).select("code", "failure_class").rows() == [("XlaRuntimeError", "oom_gpu")]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "grpc: RESOURCE_EXHAUSTED: Received message larger than max (8388608 vs. 4194304)",
+        "Resource exhausted: Quota exceeded for quota metric 'Requests' of service 'storage.googleapis.com'",
+    ],
+)
+def test_a_resource_exhausted_that_is_no_memory_is_not_oom_gpu(line: str) -> None:
+    assert "oom_gpu" not in classified(run(line))["failure_class"].to_list()
+
+
+def test_fairseqs_nan_or_inf_in_input_tensor_is_numerics() -> None:
+    # https://github.com/facebookresearch/fairseq/issues/1529: logged through tensorboardX as the loss went NaN.
+    row = one(classified(run("2020-10-01 10:25:50 | WARNING | root | NaN or Inf found in input tensor.")))
+    assert row["failure_class"] == "numerics"

@@ -166,9 +166,9 @@ def _seen(indexed: pl.DataFrame, rows: pl.DataFrame) -> pl.Series:
 
 
 def _latest_clock(ordered: pl.DataFrame) -> pl.DataFrame:
-    """The index of the last line stating a clock (none: empty), looking at the last candidates
-    first: stating clocks is a regex pass, and in a log that has clocks the last one is near the
-    end. Candidates are the lines ``enrich`` can find a clock on (a peeled stamp, or a text
+    """The index of the last line stating a clock (none: empty), looking at the last lines first:
+    stating clocks is a regex pass, and in a log that has clocks the last one is near the end. In
+    each slice only the lines a clock can be found on are read (a peeled stamp, or a text
     ``_stated_clock`` reads, ANSI codes not yet stripped): a block of NCCL chatter has none."""
     text = pl.col("text")
     # three searches: one regex of the three ran ten times slower (no literal search left)
@@ -178,16 +178,15 @@ def _latest_clock(ordered: pl.DataFrame) -> pl.DataFrame:
         | text.str.contains("\x1b", literal=True)
         | text.str.contains("datetime: ", literal=True)
     )
-    candidates = ordered.with_row_index("_i").filter(may)
     size = PROBE
-    while candidates.height:
-        tail = candidates.tail(size)
+    while True:
+        offset = max(ordered.height - size, 0)
+        candidates = ordered.slice(offset).with_row_index("_i", offset=offset).filter(may)
         # enrich() keeps the (line-ordered) rows in their order and numbers them afresh
-        clocks = enrich(tail.drop("_i").lazy()).filter(pl.col("clock").is_not_null())
-        if clocks.height or size >= candidates.height:
-            return pl.DataFrame({"_i": tail["_i"].gather(clocks["_i"].tail(1))}, schema={"_i": pl.UInt32})
+        clocks = enrich(candidates.drop("_i").lazy()).filter(pl.col("clock").is_not_null())
+        if clocks.height or offset == 0:
+            return pl.DataFrame({"_i": candidates["_i"].gather(clocks["_i"].tail(1))}, schema={"_i": pl.UInt32})
         size *= 4
-    return pl.DataFrame(schema={"_i": pl.UInt32})
 
 
 def _placing(ordered: pl.DataFrame) -> pl.DataFrame:

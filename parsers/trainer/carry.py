@@ -34,6 +34,7 @@ from toranalyze_parsers.trainer.common import (
     SEEN_DTYPE,
     collapsible_kind,
     enrich,
+    may_state_clock,
     seen_steps,
 )
 from toranalyze_parsers.trainer.tqdm import bars
@@ -170,14 +171,8 @@ def _latest_clock(ordered: pl.DataFrame) -> pl.DataFrame:
     stating clocks is a regex pass, and in a log that has clocks the last one is near the end. In
     each slice only the lines a clock can be found on are read (a peeled stamp, or a text
     ``_stated_clock`` reads, ANSI codes not yet stripped): a block of NCCL chatter has none."""
-    text = pl.col("text")
-    # three searches: one regex of the three ran ten times slower (no literal search left)
-    may = (
-        pl.col("p_ts").is_not_null()
-        | text.str.contains(r"^[\[\d]")
-        | text.str.contains("\x1b", literal=True)
-        | text.str.contains("datetime: ", literal=True)
-    )
+    # an ANSI code may hide a clock's start until enrich() strips it
+    may = pl.col("p_ts").is_not_null() | may_state_clock() | pl.col("text").str.contains("\x1b", literal=True)
     size = PROBE
     while True:
         offset = max(ordered.height - size, 0)

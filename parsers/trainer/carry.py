@@ -29,6 +29,7 @@ from __future__ import annotations
 import polars as pl
 from toranalyze_parsers.trainer.common import (
     ATTEMPT_STARTS,
+    CARRIED_OPEN,
     CARRIED_SEEN,
     CARRIED_STEP,
     SEEN_DTYPE,
@@ -68,17 +69,20 @@ def carry(lines: pl.DataFrame, rows: pl.DataFrame | None = None) -> pl.DataFrame
     else:
         keep, bar_anchors = _bar_lines(ordered)
         keep, anchors = pl.concat([keep, banners]), pl.concat([bar_anchors, anchors])
-    keep = pl.concat([keep, records.select("_i"), _open_record(ordered, rows)]).unique()
-    columns = [c for c in lines.columns if c not in (CARRIED_STEP, CARRIED_SEEN)]
+    open_record = _open_record(ordered, rows)
+    keep = pl.concat([keep, records.select("_i"), open_record]).unique()
+    hints = (CARRIED_STEP, CARRIED_SEEN, CARRIED_OPEN)
+    columns = [c for c in lines.columns if c not in hints]
     return (
         ordered.select(columns)
         .with_row_index("_i")
         .join(keep, on="_i", how="semi")
         .join(anchors.drop_nulls("_anchor").unique("_i"), on="_i", how="left")
         .join(records.select("_i", CARRIED_STEP, CARRIED_SEEN), on="_i", how="left")
+        .join(open_record.with_columns(pl.lit(True).alias(CARRIED_OPEN)), on="_i", how="left")
         .with_columns(pl.coalesce("_anchor", "p_ts").alias("p_ts"))
         .sort("_i")
-        .select(*columns, CARRIED_STEP, CARRIED_SEEN)
+        .select(*columns, *hints)
     )
 
 
@@ -119,10 +123,13 @@ def _open_record(ordered: pl.DataFrame, rows: pl.DataFrame | None) -> pl.DataFra
     """The lines (``_i``) of the block's last row when it is a begin, end or exit record: the next
     block's first rows may continue it (start-up banners cut by the block boundary), and read
     after it they collapse into it, as in one block, instead of starting a record (an attempt)
-    of their own; the row itself, on a carried line, stays the earlier block's."""
+    of their own; the row itself, on a carried line, stays the earlier block's. A block without rows
+    (one the gates ruled out: NCCL chatter between the banners) carries the open record on."""
     empty = pl.DataFrame(schema={"_i": pl.UInt32})
     if rows is None or rows.height == 0:
-        return empty
+        if CARRIED_OPEN not in ordered.columns:
+            return empty
+        return ordered.with_row_index("_i").filter(pl.col(CARRIED_OPEN).fill_null(False)).select("_i")
     last = rows.filter(pl.col("line") == pl.col("line").max())
     if not last.select(collapsible_kind().all()).item():
         return empty

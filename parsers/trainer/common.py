@@ -64,6 +64,7 @@ def collapsible_kind() -> pl.Expr:
 # on a block's own lines and absent from a file's first block.
 CARRIED_STEP = "carried_step"  # the step the earlier block gave the record on the line
 CARRIED_SEEN = "carried_seen"  # the bar steps reported so far in that record's attempt, as ranges
+CARRIED_OPEN = "carried_open"  # the line is part of an open begin/end/exit record (carry._open_record)
 SEEN_DTYPE = pl.List(pl.Struct({"lo": pl.Int64, "hi": pl.Int64}))
 
 

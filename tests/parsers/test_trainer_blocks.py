@@ -12,7 +12,7 @@ from toranalyze_parsers.trainer import parser as trainer
 from toranalyze_parsers.trainer.carry import carry
 
 from toranalyze.ingest.lines import prepare_lines
-from toranalyze.ingest.reader import Chunks, read_text_events
+from toranalyze.ingest.reader import HELD_BLOCKS, Chunks, read_text_events
 
 STEPS = 3000
 
@@ -142,3 +142,58 @@ def test_the_step_source_chosen_goes_on_across_blocks(tmp_path: Path) -> None:
     blocks = read_text_events(str(path), [trainer], block_bytes=4096).events.filter(kind="step")
     assert whole["step"].to_list() == [1, *range(100, 1001, 100)]
     assert_frame_equal(blocks.select("line", "step"), whole.select("line", "step"))
+
+
+def _startup_log(path: Path, filler: int, chatter: int) -> None:
+    """A Megatron start-up whose banners state no clock (the next clock, after the model is built,
+    times them), ``chatter`` lines of NCCL set-up between the banners and that clock, and
+    ``filler`` lines of an earlier attempt's iterations before it."""
+    out = [
+        f" iteration {i:8d}/   10000 | elapsed time per iteration (ms): 1000.0 | lm loss: 2.0E+00 |\n"
+        for i in range(1, filler + 1)
+    ]
+    out += [
+        "using world size: 32, data-parallel size: 4, tensor-model-parallel size: 8\n",
+        "> initializing torch distributed ...\n",
+    ]
+    out += [
+        f"gpu-001:6545{k % 8}:6545{k % 8} [{k % 8}] NCCL INFO Channel {k % 32:02d}/32 :    0 1 2 3 4 5 6 7\n"
+        for k in range(chatter)
+    ]
+    out += [
+        "> initialized tensor model parallel with size 8\n",
+        "[after model, optimizer, and learning rate scheduler are built] datetime: 2024-03-04 12:36:31\n",
+        "[before the start of training step] datetime: 2024-03-04 12:36:40\n",
+    ]
+    out += [
+        f" iteration {i:8d}/   10000 | elapsed time per iteration (ms): 1000.0 | lm loss: 2.0E+00 |\n"
+        for i in range(filler + 1, filler + 40)
+    ]
+    path.write_text("".join(out))
+
+
+@pytest.mark.parametrize("filler", [0, 30, 70])
+@pytest.mark.parametrize("chatter", [20, 60, 120])
+def test_a_startup_record_cut_by_blocks_takes_the_next_clock_as_in_one(tmp_path: Path, filler: int, chatter: int) -> None:
+    """The banners collapse into one start-up record timed by the next clock below them, also when
+    a block boundary (or a whole block of NCCL chatter, which the trainer's gates rule out) falls
+    between the banners and that clock: the block's rows wait for the next block to time them."""
+    path = tmp_path / "train.log"
+    _startup_log(path, filler, chatter)
+    assert _blocks(str(path), 4096) >= 2
+    whole = read_text_events(str(path), [trainer]).events
+    blocks = read_text_events(str(path), [trainer], block_bytes=4096).events
+    init = whole.filter(kind="init")
+    assert init.height == 1 and init["ts"].to_list() == [dt.datetime(2024, 3, 4, 12, 36, 31)]
+    cols = ["line", "kind", "step", "ts", "ts_inferred"]
+    assert_frame_equal(blocks.select(cols), whole.select(cols))
+
+
+def test_rows_wait_for_a_later_block_at_most_a_few_blocks(tmp_path: Path) -> None:
+    """Memory stays bounded: a start-up record whose clock lies many blocks below is yielded
+    untimed once HELD_BLOCKS blocks wait (the file-wide fill then places it)."""
+    path = tmp_path / "train.log"
+    _startup_log(path, 0, 2000)
+    assert _blocks(str(path), 8192) > HELD_BLOCKS + 2
+    blocks = read_text_events(str(path), [trainer], block_bytes=8192).events
+    assert blocks.filter(kind="init")["ts"].to_list() == [None]

@@ -12,6 +12,7 @@ import bz2
 import io
 import operator
 import zlib
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial, reduce
@@ -29,6 +30,7 @@ from toranalyze.schema import RAW_SCHEMA, validate_kinds, validate_raw
 BLOCK_BYTES = 32 * 1024 * 1024
 HEAD_BYTES = 16 * 1024
 EAGER_CARRY_BYTES = 4 * 1024 * 1024  # a block this big has its carry worked out at once (CarriedLines)
+HELD_BLOCKS = 3  # the most blocks of rows held back for a later block to time (TextEvents)
 REPAINT_SHARE = 4  # a line of repaints longer than a block is read in pieces of a quarter block
 LONG_LINE = 1024 * 1024  # lines (or \r repaints) longer than this are cut for matching (a warning says so)
 
@@ -450,12 +452,18 @@ class CarriedLines:
     they are kept, null on the block's own lines, so a parser finds them only on carried lines and
     only in a file's later blocks. The carry of a block is only worked out once a next block comes,
     so a file of one block pays nothing for it.
+
+    A row on a carried line that now has a time is kept in ``revisions``: a rule may time a record
+    by lines below it (a start-up banner takes the next clock), and when those lines lie in the
+    next block the earlier block could give it none (``TextEvents`` then revises that row).
     """
 
     # parser -> the lines it last read and its rows of them (its carry is worked out from both),
     # or, after a big block, the carry itself (holding a big block until the next one comes would
     # cost its memory, a small block's carry would be worked out for nothing in a one-block file)
     seen: dict[str, tuple[pl.DataFrame, pl.DataFrame | None] | pl.DataFrame] = field(default_factory=dict)
+    revisions: list[pl.DataFrame] = field(default_factory=list)  # this block's timed rows on carried lines
+    ahead: list[pl.Series] = field(default_factory=list)  # the lines carried into this block
 
     def run(self, parser: Any, prepared: pl.DataFrame) -> pl.DataFrame | None:
         """The parser's rows of ``prepared``, read after the lines carried from earlier blocks."""
@@ -464,7 +472,20 @@ class CarriedLines:
         self._keep(parser, lines, df)
         if df is None or lines is prepared:
             return df
-        return df.filter(pl.col("line") >= prepared["line"][0])
+        own = pl.col("line") >= prepared["line"][0]
+        timed = df.filter(~own & pl.col("ts").is_not_null())
+        if timed.height:
+            self.revisions.append(timed.select("line", "kind", "parser", *_REVISED))
+        return df.filter(own)
+
+    def take(self) -> tuple[pl.DataFrame | None, pl.Series]:
+        """The revisions gathered since the last call (None: none) and the lines carried since."""
+        revised = None
+        if self.revisions:
+            revised = pl.concat(self.revisions).unique(["line", "kind", "parser"], keep="last", maintain_order=True)
+        ahead = pl.concat(self.ahead) if self.ahead else pl.Series("line", [], pl.Int64)
+        self.revisions, self.ahead = [], []
+        return revised, ahead
 
     def skip(self, parser: Any, prepared: pl.DataFrame) -> None:
         """A block the parser's gates rule out: what it carries may still lie in it (a clock)."""
@@ -481,11 +502,28 @@ class CarriedLines:
         ahead = before if isinstance(before, pl.DataFrame) else parser.carry(*before)
         if not ahead.height:
             return prepared
+        self.ahead.append(ahead["line"])
         # A carried piece of the line this block goes on with counts as the line before it: the
         # parser's rows on it are the earlier block's.
         first = prepared["line"][0]
         ahead = ahead.with_columns(pl.min_horizontal("line", first - 1))
         return pl.concat([ahead, prepared], how="diagonal")
+
+
+_REVISED = ("ts", "ts_offset_s", "ts_year_known", "ts_inferred")  # what a later block may settle
+
+
+def revise_times(events: pl.DataFrame, revisions: pl.DataFrame) -> pl.DataFrame:
+    """``events`` whose rows without a time take the one ``revisions`` gives the same line, kind and
+    parser (rows that have one keep it: only a time the earlier block could not give is filled)."""
+    joined = events.join(
+        revisions.rename({c: f"_rev_{c}" for c in _REVISED}), on=["line", "kind", "parser"], how="left",
+        maintain_order="left",
+    )
+    take = pl.col("ts").is_null() & pl.col("_rev_ts").is_not_null()
+    return joined.with_columns(
+        pl.when(take).then(pl.col(f"_rev_{c}")).otherwise(pl.col(c)).alias(c) for c in _REVISED
+    ).drop(f"_rev_{c}" for c in _REVISED)
 
 
 def _empty_parsed() -> pl.DataFrame:
@@ -564,10 +602,20 @@ class TextEvents:
         chunks = Chunks(self.path, self.block_bytes or BLOCK_BYTES)
         noise = NoiseLines.of(self.parsers)
         priority = {p.name: i for i, p in enumerate(self.parsers)}
+        # A block's rows are yielded once the next block is read, and held longer (up to
+        # HELD_BLOCKS) while rows without a time lie on lines carried on: the next block's reading
+        # of those lines may time them (a start-up record whose next clock lies below a boundary).
+        held: deque[pl.DataFrame] = deque()
         for chunk in chunks:
             with parsing():
                 events = self._block(chunk, noise, priority)
-            yield events
+                revisions, ahead = self.carried.take()
+                if revisions is not None:
+                    held = deque(revise_times(h, revisions) for h in held)
+                while held and (len(held) >= HELD_BLOCKS or not _untimed_on(held[0], ahead)):
+                    yield held.popleft()
+            held.append(events)
+        yield from held
         self.lines, self.warnings = chunks.lines, chunks.warnings
 
     def _block(self, chunk: pl.DataFrame, noise: NoiseLines, priority: dict[str, int]) -> pl.DataFrame:
@@ -585,6 +633,13 @@ class TextEvents:
             self.last_covered = int(covered.max())  # type: ignore[arg-type]
         self.used.update(events["parser"].unique().to_list())
         return events
+
+
+def _untimed_on(events: pl.DataFrame, lines: pl.Series) -> bool:
+    """Whether a row of ``events`` without a time lies on one of ``lines``."""
+    if not lines.len():
+        return False
+    return bool(events.select((pl.col("ts").is_null() & pl.col("line").is_in(lines.implode())).any()).item())
 
 
 def _block_events(

@@ -174,7 +174,9 @@ def _startup_log(path: Path, filler: int, chatter: int) -> None:
 
 @pytest.mark.parametrize("filler", [0, 30, 70])
 @pytest.mark.parametrize("chatter", [20, 60, 120])
-def test_a_startup_record_cut_by_blocks_takes_the_next_clock_as_in_one(tmp_path: Path, filler: int, chatter: int) -> None:
+def test_a_startup_record_cut_by_blocks_takes_the_next_clock_as_in_one(
+    tmp_path: Path, filler: int, chatter: int
+) -> None:
     """The banners collapse into one start-up record timed by the next clock below them, also when
     a block boundary (or a whole block of NCCL chatter, which the trainer's gates rule out) falls
     between the banners and that clock: the block's rows wait for the next block to time them."""

@@ -31,6 +31,8 @@ BLOCK_BYTES = 32 * 1024 * 1024
 HEAD_BYTES = 16 * 1024
 EAGER_CARRY_BYTES = 4 * 1024 * 1024  # a block this big has its carry worked out at once (CarriedLines)
 HELD_BLOCKS = 3  # the most blocks of rows held back for a later block to time (TextEvents)
+TAIL_LINES = 256  # the longest record cut by a block boundary that the next block reads again
+TAIL_GAP = 2  # lines after a block's last record that may still be part of it (open_tail)
 REPAINT_SHARE = 4  # a line of repaints longer than a block is read in pieces of a quarter block
 LONG_LINE = 1024 * 1024  # lines (or \r repaints) longer than this are cut for matching (a warning says so)
 
@@ -396,11 +398,12 @@ def _run_parsers(
     prepared: pl.DataFrame, parsers: Sequence[Any], path: str, carried: CarriedLines | None = None
 ) -> pl.DataFrame:
     """Every parser's rows over ``prepared`` (its gates already tested), each parser declaring
-    ``carry`` given the lines of earlier blocks it asked for when ``carried`` is given."""
+    ``carry`` given the lines of earlier blocks it asked for (the others their last record when it
+    reached the block's end) when ``carried`` is given."""
     frames = []
     for parser in parsers:
         run = partial(_run_parser, parser, prepared)
-        if carried is not None and hasattr(parser, "carry"):
+        if carried is not None:
             run = partial(carried.run, parser, prepared)
         try:
             df = on_thread(f"parser-{parser.name}", run)
@@ -456,6 +459,11 @@ class CarriedLines:
     A row on a carried line that now has a time is kept in ``revisions``: a rule may time a record
     by lines below it (a start-up banner takes the next clock), and when those lines lie in the
     next block the earlier block could give it none (``TextEvents`` then revises that row).
+
+    A parser declaring no ``carry`` is given its last record again when that record reaches the
+    end of a block (``open_tail``): a traceback or an error table cut by the boundary goes on in
+    the next block. Its row on the carried lines, when it now reaches into the next block's lines,
+    is kept in ``extended`` (``TextEvents`` then puts it in place of the earlier block's row).
     """
 
     # parser -> the lines it last read and its rows of them (its carry is worked out from both),
@@ -464,6 +472,7 @@ class CarriedLines:
     seen: dict[str, tuple[pl.DataFrame, pl.DataFrame | None] | pl.DataFrame] = field(default_factory=dict)
     revisions: list[pl.DataFrame] = field(default_factory=list)  # this block's timed rows on carried lines
     ahead: list[pl.Series] = field(default_factory=list)  # the lines carried into this block
+    extended: list[pl.DataFrame] = field(default_factory=list)  # records going on in this block
 
     def run(self, parser: Any, prepared: pl.DataFrame) -> pl.DataFrame | None:
         """The parser's rows of ``prepared``, read after the lines carried from earlier blocks."""
@@ -472,20 +481,28 @@ class CarriedLines:
         self._keep(parser, lines, df)
         if df is None or lines is prepared:
             return df
-        own = pl.col("line") >= prepared["line"][0]
-        timed = df.filter(~own & pl.col("ts").is_not_null())
-        if timed.height:
-            self.revisions.append(timed.select("line", "kind", "parser", *_REVISED))
+        first = prepared["line"][0]
+        own = pl.col("line") >= first
+        if hasattr(parser, "carry"):
+            timed = df.filter(~own & pl.col("ts").is_not_null())
+            if timed.height:
+                self.revisions.append(timed.select("line", "kind", "parser", *_REVISED))
+        else:
+            going_on = df.filter(~own & (pl.coalesce("line_end", "line") >= first))
+            if going_on.height:
+                self.extended.append(_with_prefix_context(going_on, lines))
         return df.filter(own)
 
-    def take(self) -> tuple[pl.DataFrame | None, pl.Series]:
-        """The revisions gathered since the last call (None: none) and the lines carried since."""
+    def take(self) -> tuple[pl.DataFrame | None, list[pl.DataFrame], pl.Series]:
+        """What was gathered since the last call: the revisions (None: none), the extended records
+        and the lines carried."""
         revised = None
         if self.revisions:
             revised = pl.concat(self.revisions).unique(["line", "kind", "parser"], keep="last", maintain_order=True)
         ahead = pl.concat(self.ahead) if self.ahead else pl.Series("line", [], pl.Int64)
-        self.revisions, self.ahead = [], []
-        return revised, ahead
+        extended = self.extended
+        self.revisions, self.ahead, self.extended = [], [], []
+        return revised, extended, ahead
 
     def skip(self, parser: Any, prepared: pl.DataFrame) -> None:
         """A block the parser's gates rule out: what it carries may still lie in it (a clock)."""
@@ -493,13 +510,13 @@ class CarriedLines:
 
     def _keep(self, parser: Any, lines: pl.DataFrame, rows: pl.DataFrame | None) -> None:
         big = lines.estimated_size() > EAGER_CARRY_BYTES
-        self.seen[parser.name] = parser.carry(lines, rows) if big else (lines, rows)
+        self.seen[parser.name] = _carry_of(parser)(lines, rows) if big else (lines, rows)
 
     def _ahead(self, parser: Any, prepared: pl.DataFrame) -> pl.DataFrame:
         before = self.seen.pop(parser.name, None)
         if before is None or not prepared.height:
             return prepared
-        ahead = before if isinstance(before, pl.DataFrame) else parser.carry(*before)
+        ahead = before if isinstance(before, pl.DataFrame) else _carry_of(parser)(*before)
         if not ahead.height:
             return prepared
         self.ahead.append(ahead["line"])
@@ -510,6 +527,47 @@ class CarriedLines:
         return pl.concat([ahead, prepared], how="diagonal")
 
 
+def _carry_of(parser: Any) -> Any:
+    return parser.carry if hasattr(parser, "carry") else open_tail
+
+
+def open_tail(lines: pl.DataFrame, rows: pl.DataFrame | None) -> pl.DataFrame:
+    """The lines of the last record of ``rows`` when it reaches the end of ``lines`` (a block, with
+    the lines carried into it), within TAIL_GAP lines and no longer than TAIL_LINES: the next block
+    may go on with it. None otherwise."""
+    if rows is None or rows.height == 0 or lines.height == 0:
+        return lines.clear()
+    last = lines["line"][-1]
+    end = pl.coalesce("line_end", "line")
+    reach = rows.select(end.max()).item()
+    start = rows.filter(end == reach).select(pl.col("line").min()).item()
+    if reach < last - TAIL_GAP or last - start >= TAIL_LINES:
+        return lines.clear()
+    return lines.filter(pl.col("line") >= start)
+
+
+def extend_records(events: pl.DataFrame, extended: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``events`` (a block's) with each row that ``extended`` (rows of the same line, kind and parser
+    read again with the next block) reaches further than put in its place, keeping the earlier
+    row's value where the new one has none; and the rows that took a place."""
+    key = ["line", "kind", "parser"]
+    end = pl.coalesce("line_end", "line")
+    indexed = events.with_row_index("_r")
+    grown = (
+        indexed.select("_r", *key, end.alias("_end"))
+        .join(extended.select(*key, end.alias("_new_end")).unique(key, keep="last"), on=key)
+        .filter(pl.col("_new_end") > pl.col("_end"))
+        .select("_r", *key)
+    )
+    if grown.height == 0:
+        return events, extended.clear()
+    new = extended.unique(key, keep="last").join(grown, on=key).select("_r", *events.columns)
+    pair = new.join(indexed, on="_r", suffix="_old")
+    merged = pair.select("_r", *(pl.coalesce(c, f"{c}_old").alias(c) for c in events.columns))
+    out = pl.concat([indexed.join(grown, on="_r", how="anti"), merged]).sort("_r").drop("_r")
+    return out, merged.drop("_r")
+
+
 _REVISED = ("ts", "ts_offset_s", "ts_year_known", "ts_inferred")  # what a later block may settle
 
 
@@ -517,7 +575,9 @@ def revise_times(events: pl.DataFrame, revisions: pl.DataFrame) -> pl.DataFrame:
     """``events`` whose rows without a time take the one ``revisions`` gives the same line, kind and
     parser (rows that have one keep it: only a time the earlier block could not give is filled)."""
     joined = events.join(
-        revisions.rename({c: f"_rev_{c}" for c in _REVISED}), on=["line", "kind", "parser"], how="left",
+        revisions.rename({c: f"_rev_{c}" for c in _REVISED}),
+        on=["line", "kind", "parser"],
+        how="left",
         maintain_order="left",
     )
     take = pl.col("ts").is_null() & pl.col("_rev_ts").is_not_null()
@@ -605,34 +665,59 @@ class TextEvents:
         # A block's rows are yielded once the next block is read, and held longer (up to
         # HELD_BLOCKS) while rows without a time lie on lines carried on: the next block's reading
         # of those lines may time them (a start-up record whose next clock lies below a boundary).
+        # Records cut by the boundary that the next block goes on with are put in place too.
         held: deque[pl.DataFrame] = deque()
         for chunk in chunks:
             with parsing():
-                events = self._block(chunk, noise, priority)
-                revisions, ahead = self.carried.take()
+                events, covered = self._block(chunk, noise, priority)
+                revisions, extended, ahead = self.carried.take()
                 if revisions is not None:
                     held = deque(revise_times(h, revisions) for h in held)
+                for rows in extended:
+                    held, grown = _extend_held(held, rows)
+                    covered = pl.concat([covered, _own_lines(grown, chunk["line"][0])]).unique()
+                self._count(chunk, covered)
                 while held and (len(held) >= HELD_BLOCKS or not _untimed_on(held[0], ahead)):
                     yield held.popleft()
             held.append(events)
         yield from held
         self.lines, self.warnings = chunks.lines, chunks.warnings
 
-    def _block(self, chunk: pl.DataFrame, noise: NoiseLines, priority: dict[str, int]) -> pl.DataFrame:
+    def _block(
+        self, chunk: pl.DataFrame, noise: NoiseLines, priority: dict[str, int]
+    ) -> tuple[pl.DataFrame, pl.Series]:
         prepared = on_thread("lines", lambda: prepare_lines(chunk))
         chosen = gated(prepared, self.parsers)
         for parser in self.parsers:
-            if parser not in chosen and hasattr(parser, "carry"):
+            if parser not in chosen:  # what it carried lies above a block it does not read
                 on_thread(f"parser-{parser.name}", partial(self.carried.skip, parser, prepared))
         extracted = _run_parsers(prepared, chosen, self.path, self.carried)
         events, covered = _block_events(prepared, extracted, noise, priority)
+        self.used.update(events["parser"].unique().to_list())
+        return events, covered
+
+    def _count(self, chunk: pl.DataFrame, covered: pl.Series) -> None:
         # a line this block goes on with is counted once (covered lines are this block's only)
         again = covered.len() > 0 and covered.min() == chunk["line"][0] == self.last_covered
         self.covered += covered.len() - again
         if covered.len():
             self.last_covered = int(covered.max())  # type: ignore[arg-type]
-        self.used.update(events["parser"].unique().to_list())
-        return events
+
+
+def _extend_held(held: deque[pl.DataFrame], rows: pl.DataFrame) -> tuple[deque[pl.DataFrame], pl.DataFrame]:
+    """The held blocks with the records ``rows`` extend put in place, and the rows that took one."""
+    out: deque[pl.DataFrame] = deque()
+    grown = [rows.clear()]
+    for block in held:
+        block, took = extend_records(block, rows)
+        out.append(block)
+        grown.append(took)
+    return out, pl.concat(grown)
+
+
+def _own_lines(rows: pl.DataFrame, first: int) -> pl.Series:
+    """The lines from ``first`` on that ``rows`` cover."""
+    return covered_lines(rows).filter(covered_lines(rows) >= first) if rows.height else pl.Series("l", [], pl.Int64)
 
 
 def _untimed_on(events: pl.DataFrame, lines: pl.Series) -> bool:

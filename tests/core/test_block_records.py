@@ -1,0 +1,96 @@
+"""A record cut by a block boundary reads as in one block: the next block goes on with it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
+
+from toranalyze.ingest import reader
+from toranalyze.ingest.pipeline import IngestOptions, ingest
+from toranalyze.ingest.reader import TAIL_LINES, open_tail, read_text_events
+from toranalyze.plugins import default_registry
+
+TRACEBACK = [
+    "Traceback (most recent call last):",
+    '  File "/opt/train/pretrain.py", line 212, in <module>',
+    "    main()",
+    '  File "/opt/train/pretrain.py", line 198, in main',
+    "    loss = model(batch)",
+    '  File "/usr/lib/python3/site-packages/torch/nn/modules/module.py", line 1501, in _call_impl',
+    "    return forward_call(*args, **kwargs)",
+    '  File "/opt/train/model.py", line 77, in forward',
+    "    h = self.mlp(h)",
+    "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 3; 79.15 GiB total "
+    "capacity; 75.02 GiB already allocated; 1.11 GiB free)",
+]
+
+
+def _log(path: Path, before: int, after: int) -> None:
+    """``before`` iteration lines, a rank's traceback, ``after`` iteration lines."""
+
+    def iterations(first: int, n: int) -> list[str]:
+        return [
+            f"[2024-05-07 11:{(i // 60) % 60:02d}:{i % 60:02d}] iteration {i:8d}/   10000 | "
+            "elapsed time per iteration (ms): 1000.0 | lm loss: 2.0E+00 |"
+            for i in range(first, first + n)
+        ]
+
+    path.write_text("\n".join([*iterations(1, before), *TRACEBACK, *iterations(before + 1, after)]) + "\n")
+
+
+COLUMNS = ["line", "line_end", "kind", "ts", "message", "parser"]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(before=st.integers(0, 120), block=st.sampled_from([1024, 2048, 4096]))
+def test_a_traceback_cut_by_a_boundary_is_one_record(tmp_path: Path, before: int, block: int) -> None:
+    path = tmp_path / "train.log"
+    _log(path, before, 30)
+    parsers = default_registry().line_parsers()
+    whole = read_text_events(str(path), parsers)
+    blocks = read_text_events(str(path), parsers, block_bytes=block)
+    errors = whole.events.filter(kind="error")
+    assert errors.height == 1 and errors["line_end"][0] - errors["line"][0] == len(TRACEBACK) - 1
+    assert_frame_equal(blocks.events.select(COLUMNS), whole.events.select(COLUMNS))
+    assert blocks.covered == whole.covered
+
+
+def test_a_cut_traceback_is_classified_as_in_one_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "train.log"
+    _log(path, 35, 30)  # the 4 KB boundary falls in the traceback's frames
+    boundaries = [f["line"][0] for f in reader.Chunks(str(path), 4096)][1:]
+    assert any(36 < b < 36 + len(TRACEBACK) for b in boundaries)
+    whole = ingest([str(path)], IngestOptions(), jobs=1).events
+    monkeypatch.setattr(reader, "BLOCK_BYTES", 4096)
+    blocks = ingest([str(path)], IngestOptions(), jobs=1).events
+    oom = whole.filter(pl.col("failure_class") == "oom_gpu")
+    assert oom.height == 1
+    cols = ["line", "line_end", "kind", "failure_class", "ts"]
+    assert_frame_equal(blocks.filter(pl.col("failure_class").is_not_null()).select(cols), oom.select(cols))
+
+
+def _lines(n: int) -> pl.DataFrame:
+    return pl.DataFrame({"line": list(range(1, n + 1)), "text": [f"l{i}" for i in range(1, n + 1)]})
+
+
+def _rows(*spans: tuple[int, int | None]) -> pl.DataFrame:
+    return pl.DataFrame(
+        {"line": [s[0] for s in spans], "line_end": [s[1] for s in spans]}, schema_overrides={"line_end": pl.Int64}
+    )
+
+
+def test_only_a_record_reaching_the_block_end_is_carried() -> None:
+    lines = _lines(100)
+    assert open_tail(lines, _rows((10, None), (90, 100)))["line"].to_list() == list(range(90, 101))
+    # a record may go on after a line or two of nothing it holds (TAIL_GAP); not after three
+    assert open_tail(lines, _rows((10, None), (98, None)))["line"].to_list() == [98, 99, 100]
+    assert open_tail(lines, _rows((10, None), (97, None))).height == 0
+    assert open_tail(lines, _rows((10, None), (90, 95))).height == 0  # ended before the block did
+    assert open_tail(lines, None).height == 0
+    long = _lines(TAIL_LINES + 10)
+    assert open_tail(long, _rows((5, TAIL_LINES + 10))).height == 0  # too long to read again

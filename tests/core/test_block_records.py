@@ -12,7 +12,7 @@ from polars.testing import assert_frame_equal
 
 from toranalyze.ingest import reader
 from toranalyze.ingest.pipeline import IngestOptions, ingest
-from toranalyze.ingest.reader import TAIL_LINES, open_tail, read_text_events
+from toranalyze.ingest.reader import TAIL_LINES, extend_records, open_tail, read_text_events
 from toranalyze.plugins import default_registry
 
 TRACEBACK = [
@@ -94,3 +94,28 @@ def test_only_a_record_reaching_the_block_end_is_carried() -> None:
     assert open_tail(lines, None).height == 0
     long = _lines(TAIL_LINES + 10)
     assert open_tail(long, _rows((5, TAIL_LINES + 10))).height == 0  # too long to read again
+
+
+def _held(*rows: tuple[int, int | None, str, str | None]) -> pl.DataFrame:
+    return pl.DataFrame(
+        [{"line": r[0], "line_end": r[1], "kind": r[2], "parser": "torch", "message": r[3]} for r in rows],
+        schema={"line": pl.Int64, "line_end": pl.Int64, "kind": pl.String, "parser": pl.String, "message": pl.String},
+    )
+
+
+def test_a_longer_record_takes_the_place_of_the_cut_one() -> None:
+    held = _held((5, None, "info", "a"), (10, 12, "warning", "Traceback"))
+    # read again with the next block, the record reaches line 20 and its exception names an error
+    out, took = extend_records(held, _held((10, 20, "error", None)))
+    assert out.drop("parser").rows() == [(5, None, "info", "a"), (10, 20, "error", "Traceback")]  # message kept
+    assert took.height == 1
+    # no further than before: nothing changes
+    out, took = extend_records(held, _held((10, 12, "error", "x")))
+    assert_frame_equal(out, held)
+    assert took.height == 0
+
+
+def test_with_several_rows_on_the_line_only_the_same_kind_is_replaced() -> None:
+    held = _held((10, 12, "warning", "w"), (10, 12, "error", "e"))
+    out, _ = extend_records(held, _held((10, 30, "error", "E")))
+    assert out.drop("parser").rows() == [(10, 12, "warning", "w"), (10, 30, "error", "E")]

@@ -547,24 +547,30 @@ def open_tail(lines: pl.DataFrame, rows: pl.DataFrame | None) -> pl.DataFrame:
 
 
 def extend_records(events: pl.DataFrame, extended: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """``events`` (a block's) with each row that ``extended`` (rows of the same line, kind and parser
-    read again with the next block) reaches further than put in its place, keeping the earlier
-    row's value where the new one has none; and the rows that took a place."""
-    key = ["line", "kind", "parser"]
+    """``events`` (a block's) with each row that ``extended`` (rows of the same line and parser read
+    again with the next block) reaches further than put in its place, keeping the earlier row's
+    value where the new one has none; and the rows that took a place. The kind may change (the
+    exception line that names an error's kind may lie below the boundary); when the parser has
+    several rows on the line, the kinds must match."""
+    key = ["line", "parser"]
     end = pl.coalesce("line_end", "line")
     indexed = events.with_row_index("_r")
-    grown = (
-        indexed.select("_r", *key, end.alias("_end"))
-        .join(extended.select(*key, end.alias("_new_end")).unique(key, keep="last"), on=key)
+    ext = extended.unique([*key, "kind"], keep="last", maintain_order=True).with_row_index("_e")
+    pairs = (
+        indexed.select("_r", *key, "kind", end.alias("_end"))
+        .join(ext.select("_e", *key, pl.col("kind").alias("_new_kind"), end.alias("_new_end")), on=key)
+        .filter((pl.col("kind") == pl.col("_new_kind")) | (pl.len().over(key) == 1))
         .filter(pl.col("_new_end") > pl.col("_end"))
-        .select("_r", *key)
+        .unique("_r", keep="first", maintain_order=True)
+        .unique("_e", keep="first", maintain_order=True)
+        .select("_r", "_e")
     )
-    if grown.height == 0:
+    if pairs.height == 0:
         return events, extended.clear()
-    new = extended.unique(key, keep="last").join(grown, on=key).select("_r", *events.columns)
+    new = ext.join(pairs, on="_e").select("_r", *events.columns)
     pair = new.join(indexed, on="_r", suffix="_old")
     merged = pair.select("_r", *(pl.coalesce(c, f"{c}_old").alias(c) for c in events.columns))
-    out = pl.concat([indexed.join(grown, on="_r", how="anti"), merged]).sort("_r").drop("_r")
+    out = pl.concat([indexed.join(pairs, on="_r", how="anti"), merged]).sort("_r").drop("_r")
     return out, merged.drop("_r")
 
 

@@ -47,7 +47,7 @@ _FRAGMENTS = (
     "LOCKUP", "rcu_", "Kernel panic", "BUG", "Oops", "WARNING: CPU", "general protection", "oom",
     "Out of memory", "Killed process", "Memory failure", "temperature above", "Linux version", "reboot: ",
     "Asserted", "Deasserted", "[tid ", "CA '", "State:", "Physical state", " ==> ", "(UUID: GPU-",
-    "Port module", "PCIe slot", "kernel:", "kern:", '"__REALTIME_TIMESTAMP"',
+    "Port module", "PCIe slot", "kernel:", "kern:", '"__REALTIME_TIMESTAMP"', "amdgpu",
     *tools.FRAGMENTS,
 )
 _KEEP = (
@@ -70,6 +70,7 @@ _DETECTORS: tuple[tuple[tuple[str, ...], Callable[[pl.LazyFrame], pl.LazyFrame]]
     (("NVRM",), gpu.nvrm_events),
     (("(UUID: GPU-", "|"), gpu.smi_events),
     (("SXid",), gpu.sxid_events),
+    (("amdgpu",), gpu.amdgpu_events),
     ((), gpu.fabric_manager_events),
     (net.LINK_FRAGMENTS, net.link_events),
     (("mlx5", "Port module event", "PCIe slot"), net.mlx5_events),

@@ -158,6 +158,18 @@ def nvrm_events(lf: pl.LazyFrame) -> pl.LazyFrame:
     return pl.concat(frames, how="diagonal_relaxed")
 
 
+# AMD's RAS handler names the GPU by its PCI address and the hardware event that stopped it:
+# ``amdgpu 0000:1c:00.0: {1}uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT) detected!``.
+_AMDGPU_UE = rf"amdgpu (?P<pci>{PCI}): (?:\{{\d+\}})?uncorrectable hardware error\((?P<what>[^)]*)\) detected"
+
+
+def amdgpu_events(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """amdgpu RAS notices of an uncorrectable error: one critical event per GPU and burst."""
+    g = pl.col("body").str.extract_groups(_AMDGPU_UE)
+    hits = lf.filter(has("amdgpu")).with_columns(g.alias("_a")).filter(pl.col("_a").struct.field("pci").is_not_null())
+    return hits.select(event("error", "critical", device=norm_pci(pl.col("_a").struct.field("pci"))))
+
+
 _SMI_L = r"^GPU (?P<idx>\d+): .+? \(UUID: (?P<uuid>GPU-[0-9a-fA-F\-]+)\)"
 _SMI_ROW = r"^\|\s+(?P<idx>\d+)\s+.*?\|\s+(?P<pci>[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s+(?:On|Off)\s+\|"
 

@@ -52,11 +52,14 @@ _CONDITION_ROW = (
     rf"^\s+(?P<type>[A-Z]\w*)\s+(?P<status>True|False|Unknown)\s+(?P<hb>{RFC1123})\s+(?P<tt>{RFC1123})\s+"
     r"(?P<reason>\w+)(?:\s+(?P<msg>.*?))?\s*$"
 )
+# A condition row with a heartbeat and a transition time: of all describe outputs only a node's
+# conditions print both, so the row names a node's fragment even pasted alone.
+_NODE_CONDITION = rf"^\s+[A-Z]\w*\s+(?:True|False|Unknown)\s+{RFC1123}\s+{RFC1123}\s"
 # Lines that only a describe output prints: a fragment pasted without its 'Name:' header. An
 # Events row (type, reason, age, source) is one too, with or without its table around it, and
 # quoted as inline code in a post (a backtick before its indent).
 _FRAGMENT = (
-    r"^(?:Events|Conditions|Containers):\s*$|^\s*(?:Last )?State:\s+(?:Terminated|Waiting)\s*$"
+    rf"^(?:Events|Conditions|Containers):\s*$|^\s*(?:Last )?State:\s+(?:Terminated|Waiting)\s*$|{_NODE_CONDITION}"
     r"|^Reason:\s+[A-Z]\w+\s*$|^\s+\d+[ydhms]\s+\d+[ydhms]\s+\d+\s+\S.*\s(?:Normal|Warning)\s"
     rf"|^`?\s+(?:Normal|Warning)\s+[A-Z][\w.-]*\s+{INTERVAL}\s+[\w.-]+(?:, [\w.-]+)?\s+\S"
 )
@@ -85,9 +88,10 @@ def _blocks(lines: pl.LazyFrame) -> pl.LazyFrame:
         kv.struct.field("val").alias("_val"),
     )
     first = lambda e: e.drop_nulls().first().over("_blk")  # noqa: E731 - a tiny window helper
-    # Only a node's conditions table has a heartbeat column: it names a node's fragment too.
+    # Only a node's conditions table has a heartbeat column (and its rows a heartbeat time): it
+    # names a node's fragment too.
     is_node = text.str.contains(
-        r"^(?:(?:Roles|Taints|Unschedulable|CreationTimestamp):|\s+Type\s+Status\s+LastHeartbeatTime\s)"
+        rf"^(?:(?:Roles|Taints|Unschedulable|CreationTimestamp):|\s+Type\s+Status\s+LastHeartbeatTime\s)|{_NODE_CONDITION}"
     ).any().over("_blk")
     name = first(text.str.extract(r"^Name:\s+(\S+)", 1))
     pod_node = first(text.str.extract(r"^Node:\s+([^/\s<]+)", 1))

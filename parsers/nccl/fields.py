@@ -129,7 +129,7 @@ def events(heads: pl.LazyFrame) -> pl.LazyFrame:
         (~use_glog).alias("ts_year_known"),
         tag.replace_strict(kinds, return_dtype=pl.String).alias("kind"),
         tag.replace_strict(sevs, return_dtype=pl.String).alias("severity"),
-        pl.when(is_nccl).then(pl.col("_host")).alias("node"),
+        pl.when(is_nccl).then(pl.col("_host")).otherwise(msg.str.extract(P.UCX_HEAD, 1)).alias("node"),
         _rank(msg, tag).cast(pl.Int32, strict=False).alias("rank"),
         pl.when(is_nccl).then(pl.coalesce(cuda_dev, pl.col("_dev"))).alias("gpu"),
         pl.when(tag == "init").then(_bus_id(msg.str.extract(r"busId ([0-9a-fA-F]+)", 1))).alias("device"),

@@ -41,7 +41,7 @@ KEYWORDS = [
     "OOM", "memory limit", "JobId=", "job_id ", "StepId=", "Nodes ", "Node ", "node ", "PULSE:",
     "ALERT:", "is scheduled to start", "is running for", "waiting to be scheduled", "preempted ", "job is preempted",
     "Main process received SIGTERM", "ime limit", *NODE_REASONS, "Reason=", "State=", "launch failed requeued held",
-    "ResumeTimeout", "power_save",
+    "ResumeTimeout", "power_save", "PBS: job killed",
 ]
 
 # A daemon line behind a syslog prefix ('Mar  1 12:00:00 host slurmctld[12]: '). A journald
@@ -190,6 +190,14 @@ def _oom(base: _Base) -> list[pl.DataFrame | None]:
               node=srun_node),
         _rule(base, "emory limit", limit, level, level, job_id=_g("job"), state=pl.lit("OUT_OF_MEMORY")),
     ]
+
+
+def _pbs(base: _Base) -> list[pl.DataFrame | None]:
+    """PBS/Torque's note in the job's output when it kills a job over a limit: the same end as
+    Slurm's (``=>> PBS: job killed: walltime 86415 exceeded limit 86400`` is a TIMEOUT)."""
+    killed = r"PBS: job killed: (?P<what>walltime|mem|vmem|pmem) \S+ exceeded limit \S+"
+    state = _g("what").replace_strict({"walltime": "TIMEOUT"}, default="OUT_OF_MEMORY", return_dtype=pl.String)
+    return [_rule(base, "PBS: job killed", killed, "job_end", "error", state=state)]
 
 
 def _srun(base: _Base) -> list[pl.DataFrame | None]:
@@ -414,7 +422,7 @@ def _node_reports(base: _Base) -> list[pl.DataFrame | None]:
 _GENERIC = r"^(?:\S+ )*?(?:srun|salloc|sbatch|slurmstepd|slurmd|slurmctld)(?:\[\d+\])?: error: "
 
 _FAMILIES: tuple[Callable[[_Base], list[pl.DataFrame | None]], ...] = (
-    _banners, _oom, _srun, _ctld, _watchdog, _sigterm_bursts, _node_reports,
+    _banners, _oom, _pbs, _srun, _ctld, _watchdog, _sigterm_bursts, _node_reports,
 )
 
 _OUT_SCHEMA = {"line": pl.Int64, "kind": pl.String, "severity": pl.String, "message": pl.String}

@@ -372,6 +372,16 @@ def test_gsp_banner_alone_stands_for_xid_119() -> None:
     assert out["line"].to_list() == [3]
 
 
+def test_amdgpu_uncorrectable_hardware_error_is_the_gpu() -> None:
+    # https://github.com/ROCm/legacy-rocm-build/issues/4021: AMD's RAS handler on an MI300X.
+    out = events([
+        "[13850.912648] amdgpu 0000:1c:00.0: {1}uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT) detected!",
+        "[13850.927924] amdgpu 0000:42:00.0: {1}[Hardware Error]: Accelerator Check Architecture events logged",
+        "[13850.927941] amdgpu 0000:42:00.0: {1}[Hardware Error]: aca entry[00].STATUS=0x98000800003e0000",
+    ])
+    assert out.select("line", "kind", "device", "failure_class").rows() == [(1, "error", "0000:1c:00", "gpu_hardware")]
+
+
 def test_crash_dump_notice_is_a_warning_and_its_continuation_is_covered(tmp_path: Path) -> None:
     lines = [
         "Oct 30 09:49:36 pc kernel: NVRM: A GPU crash dump has been created. If possible, please run",

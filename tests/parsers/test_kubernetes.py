@@ -792,6 +792,17 @@ def test_kubelet_stopped_posting_in_a_conditions_row_is_read_once() -> None:
     assert extract_lines(parser, lines).filter(pl.col("message").str.starts_with("NodeStatusUnknown: ")).height == 0
 
 
+def test_a_lone_node_condition_row_is_read_as_a_node_fragment() -> None:
+    # https://github.com/gesiscss/orc/issues/21: one row of `kubectl describe nodes`, without its table.
+    line = ("  Ready                False   Sun, 06 Dec 2020 18:56:49 +0100   Sun, 06 Dec 2020 18:49:40 +0100   "
+            "KubeletNotReady              PLEG is not healthy: pleg was last seen active 10m18.040734348s ago; "
+            "threshold is 3m0s")
+    row = only(classified(extract_lines(parser, [line])))
+    assert (row["kind"], row["state"], row["failure_class"]) == ("node_state", "NotReady", "node_failure")
+    # a pod's conditions print no times: those rows stay out
+    assert extract_lines(parser, ["  Ready             False", "  ContainersReady   False"]).height == 0
+
+
 def test_kernel_monitor_filesystem_errors_are_storage() -> None:
     # https://github.com/gardenlinux/gardenlinux/issues/263: node-problem-detector's Events rows.
     lines = ["  Warning  Ext4Warning  2m14s                  kernel-monitor  EXT4-fs warning (device nvme19n1): "

@@ -314,6 +314,26 @@ def test_head_quoted_inline_after_prose(tmp_path: Path) -> None:
     assert (ev["node"].to_list(), ev["code"].to_list(), ev["kind"].to_list()) == (["H100-2"], ["4"], ["error"])
 
 
+def test_head_behind_a_launcher_host_and_a_reply_quote(tmp_path: Path) -> None:
+    # https://github.com/NVIDIA/nccl/issues/394: pdsh (DeepSpeed's multi-node runner) names the target
+    # before the head, and the reply quoting the log keeps its `> ` marks; the node is the head's host.
+    ev = classified(parse_file_lines(tmp_path, [
+        "> node01: VM-0-14-centos:106:196 [0] transport/net_ib.cc:73 NCCL WARN NET/IB : Got async event : GID table change",
+        "> node01:",
+        "node01: VM-0-14-centos:108:593 [0] transport/net_ib.cc:816 NCCL WARN NET/IB : Got completion with error 12, "
+        "opcode 0, len 32633, vendor err 129",
+    ]))
+    assert ev["node"].to_list() == ["VM-0-14-centos"] * 2
+    assert ev["failure_class"].to_list() == ["network"] * 2
+
+
+def test_ucx_head_names_the_host() -> None:
+    # https://github.com/openucx/ucx/issues/5199: UCX's `[host:pid:thread:tid] file.c:line` head.
+    row = one(["[master:19546:0:19546] ib_mlx5_log.c:139  Transport retry count exceeded on mlx5_0:1/IB "
+               "(synd 0x15 vend 0x81 hw_synd 0/0)"])
+    assert (row["node"], row["failure_class"]) == ("master", "network")
+
+
 # --- PyTorch NCCL errors (multi-line chains) -----------------------------------------------------------
 
 

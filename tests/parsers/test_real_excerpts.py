@@ -59,6 +59,11 @@ KNOWN_MISSES = {
         "custom-columns rows (name, namespace, Evicted, node, message) are not a layout the parser knows",
     "real_excerpts/kubernetes/node_events_has_disk_pressure_free_disk_space_failed.log":
         "a node's DiskPressure condition is unclassified by design (its evictions are classified); none is pasted",
+    "real_excerpts/slurm/quoted_step_cancelled_without_reason_on_preemption.log":
+        "a STEP ... CANCELLED banner without a reason reads as a cancel; only the thread says it was a preemption",
+    "real_excerpts/trainer/torch_save_zipfile_writer_cannot_be_opened_disk_full.log":
+        "torch.save's 'File ... cannot be opened.' has many causes (a missing folder most often); "
+        "only the thread says the disk was full",
 }
 
 

@@ -214,6 +214,20 @@ def test_oom_notice_joined_with_sruns_task_line_takes_its_node() -> None:
     assert (notice["state"], notice["node"]) == ("OUT_OF_MEMORY", "sdumont6156")
 
 
+@pytest.mark.parametrize(
+    ("line", "state", "failure_class"),
+    [
+        # https://github.com/marbl/canu/issues/1214
+        ("=>> PBS: job killed: walltime 86415 exceeded limit 86400", "TIMEOUT", "walltime"),
+        ("=>> PBS: job killed: mem 8519196kb exceeded limit 8388608kb", "OUT_OF_MEMORY", "oom_host"),
+    ],
+)
+def test_pbs_limit_kills_end_the_job(line: str, state: str, failure_class: str) -> None:
+    row = _one([line])
+    assert (row["kind"], row["state"]) == ("job_end", state)
+    assert _classified(extract_lines(parser, [line]))["failure_class"].to_list() == [failure_class]
+
+
 def test_memory_limit_notice_without_kill_is_a_warning() -> None:
     row = _one(["slurmstepd: error: Exceeded step memory limit at some point."])
     assert (row["kind"], row["severity"]) == ("warning", "warning")

@@ -471,7 +471,7 @@ class CarriedLines:
     # cost its memory, a small block's carry would be worked out for nothing in a one-block file)
     seen: dict[str, tuple[pl.DataFrame, pl.DataFrame | None] | pl.DataFrame] = field(default_factory=dict)
     revisions: list[pl.DataFrame] = field(default_factory=list)  # this block's timed rows on carried lines
-    ahead: list[pl.Series] = field(default_factory=list)  # the lines carried into this block
+    ahead: list[pl.Series] = field(default_factory=list)  # the lines carried into this block by ``carry``
     extended: list[pl.DataFrame] = field(default_factory=list)  # records going on in this block
 
     def run(self, parser: Any, prepared: pl.DataFrame) -> pl.DataFrame | None:
@@ -519,7 +519,8 @@ class CarriedLines:
         ahead = before if isinstance(before, pl.DataFrame) else _carry_of(parser)(*before)
         if not ahead.height:
             return prepared
-        self.ahead.append(ahead["line"])
+        if hasattr(parser, "carry"):  # only its rows are revised (a tail is replaced at once)
+            self.ahead.append(ahead["line"])
         # A carried piece of the line this block goes on with counts as the line before it: the
         # parser's rows on it are the earlier block's.
         first = prepared["line"][0]
@@ -713,17 +714,18 @@ class TextEvents:
 def _extend_held(held: deque[pl.DataFrame], rows: pl.DataFrame) -> tuple[deque[pl.DataFrame], pl.DataFrame]:
     """The held blocks with the records ``rows`` extend put in place, and the rows that took one."""
     out: deque[pl.DataFrame] = deque()
-    grown = [rows.clear()]
+    grown = []
     for block in held:
         block, took = extend_records(block, rows)
         out.append(block)
         grown.append(took)
-    return out, pl.concat(grown)
+    return out, pl.concat(grown, how="diagonal") if grown else rows.clear()
 
 
 def _own_lines(rows: pl.DataFrame, first: int) -> pl.Series:
     """The lines from ``first`` on that ``rows`` cover."""
-    return covered_lines(rows).filter(covered_lines(rows) >= first) if rows.height else pl.Series("l", [], pl.Int64)
+    lines = covered_lines(rows)
+    return lines.filter(lines >= first)
 
 
 def _untimed_on(events: pl.DataFrame, lines: pl.Series) -> bool:

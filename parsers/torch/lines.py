@@ -42,7 +42,10 @@ _NAN = (
 _ERRNO = r"\[Errno (?:5|28|30|116|122)\]"
 # The same errnos as strerror(3) prints them after the path a tool failed on, ending its line:
 # 'fatal error: ../kernel_includes.hpp: Stale file handle', '-bash: cd: /home/u: Stale file handle'.
-_STRERROR = r": (?:Stale file handle|Input/output error|No space left on device|Disk quota exceeded|Read-only file system)\s*$"
+_STRERROR = (
+    r": (?:Stale file handle|Input/output error|No space left on device|Disk quota exceeded"
+    r"|Read-only file system)\s*$"
+)
 
 LINE_NOISE: tuple[str, ...] = (
     # one line per GPU thread after a device-side assert; the RuntimeError that follows is the record

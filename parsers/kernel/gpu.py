@@ -163,11 +163,29 @@ def nvrm_events(lf: pl.LazyFrame) -> pl.LazyFrame:
 _AMDGPU_UE = rf"amdgpu (?P<pci>{PCI}): (?:\{{\d+\}})?uncorrectable hardware error\((?P<what>[^)]*)\) detected"
 
 
+# The scheduler's job watchdog when a ring stops retiring work (the GPU hung; a reset follows):
+# ``[drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring sdma0 timeout, signaled seq=16060, emitted seq=16062``
+# or, in newer kernels, ``amdgpu 0000:c5:00.0: amdgpu: ring gfx_0.0.0 timeout, signaled seq=…``.
+_AMDGPU_RING = rf"(?:amdgpu (?P<pci>{PCI}): .*?)?\bring (?P<ring>\S+) timeout, signaled seq="
+
+
 def amdgpu_events(lf: pl.LazyFrame) -> pl.LazyFrame:
-    """amdgpu RAS notices of an uncorrectable error: one critical event per GPU and burst."""
-    g = pl.col("body").str.extract_groups(_AMDGPU_UE)
-    hits = lf.filter(has("amdgpu")).with_columns(g.alias("_a")).filter(pl.col("_a").struct.field("pci").is_not_null())
-    return hits.select(event("error", "critical", device=norm_pci(pl.col("_a").struct.field("pci"))))
+    """amdgpu RAS notices of an uncorrectable error and ring (job) timeouts: critical events."""
+    body = pl.col("body")
+    hits = lf.filter(has("amdgpu")).with_columns(
+        body.str.extract_groups(_AMDGPU_UE).alias("_a"), body.str.extract_groups(_AMDGPU_RING).alias("_r")
+    )
+    return pl.concat(
+        [
+            hits.filter(pl.col("_a").struct.field("pci").is_not_null()).select(
+                event("error", "critical", device=norm_pci(pl.col("_a").struct.field("pci")))
+            ),
+            hits.filter(pl.col("_r").struct.field("ring").is_not_null()).select(
+                event("error", "critical", device=norm_pci(pl.col("_r").struct.field("pci")))
+            ),
+        ],
+        how="diagonal_relaxed",
+    )
 
 
 _SMI_L = r"^GPU (?P<idx>\d+): .+? \(UUID: (?P<uuid>GPU-[0-9a-fA-F\-]+)\)"

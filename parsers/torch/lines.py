@@ -40,6 +40,12 @@ _NAN = (
 # A storage errno in a line a logger wrote, not a traceback: 'ERROR: megatron.core.dist_checkpointing
 # .strategies.filesystem_async: Local process 0 encountered an error: [Errno 5] Input/output error'.
 _ERRNO = r"\[Errno (?:5|28|30|116|122)\]"
+# The same errnos as strerror(3) prints them after the path a tool failed on, ending its line:
+# 'fatal error: ../kernel_includes.hpp: Stale file handle', '-bash: cd: /home/u: Stale file handle'.
+_STRERROR = (
+    r": (?:Stale file handle|Input/output error|No space left on device|Disk quota exceeded"
+    r"|Read-only file system)\s*$"
+)
 
 LINE_NOISE: tuple[str, ...] = (
     # one line per GPU thread after a device-side assert; the RuntimeError that follows is the record
@@ -65,7 +71,8 @@ def _events(lf: pl.LazyFrame, cond: pl.Expr, code: pl.Expr, kind: pl.Expr | None
 # would keep every iteration record of a trainer log) one pass finds the rows any rule can use.
 _NEEDS = ["ERROR: Unexpected", "CUDA error: ", "CUDA driver error", "CUDA out of memory", "cudaError", "CUBLAS_STATUS_",
           "CUDNN_STATUS_", "device-side assert triggered", "uncorrectable ECC error", "GPU is lost", "[Errno ",
-          "esource exhausted", "ESOURCE_EXHAUSTED", "found in input tensor"]
+          "esource exhausted", "ESOURCE_EXHAUSTED", "found in input tensor", "Stale file handle",
+          "Input/output error", "No space left on device", "Disk quota exceeded", "Read-only file system"]
 
 
 def line_events(typed: pl.LazyFrame) -> pl.LazyFrame:
@@ -79,7 +86,7 @@ def line_events(typed: pl.LazyFrame) -> pl.LazyFrame:
     signal_line = pl.col("_t") == SIGLINE
     cuda = text.str.contains(_CUDA) & ~text.str.contains(_NOT_CUDA) & ~signal_line & worker.is_null()
     nan = text.str.contains(r"(?i)nan|inf") & text.str.contains(_NAN) & ~cuda
-    errno = text.str.contains(_ERRNO) & ~cuda & ~nan & ~signal_line & worker.is_null()
+    errno = (text.str.contains(_ERRNO) | text.str.contains(_STRERROR)) & ~cuda & ~nan & ~signal_line & worker.is_null()
     no_code, error, warning = pl.lit(None, pl.String), pl.lit("error"), pl.lit("warning")
     return pl.concat(
         [

@@ -382,6 +382,20 @@ def test_amdgpu_uncorrectable_hardware_error_is_the_gpu() -> None:
     assert out.select("line", "kind", "device", "failure_class").rows() == [(1, "error", "0000:1c:00", "gpu_hardware")]
 
 
+def test_amdgpu_ring_timeout_is_the_gpu_in_both_layouts() -> None:
+    # https://github.com/ROCm/legacy-rocm-build/issues/2533 (older drm prefix, no PCI address) and
+    # https://github.com/ROCm/legacy-rocm-build/issues/6273 (newer: the device names itself).
+    out = events([
+        "[ 2237.944235] [drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring sdma0 timeout, signaled seq=16060, emitted seq=16062",
+        "[ 2237.944732] amdgpu 0000:0a:00.0: amdgpu: GPU reset begin!",
+        "[127033.279661] amdgpu 0000:c5:00.0: amdgpu: ring gfx_0.0.0 timeout, signaled seq=2662395, emitted seq=2662397",
+    ])
+    assert out.select("line", "kind", "device", "failure_class").rows() == [
+        (1, "error", None, "gpu_hardware"),
+        (3, "error", "0000:c5:00", "gpu_hardware"),
+    ]
+
+
 def test_crash_dump_notice_is_a_warning_and_its_continuation_is_covered(tmp_path: Path) -> None:
     lines = [
         "Oct 30 09:49:36 pc kernel: NVRM: A GPU crash dump has been created. If possible, please run",

@@ -64,6 +64,23 @@ KNOWN_MISSES = {
     "real_excerpts/trainer/torch_save_zipfile_writer_cannot_be_opened_disk_full.log":
         "torch.save's 'File ... cannot be opened.' has many causes (a missing folder most often); "
         "only the thread says the disk was full",
+    "real_excerpts/kubernetes/failedscheduling_insufficient_gpu_no_preemption_victims_k3s.log":
+        "an Events row pasted alone, without indentation or the describe block around it",
+    "real_excerpts/kubernetes/kubectl_get_nodes_notready_pod_status_unknown.log":
+        "'kubectl get nodes' / 'get pods' tables (NotReady, Unknown) are not a layout the parser knows",
+    "real_excerpts/trainer/raylet_worker_died_system_error_oom_killer_torchtrainer.log":
+        "Ray's worker-died notice lists OOM, 'ray stop' and a segfault as possible causes; not a rule",
+    "real_excerpts/trainer/tpu_estimator_shutdownhook_lame_workers_preemptible_tpu.log":
+        "TPUEstimator's 'ShutdownHook: lame workers found' is not a rule; only the thread names the preemption",
+    "real_excerpts/slurm/srun_task_killed_force_terminated_step.log":
+        "'srun: error: <node>: task 0: Killed' names SIGKILL, not its sender; the thread only suspects the cgroup",
+    "real_excerpts/trainer/jax_coordination_service_task_heartbeat_timeout_t5x.log":
+        "the JAX/TSL coordination service's task heartbeat timeout is not a rule",
+    "real_excerpts/trainer/determined_trial_requested_to_terminate_slurm_preemption.log":
+        "Determined's trial log ('was requested to terminate') is not a layout the parser knows",
+    "real_excerpts/trainer/deepspeed_launcher_sigkill_handler_exits_return_code_minus9.log": SIGKILL_ALONE,
+    "real_excerpts/kernel/ibstatus_fatal_error_sys_files_not_found.log":
+        "ibstatus's 'sys files not found' (no IB device at all) is not a rule",
 }
 
 

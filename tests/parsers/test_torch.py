@@ -814,6 +814,27 @@ def test_another_errno_in_a_loggers_line_is_not_an_event() -> None:
     assert run("ERROR: worker 3 lost its store connection: [Errno 111] Connection refused").height == 0
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        # https://github.com/tenstorrent/tt-metal/issues/37051: a compiler under mpirun on a shared cache.
+        "[1,1]<stdout>: brisc build failed. Log: /w/brisck.cc:21:10: fatal error: ../kernel_includes.hpp: "
+        "Stale file handle",
+        # https://github.com/ai4d-iasc/trixie/issues/37: the shell while GPFS nodes rebooted.
+        "-bash: cd: /home/someone: Stale file handle",
+        "cp: error writing '/ckpt/step_900/model.pt': No space left on device",
+    ],
+)
+def test_a_strerror_ending_a_tools_line_is_storage(line: str) -> None:
+    row = one(classified(run(line)))
+    assert (row["kind"], row["failure_class"]) == ("error", "storage")
+
+
+def test_a_strerror_inside_a_sentence_is_not_an_event() -> None:
+    # only the errno text that ends the line, after the failed path, is the error
+    assert run("checking mounts: Stale file handle errors are retried by the client").height == 0
+
+
 def test_a_failed_checkpoint_write_by_torch_save_is_storage() -> None:
     # https://github.com/rwth-i6/returnn/issues/1829: the zip writer names no errno.
     ev = classified(parse_file(parser, REAL_TRAINER / "pytorchstreamwriter_file_write_failed.log"))

@@ -13,13 +13,15 @@ stalled, then caught up). The carried lines:
   name none; a Megatron iteration record with the time it was placed at as its clock, from which
   the next block's clock-less iterations are summed; read again, it keeps the file's step source
   in the next block), the latest checkpoint load's (the step a resumed run counts from), and
-  HF's ``Total optimization steps`` banners (which bars are the training's).
+  HF's ``Total optimization steps`` banners (which bars are the training's);
+* the lines of a begin, end or exit record that ends the block (start-up banners the boundary
+  cut: the next block's collapse into it), also on through blocks the gates rule out.
 
-Two hints (columns the carried lines hold, null on the next block's own; ``common``) bring what
+Three hints (columns the carried lines hold, null on the next block's own; ``common``) bring what
 no line states: ``carried_step`` on the step record and the load, the step the parser gave them
-(MLPerf's steps and HF's counted loss dicts count on from it), and ``carried_seen`` on a bar
+(MLPerf's steps and HF's counted loss dicts count on from it), ``carried_seen`` on a bar
 repaint, the bar steps reported so far in its attempt (ranks repainting the bar in a later block
-report none of them again).
+report none of them again), and ``carried_open`` on an open record's lines.
 
 What the next block's lines state themselves overrides these, as it would in the whole file.
 """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
@@ -11,6 +12,7 @@ from polars.testing import assert_frame_equal
 from toranalyze_parsers.trainer import parser as trainer
 from toranalyze_parsers.trainer.carry import carry
 
+from toranalyze.ingest import reader
 from toranalyze.ingest.lines import prepare_lines
 from toranalyze.ingest.reader import HELD_BLOCKS, Chunks, read_text_events
 
@@ -191,11 +193,25 @@ def test_a_startup_record_cut_by_blocks_takes_the_next_clock_as_in_one(
     assert_frame_equal(blocks.select(cols), whole.select(cols))
 
 
-def test_rows_wait_for_a_later_block_at_most_a_few_blocks(tmp_path: Path) -> None:
-    """Memory stays bounded: a start-up record whose clock lies many blocks below is yielded
-    untimed once HELD_BLOCKS blocks wait (the file-wide fill then places it)."""
+def test_rows_wait_for_a_later_block_at_most_a_few_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Memory stays bounded: a start-up record whose clock lies many blocks below is yielded once
+    HELD_BLOCKS blocks wait, and the time the later block gives it is applied by the caller."""
     path = tmp_path / "train.log"
     _startup_log(path, 0, 2000)
     assert _blocks(str(path), 8192) > HELD_BLOCKS + 2
-    blocks = read_text_events(str(path), [trainer], block_bytes=8192).events
-    assert blocks.filter(kind="init")["ts"].to_list() == [None]
+    read = []
+    chunks = reader.Chunks.__iter__
+
+    def counted(self: reader.Chunks) -> Iterator[pl.DataFrame]:
+        for frame in chunks(self):
+            read.append(frame.height)
+            yield frame
+
+    monkeypatch.setattr(reader.Chunks, "__iter__", counted)
+    blocks = reader.TextEvents(str(path), [trainer], block_bytes=8192)
+    first = next(iter(blocks))
+    assert first["kind"].to_list() == ["init"] and first["ts"].to_list() == [None]
+    assert len(read) == HELD_BLOCKS + 1  # yielded untimed, not held to the end
+    whole = read_text_events(str(path), [trainer]).events.filter(kind="init")
+    late = read_text_events(str(path), [trainer], block_bytes=8192).events.filter(kind="init")
+    assert late["ts"].to_list() == whole["ts"].to_list() == [dt.datetime(2024, 3, 4, 12, 36, 31)]

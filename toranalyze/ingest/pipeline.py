@@ -45,6 +45,8 @@ from toranalyze.ingest.reader import (
     read_head,
     read_text_batch,
     read_text_events,
+    revise_line_times,
+    revise_times,
 )
 from toranalyze.plugins import Registry, default_registry, fill_where
 from toranalyze.schema import EVENT_SCHEMA, validate_events
@@ -343,19 +345,28 @@ def _spool_text(file: InputFile, parsers: list[Any], options: IngestOptions, rul
         _note_text(report, blocks.lines, blocks.covered, sorted(blocks.used), blocks.warnings)
         if not raw:
             return []
+        # rows yielded before a later block timed them (TextEvents.late_revisions)
+        late = blocks.late_revisions()
+
+        def revised(frame: pl.DataFrame) -> pl.DataFrame:
+            return frame if late is None else revise_times(frame, late)
+
         if len(raw) == 1:  # one block, in memory: its times are settled in the query that finishes it
             held = raw[0][0]
             assert isinstance(held, pl.DataFrame)
-            settled_block = normalize_time(held.lazy(), tz=options.tz, year=options.year)
+            settled_block = normalize_time(revised(held).lazy(), tz=options.tz, year=options.year)
             return [_write_part(_finish(settled_block, file, sorted(job_ids)), rules, f"{part}.00000", report)]
         times.append(_times(raw[-1][0]))
+        if late is not None:
+            times = [revise_line_times(t, late) for t in times]
         settled = normalize_time(pl.concat(times).lazy(), tz=options.tz, year=options.year).collect()
         settled = settled.select("ts", "ts_inferred", "_year_open")
         del times
         parts: list[str] = []
         offset = 0
         for k, (held, n) in enumerate(raw):
-            events = (pl.read_parquet(held) if isinstance(held, str) else held).with_columns(settled.slice(offset, n))
+            events = revised(pl.read_parquet(held) if isinstance(held, str) else held)
+            events = events.with_columns(settled.slice(offset, n))
             offset += n
             block = _finish(events.lazy(), file, sorted(job_ids))
             parts.append(_write_part(block, rules, f"{part}.{k:05d}", report))

@@ -593,6 +593,20 @@ def revise_times(events: pl.DataFrame, revisions: pl.DataFrame) -> pl.DataFrame:
     ).drop(f"_rev_{c}" for c in _REVISED)
 
 
+def revise_line_times(times: pl.DataFrame, revisions: pl.DataFrame) -> pl.DataFrame:
+    """``revise_times`` for a frame of time columns only (``line`` and ``_REVISED``, in row order):
+    its rows without a time take the one a revision gives their line."""
+    by_line = revisions.filter(pl.col("ts").is_not_null()).unique("line", keep="first", maintain_order=True)
+    joined = times.join(
+        by_line.select("line", *(pl.col(c).alias(f"_rev_{c}") for c in _REVISED)), on="line", how="left",
+        maintain_order="left",
+    )
+    take = pl.col("ts").is_null() & pl.col("_rev_ts").is_not_null()
+    return joined.with_columns(
+        pl.when(take).then(pl.col(f"_rev_{c}")).otherwise(pl.col(c)).alias(c) for c in _REVISED
+    ).select(times.columns)
+
+
 def _empty_parsed() -> pl.DataFrame:
     return pl.DataFrame(schema={**RAW_SCHEMA, "parser": pl.String(), "source": pl.String()})
 
@@ -664,6 +678,9 @@ class TextEvents:
     warnings: list[str] = field(default_factory=list)
     carried: CarriedLines = field(default_factory=CarriedLines)
     last_covered: int | None = None  # the previous block's last covered line
+    # revisions of rows already yielded (held past HELD_BLOCKS): the caller applies them
+    # (``revise_times``, or ``revise_line_times`` to the time columns it keeps)
+    late: list[pl.DataFrame] = field(default_factory=list)
 
     def __iter__(self) -> Iterator[pl.DataFrame]:
         chunks = Chunks(self.path, self.block_bytes or BLOCK_BYTES)
@@ -680,6 +697,7 @@ class TextEvents:
                 revisions, extended, ahead = self.carried.take()
                 if revisions is not None:
                     held = deque(revise_times(h, revisions) for h in held)
+                    self._keep_late(revisions, held)
                 for rows in extended:
                     held, grown = _extend_held(held, rows)
                     covered = pl.concat([covered, _own_lines(grown, chunk["line"][0])]).unique()
@@ -702,6 +720,17 @@ class TextEvents:
         events, covered = _block_events(prepared, extracted, noise, priority)
         self.used.update(events["parser"].unique().to_list())
         return events, covered
+
+    def _keep_late(self, revisions: pl.DataFrame, held: deque[pl.DataFrame]) -> None:
+        """Keep the revisions of lines above the rows still held: their rows were yielded."""
+        first = held[0]["line"].min() if held and held[0].height else None
+        late = revisions if first is None else revisions.filter(pl.col("line") < first)
+        if late.height:
+            self.late.append(late)
+
+    def late_revisions(self) -> pl.DataFrame | None:
+        """After iteration: the revisions of rows yielded before they came (None: none)."""
+        return pl.concat(self.late).unique(["line", "kind", "parser"], keep="last") if self.late else None
 
     def _count(self, chunk: pl.DataFrame, covered: pl.Series) -> None:
         # a line this block goes on with is counted once (covered lines are this block's only)
@@ -868,6 +897,9 @@ def read_text_events(path: str, parsers: Sequence[Any], block_bytes: int | None 
     blocks = TextEvents(path, parsers, block_bytes)
     frames = list(blocks)
     events = pl.concat(frames, how="vertical") if frames else _empty_parsed()
+    late = blocks.late_revisions()
+    if late is not None:
+        events = revise_times(events, late)
     return FileResult(events, blocks.lines, blocks.covered, sorted(blocks.used), blocks.warnings)
 
 

@@ -581,30 +581,28 @@ _REVISED = ("ts", "ts_offset_s", "ts_year_known", "ts_inferred")  # what a later
 def revise_times(events: pl.DataFrame, revisions: pl.DataFrame) -> pl.DataFrame:
     """``events`` whose rows without a time take the one ``revisions`` gives the same line, kind and
     parser (rows that have one keep it: only a time the earlier block could not give is filled)."""
-    joined = events.join(
-        revisions.rename({c: f"_rev_{c}" for c in _REVISED}),
-        on=["line", "kind", "parser"],
-        how="left",
-        maintain_order="left",
-    )
-    take = pl.col("ts").is_null() & pl.col("_rev_ts").is_not_null()
-    return joined.with_columns(
-        pl.when(take).then(pl.col(f"_rev_{c}")).otherwise(pl.col(c)).alias(c) for c in _REVISED
-    ).drop(f"_rev_{c}" for c in _REVISED)
+    return _fill_times(events, revisions, ["line", "kind", "parser"])
 
 
 def revise_line_times(times: pl.DataFrame, revisions: pl.DataFrame) -> pl.DataFrame:
     """``revise_times`` for a frame of time columns only (``line`` and ``_REVISED``, in row order):
     its rows without a time take the one a revision gives their line."""
     by_line = revisions.filter(pl.col("ts").is_not_null()).unique("line", keep="first", maintain_order=True)
-    joined = times.join(
-        by_line.select("line", *(pl.col(c).alias(f"_rev_{c}") for c in _REVISED)), on="line", how="left",
+    return _fill_times(times, by_line, ["line"])
+
+
+def _fill_times(frame: pl.DataFrame, revisions: pl.DataFrame, key: list[str]) -> pl.DataFrame:
+    """``frame`` (row order kept) whose rows without a time take their ``key``'s revision's."""
+    joined = frame.join(
+        revisions.select(*key, *(pl.col(c).alias(f"_rev_{c}") for c in _REVISED)),
+        on=key,
+        how="left",
         maintain_order="left",
     )
     take = pl.col("ts").is_null() & pl.col("_rev_ts").is_not_null()
     return joined.with_columns(
         pl.when(take).then(pl.col(f"_rev_{c}")).otherwise(pl.col(c)).alias(c) for c in _REVISED
-    ).select(times.columns)
+    ).select(frame.columns)
 
 
 def _empty_parsed() -> pl.DataFrame:

@@ -47,6 +47,12 @@ _STRERROR = (
     r"|Read-only file system)\s*$"
 )
 
+# The JAX / TensorFlow coordination service (task 0) on a task that stopped heartbeating: '/job:jax_worker/
+# replica:0/task:37 has been set to ERROR in coordination service: UNAVAILABLE: Task /job:jax_worker/replica:0/
+# task:37 heartbeat timeout. This indicates that the remote task has failed, got preempted, or crashed ...'.
+# A peer's silence whose cause the line does not know: a warning, so any error explains it first.
+_HEARTBEAT = r"\bTask /job:[\w.-]+/replica:\d+/task:\d+ heartbeat timeout\b"
+
 LINE_NOISE: tuple[str, ...] = (
     # one line per GPU thread after a device-side assert; the RuntimeError that follows is the record
     r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion .* failed\.",
@@ -72,14 +78,15 @@ def _events(lf: pl.LazyFrame, cond: pl.Expr, code: pl.Expr, kind: pl.Expr | None
 _NEEDS = ["ERROR: Unexpected", "CUDA error: ", "CUDA driver error", "CUDA out of memory", "cudaError", "CUBLAS_STATUS_",
           "CUDNN_STATUS_", "device-side assert triggered", "uncorrectable ECC error", "GPU is lost", "[Errno ",
           "esource exhausted", "ESOURCE_EXHAUSTED", "found in input tensor", "Stale file handle",
-          "Input/output error", "No space left on device", "Disk quota exceeded", "Read-only file system"]
+          "Input/output error", "No space left on device", "Disk quota exceeded", "Read-only file system",
+          "heartbeat timeout"]
 
 
 def line_events(typed: pl.LazyFrame) -> pl.LazyFrame:
     text = pl.col("_x")
     maybe = (pl.col("_t") == SIGLINE) | contains_any(text, _NEEDS) | text.str.contains(_NAN)
     rows = typed.filter(~pl.col("_rec") & maybe).collect()
-    if rows.height == 0:  # most blocks: the four rules are not planned
+    if rows.height == 0:  # most blocks: the rules below are not planned
         return empty_raw()
     lf = rows.lazy()
     worker = text.str.extract(_WORKER_SIGNAL, 1)
@@ -87,6 +94,7 @@ def line_events(typed: pl.LazyFrame) -> pl.LazyFrame:
     cuda = text.str.contains(_CUDA) & ~text.str.contains(_NOT_CUDA) & ~signal_line & worker.is_null()
     nan = text.str.contains(r"(?i)nan|inf") & text.str.contains(_NAN) & ~cuda
     errno = (text.str.contains(_ERRNO) | text.str.contains(_STRERROR)) & ~cuda & ~nan & ~signal_line & worker.is_null()
+    heartbeat = text.str.contains(_HEARTBEAT) & ~cuda & ~nan & ~errno & ~signal_line & worker.is_null()
     no_code, error, warning = pl.lit(None, pl.String), pl.lit("error"), pl.lit("warning")
     return pl.concat(
         [
@@ -96,6 +104,7 @@ def line_events(typed: pl.LazyFrame) -> pl.LazyFrame:
             # 'loss is nan, skipping batch' is a trainer coping, not a crash
             _events(lf, nan, no_code, pl.when(text.str.contains(r"(?i)\bskip")).then(warning).otherwise(error)),
             _events(lf, errno, no_code),
+            _events(lf, heartbeat, no_code, warning),
         ],
         how="vertical",
     )

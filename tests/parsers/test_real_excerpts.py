@@ -73,6 +73,12 @@ KNOWN_MISSES = {
     "real_excerpts/trainer/deepspeed_launcher_sigkill_handler_exits_return_code_minus9.log": SIGKILL_ALONE,
     "real_excerpts/kernel/ibstatus_fatal_error_sys_files_not_found.log":
         "ibstatus's 'sys files not found' (no IB device at all) is not a rule",
+    "real_excerpts/kubernetes/api_node_conditions_json_node_status_unknown_kubelet_stopped_posting.log":
+        "a node's conditions printed by jq (a command line above, the array cut off) is no JSON document, and "
+        "the sentence in a JSON field is left to the JSON reader",
+    "real_excerpts/kubernetes/gke_podunschedulable_cannot_schedule_pods_insufficient_split.log":
+        "GKE's console status 'PodUnschedulable Cannot schedule pods: ...', numbered and split inside the "
+        "resource name, is not a layout the parser knows",
 }
 
 
@@ -252,3 +258,45 @@ def test_coordination_service_heartbeat_timeout_is_a_node_failure_warning(tmp_pa
     ])
     assert _classified(ev) == [(1, "warning", "node_failure", "-")]
     assert ev["rule"].drop_nulls().to_list() == ["torch-coordination-heartbeat-timeout"]
+
+
+def test_watchdog_dead_of_a_cuda_error_takes_the_errors_class(tmp_path: Path) -> None:
+    """https://github.com/hao-ai-lab/FastVideo/issues/1008 (a PG tag naming its mesh) and
+    https://github.com/kohya-ss/sd-scripts/issues/1434 (ECC): the watchdog line carries the CUDA error."""
+    ev = _lines_events(tmp_path, [
+        "[rank9]:[E113 11:43:02.241131296 ProcessGroupNCCL.cpp:1899] [PG ID 5 PG GUID 55(mesh_replicate) Rank 1] "
+        "Process group watchdog thread terminated with exception: CUDA error: unspecified launch failure",
+        "[E ProcessGroupNCCL.cpp:916] [Rank 1] NCCL watchdog thread terminated with exception: CUDA error: "
+        "uncorrectable ECC error encountered",
+    ])
+    assert _classified(ev) == [(1, "error", "software", "-"), (2, "error", "gpu_memory", "-")]
+
+
+def test_nccl_head_with_a_placeholder_host_is_read_and_names_no_node(tmp_path: Path) -> None:
+    """https://github.com/NVIDIA/nccl/issues/952: the host redacted to '<cluster_name>'."""
+    ev = _lines_events(tmp_path, [
+        "<cluster_name>:922:1158 [3] proxy.cc:1519 NCCL WARN [Proxy Service 11] Failed to execute operation Connect "
+        "from rank 11, retcode 2",
+        "<cluster_name>:922:1149 [3] misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remote peer "
+        "<cluster_name>.ibnet<53735>",
+    ])
+    assert _classified(ev) == [(1, "error", "network", "-"), (2, "warning", "network", "-")]
+
+
+def test_ucx_caught_signal_is_a_crash_of_the_heads_node(tmp_path: Path) -> None:
+    """https://github.com/NVIDIA/Megatron-LM/issues/516: UCX's handler, its pid space-padded."""
+    ev = _lines_events(tmp_path, [
+        "09677202c889:5283:5699 [7] NCCL INFO 24 coll channels, 0 nvls channels, 32 p2p channels, 32 p2p channels per peer",
+        "[09677202c889:5283 :0:5704] Caught signal 7 (Bus error: nonexistent physical address)",
+    ])
+    assert _classified(ev) == [(2, "error", "software", "09677202c889")]
+    assert ev.filter(pl.col("line") == 2)["code"].to_list() == ["-7"]
+
+
+def test_scheduler_sentence_quoted_as_inline_code_in_prose(tmp_path: Path) -> None:
+    """https://github.com/NVIDIA/deepops/issues/381: the prose names the reason; the sentence is in backticks."""
+    ev = _lines_events(tmp_path, [
+        "The job gets stuck pending with a 'FailedScheduling' event and the message ` 0/2 nodes are available: "
+        "2 Insufficient nvidia.com/gpu.`",
+    ])
+    assert _classified(ev) == [(1, "warning", "scheduling", "-")]

@@ -39,7 +39,7 @@ from toranalyze.schema import conform_raw
 
 _KV = r"^(?P<ind>\s*)(?P<key>[A-Z][\w -]*?):(?:\s+(?P<val>.*?))?\s*$"
 _EVENT_ROW = (
-    r"^`?\s+(?P<type>Normal|Warning)\s+(?P<reason>[A-Za-z][\w.-]*)\s+"
+    r"^`?\s*(?P<type>Normal|Warning)\s+(?P<reason>[A-Za-z][\w.-]*)\s+"
     rf"(?P<age>{INTERVAL})\s+(?P<src>[\w.-]+(?:, [\w.-]+)?)\s+(?P<msg>.*?)`?\s*$"
 )
 # kubectl <= 1.9: FirstSeen LastSeen Count From SubObjectPath Type Reason Message.
@@ -56,12 +56,12 @@ _CONDITION_ROW = (
 # conditions print both, so the row names a node's fragment even pasted alone.
 _NODE_CONDITION = rf"^\s+[A-Z]\w*\s+(?:True|False|Unknown)\s+{RFC1123}\s+{RFC1123}\s"
 # Lines that only a describe output prints: a fragment pasted without its 'Name:' header. An
-# Events row (type, reason, age, source) is one too, with or without its table around it, and
-# quoted as inline code in a post (a backtick before its indent).
+# Events row (type, reason, age, source) is one too, with or without its table around it, quoted
+# as inline code in a post (a backtick before its indent), and pasted alone without its indent.
 _FRAGMENT = (
     rf"^(?:Events|Conditions|Containers):\s*$|^\s*(?:Last )?State:\s+(?:Terminated|Waiting)\s*$|{_NODE_CONDITION}"
     r"|^Reason:\s+[A-Z]\w+\s*$|^\s+\d+[ydhms]\s+\d+[ydhms]\s+\d+\s+\S.*\s(?:Normal|Warning)\s"
-    rf"|^`?\s+(?:Normal|Warning)\s+[A-Z][\w.-]*\s+{INTERVAL}\s+[\w.-]+(?:, [\w.-]+)?\s+\S"
+    rf"|^`?\s*(?:Normal|Warning)\s+[A-Z][\w.-]*\s+{INTERVAL}\s+[\w.-]+(?:, [\w.-]+)?\s+\S"
 )
 _FIELDS = ("Reason", "Message", "Exit Code", "Signal", "Started", "Finished")
 _SECTIONS = ["Name", "Conditions", "Volumes", "QoS Class", "Node-Selectors", "Tolerations", "Events",
@@ -416,7 +416,7 @@ def _job_rows(lf: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def _event_rows(lf: pl.LazyFrame, anchor: datetime | None) -> pl.LazyFrame:
-    cand = lf.filter(pl.col("text").str.contains(r"^`?\s.*(?:Normal|Warning)"))
+    cand = lf.filter(pl.col("text").str.contains(r"^`?(?:\s.*)?(?:Normal|Warning)"))
     new = cand.with_columns(pl.col("text").str.extract_groups(_EVENT_ROW).alias("_g"))
     old = cand.with_columns(pl.col("text").str.extract_groups(_OLD_EVENT_ROW).alias("_g"))
     g = pl.col("_g")

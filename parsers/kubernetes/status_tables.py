@@ -2,7 +2,8 @@
 
 These are snapshots: a row says what a pod or node looked like when kubectl
 ran (``OOMKilled``, ``CrashLoopBackOff``, ``Evicted``, ``NotReady``,
-``Ready,SchedulingDisabled``), not when it changed. Rows get ts null, or with an
+``Ready,SchedulingDisabled``), not when it changed. A pod ``Unknown`` is one whose node stopped
+reporting: its state is ``NodeLost``, on the NODE column's node. Rows get ts null, or with an
 anchor the capture time (minus the ``(2m ago)`` of the last restart when the
 RESTARTS column prints one), marked inferred. Healthy rows are kept as ``info``
 so that a snapshot never reads as a state change.
@@ -15,6 +16,9 @@ so that a snapshot never reads as a state change.
 
     NAME                                       STATUS     AGE
     gke-cluster-1-default-pool-777adf16-erra   NotReady   4d
+
+    NAME         STATUS     AGE       VERSION
+    10.6.0.188   NotReady   10d       v1.7.2
 """
 
 from __future__ import annotations
@@ -31,10 +35,11 @@ _POD = (
     r"(?P<status>[A-Za-z][\w./:-]*)\s+(?P<restarts>\d+)(?: \((?P<last>(?:\d+[ydhms])+) ago\))?\s+"
     rf"(?P<age>{AGE})(?:\s+(?P<ip>\S+)\s+(?P<node>\S+)(?:\s+\S+\s+\S+)?)?\s*$"
 )
-# kubectl before 1.6 printed NAME, STATUS and AGE only: a row then ends with its age.
+# kubectl before 1.6 printed NAME, STATUS and AGE only: a row then ends with its age; 1.6 and 1.7
+# added VERSION, 1.8 ROLES before AGE.
 _NODE = (
     r"^(?P<name>[a-z0-9][\w.-]*)\s+(?P<status>(?:Ready|NotReady|Unknown)(?:,SchedulingDisabled)?)\s+"
-    rf"(?:(?P<roles>\S+)\s+(?P<age>{AGE})\s+(?P<version>v\d+\.\d+\S*)(?:\s+.*)?|(?P<age3>{AGE})\s*)$"
+    rf"(?:(?:(?P<roles>\S+)\s+)?(?P<age>{AGE})\s+(?P<version>v\d+\.\d+\S*)(?:\s+.*)?|(?P<age3>{AGE})\s*)$"
 )
 HEADERS = (
     r"^\s*(?:NAMESPACE\s+)?NAME\s+READY\s+STATUS\s+RESTARTS\s+AGE",
@@ -90,7 +95,12 @@ def _pod_rows(lines: pl.LazyFrame, anchor: datetime | None) -> pl.LazyFrame:
         inferred.alias("ts_inferred"),
         _pod_severity(status).alias("kind"),
         _pod_severity(status).alias("severity"),
-        status.str.replace(r"^Init:", "").alias("state"),
+        # kubectl prints 'Unknown' for a pod whose node stopped reporting (phase Unknown, or the
+        # node controller's NodeLost while the pod is deleted): the row names its node lost.
+        pl.when(status == "Unknown")
+        .then(pl.lit("NodeLost"))
+        .otherwise(status.str.replace(r"^Init:", ""))
+        .alias("state"),
         restarts.cast(pl.Int32).alias("attempt"),
         job_from_pod(name).alias("job_id"),
         pl.when(node.is_not_null() & (node != "<none>")).then(node).alias("node"),

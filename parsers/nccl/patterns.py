@@ -31,10 +31,12 @@ ANCHORS: list[str] = [
 # Shared logs redact the pid (`host-01:XXXXXX [5] ...`), sometimes with the tid gone too. A line
 # quoted inline in a post opens with a few words and a backtick (``error log `host:1:2 [1] ...``).
 # A multi-node launcher (pdsh under DeepSpeed) puts the target's name before the head
-# (``node01: host:1:2 [0] ...``), and a reply quoting a log keeps its ``> `` marks.
+# (``node01: host:1:2 [0] ...``), and a reply quoting a log keeps its ``> `` marks. A host
+# redacted to a placeholder (``<cluster_name>:922:1158 [3] ...``) keeps the head; it names no node.
 NCCL_LINE = (
     r"^(?:>\s?)?(?:[^`]{0,40}`)?(?:\[\d+,\d+\]<std(?:out|err)>:\s*)?"
-    r"(?:(?:[\w.\-]+: )?(?P<host>[\w.\-]+?)(?::(?P<pid>\d+|[Xx*]+)(?::(?P<tid>\d+|[Xx*]+))?)? \[(?P<dev>\d+)\] )?"
+    r"(?:(?:[\w.\-]+: )?(?P<host><[\w.\-]+>|[\w.\-]+?)"
+    r"(?::(?P<pid>\d+|[Xx*]+)(?::(?P<tid>\d+|[Xx*]+))?)? \[(?P<dev>\d+)\] )?"
     r"(?:(?P<src>\S+\.(?:cc|cu|c|h|cpp))[: ](?P<srcline>\d+) (?:NCCL )?|(?:\w+:\d+ )?NCCL )"
     r"(?P<level>INFO|WARN|TRACE|ERROR)\b ?(?P<msg>.*)$"
 )
@@ -96,8 +98,9 @@ SOCKET_SOFT = r"(?i)\bretrying\b|closed by remote peer|reset by peer"
 # Transport retry count exceeded on mlx5_0:1/IB`, `CQE ERROR ... status=12(transport retry counter
 # exceeded)`): IBV_WC_RETRY_EXC_ERR, the same fabric fault as NCCL's status 12 completion.
 RDMA_RETRY = r"(?i)transport retry count(?:er)? exceeded"
-# UCX's own log head: ``[host:pid:thread:tid] ib_mlx5_log.c:143  <message>`` names the host.
-UCX_HEAD = r"^\[([\w.\-]+):\d+:\d+:\d+\] \w+\.c:\d+ "
+# UCX's own log head: ``[host:pid:thread:tid] ib_mlx5_log.c:143  <message>`` names the host (the pid
+# may be space-padded: ``[host:5283 :0:5704]``).
+UCX_HEAD = r"^\[([\w.\-]+):\d+ *:\d+:\d+\] \w+\.c:\d+ "
 
 # Other NCCL WARN texts that mean the operation failed (proxy result, misuse, /dev/shm too small).
 WARN_ERROR = r"retcode \d+|Proxy Call to rank \d+ failed|Duplicate GPU detected|/dev/shm"

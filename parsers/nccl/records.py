@@ -84,7 +84,8 @@ def line_fields(col: str) -> list[pl.Expr]:
     return [
         nccl("level").alias("_level"),
         nccl("msg").alias("_msg"),
-        nccl("host").alias("_host"),
+        # a host redacted to a placeholder ('<cluster_name>') names no node
+        pl.when(nccl("host").str.starts_with("<")).then(None).otherwise(nccl("host")).alias("_host"),
         nccl("dev").alias("_dev"),
         glog("lvl").alias("_glvl"),
         glog("src").alias("_gsrc"),

@@ -43,7 +43,7 @@ class TorchParser(Parser):
             "CUDA out of memory", "cudaError", "CUBLAS_STATUS_", "CUDNN_STATUS_", "device-side assert triggered",
             "uncorrectable ECC error", "GPU is lost", "[Errno ", "esource exhausted", "ESOURCE_EXHAUSTED",
             "found in input tensor", "Stale file handle", "Input/output error", "No space left on device",
-            "Disk quota exceeded", "Read-only file system", *SIGNAL_WORDS,
+            "Disk quota exceeded", "Read-only file system", "heartbeat timeout", "Caught signal ", *SIGNAL_WORDS,
         ]),
         r"(?i:loss)",
     )

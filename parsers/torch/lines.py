@@ -47,6 +47,17 @@ _STRERROR = (
     r"|Read-only file system)\s*$"
 )
 
+# The JAX / TensorFlow coordination service (task 0) on a task that stopped heartbeating: '/job:jax_worker/
+# replica:0/task:37 has been set to ERROR in coordination service: UNAVAILABLE: Task /job:jax_worker/replica:0/
+# task:37 heartbeat timeout. This indicates that the remote task has failed, got preempted, or crashed ...'.
+# A peer's silence whose cause the line does not know: a warning, so any error explains it first.
+_HEARTBEAT = r"\bTask /job:[\w.-]+/replica:\d+/task:\d+ heartbeat timeout\b"
+
+# UCX's error handler on a fatal signal in the process (SIGSEGV, SIGBUS, SIGILL, SIGFPE), under its log head
+# '[host:pid:thread:tid]' (the pid space-padded): '[09677202c889:5283 :0:5704] Caught signal 7 (Bus error:
+# nonexistent physical address)'. The head names the node; the message is the line after it.
+_UCX_SIGNAL = r"^\[(?P<host>[\w.\-]+):\d+ *:\d+:\d+\] (?P<msg>Caught signal (?P<sig>\d+) \(.*)$"
+
 LINE_NOISE: tuple[str, ...] = (
     # one line per GPU thread after a device-side assert; the RuntimeError that follows is the record
     r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion .* failed\.",
@@ -72,14 +83,15 @@ def _events(lf: pl.LazyFrame, cond: pl.Expr, code: pl.Expr, kind: pl.Expr | None
 _NEEDS = ["ERROR: Unexpected", "CUDA error: ", "CUDA driver error", "CUDA out of memory", "cudaError", "CUBLAS_STATUS_",
           "CUDNN_STATUS_", "device-side assert triggered", "uncorrectable ECC error", "GPU is lost", "[Errno ",
           "esource exhausted", "ESOURCE_EXHAUSTED", "found in input tensor", "Stale file handle",
-          "Input/output error", "No space left on device", "Disk quota exceeded", "Read-only file system"]
+          "Input/output error", "No space left on device", "Disk quota exceeded", "Read-only file system",
+          "heartbeat timeout", "Caught signal "]
 
 
 def line_events(typed: pl.LazyFrame) -> pl.LazyFrame:
     text = pl.col("_x")
     maybe = (pl.col("_t") == SIGLINE) | contains_any(text, _NEEDS) | text.str.contains(_NAN)
     rows = typed.filter(~pl.col("_rec") & maybe).collect()
-    if rows.height == 0:  # most blocks: the four rules are not planned
+    if rows.height == 0:  # most blocks: the rules below are not planned
         return empty_raw()
     lf = rows.lazy()
     worker = text.str.extract(_WORKER_SIGNAL, 1)
@@ -87,6 +99,8 @@ def line_events(typed: pl.LazyFrame) -> pl.LazyFrame:
     cuda = text.str.contains(_CUDA) & ~text.str.contains(_NOT_CUDA) & ~signal_line & worker.is_null()
     nan = text.str.contains(r"(?i)nan|inf") & text.str.contains(_NAN) & ~cuda
     errno = (text.str.contains(_ERRNO) | text.str.contains(_STRERROR)) & ~cuda & ~nan & ~signal_line & worker.is_null()
+    heartbeat = text.str.contains(_HEARTBEAT) & ~cuda & ~nan & ~errno & ~signal_line & worker.is_null()
+    ucx = text.str.extract_groups(_UCX_SIGNAL)
     no_code, error, warning = pl.lit(None, pl.String), pl.lit("error"), pl.lit("warning")
     return pl.concat(
         [
@@ -96,6 +110,17 @@ def line_events(typed: pl.LazyFrame) -> pl.LazyFrame:
             # 'loss is nan, skipping batch' is a trainer coping, not a crash
             _events(lf, nan, no_code, pl.when(text.str.contains(r"(?i)\bskip")).then(warning).otherwise(error)),
             _events(lf, errno, no_code),
+            _events(lf, heartbeat, no_code, warning),
+            conform_raw(
+                lf.filter(ucx.struct.field("sig").is_not_null()).select(
+                    "line",
+                    error.alias("kind"),
+                    error.alias("severity"),
+                    ("-" + ucx.struct.field("sig")).alias("code"),
+                    ucx.struct.field("host").alias("node"),
+                    ucx.struct.field("msg").alias("message"),
+                )
+            ),
         ],
         how="vertical",
     )

@@ -119,3 +119,71 @@ def test_with_several_rows_on_the_line_only_the_same_kind_is_replaced() -> None:
     held = _held((10, 12, "warning", "w"), (10, 12, "error", "e"))
     out, _ = extend_records(held, _held((10, 30, "error", "E")))
     assert out.drop("parser").rows() == [(10, 12, "warning", "w"), (10, 30, "error", "E")]
+
+
+@pytest.mark.parametrize("block", [1024, 768])
+def test_a_record_across_three_blocks_is_one_record(tmp_path: Path, block: int) -> None:
+    # A traceback of 25 frames (about 2.5 KB) read in 1 KB or 768 B blocks goes on over two or three
+    # boundaries: the first block's row must still be held when the later blocks extend it.
+    frames = [
+        line
+        for i in range(25)
+        for line in (f'  File "/opt/train/layers/block_{i:02d}.py", line {100 + i}, in forward', f"    h = self.f{i}(h)")
+    ]
+    long_tb = [TRACEBACK[0], *frames, TRACEBACK[-1]]
+    it = [
+        f"[2024-05-07 11:00:{i:02d}] iteration {i:8d}/   10000 | elapsed time per iteration (ms): 1000.0 | lm loss: 2.0E+00 |"
+        for i in range(1, 6)
+    ]
+    path = tmp_path / "train.log"
+    path.write_text("\n".join([*it, *long_tb, *it]) + "\n")
+    boundaries = [f["line"][0] for f in reader.Chunks(str(path), block)][1:]
+    inside = [b for b in boundaries if 6 < b < 6 + len(long_tb)]
+    assert len(inside) >= 2
+    parsers = default_registry().line_parsers()
+    whole = read_text_events(str(path), parsers)
+    blocks = read_text_events(str(path), parsers, block_bytes=block)
+    errors = whole.events.filter(kind="error")
+    assert errors.height == 1 and errors["line_end"][0] == 5 + len(long_tb)
+    assert_frame_equal(blocks.events.select(COLUMNS), whole.events.select(COLUMNS))
+    assert blocks.covered == whole.covered
+
+
+TORCHRUN_TABLE = [
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+    "============================================================",
+    "pretrain_gpt.py FAILED",
+    "------------------------------------------------------------",
+    "Failures:",
+    "  <NO_OTHER_FAILURES>",
+    "------------------------------------------------------------",
+    "Root Cause (first observed failure):",
+    "[0]:",
+    "  time      : 2024-03-04_13:04:11",
+    "  host      : gpu-002",
+    "  rank      : 10 (local_rank: 2)",
+    "  exitcode  : 1 (pid: 170183)",
+    "  error_file: <N/A>",
+    "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html",
+    "============================================================",
+]
+
+
+def test_a_record_goes_on_into_a_block_its_parser_is_not_gated_on(tmp_path: Path) -> None:
+    # The boundary falls before the table's last two lines, which hold none of the torch parser's
+    # gates: the parser still reads that block, since its record goes on there.
+    head = [f"[2024-03-04 13:00:{i:02d}] waiting for rendezvous of the next attempt" for i in range(20)]
+    tail = [f"[2024-03-04 13:08:{i:02d}] waiting for rendezvous of the next attempt" for i in range(20)]
+    text = "\n".join([*head, *TORCHRUN_TABLE, *tail]) + "\n"
+    path = tmp_path / "launcher.log"
+    path.write_text(text)
+    cut = text.index("  traceback : ")  # the first block ends just before this line
+    assert [f["line"][0] for f in reader.Chunks(str(path), cut)][1] == len(head) + len(TORCHRUN_TABLE) - 1
+    parsers = default_registry().line_parsers()
+    whole = read_text_events(str(path), parsers)
+    blocks = read_text_events(str(path), parsers, block_bytes=cut)
+    errors = whole.events.filter(kind="error")
+    assert errors.height == 1 and errors["line_end"][0] == len(head) + len(TORCHRUN_TABLE)
+    assert "To enable traceback" in errors["message"][0]
+    assert_frame_equal(blocks.events.select(COLUMNS), whole.events.select(COLUMNS))
+    assert blocks.covered == whole.covered

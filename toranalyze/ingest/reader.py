@@ -504,6 +504,19 @@ class CarriedLines:
         self.revisions, self.ahead, self.extended = [], [], []
         return revised, extended, ahead
 
+    def goes_on(self, parser: Any) -> bool:
+        """Whether a parser without a ``carry`` of its own has a record going on from the block
+        before (its open tail): it then reads this block even where its gates do not hold (the
+        end of torchrun's error table names nothing they look for)."""
+        if hasattr(parser, "carry"):
+            return False
+        before = self.seen.get(parser.name)
+        if before is None:
+            return False
+        if not isinstance(before, pl.DataFrame):
+            before = self.seen[parser.name] = open_tail(*before)
+        return before.height > 0
+
     def skip(self, parser: Any, prepared: pl.DataFrame) -> None:
         """A block the parser's gates rule out: what it carries may still lie in it (a clock)."""
         self._keep(parser, self._ahead(parser, prepared), None)
@@ -687,7 +700,8 @@ class TextEvents:
         # A block's rows are yielded once the next block is read, and held longer (up to
         # HELD_BLOCKS) while rows without a time lie on lines carried on: the next block's reading
         # of those lines may time them (a start-up record whose next clock lies below a boundary).
-        # Records cut by the boundary that the next block goes on with are put in place too.
+        # Records cut by the boundary that the next block goes on with are put in place too, and a
+        # block is held while a record of its goes on to the end of the block read after it.
         held: deque[pl.DataFrame] = deque()
         for chunk in chunks:
             with parsing():
@@ -696,11 +710,14 @@ class TextEvents:
                 if revisions is not None:
                     held = deque(revise_times(h, revisions) for h in held)
                     self._keep_late(revisions, held)
+                going_on = []  # records extended to this block's end: the next block may extend them again
                 for rows in extended:
                     held, grown = _extend_held(held, rows)
                     covered = pl.concat([covered, _own_lines(grown, chunk["line"][0])]).unique()
+                    going_on.append(_reaching(grown, chunk["line"][-1] - TAIL_GAP))
                 self._count(chunk, covered)
-                while held and (len(held) >= HELD_BLOCKS or not _untimed_on(held[0], ahead)):
+                open_lines = pl.concat(going_on) if going_on else ahead.clear()
+                while held and (len(held) >= HELD_BLOCKS or not _awaits(held[0], ahead, open_lines)):
                     yield held.popleft()
             held.append(events)
         yield from held
@@ -710,7 +727,8 @@ class TextEvents:
         self, chunk: pl.DataFrame, noise: NoiseLines, priority: dict[str, int]
     ) -> tuple[pl.DataFrame, pl.Series]:
         prepared = on_thread("lines", lambda: prepare_lines(chunk))
-        chosen = gated(prepared, self.parsers)
+        gates_hold = gated(prepared, self.parsers)
+        chosen = [p for p in self.parsers if p in gates_hold or self.carried.goes_on(p)]
         for parser in self.parsers:
             if parser not in chosen:  # what it carried lies above a block it does not read
                 on_thread(f"parser-{parser.name}", partial(self.carried.skip, parser, prepared))
@@ -753,6 +771,19 @@ def _own_lines(rows: pl.DataFrame, first: int) -> pl.Series:
     """The lines from ``first`` on that ``rows`` cover."""
     lines = covered_lines(rows)
     return lines.filter(lines >= first)
+
+
+def _reaching(rows: pl.DataFrame, line: int) -> pl.Series:
+    """The lines of the rows of ``rows`` that reach ``line`` or beyond."""
+    return rows.filter(pl.coalesce("line_end", "line") >= line)["line"]
+
+
+def _awaits(events: pl.DataFrame, carried: pl.Series, open_lines: pl.Series) -> bool:
+    """Whether the next block may still settle a row of ``events``: a row without a time on a
+    carried line, or a record that went on to the end of the block just read."""
+    if _untimed_on(events, carried):
+        return True
+    return bool(open_lines.len()) and bool(events.select(pl.col("line").is_in(open_lines.implode()).any()).item())
 
 
 def _untimed_on(events: pl.DataFrame, lines: pl.Series) -> bool:

@@ -83,8 +83,8 @@ KNOWN_MISSES = {
         "a Lustre request failed over the network ('Request sent has failed due to network error', to the MGS) is an "
         "unclassified warning by design: routine on a large fabric; a lost target connection or a LustreError is classified",
     "real_excerpts/kubernetes/argo_phase_message_pod_terminated_imminent_node_shutdown.log":
-        "the kubelet's node-shutdown sentence quoted mid-line in prose is not read, and where a pod status is read a "
-        "graceful node shutdown is maintenance; only the thread says the spot VM was reclaimed",
+        "the kubelet's node-shutdown sentence quoted mid-line in prose is not read, and the rules read a graceful node "
+        "shutdown as maintenance (planned); only the thread says the spot VM was reclaimed",
     "real_excerpts/kubernetes/mpijob_launcher_crashloop_mpirun_rank_exited_signal_9.log":
         "mpirun's 'exited on signal 9 (Killed)' names SIGKILL, not its sender (unknown by design); the thread found the "
         "OOM kill later",

@@ -13,7 +13,7 @@ elist`` snapshots, and turns them into events:
   firmware health, bonding, ibstat;
 * host: EDAC, MCE, APEI/GHES, PCIe AER/DPC/hotplug, IPMI SEL, boots;
 * storage: block/NVMe I/O errors, filesystem errors, NFS/Lustre trouble, hung tasks;
-* the OOM killer, lockups, panics and oopses;
+* the OOM killer (and a container runtime's record of an OOM kill), lockups, panics and oopses;
 * GPU and fabric tools pasted alongside: nvidia-smi's lost-GPU errors and ``-q`` memory health,
   ``dcgmi diag`` failures, ``ibstat`` on a vanished HCA (``tools.py``).
 
@@ -47,7 +47,7 @@ _FRAGMENTS = (
     "LOCKUP", "rcu_", "Kernel panic", "BUG", "Oops", "WARNING: CPU", "general protection", "oom",
     "Out of memory", "Killed process", "Memory failure", "temperature above", "Linux version", "reboot: ",
     "Asserted", "Deasserted", "[tid ", "CA '", "State:", "Physical state", " ==> ", "(UUID: GPU-",
-    "Port module", "PCIe slot", "kernel:", "kern:", '"__REALTIME_TIMESTAMP"', "amdgpu",
+    "Port module", "PCIe slot", "kernel:", "kern:", '"__REALTIME_TIMESTAMP"', "amdgpu", "TaskOOM",
     *tools.FRAGMENTS,
 )
 _KEEP = (
@@ -86,6 +86,7 @@ _DETECTORS: tuple[tuple[tuple[str, ...], Callable[[pl.LazyFrame], pl.LazyFrame]]
     (("blocked for more than", "lockup", "LOCKUP", "rcu_", "Kernel panic", "BUG", "general protection",
       "Oops", "WARNING: CPU"), proc.trace_events),
     (("oom-kill", "Killed process", "invoked oom-killer", "Out of memory"), proc.oom_events),
+    (proc.RUNTIME_OOM_FRAGMENTS, proc.runtime_oom_events),
 )
 _GATES = tuple((has(*frags) if frags else pl.col("k_fm")).any() for frags, _ in _DETECTORS)
 _PYTHON_GATES = 4096  # rows up to which the tests are Python substring searches (see _wanted)

@@ -168,12 +168,19 @@ _AMDGPU_UE = rf"amdgpu (?P<pci>{PCI}): (?:\{{\d+\}})?uncorrectable hardware erro
 # or, in newer kernels, ``amdgpu 0000:c5:00.0: amdgpu: ring gfx_0.0.0 timeout, signaled seq=…``.
 _AMDGPU_RING = rf"(?:amdgpu (?P<pci>{PCI}): .*?)?\bring (?P<ring>\S+) timeout, signaled seq="
 
+# The firmware scheduler of RDNA3 / MI300 parts (MES) stopped answering the driver, which gives up on it:
+# ``amdgpu 0000:c5:00.0: amdgpu: MES might be in unrecoverable state, issue a GPU reset`` (after ``MES failed
+# to respond to msg=REMOVE_QUEUE``; ``GPU reset begin!`` follows). One event per such verdict.
+_AMDGPU_MES = rf"amdgpu (?P<pci>{PCI}): (?:amdgpu: )?MES might be in unrecoverable state"
+
 
 def amdgpu_events(lf: pl.LazyFrame) -> pl.LazyFrame:
-    """amdgpu RAS notices of an uncorrectable error and ring (job) timeouts: critical events."""
+    """amdgpu RAS notices of an uncorrectable error, ring (job) timeouts and a hung MES: critical events."""
     body = pl.col("body")
     hits = lf.filter(has("amdgpu")).with_columns(
-        body.str.extract_groups(_AMDGPU_UE).alias("_a"), body.str.extract_groups(_AMDGPU_RING).alias("_r")
+        body.str.extract_groups(_AMDGPU_UE).alias("_a"),
+        body.str.extract_groups(_AMDGPU_RING).alias("_r"),
+        body.str.extract(_AMDGPU_MES, 1).alias("_m"),
     )
     return pl.concat(
         [
@@ -183,6 +190,7 @@ def amdgpu_events(lf: pl.LazyFrame) -> pl.LazyFrame:
             hits.filter(pl.col("_r").struct.field("ring").is_not_null()).select(
                 event("error", "critical", device=norm_pci(pl.col("_r").struct.field("pci")))
             ),
+            hits.filter(pl.col("_m").is_not_null()).select(event("error", "critical", device=norm_pci(pl.col("_m")))),
         ],
         how="diagonal_relaxed",
     )

@@ -169,6 +169,24 @@ def oom_events(lf: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
+# A container runtime's own record of an OOM kill in a container's cgroup, where the kernel's report is not
+# pasted: containerd's CRI plugin ('msg="TaskOOM event container_id:\"4bcb…\""'), its event bus
+# ('msg="event published" ns=moby topic=/tasks/oom type=containerd.events.TaskOOM') and dockerd's event
+# stream, as text ('container oom 29d72966e0be… (image=…)') or as the API's JSON ('{"status":"oom","id":…}').
+RUNTIME_OOM_FRAGMENTS = ("TaskOOM event", "topic=/tasks/oom", "container oom ", '"status":"oom"', '"Action":"oom"')
+_RUNTIME_OOM = (
+    r"\bTaskOOM event\b|\btopic=/tasks/oom\b|\bcontainer oom [0-9a-f]{12}"
+    r'|"(?:status|Action)"\s*:\s*"oom"'
+)
+
+
+def runtime_oom_events(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """One error per OOM event a container runtime (containerd, dockerd) reports."""
+    return lf.filter(has(*RUNTIME_OOM_FRAGMENTS) & pl.col("body").str.contains(_RUNTIME_OOM)).select(
+        event("error", "error")
+    )
+
+
 NOISE = (
     r"oom_reaper: reaped process \d+",
     r"\bMemory cgroup stats for /",

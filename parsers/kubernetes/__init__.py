@@ -12,8 +12,9 @@ Documents (claimed by ``sniff``, read whole by ``parse``):
 
 Line rules (``extract``, run over every text log): events, pods and nodes
 tables, describe blocks, klog lines of kube-scheduler / kube-controller-manager /
-kubelet, training-operator lifecycle lines (logrus text/JSON, zap JSON), and a cloud's record of a
-node's instance preempted (``compute.instances.preempted``, a spot node reclaimed).
+kubelet, training-operator lifecycle lines (logrus text/JSON, zap JSON), Kueue's preemption sentence
+opening a line, and a cloud's record of a node's instance preempted (``compute.instances.preempted``, a spot
+node reclaimed; AWS's spot interruption notice and Batch's ``Host EC2 ... terminated``).
 
 Cross-row facts stay within one file (within one read block of 32 MiB of a long
 one) or one document: a taint eviction is marked "(its node was NotReady)" when
@@ -40,7 +41,7 @@ from toranalyze_parsers.kubernetes.cloud import extract_cloud_preemptions
 from toranalyze_parsers.kubernetes.common import EV_SCHEMA, events_to_raw
 from toranalyze_parsers.kubernetes.describe import extract_describe
 from toranalyze_parsers.kubernetes.docs import iter_objects, load_values, looks_json
-from toranalyze_parsers.kubernetes.eviction import extract_evictions
+from toranalyze_parsers.kubernetes.eviction import extract_evictions, extract_workload_preemptions
 from toranalyze_parsers.kubernetes.klog import extract_klog, extract_operator
 from toranalyze_parsers.kubernetes.node_status import extract_node_status
 from toranalyze_parsers.kubernetes.objects import event_row, job_rows, node_rows, pod_index, pod_rows
@@ -89,7 +90,7 @@ class KubernetesParser(Parser):
         literal_gate([".go:", "msg=", '"msg":', "Ready", "Unknown", "State:", "Started:", "Reason:", "Exit Code:",
                       "Unschedulable:", "Pressure", "low on resource", "Evicted", "OOMKilled", "exited with code",
                       "is restarting", "unresponsive", "compute.instances.preempted", "nodes are available: ",
-                      "stopped posting"]),
+                      "stopped posting", "Preempted to accommodate", "nterruption", "Host EC2"]),
         r"(?:Normal|Warning)\s",  # a gate may be looser than the rule: searching for "\s" first is slow
         r"^Name:",
         r"\s\d+/\d+\s+[A-Z]",
@@ -157,6 +158,7 @@ class KubernetesParser(Parser):
                 extract_describe(lines, self.anchor),
                 extract_status_tables(lines, self.anchor),
                 extract_evictions(lines),
+                extract_workload_preemptions(lines),
                 extract_unschedulable(lines),
                 extract_node_status(lines),
                 extract_cloud_preemptions(lines),

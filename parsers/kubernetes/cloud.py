@@ -6,6 +6,11 @@
 (``gcloud compute operations list``; audit-log entries name the same ``compute.instances.preempted``
 method and the instance path.) A spot or preemptible node of a Kubernetes cluster goes this way:
 the row is a ``Preempted`` node state on the instance, which is the node's name.
+
+AWS says it in two more ways: the interruption notice of a spot instance (the EventBridge event 'EC2 Spot
+Instance Interruption Warning', an agent's 'Spot interruption payload received: {"action":"terminate",...}'),
+and AWS Batch's status reason of a job whose host went away ('Status Reason: Host EC2 (instance i-0abc...)
+terminated.'). Both are ``Preempted`` states too, of the EC2 instance when the line names one.
 """
 
 from __future__ import annotations
@@ -16,17 +21,30 @@ from toranalyze.ingest.clock import ISO_PATTERN, offset_iso, ts_iso
 from toranalyze.schema import conform_raw
 
 _PREEMPTED = r"compute\.instances\.preempted\b.*?\binstances/(?P<node>[\w.\-]+)"
+_AWS = (
+    r"(?i)\bspot (?:instance )?interruption (?:warning|notice|payload received)\b"
+    r"|\bHost EC2 (?:\(instance [\w\-]+\) )?terminated\b"
+)
+_EC2_ID = r"\b(i-[0-9a-f]{8,17})\b"
 
 
 def extract_cloud_preemptions(lines: pl.LazyFrame) -> pl.LazyFrame:
     """RAW rows for a cloud's record of an instance preempted."""
     text = pl.col("text")
     at = text.str.extract(rf"({ISO_PATTERN})", 1)
-    return conform_raw(
+    gcp = (
         lines.filter(text.str.contains("compute.instances.preempted", literal=True))
         .with_columns(text.str.extract(_PREEMPTED, 1).alias("_node"))
         .filter(pl.col("_node").is_not_null())
-        .select(
+        .with_columns(pl.format("instance {} preempted by its cloud provider", pl.col("_node")).alias("_msg"))
+    )
+    aws = (
+        lines.filter(text.str.contains(_AWS))
+        .with_columns(text.str.extract(_EC2_ID, 1).alias("_node"))
+        .with_columns(text.str.strip_chars().alias("_msg"))
+    )
+    return conform_raw(
+        pl.concat([gcp, aws], how="vertical").select(
             pl.col("line"),
             ts_iso(at).alias("ts"),
             offset_iso(at).alias("ts_offset_s"),
@@ -34,6 +52,6 @@ def extract_cloud_preemptions(lines: pl.LazyFrame) -> pl.LazyFrame:
             pl.lit("error").alias("severity"),
             pl.lit("Preempted").alias("state"),
             pl.col("_node").alias("node"),
-            pl.format("instance {} preempted by its cloud provider", pl.col("_node")).alias("message"),
+            pl.col("_msg").alias("message"),
         )
     )

@@ -41,3 +41,22 @@ def extract_evictions(lines: pl.LazyFrame) -> pl.LazyFrame:
         .filter(pl.col("_s").is_not_null() & ~(pl.col("_f") & pl.col("_blk")))
         .select(sentence_row("error", "Evicted"))
     )
+
+
+
+# Kueue's eviction of a workload for a higher-priority one, the message of the Workload's Evicted condition
+# (reason Preempted), quoted out of its status: 'Preempted to accommodate a workload (UID: ..., JobUID: ...) due
+# to prioritization in the ClusterQueue'. Read where it opens a line (after a YAML 'message:' or describe's
+# 'Message:'), like the kubelet's eviction sentence: Kueue's events carry it after their own columns.
+_KUEUE = r"""^\s*`?(?:message:\s*['"]?|Message:\s*)?(Preempted to accommodate a workload\b.*?)['"`]?\s*$"""
+
+
+def extract_workload_preemptions(lines: pl.LazyFrame) -> pl.LazyFrame:
+    """RAW rows for Kueue's preemption sentence opening a line: a ``Preempted`` error."""
+    text = pl.col("text")
+    return conform_raw(
+        lines.filter(text.str.contains("Preempted to accommodate a workload", literal=True))
+        .with_columns(text.str.extract(_KUEUE, 1).alias("_s"))
+        .filter(pl.col("_s").is_not_null())
+        .select(sentence_row("error", "Preempted"))
+    )

@@ -9,7 +9,8 @@ Recognises
   (``init``: a new attempt of the training processes), rendezvous results (``info``
   with the restart count), signals;
 * one-line failures outside those records (``_torch_lines``): shell signal
-  deaths, DataLoader worker bus errors, CUDA error lines, NaN-loss aborts.
+  deaths, DataLoader worker bus errors, CUDA error lines (and their ROCm, TPU,
+  TensorFlow and XLA counterparts), NaN-loss aborts, mpirun's lost remote daemon.
 
 NCCL_DEBUG lines, ``NCCL error in:`` lines and ProcessGroupNCCL watchdog lines
 belong to the nccl parser; a traceback that ends in an NCCL exception is still a
@@ -43,7 +44,9 @@ class TorchParser(Parser):
             "CUDA out of memory", "cudaError", "CUBLAS_STATUS_", "CUDNN_STATUS_", "device-side assert triggered",
             "uncorrectable ECC error", "GPU is lost", "[Errno ", "esource exhausted", "ESOURCE_EXHAUSTED",
             "found in input tensor", "Stale file handle", "Input/output error", "No space left on device",
-            "Disk quota exceeded", "Read-only file system", "heartbeat timeout", "Caught signal ", *SIGNAL_WORDS,
+            "Disk quota exceeded", "Read-only file system", "heartbeat timeout", "Caught signal ",
+            "CUDA_ERROR_OUT_OF_MEMORY", "HIP_ERROR_OutOfMemory", "hipErrorOutOfMemory", "Memory access fault by GPU",
+            "Core halted unexpectedly", "Remote daemon", *SIGNAL_WORDS,
         ]),
         r"(?i:loss)",
     )

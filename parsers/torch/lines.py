@@ -23,6 +23,17 @@ _CUDA = (
     # when allocating tensor ...', 'RESOURCE_EXHAUSTED: Out of memory while trying to allocate ...'
     # (a quota or message-size RESOURCE_EXHAUSTED is not one).
     r"|(?i)\bresource[ _]exhausted:\s+(?:OOM\b|Out\b)"
+    # The driver API's status, as TensorFlow's and XLA's stream executors print it after a failed
+    # device allocation, for CUDA and for ROCm (HIP): '... failed to allocate 890.06M (933298432
+    # bytes) from device: CUDA_ERROR_OUT_OF_MEMORY' / '... HIP_ERROR_OutOfMemory'.
+    r"|CUDA_ERROR_OUT_OF_MEMORY|HIP_ERROR_OutOfMemory|hipErrorOutOfMemory"
+    # ROCm's runtime (HSA) on a GPU page fault, the analogue of CUDA's illegal memory access:
+    # 'Memory access fault by GPU node-2 (Agent handle: 0x...) on address 0x.... Reason: Page not present
+    # or supervisor privilege.'
+    r"|Memory access fault by GPU node-\d+"
+    # A TPU core stopped on an on-device check (TensorFlow's TPU runtime, PJRT): 'Core halted
+    # unexpectedly: ... Accelerator device halted prematurely, perhaps due to an on-device check-failure'.
+    r"|Core halted unexpectedly"
 )
 # Not ours: NCCL's own lines name CUDA failures too ('NCCL WARN Cuda failure ...').
 _NOT_CUDA = NCCL_OWNED + r"|NCCL (?:WARN|INFO)|Cuda failure"
@@ -58,6 +69,12 @@ _HEARTBEAT = r"\bTask /job:[\w.-]+/replica:\d+/task:\d+ heartbeat timeout\b"
 # nonexistent physical address)'. The head names the node; the message is the line after it.
 _UCX_SIGNAL = r"^\[(?P<host>[\w.\-]+):\d+ *:\d+:\d+\] (?P<msg>Caught signal (?P<sig>\d+) \(.*)$"
 
+# Open MPI's launcher (mpirun's HNP) on an orted it stopped hearing from, after 'ORTE has lost communication with a
+# remote daemon.' (PRRTE: 'PRTE has ...'): '  Remote daemon: [[43015,0],20] on node tf-bert-...-worker-19'. The daemon's
+# node died, or the network to it, or the daemon itself (Open MPI's words); like a scheduler's 'not responding', a
+# warning of that node: an error of the interruption (the OOM kill, the crash) explains it first.
+_MPI_DAEMON = r"^\s*Remote daemon\s*:\s*\[\[\d+,\d+\],\d+\] on node (?P<host>[\w.\-]+)\s*$"
+
 LINE_NOISE: tuple[str, ...] = (
     # one line per GPU thread after a device-side assert; the RuntimeError that follows is the record
     r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion .* failed\.",
@@ -84,7 +101,8 @@ _NEEDS = ["ERROR: Unexpected", "CUDA error: ", "CUDA driver error", "CUDA out of
           "CUDNN_STATUS_", "device-side assert triggered", "uncorrectable ECC error", "GPU is lost", "[Errno ",
           "esource exhausted", "ESOURCE_EXHAUSTED", "found in input tensor", "Stale file handle",
           "Input/output error", "No space left on device", "Disk quota exceeded", "Read-only file system",
-          "heartbeat timeout", "Caught signal "]
+          "heartbeat timeout", "Caught signal ", "CUDA_ERROR_OUT_OF_MEMORY", "HIP_ERROR_OutOfMemory",
+          "hipErrorOutOfMemory", "Memory access fault by GPU", "Core halted unexpectedly", "Remote daemon"]
 
 
 def line_events(typed: pl.LazyFrame) -> pl.LazyFrame:
@@ -101,6 +119,7 @@ def line_events(typed: pl.LazyFrame) -> pl.LazyFrame:
     errno = (text.str.contains(_ERRNO) | text.str.contains(_STRERROR)) & ~cuda & ~nan & ~signal_line & worker.is_null()
     heartbeat = text.str.contains(_HEARTBEAT) & ~cuda & ~nan & ~errno & ~signal_line & worker.is_null()
     ucx = text.str.extract_groups(_UCX_SIGNAL)
+    daemon = text.str.extract(_MPI_DAEMON, 1)
     no_code, error, warning = pl.lit(None, pl.String), pl.lit("error"), pl.lit("warning")
     return pl.concat(
         [
@@ -111,6 +130,15 @@ def line_events(typed: pl.LazyFrame) -> pl.LazyFrame:
             _events(lf, nan, no_code, pl.when(text.str.contains(r"(?i)\bskip")).then(warning).otherwise(error)),
             _events(lf, errno, no_code),
             _events(lf, heartbeat, no_code, warning),
+            conform_raw(
+                lf.filter(daemon.is_not_null()).select(
+                    "line",
+                    warning.alias("kind"),
+                    warning.alias("severity"),
+                    daemon.alias("node"),
+                    pl.format("mpirun lost communication with a remote daemon on node {}", daemon).alias("message"),
+                )
+            ),
             conform_raw(
                 lf.filter(ucx.struct.field("sig").is_not_null()).select(
                     "line",

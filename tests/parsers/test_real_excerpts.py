@@ -79,6 +79,21 @@ KNOWN_MISSES = {
     "real_excerpts/kubernetes/gke_podunschedulable_cannot_schedule_pods_insufficient_split.log":
         "GKE's console status 'PodUnschedulable Cannot schedule pods: ...', numbered and split inside the "
         "resource name, is not a layout the parser knows",
+    "real_excerpts/kernel/syslog_lustre_ptlrpc_request_failed_network_error_mgc.log":
+        "a Lustre request failed over the network ('Request sent has failed due to network error', to the MGS) is an "
+        "unclassified warning by design: routine on a large fabric; a lost target connection or a LustreError is classified",
+    "real_excerpts/kubernetes/argo_phase_message_pod_terminated_imminent_node_shutdown.log":
+        "the kubelet's node-shutdown sentence quoted mid-line in prose is not read, and the rules read a graceful node "
+        "shutdown as maintenance (planned); only the thread says the spot VM was reclaimed",
+    "real_excerpts/kubernetes/mpijob_launcher_crashloop_mpirun_rank_exited_signal_9.log":
+        "mpirun's 'exited on signal 9 (Killed)' names SIGKILL, not its sender (unknown by design); the thread found the "
+        "OOM kill later",
+    "real_excerpts/slurm/pbs_checkjob_job_preempted_node_failure_mom_unreachable.log":
+        "Moab/Torque's 'job preempted (node failure)' in a notification mail and checkjob's messages is not a layout "
+        "the parser knows",
+    "real_excerpts/kernel/containerd_journal_taskoom_event_container_id.log":
+        "the OOM is found, but each journal line was pasted behind a shell's '$ ', which hides its syslog head and the "
+        "host in it",
 }
 
 
@@ -300,3 +315,120 @@ def test_scheduler_sentence_quoted_as_inline_code_in_prose(tmp_path: Path) -> No
         "2 Insufficient nvidia.com/gpu.`",
     ])
     assert _classified(ev) == [(1, "warning", "scheduling", "-")]
+
+
+def test_rocm_and_tpu_runtime_faults_are_one_line_errors(tmp_path: Path) -> None:
+    """https://github.com/ROCm/legacy-rocm-build/issues/1535 (HSA's GPU page fault, in curly quotes),
+    https://github.com/tensorflow/tpu/issues/785 and https://github.com/pytorch/xla/issues/7138 (a TPU core halted on
+    an on-device check), https://github.com/keras-team/keras/issues/13889 (HIP's OOM status, under a tcsh prompt)."""
+    ev = _lines_events(tmp_path, [
+        "\u201cMemory access fault by GPU node-2 (Agent handle: 0x55fea5592860) on address 0x7fc133800000. Reason: Page "
+        "not present or supervisor privilege.",
+        "Aborted (core dumped)\u201d",
+        "ERROR:tensorflow:Error recorded from training_loop: From /job:worker/replica:0/task:0:",
+        "Core halted unexpectedly:",
+        "F0000 00:00:1717141650.890307    9276 pjrt_computation_client.cc:487] Non-OK-status: status status: INTERNAL: "
+        "Core halted unexpectedly: INTERNAL: Accelerator device halted prematurely, perhaps due to an on-device "
+        "check-failure. Node 0 halted unexpectedly at tag:pc TensorCoreSequencer:887:0x6f1 (from "
+        "TensorCoreSequencer:887:0x3b91): no debugging message found for this tag:pc. HLO: fusion.1; HLO computation: "
+        "SyncTensorsGraph.55205_spmd",
+        "cdipietrantonio@nid002070:/scratch/pawsey0001/cdipietrantonio/models> python3 01_horovod_mnist.py ",
+        "2023-11-01 16:19:17.812101: E tensorflow/compiler/xla/stream_executor/rocm/rocm_driver.cc:606] failed to "
+        "allocate 127.99TiB (140729850295296 bytes) from device: HIP_ERROR_OutOfMemory",
+    ])
+    got = ev.filter(pl.col("failure_class").is_not_null())
+    assert sorted(zip(got["line"], got["failure_class"], got["rule"], got["node"].fill_null("-"), strict=True)) == [
+        (1, "software", "torch-cuda-illegal-access", "-"),
+        (4, "software", "torch-cuda-device-assert", "-"),
+        (5, "software", "torch-cuda-device-assert", "-"),
+        (7, "oom_gpu", "torch-cuda-oom", "nid002070"),
+    ]
+
+
+def test_amdgpu_mes_hang_is_a_critical_gpu_event(tmp_path: Path) -> None:
+    """https://github.com/ROCm/legacy-rocm-build/issues/5724: the MES stopped answering, the driver resets the GPU."""
+    ev = _lines_events(tmp_path, [
+        "[  950.818166] amdgpu 0000:c5:00.0: amdgpu: MES failed to respond to msg=REMOVE_QUEUE",
+        "[  950.818171] amdgpu 0000:c5:00.0: amdgpu: failed to remove hardware queue from MES, doorbell=0x1802",
+        "[  950.818174] amdgpu 0000:c5:00.0: amdgpu: MES might be in unrecoverable state, issue a GPU reset",
+        "[  950.818199] amdgpu 0000:c5:00.0: amdgpu: GPU reset begin!. Source:  3",
+    ])
+    assert _classified(ev) == [(3, "error", "gpu_hardware", "-")]
+    row = ev.filter(pl.col("line") == 3).row(0, named=True)
+    assert (row["severity"], row["device"], row["rule"]) == ("critical", "0000:c5:00", "kernel-amdgpu-mes-hang")
+
+
+def test_prompt_glued_to_a_code_fence_names_the_host(tmp_path: Path) -> None:
+    """https://github.com/marian-nmt/marian/issues/251: '```xxx@DLSY:~$ nvidia-smi' above the lost GPU."""
+    ev = _lines_events(tmp_path, [
+        "```xxx@DLSY:~$ nvidia-smi",
+        "Unable to determine the device handle for GPU 0000:03:00.0: GPU is lost. Reboot the system to recover this "
+        "GPU1```",
+    ])
+    assert _classified(ev) == [(2, "error", "gpu_hardware", "DLSY")]
+
+
+def test_container_runtime_oom_events_are_oom_kills(tmp_path: Path) -> None:
+    """https://github.com/containerd/containerd/issues/8893 (CRI's TaskOOM, the journal line behind a '$ '),
+    https://github.com/containerd/containerd/issues/4547 (the event bus) and https://github.com/moby/moby/issues/18470
+    (dockerd's event stream as JSON): a container's cgroup ran out of memory."""
+    ev = _lines_events(tmp_path, [
+        '$ Sep 01 19:12:33 tmp-node-e2e-b9a730eb-ubuntu-gke-2204-1-24-v20220623 containerd[1472]: '
+        'time="2023-09-01T19:12:33.012922721Z" level=info msg="TaskOOM event '
+        'container_id:\\"4bcba7fc4369fee4d7d2e6263b58fce52cfc928c6a31cfac4d43c838708991ce\\""',
+        'level=debug msg="event published" ns=moby topic=/tasks/oom type=containerd.events.TaskOOM',
+        '{"status":"start","id":"36eb96d6c134895854e77f65ac47955b6ee08eb62bceee37cc605157f1c9482b","from":"9e0d5e071a2b",'
+        '"time":1449497856,"timeNano":1449497856984903035}',
+        '{"status":"oom","id":"36eb96d6c134895854e77f65ac47955b6ee08eb62bceee37cc605157f1c9482b","from":"9e0d5e071a2b",'
+        '"time":1449497871,"timeNano":1449497871593721048}',
+    ])
+    assert _classified(ev) == [(1, "error", "oom_host", "-"), (2, "error", "oom_host", "-"), (4, "error", "oom_host", "-")]
+    assert set(ev["rule"].drop_nulls()) == {"kernel-container-runtime-oom"}
+
+
+def test_kueue_preemption_sentence_opening_a_yaml_message(tmp_path: Path) -> None:
+    """https://github.com/kubernetes-sigs/kueue/issues/7350: the low-priority Workload's Evicted condition."""
+    ev = _lines_events(tmp_path, [
+        "  - lastTransitionTime: \"2025-10-23T06:33:18Z\"",
+        "   message: 'Preempted to accommodate a workload (UID: 9f542104-a9e2-4344-ad2e-9c136204da18,",
+        "    JobUID: a20d0a6a-64a3-46ce-9b95-8cfb3bf6e675) due to prioritization in the",
+        "    ClusterQueue'",
+        "   observedGeneration: 1",
+        "   reason: Preempted",
+        "   status: \"True\"",
+        "   type: Evicted",
+    ])
+    assert _classified(ev) == [(2, "error", "preemption", "-")]
+    assert ev.filter(pl.col("line") == 2)["state"].to_list() == ["Preempted"]
+
+
+def test_mpirun_lost_remote_daemon_is_a_node_failure_warning_of_its_node(tmp_path: Path) -> None:
+    """https://github.com/kubeflow/mpi-operator/issues/152: Open MPI's launcher lost a worker's orted."""
+    ev = _lines_events(tmp_path, [
+        "ORTE has lost communication with a remote daemon.",
+        "",
+        "  HNP daemon   : [[43015,0],0] on node tf-bert-libnlp-token-lr-5e-6-fp32-1572827779-launcher-gdqv7",
+        "  Remote daemon: [[43015,0],20] on node tf-bert-libnlp-token-lr-5e-6-fp32-1572827779-worker-19",
+        "",
+        "This is usually due to either a failure of the TCP network",
+        "connection to the node, or possibly an internal failure of",
+        "the daemon itself. We cannot recover from this failure, and",
+        "therefore will terminate the job.",
+    ])
+    assert _classified(ev) == [(4, "warning", "node_failure", "tf-bert-libnlp-token-lr-5e-6-fp32-1572827779-worker-19")]
+
+
+def test_aws_spot_interruption_notice_and_batch_host_terminated_are_preemptions(tmp_path: Path) -> None:
+    """https://github.com/runs-on/runs-on/issues/277 (an agent's spot interruption notice naming its instance) and
+    https://github.com/azavea/raster-vision-aws/issues/15 (AWS Batch's status reason, quoted in prose)."""
+    ev = _lines_events(tmp_path, [
+        '18:32:36.273 [i-01f7ddd103dc478c0/cloud-init-output] {"level":"warn","time":"2025-03-31T16:32:36Z","message":'
+        '"Spot interruption payload received: {\\"action\\":\\"terminate\\",\\"time\\":\\"2025-03-31T16:34:24Z\\"}"}',
+        "",
+        '18:32:36.273 [i-01f7ddd103dc478c0/cloud-init-output] {"level":"warn","time":"2025-03-31T16:32:36Z","message":'
+        '"Instance is going to be interrupted in 2 minutes. Exiting..."}',
+        "Around half the time, after a job has been running in one of the RV GPU queues for a while, the job fails with "
+        "`Status Reason: Host EC2 Terminated`.",
+    ])
+    assert _classified(ev) == [(1, "node_state", "preemption", "i-01f7ddd103dc478c0"), (4, "node_state", "preemption", "-")]
+    assert ev.filter(pl.col("line") == 1)["state"].to_list() == ["Preempted"]

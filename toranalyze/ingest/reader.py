@@ -644,9 +644,10 @@ def _with_prefix_context(events: pl.DataFrame, prepared: pl.DataFrame) -> pl.Dat
 
 
 # A shell prompt pasted above a command's output ('root@node4:~# dmesg -T', '(venv) me@gpu-3:~/run$
-# nvidia-smi', zsh's 'me@cn-234 ~ % nvidia-smi'): the output below it, up to the next prompt of its
-# file, came from that host.
-_PROMPT = r"^(?:\([\w.\-]+\)\s+)?[\w.\-]+@([\w.\-]+)(?::\S*[#$]| (?:~|/)\S* [%#$]) "
+# nvidia-smi', zsh's 'me@cn-234 ~ % nvidia-smi', tcsh's and SUSE's 'me@nid002070:/scratch/run> python3 x.py',
+# a paste's code fence glued to it: '```me@DLSY:~$ nvidia-smi'): the output below it, up to the next prompt
+# of its file, came from that host.
+_PROMPT = r"^(?:```)?(?:\([\w.\-]+\)\s+)?[\w.\-]+@([\w.\-]+)(?::\S*[#$>]| (?:~|/)\S* [%#$]) "
 
 
 def _with_prompt_hosts(events: pl.DataFrame, prepared: pl.DataFrame) -> pl.DataFrame:

@@ -43,7 +43,6 @@ def extract_evictions(lines: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-
 # Kueue's eviction of a workload for a higher-priority one, the message of the Workload's Evicted condition
 # (reason Preempted), quoted out of its status: 'Preempted to accommodate a workload (UID: ..., JobUID: ...) due
 # to prioritization in the ClusterQueue'. Read where it opens a line (after a YAML 'message:' or describe's

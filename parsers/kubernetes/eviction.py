@@ -5,6 +5,10 @@ resource: memory.```), or the tail of the event recorder's line from ``reason: '
 
     message: 'The node was low on resource: memory. Container node was using 35505620Ki,
     The node was low on resource: ephemeral-storage. Container x was using 92Ki, ...
+    message: 'Pod The node was low on resource: [MemoryPressure].'
+
+The last is kubelet 1.6's: the node condition in brackets after 'low on resource:', the
+sentence behind a stray 'Pod ' (kubernetes/kubernetes#48632).
 
 Events tables and describe blocks carry the same sentence after their own columns; those
 layouts are parsed elsewhere, so only a line that *starts* with the sentence counts here.
@@ -21,7 +25,7 @@ from toranalyze.schema import conform_raw
 
 _BARE = (
     r"""^\s*`?(?:message:\s*['"]?|(?P<field>Message:\s*)|(?:type: '\w+' )?reason: '\w+' )?"""
-    r"""(The node (?:was low on resource: [\w-]+|had condition: \[\w+\]).*?)['"`]?\s*$"""
+    r"""(?:Pod )?(The node (?:was low on resource: (?:\[\w+\]|[\w-]+)|had condition: \[\w+\]).*?)['"`]?\s*$"""
 )
 
 

@@ -35,13 +35,18 @@ NODE_REASONS = ["Not responding", "Kill task failed", "Prolog error", "Epilog er
                 "Node unexpectedly rebooted", "Low RealMemory", "Low socket*core*thread count", "health check failed"]
 _NODE_REASON = "|".join(r.replace("*", r"\*") for r in NODE_REASONS)
 
+# sinfo's short state names; a trailing '*' marks a node that is not responding.
+_SINFO_STATES = ("alloc", "boot", "comp", "down", "drain", "drng", "fail", "failg", "idle", "maint", "mix", "plnd",
+                 "resv", "unk")
+
 # Cheap first cut: only lines holding one of these reach the rules.
 KEYWORDS = [
     "***", "srun:", "salloc:", "sbatch:", "Submitted batch job", "slurm", "oom-kill", "oom_kill",
     "OOM", "memory limit", "JobId=", "job_id ", "StepId=", "Nodes ", "Node ", "node ", "PULSE:",
     "ALERT:", "is scheduled to start", "is running for", "waiting to be scheduled", "preempted ", "job is preempted",
     "Main process received SIGTERM", "ime limit", *NODE_REASONS, "Reason=", "State=", "launch failed requeued held",
-    "ResumeTimeout", "power_save", "PBS: job killed",
+    "ResumeTimeout", "power_save", "PBS: job killed", *[f"{st}* " for st in _SINFO_STATES], "ReqNodeNotAvail",
+    "Nodes required for job are DOWN",
 ]
 
 # A daemon line behind a syslog prefix ('Mar  1 12:00:00 host slurmctld[12]: '). A journald
@@ -403,8 +408,30 @@ def _node_reports(base: _Base) -> list[pl.DataFrame | None]:
         r"(?P<who>srun|salloc|sbatch|squeue|sinfo|scontrol|slurm_load_\w+)\S*:? (?:error: )?"
         r".*Unable to contact slurm controller"
     )
+    # sinfo's partition summary (PARTITION AVAIL TIMELIMIT NODES STATE NODELIST): a state with the '*'
+    # suffix is one the controller cannot reach ('The node is presently not responding', sinfo(1)), whatever
+    # the state before it; a state without it says nothing of a failure (an admin's drain, a reservation).
+    summary = (
+        r"^\s*(?P<part>[\w.\-]+\*?)\s+(?:up|down|drain|inact)\s+\S+\s+(?P<n>\d+)\s+"
+        rf"(?P<st>{'|'.join(_SINFO_STATES)})\*\s+(?P<nodes>\S+)\s*$"
+    )
+    # squeue's reason for a pending job whose nodes are out of service: 'ReqNodeNotAvail, UnavailableNodes:<list>'
+    # (listed only when they are DOWN, DRAINED or not responding; an empty list is a job merely waiting) and
+    # 'Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions'.
+    pending = (
+        r"(?P<why>ReqNodeNotAvail, UnavailableNodes:[\w\[]\S*?|"
+        r"Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions)[)`.]*\s*$"
+    )
     state = _g("st").str.extract(r"(DOWN|DRAIN|FAIL)", 1)
     return [
+        _rule(base, "ReqNodeNotAvail", pending, "warning", "warning",
+              message=pl.format("job pending: {}", _g("why"))),
+        _rule(base, "Nodes required for job are DOWN", pending, "warning", "warning",
+              message=pl.format("job pending: {}", _g("why"))),
+        _rule(base, "* ", summary, "node_state", "error", node=single_host(_g("nodes")),
+              state=_g("st").str.to_uppercase(),
+              message=pl.format("sinfo: {} node(s) {} in partition {} {}* (NOT_RESPONDING)", _g("n"), _g("nodes"),
+                                _g("part"), _g("st"))),
         _rule(base, "T", sinfo_r, "node_state", "error", node=single_host(_g("nodes")), state=pl.lit("DOWN"),
               ts=ts_iso(_g("at"))),
         _rule(base, " ", sinfo_l, "node_state", "error", node=single_host(_g("nodes")),

@@ -30,6 +30,15 @@ _DEATH = r"Received (?:Signals\.)?(\w+) death signal, shutting down workers"
 _FORCED = r"Unable to shutdown process (\d+) via (\w+), forcefully exiting via (\w+)"
 _SUCCEEDED = r"worker group successfully finished|Local worker group finished \((?:WorkerState\.)?SUCCEEDED\)"
 _SOCKET = r"\[c10d\] The client socket has (?:failed to connect|timed out)"
+# The rendezvous failing: its join timed out (agents of other nodes never arrived) or the agent lost
+# the C10d/etcd store that holds it. The launcher's error_handler record names the exception in its
+# JSON ('    "message": "RendezvousTimeoutError: ",'); dynamic_rendezvous warns of a store it lost
+# ("The node 'host_pid_0' has failed to send a keep-alive heartbeat to the rendezvous 'id' due to an
+# error of type RendezvousConnectionError."). A plain traceback ending in the exception is a crash record's.
+_RDZV_JSON = r'^\s*"message": "(Rendezvous(?:Timeout|Connection)Error\b[^"]*?)\s*",?\s*$'
+_RDZV_KEEPALIVE = (
+    r"(The node '[^']*' has failed to .*? due to an error of type Rendezvous(?:Timeout|Connection)Error)\b"
+)
 
 _RDZV = r"\[([\w-]+)\] Rendezvous complete for workers\. Result:"
 _LAUNCH = "Starting elastic_operator with launch configs:"
@@ -146,6 +155,11 @@ def _one_liners(lf: pl.LazyFrame) -> list[pl.LazyFrame]:
                 _fmt("process {} ignored {}; killed with {}", _g(1), _g(2), _g(3))),
         _simple(lf, "finished", _SUCCEEDED, "info", body),
         _simple(lf, "[c10d] The client socket", _SOCKET, "warning", body),
+        # Warnings: the rendezvous names no cause (a dead or absent peer, the network, the store's host),
+        # so an error of the interruption explains it first (the rules' torch-rendezvous-*).
+        _simple(lf, '"message": "Rendezvous', _RDZV_JSON, "warning",
+                _fmt("rendezvous failed: {}", _g(1).str.strip_chars_end(": "))),
+        _simple(lf, "due to an error of type Rendezvous", _RDZV_KEEPALIVE, "warning", _g(1)),
     ]
 
 
@@ -231,7 +245,7 @@ def _blocks(typed: pl.LazyFrame) -> pl.LazyFrame:
 
 _FRAGMENTS = [
     "failed (exitcode:", "will restart worker group", "closing signal", "death signal", "forcefully exiting",
-    "finished", "[c10d] The client socket",
+    "finished", "[c10d] The client socket", '"message": "Rendezvous', "due to an error of type Rendezvous",
 ]
 
 

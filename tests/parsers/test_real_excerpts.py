@@ -94,6 +94,9 @@ KNOWN_MISSES = {
     "real_excerpts/kernel/containerd_journal_taskoom_event_container_id.log":
         "the OOM is found, but each journal line was pasted behind a shell's '$ ', which hides its syslog head and the "
         "host in it",
+    "real_excerpts/nccl/deepep_terminal_joined_remote_error_ib_completion_error5_split_net_ib.log":
+        "the class is found, not the node: a terminal joined the NCCL lines with padding, so each NCCL head "
+        "(host:pid:tid) sits mid-line, and the line that opens with one is cut to 'tos:'",
 }
 
 
@@ -432,3 +435,72 @@ def test_aws_spot_interruption_notice_and_batch_host_terminated_are_preemptions(
     ])
     assert _classified(ev) == [(1, "node_state", "preemption", "i-01f7ddd103dc478c0"), (4, "node_state", "preemption", "-")]
     assert ev.filter(pl.col("line") == 1)["state"].to_list() == ["Preempted"]
+
+
+def test_torchelastic_rendezvous_failures_are_warnings_of_an_absent_peer_or_a_lost_store(tmp_path: Path) -> None:
+    """https://github.com/facebookresearch/av_hubert/issues/19 (the launcher's error_handler record of a
+    RendezvousTimeoutError), https://github.com/pytorch/pytorch/issues/64926 (RendezvousConnectionError, the C10d
+    store unreachable over the wrong NIC) and https://github.com/pytorch/pytorch/issues/67742 (the keep-alive
+    heartbeat to the store failing after the agent hosting it was killed, quoted)."""
+    ev = _lines_events(tmp_path, [
+        "ERROR:torch.distributed.elastic.multiprocessing.errors.error_handler:{",
+        '  "message": {',
+        '    "message": "RendezvousTimeoutError: ",',
+        "[ERROR] 2021-09-13 22:18:26,678 error_handler: {",
+        '  "message": {',
+        '    "message": "RendezvousConnectionError: The connection to the C10d store has failed. See inner exception '
+        'for details.",',
+        "> WARNING:torch.distributed.elastic.rendezvous.dynamic_rendezvous:The node 'docker.b_3427_0' has failed to "
+        "send a keep-alive heartbeat to the rendezvous 'test' due to an error of type RendezvousConnectionError.",
+    ])
+    assert _classified(ev) == [(3, "warning", "node_failure", "-"), (6, "warning", "network", "-"),
+                               (7, "warning", "network", "-")]
+    assert set(ev["rule"].drop_nulls()) == {"torch-rendezvous-timeout", "torch-rendezvous-connection"}
+
+
+def test_sinfo_summary_row_with_a_not_responding_state_is_a_node_failure(tmp_path: Path) -> None:
+    """https://github.com/ArjunaCluster/ArjunaUsers/issues/69: 'fail*' nodes; drained and maint rows are no failure."""
+    ev = _lines_events(tmp_path, [
+        "PARTITION AVAIL  TIMELIMIT  NODES  STATE NODELIST",
+        "cpu          up 7-00:00:00     55  drng@ d[001-032],f[001-004,006-024]",
+        "cpu          up 7-00:00:00      1  fail* f005",
+        "gpu          up 14-00:00:0      5  maint c[003,005,011,013,019]",
+        "gpu          up 14-00:00:0      3  fail* c[020-022]",
+        "gpu          up 14-00:00:0      7    mix c[006-007,014-015,017-018,023]",
+    ])
+    assert _classified(ev) == [(3, "node_state", "node_failure", "f005"), (5, "node_state", "node_failure", "-")]
+
+
+def test_squeue_reasons_of_a_job_held_by_unavailable_nodes_are_scheduling_warnings(tmp_path: Path) -> None:
+    """https://github.com/ArjunaCluster/ArjunaUsers/issues/67 (nodes draining for maintenance) and
+    https://github.com/mace-cream/clusterhowto/issues/2 (a node down); reframe-hpc/reframe#303: an empty
+    UnavailableNodes list is a job merely pending, not read."""
+    ev = _lines_events(tmp_path, [
+        "Observed Behavior: (ReqNodeNotAvail, UnavailableNodes:d[001-032],f[001-024])",
+        "squeue shows that `Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority "
+        "partitions`.",
+        "ReqNodeNotAvail,  UnavailableNodes:",
+    ])
+    assert _classified(ev) == [(1, "warning", "scheduling", "-"), (2, "warning", "scheduling", "-")]
+
+
+def test_kubelet_1_6_eviction_message_with_pod_prefix_and_bracketed_condition(tmp_path: Path) -> None:
+    """https://github.com/kubernetes/kubernetes/issues/48632: 'Pod The node was low on resource: [MemoryPressure].'"""
+    ev = _lines_events(tmp_path, [
+        "status:",
+        "  message: 'Pod The node was low on resource: [MemoryPressure].'",
+        "  phase: Failed",
+        "  reason: Evicted",
+    ])
+    assert _classified(ev) == [(2, "error", "oom_host", "-")]
+
+
+def test_red_hat_bash_prompt_names_the_host_of_the_output_below(tmp_path: Path) -> None:
+    """https://github.com/intel/platform-resource-manager/issues/42: '[root@skl-node-1 eris]# dmesg -T|grep ...'."""
+    ev = _lines_events(tmp_path, [
+        "[root@skl-node-1 eris]# dmesg -T|grep -E -i -B100 'killed process'",
+        "[Thu Mar 14 01:57:54 2019] Out of memory: Kill process 89746 (python) score 1031 or sacrifice child",
+        "[Thu Mar 14 01:57:54 2019] Killed process 89879 (python) total-vm:146328kB, anon-rss:0kB, file-rss:1824kB, "
+        "shmem-rss:0kB",
+    ])
+    assert {row[3] for row in _classified(ev)} == {"skl-node-1"}

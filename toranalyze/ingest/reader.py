@@ -645,9 +645,12 @@ def _with_prefix_context(events: pl.DataFrame, prepared: pl.DataFrame) -> pl.Dat
 
 # A shell prompt pasted above a command's output ('root@node4:~# dmesg -T', '(venv) me@gpu-3:~/run$
 # nvidia-smi', zsh's 'me@cn-234 ~ % nvidia-smi', tcsh's and SUSE's 'me@nid002070:/scratch/run> python3 x.py',
-# a paste's code fence glued to it: '```me@DLSY:~$ nvidia-smi'): the output below it, up to the next prompt
-# of its file, came from that host.
-_PROMPT = r"^(?:```)?(?:\([\w.\-]+\)\s+)?[\w.\-]+@([\w.\-]+)(?::\S*[#$>]| (?:~|/)\S* [%#$]) "
+# a paste's code fence glued to it: '```me@DLSY:~$ nvidia-smi', and bash's default on Red Hat and its kin,
+# '[root@skl-node-1 eris]# dmesg -T'): the output below it, up to the next prompt of its file, came from that host.
+_PROMPT = (
+    r"^(?:```)?(?:\([\w.\-]+\)\s+)?"
+    r"(?:\[[\w.\-]+@([\w.\-]+) [^\]\s]+\][#$] |[\w.\-]+@([\w.\-]+)(?::\S*[#$>]| (?:~|/)\S* [%#$]) )"
+)
 
 
 def _with_prompt_hosts(events: pl.DataFrame, prepared: pl.DataFrame) -> pl.DataFrame:
@@ -656,7 +659,8 @@ def _with_prompt_hosts(events: pl.DataFrame, prepared: pl.DataFrame) -> pl.DataF
         return events
     at = prepared.filter(pl.col("raw").str.contains("@", literal=True))
     prompts = at.filter(pl.col("raw").str.contains(_PROMPT)).select(
-        pl.col("line").alias("_at"), pl.col("raw").str.extract(_PROMPT, 1).alias("_host")
+        pl.col("line").alias("_at"),
+        pl.coalesce(pl.col("raw").str.extract(_PROMPT, 1), pl.col("raw").str.extract(_PROMPT, 2)).alias("_host"),
     )
     if prompts.height == 0:
         return events

@@ -43,7 +43,9 @@ def test_harness_reports_every_figure_and_ingest_keeps_its_ratios(tmp_path: Path
     assert 0 < sketch["iterations"] < sketch["rows"] <= res["baseline_a"]["lines"], figures
     assert res["ratio_sketch_baseline_b"] > 1 and len(res["ratios_sketch_baseline_a"]) == 2, figures
     per = res["per_file"]
-    assert per["files_s"] > per["cat_s"] > 0 and per["per_file_ms"] > 0, figures
+    # The per-file cost is the mean of the rounds' differences; the fastest runs of the two ways alone can
+    # come out in either order when other work holds the cores (seen: 2.25 s for the files, 2.56 s joined).
+    assert per["files_s"] > 0 and per["cat_s"] > 0 and per["per_file_ms"] > 0, figures
     # Two interleaved rounds: each step's runs listed, the figures those of the median run (the
     # lower of two), a ratio the median of the rounds' own ratios; CPU times reported.
     for step in ("ingest", "baseline_a", "baseline_b"):

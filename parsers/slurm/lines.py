@@ -424,10 +424,8 @@ def _node_reports(base: _Base) -> list[pl.DataFrame | None]:
     )
     state = _g("st").str.extract(r"(DOWN|DRAIN|FAIL)", 1)
     return [
-        _rule(base, "ReqNodeNotAvail", pending, "warning", "warning",
-              message=pl.format("job pending: {}", _g("why"))),
-        _rule(base, "Nodes required for job are DOWN", pending, "warning", "warning",
-              message=pl.format("job pending: {}", _g("why"))),
+        # both reasons hold 'Nodes' ('UnavailableNodes:', 'Nodes required'): one rule reads them
+        _rule(base, "Nodes", pending, "warning", "warning", message=pl.format("job pending: {}", _g("why"))),
         _rule(base, "* ", summary, "node_state", "error", node=single_host(_g("nodes")),
               state=_g("st").str.to_uppercase(),
               message=pl.format("sinfo: {} node(s) {} in partition {} {}* (NOT_RESPONDING)", _g("n"), _g("nodes"),

@@ -81,8 +81,16 @@ LINE_NOISE: tuple[str, ...] = (
 )
 
 
-def _events(lf: pl.LazyFrame, cond: pl.Expr, code: pl.Expr, kind: pl.Expr | None = None) -> pl.LazyFrame:
-    """Rows matching cond as one-line events; severity follows the kind (error / warning)."""
+def _events(
+    lf: pl.LazyFrame,
+    cond: pl.Expr,
+    code: pl.Expr,
+    kind: pl.Expr | None = None,
+    node: pl.Expr | None = None,
+    message: pl.Expr | None = None,
+) -> pl.LazyFrame:
+    """Rows matching cond as one-line events; severity follows the kind (error / warning). The
+    message is the line unless given; the node is null unless given."""
     kind = pl.lit("error") if kind is None else kind
     return conform_raw(
         lf.filter(cond).select(
@@ -90,7 +98,8 @@ def _events(lf: pl.LazyFrame, cond: pl.Expr, code: pl.Expr, kind: pl.Expr | None
             kind.alias("kind"),
             kind.alias("severity"),
             code.alias("code"),
-            pl.col("_x").str.strip_chars().alias("message"),
+            (pl.lit(None, pl.String) if node is None else node).alias("node"),
+            (pl.col("_x").str.strip_chars() if message is None else message).alias("message"),
         )
     )
 
@@ -130,25 +139,10 @@ def line_events(typed: pl.LazyFrame) -> pl.LazyFrame:
             _events(lf, nan, no_code, pl.when(text.str.contains(r"(?i)\bskip")).then(warning).otherwise(error)),
             _events(lf, errno, no_code),
             _events(lf, heartbeat, no_code, warning),
-            conform_raw(
-                lf.filter(daemon.is_not_null()).select(
-                    "line",
-                    warning.alias("kind"),
-                    warning.alias("severity"),
-                    daemon.alias("node"),
-                    pl.format("mpirun lost communication with a remote daemon on node {}", daemon).alias("message"),
-                )
-            ),
-            conform_raw(
-                lf.filter(ucx.struct.field("sig").is_not_null()).select(
-                    "line",
-                    error.alias("kind"),
-                    error.alias("severity"),
-                    ("-" + ucx.struct.field("sig")).alias("code"),
-                    ucx.struct.field("host").alias("node"),
-                    ucx.struct.field("msg").alias("message"),
-                )
-            ),
+            _events(lf, daemon.is_not_null(), no_code, warning, node=daemon,
+                    message=pl.format("mpirun lost communication with a remote daemon on node {}", daemon)),
+            _events(lf, ucx.struct.field("sig").is_not_null(), "-" + ucx.struct.field("sig"),
+                    node=ucx.struct.field("host"), message=ucx.struct.field("msg")),
         ],
         how="vertical",
     )

@@ -22,12 +22,10 @@ from pathlib import PurePath
 import polars as pl
 
 from toranalyze import storage
+from toranalyze.ingest.classify import attribution_roles
 
 # Messages that only say a peer went away: never a cause when a death is in evidence.
-PEER_SYMPTOM = (
-    r"(?i)ncclRemoteError|remote process exited|connection reset by peer|connection closed by (?:remote )?peer"
-    r"|broken pipe|Socket recv failed|peer closed connection"
-)
+PEER_SYMPTOM = attribution_roles().peer_symptom
 # Node-local evidence that a process, a GPU or a node died.
 DEATH_CLASSES = ("oom_host", "oom_gpu", "gpu_hardware", "gpu_memory", "gpu_interconnect", "node_failure",
                  "host_hardware")
@@ -95,4 +93,4 @@ def attribute_nodes(ev: pl.DataFrame, pods: dict[str, str] | None = None) -> pl.
 # only error records are peers' symptoms and such a kill is on record, the kill is the death
 # (whose cause the logs do not give); when node-local death evidence exists, the symptoms are set
 # aside (incidents.py applies both to every incident at once).
-KILL_RULES = ("torch-exit-sigkill",)
+KILL_RULES = attribution_roles().kill

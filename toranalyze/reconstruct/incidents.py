@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from toranalyze.ingest.classify import attribution_roles
 from toranalyze.reconstruct.attribution import DEATH_CLASSES, KILL_RULES, PEER_SYMPTOM
 from toranalyze.reconstruct.intervals import in_windows, min_after
 from toranalyze.reconstruct.progress import CLEAN_STATES, is_clean
@@ -84,39 +85,19 @@ _ROWS_SCHEMA = pl.Schema(
 )
 
 # Scheduler / pod end states that are evidence by themselves when no rule classified them.
-STATE_CLASS = {
-    "NODE_FAIL": "node_failure",
-    "OUT_OF_MEMORY": "oom_host",
-    "OOMKilled": "oom_host",
-    "TIMEOUT": "walltime",
-    "DEADLINE": "walltime",
-    "DeadlineExceeded": "walltime",
-    "CANCELLED": "user_cancel",
-    "PREEMPTED": "preemption",
-    "Preempted": "preemption",
-    "Evicted": "preemption",
-    "NodeNotReady": "node_failure",
-}
+STATE_CLASS = dict(attribution_roles().state_class)
 CLEAN = CLEAN_STATES
 NOT_STOP = ("fail_slow", "scheduling")
 GPU_HW = ("gpu_hardware", "gpu_memory", "gpu_interconnect")
 # Rules that only say the job (or a worker, a pod) ended badly: exit codes, FAILED states.
 # They are the lowest rung of the causal ladder: a cause found anywhere else wins, and alone
 # they give ``unknown``.
-WEAK_RULES = (
-    "slurm-failed-weak",
-    "torch-child-failed",
-    "torch-exit-sigkill",
-    "torch-signal-exception",
-    "kubernetes-exit-nonzero",
-    "kubernetes-job-failed",
-    "kubernetes-crashloop",
-)
+WEAK_RULES = attribution_roles().weak
 # GPU-class rules that only repeat a generic CUDA failure text (no Xid, no ECC counter).
-GENERIC_GPU_RULES = ("torch-cuda-gpu-lost", "nccl-cuda-unknown")
+GENERIC_GPU_RULES = attribution_roles().generic_gpu
 # Weak records that say the processes were killed from outside (SIGKILL/SIGTERM, a signal
 # exception): after a silent stall that is how a hang ends.
-SIGNAL_RULES = ("torch-exit-sigkill", "torch-signal-exception")
+SIGNAL_RULES = attribution_roles().signal
 OOM = ("oom_gpu", "oom_host")
 _PRIO = {name: priority(name) for name in TAXONOMY}
 _PLANNED_OF = {name: bool(c.planned) for name, c in TAXONOMY.items()}

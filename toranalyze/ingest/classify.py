@@ -202,10 +202,12 @@ def parse_rules_file(text: str, origin: str) -> RulesFile:
 
 
 def parse_rules(text: str, origin: str) -> list[Rule]:
+    """The rules of a rules file (its other tables checked, not returned)."""
     return list(parse_rules_file(text, origin).rules)
 
 
 def _builtin_files() -> list[RulesFile]:
+    """The built-in rules files, in name order."""
     folder = resources.files("toranalyze") / "rules"
     entries = sorted((e for e in folder.iterdir() if e.name.endswith(".toml")), key=lambda e: e.name)
     return [parse_rules_file(e.read_text(encoding="utf-8"), f"builtin:{e.name}") for e in entries]

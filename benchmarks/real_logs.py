@@ -20,8 +20,8 @@ import polars as pl
 
 from toranalyze.ingest.coverage import uncovered_lines
 from toranalyze.ingest.pipeline import IngestOptions, ingest
-from toranalyze.ingest.reader import read_head
-from toranalyze.plugins import default_registry
+from toranalyze.ingest.registry import default_registry
+from toranalyze.ingest.streams import read_head
 from toranalyze.reconstruct.analysis import AnalysisOptions, analyze_events
 
 # Publisher's label (first word of the INDEX "label" column) -> failure classes that count as

@@ -11,7 +11,8 @@ import polars as pl
 import pytest
 
 from toranalyze.ingest.lines import lines_from_strings
-from toranalyze.ingest.reader import parsing, read_text_events
+from toranalyze.ingest.parser_rows import parsing
+from toranalyze.ingest.reader import read_text_events
 
 DATA = Path(__file__).parent / "data"
 

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from toranalyze.ingest.coverage import uncovered_lines
 from toranalyze.ingest.discover import discover
-from toranalyze.ingest.reader import read_head
-from toranalyze.plugins import default_registry
+from toranalyze.ingest.registry import default_registry
+from toranalyze.ingest.streams import read_head
 from toranalyze.simulate.command import simulate
 from toranalyze.simulate.emit_kernel import NOISE as KERNEL_NOISE
 from toranalyze.simulate.writer import PY_WARNINGS

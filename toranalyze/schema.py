@@ -199,4 +199,5 @@ def validate_events(frame: pl.LazyFrame | pl.DataFrame, who: str = "pipeline") -
 
 
 def empty_raw() -> pl.LazyFrame:
+    """No rows, in RAW_SCHEMA (what a parser returns when it found nothing)."""
     return pl.LazyFrame(schema=RAW_SCHEMA)

@@ -35,8 +35,7 @@ from toranalyze_parsers.kernel import tools as tools
 from toranalyze_parsers.kernel.common import has
 from toranalyze_parsers.kernel.prefix import peeled
 
-from toranalyze.plugins import Parser, file_key
-from toranalyze.schema import conform_raw, empty_raw
+from toranalyze.parser_api import Parser, conform_raw, empty_raw, file_key
 
 # Lines worth a closer look: kernel-log prefixes, or a fragment one of the detectors needs.
 # Everything else (the bulk of a trainer's stdout) is dropped before any regex runs.

@@ -6,7 +6,7 @@ import re
 
 import polars as pl
 
-from toranalyze.plugins import contains_any, file_starts
+from toranalyze.parser_api import contains_any, file_starts
 
 # A PCI address as drivers print it: 0000:3b:00, 0000:3b:00.0, PCI:0000:3b:00, 00000000:3B:00.0.
 PCI = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"

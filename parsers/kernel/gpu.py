@@ -10,7 +10,7 @@ from __future__ import annotations
 import polars as pl
 from toranalyze_parsers.kernel.common import PCI, boot_id, event, first_of_burst, has, norm_pci, runs
 
-from toranalyze.plugins import file_key
+from toranalyze.parser_api import file_key
 
 # The address may be redacted in a pasted log ('Xid (PCI:...): 145'): the record stands, no device.
 _XID = (

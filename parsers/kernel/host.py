@@ -10,7 +10,7 @@ from __future__ import annotations
 import polars as pl
 from toranalyze_parsers.kernel.common import PCI, event, has, norm_pci, runs
 
-from toranalyze.schema import NAIVE_US
+from toranalyze.parser_api import NAIVE_US
 
 _EDAC = r"\bEDAC (?:\w+ )?MC\d+: (?P<n>\d+) (?P<kind>CE|UE) "
 _AER = (

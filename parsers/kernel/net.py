@@ -12,7 +12,7 @@ from functools import cache
 import polars as pl
 from toranalyze_parsers.kernel.common import PCI, event, first_of_burst, has, norm_pci
 
-from toranalyze.plugins import file_key
+from toranalyze.parser_api import file_key
 
 _IB_PORT = (
     rf"(?:(?P<pci>{PCI}) )?(?P<ibdev>[\w\-]+): Port: (?P<port>\d+) "

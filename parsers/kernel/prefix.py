@@ -26,9 +26,7 @@ from functools import cache
 
 import polars as pl
 
-from toranalyze.ingest.clock import ISO_PATTERN, offset_iso, ts_iso, ts_month_name
-from toranalyze.plugins import file_starts
-from toranalyze.schema import NAIVE_US
+from toranalyze.parser_api import ISO_PATTERN, NAIVE_US, file_starts, offset_iso, ts_iso, ts_month_name
 
 MON = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
 DOW = r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)"

@@ -24,7 +24,7 @@ from __future__ import annotations
 import polars as pl
 from toranalyze_parsers.kernel.common import event, has, norm_pci
 
-from toranalyze.plugins import file_key
+from toranalyze.parser_api import file_key
 
 _HANDLE = (
     r"Unable to (?:determine|detect) the device handle for GPU ?(?P<pci>[0-9A-Fa-f]{3,8}:[0-9A-Fa-f]{2}:"

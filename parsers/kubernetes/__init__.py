@@ -49,9 +49,7 @@ from toranalyze_parsers.kubernetes.scheduler import extract_unschedulable
 from toranalyze_parsers.kubernetes.status_tables import HEADERS, extract_status_tables
 from toranalyze_parsers.kubernetes.tables import HEADER, extract_event_tables
 
-from toranalyze.ingest.reader import read_text, read_text_events
-from toranalyze.plugins import Parser, literal_gate
-from toranalyze.schema import RAW_SCHEMA, conform_raw, empty_raw
+from toranalyze.parser_api import RAW_SCHEMA, Parser, conform_raw, empty_raw, literal_gate, read_text, read_text_events
 
 _API_KINDS = r"(?:Event|Pod|Node|Job|\w+Job|List|EventList|PodList|NodeList|\w+JobList)"
 _JSON_HEAD = re.compile(

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from toranalyze.ingest.clock import ISO_PATTERN, offset_iso, ts_iso
-from toranalyze.schema import conform_raw
+from toranalyze.parser_api import ISO_PATTERN, conform_raw, offset_iso, ts_iso
 
 _PREEMPTED = r"compute\.instances\.preempted\b.*?\binstances/(?P<node>[\w.\-]+)"
 _AWS = (

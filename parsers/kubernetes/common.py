@@ -18,9 +18,7 @@ from datetime import datetime
 
 import polars as pl
 
-from toranalyze.ingest.clock import offset_iso, ts_month_name
-from toranalyze.plugins import file_key
-from toranalyze.schema import NAIVE_US, conform_raw, conform_to
+from toranalyze.parser_api import NAIVE_US, conform_raw, conform_to, file_key, offset_iso, ts_month_name
 
 # ``kubectl`` renders ages with HumanDuration: 6s, 3m1s, 5m, 2h30m, 12h, 2d4h, 30d, 2y10d.
 AGE = r"(?:\d+[ydhms])+|<unknown>|<invalid>"

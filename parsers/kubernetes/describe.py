@@ -33,9 +33,7 @@ from toranalyze_parsers.kubernetes.common import (
     rfc1123_parts,
 )
 
-from toranalyze.ingest.clock import offset_iso, ts_iso
-from toranalyze.plugins import file_key, file_starts
-from toranalyze.schema import conform_raw
+from toranalyze.parser_api import conform_raw, file_key, file_starts, offset_iso, ts_iso
 
 _KV = r"^(?P<ind>\s*)(?P<key>[A-Z][\w -]*?):(?:\s+(?P<val>.*?))?\s*$"
 _EVENT_ROW = (

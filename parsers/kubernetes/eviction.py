@@ -20,8 +20,7 @@ from __future__ import annotations
 import polars as pl
 from toranalyze_parsers.kubernetes.common import sentence_row
 
-from toranalyze.plugins import file_key
-from toranalyze.schema import conform_raw
+from toranalyze.parser_api import conform_raw, file_key
 
 _BARE = (
     r"""^\s*`?(?:message:\s*['"]?|(?P<field>Message:\s*)|(?:type: '\w+' )?reason: '\w+' )?"""

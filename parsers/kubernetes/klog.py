@@ -25,8 +25,7 @@ from typing import NamedTuple
 import polars as pl
 from toranalyze_parsers.kubernetes.common import conform_ev
 
-from toranalyze.ingest.clock import offset_iso, ts_epoch_ms, ts_glog, ts_iso
-from toranalyze.plugins import contains_any
+from toranalyze.parser_api import contains_any, offset_iso, ts_epoch_ms, ts_glog, ts_iso
 
 _KLOG = (
     r"(?:^|[\s\":])(?P<sev>[IWEF])(?P<mmdd>\d{4}) (?P<hms>\d{2}:\d{2}:\d{2}\.\d{6})\s+\d+ "

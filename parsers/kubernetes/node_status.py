@@ -14,7 +14,7 @@ from __future__ import annotations
 import polars as pl
 from toranalyze_parsers.kubernetes.common import sentence_row
 
-from toranalyze.schema import conform_raw
+from toranalyze.parser_api import conform_raw
 
 _SENTENCE = r"(Kubelet stopped posting node status\.?)"
 _NODE = r"""\b[Nn]ode ['"`]?([a-z0-9][\w.-]*[a-z0-9])['"`]?[\s,:].*Kubelet stopped posting"""

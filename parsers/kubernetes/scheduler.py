@@ -18,7 +18,7 @@ from __future__ import annotations
 import polars as pl
 from toranalyze_parsers.kubernetes.common import sentence_row
 
-from toranalyze.schema import conform_raw
+from toranalyze.parser_api import conform_raw
 
 _SENTENCE = r"""(?:^|[\s:"'`(])(\d+/\d+ nodes are available: .*?)['"`)]?\s*$"""
 # Layouts with their own reader (Events rows, klog, operators, describe and YAML/JSON fields).

@@ -28,7 +28,7 @@ from datetime import datetime
 import polars as pl
 from toranalyze_parsers.kubernetes.common import AGE, age_seconds, job_from_pod
 
-from toranalyze.schema import NAIVE_US, conform_raw
+from toranalyze.parser_api import NAIVE_US, conform_raw
 
 _POD = (
     r"^(?:(?P<ns>[a-z0-9][\w.-]*)\s+)?(?P<name>[a-z0-9][\w.-]*)\s+(?P<ready>\d+/\d+)\s+"

@@ -26,8 +26,7 @@ import polars as pl
 from toranalyze_parsers.nccl import fields, records
 from toranalyze_parsers.nccl.patterns import ANCHORS, NOISE
 
-from toranalyze.plugins import Parser, literal_gate
-from toranalyze.schema import conform_raw
+from toranalyze.parser_api import Parser, conform_raw, literal_gate
 
 
 class NcclParser(Parser):

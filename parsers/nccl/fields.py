@@ -14,7 +14,7 @@ from toranalyze_parsers.nccl import patterns as P
 from toranalyze_parsers.nccl.records import HEAD_FIELDS, line_fields
 from toranalyze_parsers.nccl.tags import TAGS
 
-from toranalyze.ingest.clock import ts_glog
+from toranalyze.parser_api import ts_glog
 
 
 def _nccl_result(message: pl.Expr) -> pl.Expr:

@@ -22,7 +22,7 @@ import polars as pl
 from toranalyze_parsers.nccl import patterns as P
 from toranalyze_parsers.nccl.tags import tags
 
-from toranalyze.plugins import contains_any, fill_where
+from toranalyze.parser_api import contains_any, fill_where
 
 MAX_WRAP = 3  # continuation lines joined onto one hard-wrapped record
 

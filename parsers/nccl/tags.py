@@ -11,7 +11,7 @@ from __future__ import annotations
 import polars as pl
 from toranalyze_parsers.nccl import patterns as P
 
-from toranalyze.plugins import fill_where
+from toranalyze.parser_api import fill_where
 
 # tag -> (kind, severity). A tag names what a head line is; rows without a tag start no record.
 TAGS: dict[str, tuple[str, str]] = {

@@ -31,9 +31,7 @@ import polars as pl
 from toranalyze_parsers.slurm import sacct as sacct
 from toranalyze_parsers.slurm.lines import KEYWORDS, NOISE, extract_slurm_lines
 
-from toranalyze.ingest.reader import read_head
-from toranalyze.plugins import Parser, literal_gate
-from toranalyze.schema import conform_raw, empty_raw
+from toranalyze.parser_api import Parser, conform_raw, empty_raw, literal_gate, read_head
 
 
 class SlurmParser(Parser):

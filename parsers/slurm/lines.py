@@ -26,9 +26,7 @@ from toranalyze_parsers.slurm.common import (
     single_host,
 )
 
-from toranalyze.ingest.clock import ts_iso, ts_month_name
-from toranalyze.plugins import contains_any
-from toranalyze.schema import NAIVE_US
+from toranalyze.parser_api import NAIVE_US, contains_any, ts_iso, ts_month_name
 
 # Reasons Slurm itself gives a node it takes out of service (sinfo -R, scontrol show node).
 NODE_REASONS = ["Not responding", "Kill task failed", "Prolog error", "Epilog error", "batch job complete failure",

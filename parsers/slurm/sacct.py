@@ -26,9 +26,7 @@ from toranalyze_parsers.slurm.common import (
     state_severity,
 )
 
-from toranalyze.ingest.clock import ts_iso, ts_month_name
-from toranalyze.ingest.reader import BLOCK_BYTES, Chunks
-from toranalyze.plugins import FILE_LINES
+from toranalyze.parser_api import BLOCK_BYTES, FILE_LINES, Chunks, ts_iso, ts_month_name
 
 # sacct --helpformat names (lower-cased). A header must consist of these only.
 FIELDS = frozenset(

@@ -25,7 +25,7 @@ from toranalyze_parsers.torch.elastic import ELASTIC_NOISE, elastic_events
 from toranalyze_parsers.torch.lines import LINE_NOISE, line_events
 from toranalyze_parsers.torch.records import records, typed_lines
 
-from toranalyze.plugins import Parser, literal_gate
+from toranalyze.parser_api import Parser, literal_gate
 
 
 class TorchParser(Parser):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from toranalyze.ingest.clock import ts_glog
+from toranalyze.parser_api import ts_glog
 
 # Exit codes below zero are "killed by signal -code" (Python's subprocess and
 # torch.distributed.elastic use this convention); the name goes into messages.

@@ -15,8 +15,7 @@ from __future__ import annotations
 import polars as pl
 from toranalyze_parsers.torch.common import GLOG, glog_ts, signal_code, signal_name
 
-from toranalyze.plugins import contains_any
-from toranalyze.schema import conform_raw, empty_raw
+from toranalyze.parser_api import conform_raw, contains_any, empty_raw
 
 _FAILED = r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\) of binary: (\S+)"
 _SENDING = r"Sending process (\d+) closing signal (\w+)"

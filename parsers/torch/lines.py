@@ -10,8 +10,7 @@ import polars as pl
 from toranalyze_parsers.torch.common import signal_of_words
 from toranalyze_parsers.torch.records import NCCL_OWNED, SIGLINE
 
-from toranalyze.plugins import contains_any
-from toranalyze.schema import conform_raw, empty_raw
+from toranalyze.parser_api import conform_raw, contains_any, empty_raw
 
 # torch's DataLoader worker signal handler, printed by each dying worker.
 _WORKER_SIGNAL = r"^ERROR: Unexpected (bus error|segmentation fault|floating-point exception) encountered in worker"

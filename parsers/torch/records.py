@@ -19,8 +19,7 @@ import polars as pl
 from polars.expr.whenthen import ChainedThen, Then
 from toranalyze_parsers.torch.common import SIGNAL_WORDS, basename, signal_name, signal_of_words, stream_key
 
-from toranalyze.plugins import contains_any, file_key, fill_where
-from toranalyze.schema import NAIVE_US, conform_raw
+from toranalyze.parser_api import NAIVE_US, conform_raw, contains_any, file_key, fill_where
 
 # Lexical line types:
 #   TB 'Traceback (most recent call last):'   CHAIN 'During handling of ...' / 'The above exception ...'

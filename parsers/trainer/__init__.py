@@ -30,7 +30,7 @@ them, its ``step_time_s`` being the per-iteration time the trainer reports (cons
 row by the step difference to the previous one). ``loss`` is NaN only when the trainer printed
 NaN/Inf or dropped the loss for NaN; it is null when the record carries no loss.
 
-Files are read in blocks (see ``toranalyze.ingest.reader``); the rules above work within one block.
+Files are read in blocks (see ``toranalyze.parser_api``); the rules above work within one block.
 The few lines a block's rules need from earlier blocks (a bar's start and clock, its latest
 repaint, the latest clock, step record and checkpoint load) are carried into the next one, with
 hints no line states (the step the record was given, the bar steps its attempt reported; see
@@ -56,8 +56,7 @@ from toranalyze_parsers.trainer.common import (
     seen_steps,
 )
 
-from toranalyze.plugins import Parser, contains_any, file_key, file_starts, literal_gate
-from toranalyze.schema import conform_raw
+from toranalyze.parser_api import Parser, conform_raw, contains_any, file_key, file_starts, literal_gate
 
 _MODULES = (
     megatron,

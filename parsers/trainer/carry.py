@@ -42,8 +42,7 @@ from toranalyze_parsers.trainer.common import (
 )
 from toranalyze_parsers.trainer.tqdm import bars
 
-from toranalyze.plugins import contains_any
-from toranalyze.schema import NAIVE_US
+from toranalyze.parser_api import NAIVE_US, contains_any
 
 BANNER = "Total optimization steps"
 BAR_LITERALS = ("%|", "it [")  # what every bar repaint holds (tqdm.bars' own prefilter)

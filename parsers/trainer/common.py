@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from toranalyze.ingest.clock import ts_iso
-from toranalyze.plugins import fill_where
-from toranalyze.schema import NAIVE_US, conform_raw
+from toranalyze.parser_api import NAIVE_US, conform_raw, fill_where, ts_iso
 
 ANSI = r"\x1b\[[0-9;?]*[A-Za-z]"
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import polars as pl
 from toranalyze_parsers.trainer.common import LEVEL_DEEPSPEED, NUM, NUM_OR_NAN, field, message, part, to_int
 
-from toranalyze.plugins import contains_any
+from toranalyze.parser_api import contains_any
 
 _STEP = r"\bstep=(\d+), skipped=(\d+), lr="
 _TIMER_STEP = r"/global_step=(\d+), RunningAvgSamplesPerSec="

@@ -26,7 +26,7 @@ import polars as pl
 from toranalyze_parsers.trainer.common import CARRIED_STEP, LEVEL_TQDM, NUM, NUM_OR_NAN, field, message, part, to_int
 from toranalyze_parsers.trainer.tqdm import bars
 
-from toranalyze.plugins import contains_any, file_key
+from toranalyze.parser_api import contains_any, file_key
 
 _DICT = r"(\{'(?:loss|eval_loss|train_runtime)'[^}]*\})"
 _Q = r"'?"  # newer versions quote formatted numbers: {'loss': '2.345', …}

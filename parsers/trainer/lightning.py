@@ -25,8 +25,7 @@ import polars as pl
 from toranalyze_parsers.trainer.common import NUM, add_seconds, message, part, to_float, to_int
 from toranalyze_parsers.trainer.tqdm import bars, post_field
 
-from toranalyze.ingest.clock import ts_epoch_ms
-from toranalyze.plugins import contains_any
+from toranalyze.parser_api import contains_any, ts_epoch_ms
 
 _GLOBAL_SAVE = (
     r"Global Checkpoint Save : Rank: \d+ : (?:Iteration: (\d+) : )?Start time: (" + NUM + r")s : Save duration: ("

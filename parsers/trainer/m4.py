@@ -17,7 +17,7 @@ from __future__ import annotations
 import polars as pl
 from toranalyze_parsers.trainer.common import NUM_OR_NAN, field, hms_seconds, message, part, to_int
 
-from toranalyze.plugins import file_key
+from toranalyze.parser_api import file_key
 
 _ITER = r"^\s*iteration:\s*(\d+)\s*/\s*\d+"
 _ELAPSED = r"\|\s*elapsed time:\s*((?:\d+ days?, )?\d+:\d+:\d+)"

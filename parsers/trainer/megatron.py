@@ -28,8 +28,7 @@ from __future__ import annotations
 import polars as pl
 from toranalyze_parsers.trainer.common import NUM, NUM_OR_NAN, add_seconds, field, message, part, to_int
 
-from toranalyze.plugins import contains_any, file_key, file_starts, fill_where
-from toranalyze.schema import NAIVE_US
+from toranalyze.parser_api import NAIVE_US, contains_any, file_key, file_starts, fill_where
 
 _ITER = r"(?:^|\s)iteration\s+(\d+)\s*/\s*(\d+|infinity)\s*\|"
 # A line that starts a record of its own is never a continuation of a wrapped iteration line.

@@ -23,8 +23,7 @@ from __future__ import annotations
 import polars as pl
 from toranalyze_parsers.trainer.common import CARRIED_STEP, NUM, field, part, to_float
 
-from toranalyze.ingest.clock import ts_epoch_ms
-from toranalyze.plugins import file_key
+from toranalyze.parser_api import file_key, ts_epoch_ms
 
 NOISE: tuple[str, ...] = (r"^:::MLLOG \{",)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import polars as pl
 from toranalyze_parsers.trainer.common import NUM, NUM_OR_NAN, field, message, part, to_int
 
-from toranalyze.plugins import contains_any, file_key
+from toranalyze.parser_api import contains_any, file_key
 
 _STEP = rf"(?:^|\s|- )step:\s*(\d+)(?:/\d+[^l]*?)?\s+loss:\s*({NUM_OR_NAN})"
 _VALIDATE = rf"validate step:\s*(\d+)\s+loss:\s*({NUM_OR_NAN})"

@@ -16,8 +16,7 @@ from __future__ import annotations
 import polars as pl
 from toranalyze_parsers.trainer.common import add_seconds, hms_seconds
 
-from toranalyze.plugins import file_key
-from toranalyze.schema import NAIVE_US
+from toranalyze.parser_api import NAIVE_US, file_key
 
 _RATE = r"(?:,\s*(?:(?P<rate>\d+(?:\.\d+)?)(?P<unit>s/it|it/s)|\?it/s))?(?:,\s*(?P<post>[^\]]*))?\]"
 _WITH_TOTAL = (

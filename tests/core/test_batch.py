@@ -10,9 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
-from toranalyze.ingest import pipeline, reader
-from toranalyze.ingest.reader import FileResult, read_text_batch, read_text_events
-from toranalyze.plugins import default_registry
+from toranalyze.ingest import numbering, pipeline, streams
+from toranalyze.ingest.batch import read_text_batch
+from toranalyze.ingest.reader import FileResult, read_text_events
+from toranalyze.ingest.registry import default_registry
 
 DATA = Path(__file__).parent.parent / "data"
 # Kernel-side logs: the parser that reads them batched must keep all its state within a file.
@@ -73,7 +74,7 @@ def _check_cut(lines: list[str], data: st.DataObject) -> None:
 
 
 # Text logs of every family whose parser reads batches (documents and data files excluded).
-_TEXT_SKIP = (".toml", ".json", ".yaml", ".yml", ".parquet", ".md", *reader.COMPRESSED)
+_TEXT_SKIP = (".toml", ".json", ".yaml", ".yml", ".parquet", ".md", *streams.COMPRESSED)
 
 
 def _text_logs(*dirs: Path) -> list[Path]:
@@ -150,4 +151,4 @@ def test_a_batch_that_fails_is_read_file_by_file(monkeypatch: pytest.MonkeyPatch
     got = pipeline.ingest([str(tmp_path)], jobs=1)
     assert_frame_equal(got.events, want.events)
     assert [f.as_dict() for f in got.files] == [f.as_dict() for f in want.files]
-    assert want.n_events > 0 and reader.FILE_LINES > 1 << 31
+    assert want.n_events > 0 and numbering.FILE_LINES > 1 << 31

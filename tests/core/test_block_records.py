@@ -10,10 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
-from toranalyze.ingest import reader
+from toranalyze.ingest import blocks as ingest_blocks
+from toranalyze.ingest.carry import TAIL_LINES, extend_records, open_tail
 from toranalyze.ingest.pipeline import IngestOptions, ingest
-from toranalyze.ingest.reader import TAIL_LINES, extend_records, open_tail, read_text_events
-from toranalyze.plugins import default_registry
+from toranalyze.ingest.reader import read_text_events
+from toranalyze.ingest.registry import default_registry
 
 TRACEBACK = [
     "Traceback (most recent call last):",
@@ -63,10 +64,10 @@ def test_a_traceback_cut_by_a_boundary_is_one_record(tmp_path: Path, before: int
 def test_a_cut_traceback_is_classified_as_in_one_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "train.log"
     _log(path, 35, 30)  # the 4 KB boundary falls in the traceback's frames
-    boundaries = [f["line"][0] for f in reader.Chunks(str(path), 4096)][1:]
+    boundaries = [f["line"][0] for f in ingest_blocks.Chunks(str(path), 4096)][1:]
     assert any(36 < b < 36 + len(TRACEBACK) for b in boundaries)
     whole = ingest([str(path)], IngestOptions(), jobs=1).events
-    monkeypatch.setattr(reader, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(ingest_blocks, "BLOCK_BYTES", 4096)
     blocks = ingest([str(path)], IngestOptions(), jobs=1).events
     oom = whole.filter(pl.col("failure_class") == "oom_gpu")
     assert oom.height == 1
@@ -137,7 +138,7 @@ def test_a_record_across_three_blocks_is_one_record(tmp_path: Path, block: int) 
     ]
     path = tmp_path / "train.log"
     path.write_text("\n".join([*it, *long_tb, *it]) + "\n")
-    boundaries = [f["line"][0] for f in reader.Chunks(str(path), block)][1:]
+    boundaries = [f["line"][0] for f in ingest_blocks.Chunks(str(path), block)][1:]
     inside = [b for b in boundaries if 6 < b < 6 + len(long_tb)]
     assert len(inside) >= 2
     parsers = default_registry().line_parsers()
@@ -178,7 +179,7 @@ def test_a_record_goes_on_into_a_block_its_parser_is_not_gated_on(tmp_path: Path
     path = tmp_path / "launcher.log"
     path.write_text(text)
     cut = text.index("  traceback : ")  # the first block ends just before this line
-    assert [f["line"][0] for f in reader.Chunks(str(path), cut)][1] == len(head) + len(TORCHRUN_TABLE) - 1
+    assert [f["line"][0] for f in ingest_blocks.Chunks(str(path), cut)][1] == len(head) + len(TORCHRUN_TABLE) - 1
     parsers = default_registry().line_parsers()
     whole = read_text_events(str(path), parsers)
     blocks = read_text_events(str(path), parsers, block_bytes=cut)

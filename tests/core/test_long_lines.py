@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
-from toranalyze.ingest import reader
+from toranalyze.ingest import blocks, reader
 from toranalyze.ingest.pipeline import IngestOptions, ingest
-from toranalyze.plugins import default_registry
+from toranalyze.ingest.registry import default_registry
 
 START = dt.datetime(2024, 5, 7, 11, 3, 12, tzinfo=dt.UTC)
 
@@ -35,7 +35,7 @@ def _bar_log(path: Path, steps: int, newline: str = "\n", color: bool = False) -
 def test_every_repaint_of_a_bar_line_longer_than_the_match_limit_is_read(tmp_path: Path) -> None:
     steps = 30_000
     _bar_log(tmp_path / "train.log", steps)
-    assert (tmp_path / "train.log").stat().st_size > 1.5 * reader.LONG_LINE
+    assert (tmp_path / "train.log").stat().st_size > 1.5 * blocks.LONG_LINE
     result = ingest([str(tmp_path / "train.log")], IngestOptions(), jobs=1)
     ev = result.events.filter(kind="step").sort("step")
     assert ev["step"].to_list() == list(range(1, steps + 1))
@@ -45,13 +45,13 @@ def test_every_repaint_of_a_bar_line_longer_than_the_match_limit_is_read(tmp_pat
 
 
 def test_a_line_longer_than_the_match_limit_is_cut_with_a_warning_naming_it(tmp_path: Path) -> None:
-    blob = "x" * (reader.LONG_LINE + 10)
+    blob = "x" * (blocks.LONG_LINE + 10)
     xid = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python, GPU has fallen off the bus."
     (tmp_path / "kern.log").write_text(f"{xid}\n{blob}\r{blob}\n{xid}\n")
     result = ingest([str(tmp_path / "kern.log")], IngestOptions(), jobs=1)
     assert result.events.filter(failure_class="gpu_hardware")["line"].to_list() == [1, 3]
     (warning,) = result.files[0].warnings
-    assert warning.startswith(f"line 2 longer than {reader.LONG_LINE} bytes")
+    assert warning.startswith(f"line 2 longer than {blocks.LONG_LINE} bytes")
 
 
 def test_a_line_of_repaints_longer_than_a_block_is_read_in_pieces_numbered_as_that_line(tmp_path: Path) -> None:
@@ -59,7 +59,7 @@ def test_a_line_of_repaints_longer_than_a_block_is_read_in_pieces_numbered_as_th
     _bar_log(path, 3000)
     with path.open("a") as out:
         out.write("[2024-05-07 12:43:14] Training completed.\n")
-    frames = list(reader.Chunks(str(path), block_bytes=4096))
+    frames = list(blocks.Chunks(str(path), block_bytes=4096))
     assert len(frames) > 40 and max(f.height for f in frames) <= 2
     numbers = pl.concat(frames)["line"]
     assert numbers.unique().sort().to_list() == [1, 2, 3] and numbers.is_sorted()
@@ -91,7 +91,7 @@ def test_blocks_and_pieces_keep_every_repaint_of_every_line_under_its_number(
 ) -> None:
     path = tmp_path / "any.log"
     path.write_bytes(text.encode())
-    chunks = reader.Chunks(str(path), block_bytes=block)
+    chunks = blocks.Chunks(str(path), block_bytes=block)
     frames = list(chunks)
     got: dict[int, list[str]] = {}
     for frame in frames:
@@ -110,5 +110,5 @@ def test_a_small_file_of_repaints_without_a_newline_is_one_block(tmp_path: Path)
     # (so it is still read in a batch with other small files)
     path = tmp_path / "bar.log"
     path.write_bytes(b"  0%|  | 0/2 [00:00<?, ?it/s]\r 50%|# | 1/2 [00:01<00:01, 1.00s/it]")
-    (frame,) = list(reader.Chunks(str(path)))
+    (frame,) = list(blocks.Chunks(str(path)))
     assert frame["line"].to_list() == [1]

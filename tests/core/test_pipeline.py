@@ -76,14 +76,14 @@ def test_streamed_table_of_nothing_readable_is_empty_with_the_schema(tmp_path: P
 def test_streamed_table_of_many_blocks_equals_the_table_in_memory(tmp_path: Path, monkeypatch) -> None:
     """A text file streamed block by block (its time rules settled over the whole file between
     two passes) gives the rows the in-memory path gives for the same blocks."""
-    import toranalyze.ingest.reader as reader
+    import toranalyze.ingest.blocks as blocks
 
     root = _tree(tmp_path / "in")
     _spiky_trainer_log(root / "train.log")
     with (root / "slurm-77.out").open("a") as out:  # lines without a clock between dated ones
         out.write("".join(f"step {i} of the job\n" for i in range(300)))
         out.write("slurmstepd: error: *** JOB 77 ON gpu-3 CANCELLED AT 2024-03-01T11:00:00 DUE TO TIME LIMIT ***\n")
-    monkeypatch.setattr(reader, "BLOCK_BYTES", 4096)  # dozens of blocks per file
+    monkeypatch.setattr(blocks, "BLOCK_BYTES", 4096)  # dozens of blocks per file
     memory = ingest([str(root)], IngestOptions(), jobs=1)
     streamed = ingest([str(root)], IngestOptions(), jobs=1, sink=tmp_path / "out" / "events.parquet")
     assert streamed.events.equals(memory.events)

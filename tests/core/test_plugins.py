@@ -12,8 +12,9 @@ import polars as pl
 import pytest
 
 from toranalyze.errors import AmbiguousParserError, PluginError
+from toranalyze.ingest.contract import Parser
 from toranalyze.ingest.lines import lines_from_strings
-from toranalyze.plugins import Parser, Registered, Registry, default_registry
+from toranalyze.ingest.registry import Registered, Registry, default_registry
 from toranalyze.schema import KINDS, RAW_SCHEMA, SEVERITIES, validate_raw
 
 REGISTRY = default_registry(refresh=True)
@@ -94,8 +95,7 @@ def test_shadowing_a_name_is_refused() -> None:
 
 THIRD_PARTY = '''
 import polars as pl
-from toranalyze.plugins import Parser
-from toranalyze.schema import conform_raw
+from toranalyze.parser_api import Parser, conform_raw
 
 
 class WidgetParser(Parser):

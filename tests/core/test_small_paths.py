@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from toranalyze.ingest import reader
+from toranalyze.ingest import blocks, gates, noise
 from toranalyze.ingest.lines import prepare_lines
-from toranalyze.plugins import default_registry
+from toranalyze.ingest.registry import default_registry
 
 kernel = importlib.import_module("toranalyze_parsers.kernel")
 peel_prefixes = importlib.import_module("toranalyze_parsers.kernel.prefix").peel_prefixes
@@ -23,10 +23,10 @@ LOGS = sorted(
 @pytest.mark.parametrize("path", LOGS, ids=lambda p: p.name)
 def test_small_gates_and_detector_tests_match_the_general_ones(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     parsers = default_registry().line_parsers()
-    prepared = prepare_lines(next(iter(reader.Chunks(str(path)))))
-    small = [p.name for p in reader.gated(prepared, parsers)]
-    monkeypatch.setattr(reader, "_GATE_PROBE", 0)  # every block takes the general path
-    assert small == [p.name for p in reader.gated(prepared, parsers)]
+    prepared = prepare_lines(next(iter(blocks.Chunks(str(path)))))
+    small = [p.name for p in gates.gated(prepared, parsers)]
+    monkeypatch.setattr(gates, "_GATE_PROBE", 0)  # every block takes the general path
+    assert small == [p.name for p in gates.gated(prepared, parsers)]
 
     peeled = peel_prefixes(prepared.lazy()).collect()
     python_tests = kernel._wanted(peeled)
@@ -67,7 +67,7 @@ def _peeled_both_ways(raw: list[str]) -> tuple[object, object]:
 def test_peeling_planned_for_the_layouts_held_equals_the_general_peeling(path: Path) -> None:
     from polars.testing import assert_frame_equal
 
-    prepared = prepare_lines(next(iter(reader.Chunks(str(path)))))
+    prepared = prepare_lines(next(iter(blocks.Chunks(str(path)))))
     journal = bool(prepared["text"].str.starts_with("{").any())
     assert_frame_equal(prefix.peeled(prepared), peel_prefixes(prepared.lazy(), journal_json=journal).collect())
 
@@ -104,9 +104,9 @@ def test_noise_cascade_finds_the_lines_the_or_of_all_alternations_finds(order_se
 
     parsers = default_registry().line_parsers()
     lines = _all_test_lines()
-    cascade = reader.NoiseLines.of(parsers)
+    cascade = noise.NoiseLines.of(parsers)
     cascade.hits = random.Random(order_seed).sample(range(100), len(cascade.tests))  # any search order
-    mask = reader.noise_mask(parsers)
+    mask = noise.noise_mask(parsers)
     assert mask is not None
     expected = sorted(lines.filter(mask)["line"].to_list())
     assert len(expected) > 50

@@ -1,6 +1,6 @@
 """Parser gates are necessary conditions: lines without any gate never make a record.
 
-A block in which none of a parser's ``gates`` occurs skips that parser (see ``toranalyze.plugins``),
+A block in which none of a parser's ``gates`` occurs skips that parser (see ``toranalyze.parser_api``),
 so a rule that fires on a line no gate matches would lose records silently. Every parser with
 gates is run on the lines of each sample and test log that its gates do *not* match: it must
 find nothing there.
@@ -13,9 +13,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from toranalyze.ingest.blocks import Chunks
+from toranalyze.ingest.gates import _gate, gated, gates_by_file
 from toranalyze.ingest.lines import prepare_lines
-from toranalyze.ingest.reader import Chunks, _gate, _gates_by_file, gated
-from toranalyze.plugins import FILE_LINES, default_registry, file_key
+from toranalyze.ingest.numbering import FILE_LINES, file_key
+from toranalyze.ingest.registry import default_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT_SUFFIXES = {".log", ".out", ".txt", ".syslog", ".err"}
@@ -84,7 +86,7 @@ def test_a_batch_gates_each_file_as_alone():
     parsers = _gated_parsers()
     blocks = [prepare_lines(chunk) for path in _logs() for chunk in Chunks(str(path))]
     batch = pl.concat(b.with_columns(pl.col("line") + k * FILE_LINES) for k, b in enumerate(blocks) if b.height)
-    hits = _gates_by_file(batch.with_columns(file_key().alias("_k")), parsers)
+    hits = gates_by_file(batch.with_columns(file_key().alias("_k")), parsers)
     read = [(k, block) for k, block in enumerate(blocks) if block.height]
     for k, block in read:
         alone = {p.name for p in gated(block, parsers)}

@@ -20,8 +20,9 @@ from toranalyze_parsers.kubernetes import KubernetesParser, parser
 
 from tests.conftest import DATA, assert_golden, extract_lines, parse_file
 from toranalyze.ingest.classify import classify, load_rules
-from toranalyze.ingest.reader import read_document_events, read_head, read_text_events
-from toranalyze.plugins import default_registry
+from toranalyze.ingest.reader import read_document_events, read_text_events
+from toranalyze.ingest.registry import default_registry
+from toranalyze.ingest.streams import read_head
 from toranalyze.schema import KINDS, RAW_SCHEMA, SEVERITIES, validate_kinds
 
 K8S = DATA / "kubernetes"

@@ -15,7 +15,7 @@ from toranalyze_parsers.nccl import parser
 from tests.conftest import DATA, assert_golden, extract_lines, parse_file
 from toranalyze.ingest.classify import classify, load_rules
 from toranalyze.ingest.reader import read_text_events
-from toranalyze.plugins import default_registry
+from toranalyze.ingest.registry import default_registry
 from toranalyze.schema import KINDS, RAW_SCHEMA, SEVERITIES
 
 REAL = DATA / "nccl" / "real"

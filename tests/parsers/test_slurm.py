@@ -17,7 +17,8 @@ from toranalyze_parsers.slurm.sacct import parse_document
 from tests.conftest import DATA, assert_golden, extract_lines, parse_file
 from toranalyze.ingest.classify import Rule, classify, parse_rules
 from toranalyze.ingest.lines import lines_from_strings
-from toranalyze.ingest.reader import read_document_events, read_head, read_text_events
+from toranalyze.ingest.reader import read_document_events, read_text_events
+from toranalyze.ingest.streams import read_head
 from toranalyze.schema import KINDS, SEVERITIES, validate_raw
 
 HERE = DATA / "slurm"

@@ -10,8 +10,8 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from toranalyze.ingest.blocks import Chunks
 from toranalyze.ingest.lines import prepare_lines
-from toranalyze.ingest.reader import Chunks
 
 records = importlib.import_module("toranalyze_parsers.torch.records")
 

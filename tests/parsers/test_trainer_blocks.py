@@ -12,9 +12,12 @@ from polars.testing import assert_frame_equal
 from toranalyze_parsers.trainer import parser as trainer
 from toranalyze_parsers.trainer.carry import carry
 
+from toranalyze.ingest import blocks as ingest_blocks
 from toranalyze.ingest import reader
+from toranalyze.ingest.blocks import Chunks
+from toranalyze.ingest.held import HELD_BLOCKS
 from toranalyze.ingest.lines import prepare_lines
-from toranalyze.ingest.reader import HELD_BLOCKS, Chunks, read_text_events
+from toranalyze.ingest.reader import read_text_events
 
 STEPS = 3000
 
@@ -200,14 +203,14 @@ def test_rows_wait_for_a_later_block_at_most_a_few_blocks(tmp_path: Path, monkey
     _startup_log(path, 0, 2000)
     assert _blocks(str(path), 8192) > HELD_BLOCKS + 2
     read = []
-    chunks = reader.Chunks.__iter__
+    chunks = ingest_blocks.Chunks.__iter__
 
-    def counted(self: reader.Chunks) -> Iterator[pl.DataFrame]:
+    def counted(self: ingest_blocks.Chunks) -> Iterator[pl.DataFrame]:
         for frame in chunks(self):
             read.append(frame.height)
             yield frame
 
-    monkeypatch.setattr(reader.Chunks, "__iter__", counted)
+    monkeypatch.setattr(ingest_blocks.Chunks, "__iter__", counted)
     blocks = reader.TextEvents(str(path), [trainer], block_bytes=8192)
     first = next(iter(blocks))
     assert first["kind"].to_list() == ["init"] and first["ts"].to_list() == [None]

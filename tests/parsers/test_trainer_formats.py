@@ -165,7 +165,7 @@ def test_megatron_timer_chatter_is_noise_not_events() -> None:
     ]
     assert extract_lines(parser, lines).height == 0
     from toranalyze.ingest.lines import lines_from_strings
-    from toranalyze.ingest.reader import noise_mask
+    from toranalyze.ingest.noise import noise_mask
 
     prepared = lines_from_strings(lines)
     assert prepared.filter(noise_mask([parser])).height == len(lines)

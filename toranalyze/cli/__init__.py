@@ -17,7 +17,7 @@ from toranalyze import __version__
 from toranalyze.cli.common import err, ingest_options, out, redact_option, run_ingest, write_ingest
 from toranalyze.errors import ToranalyzeError
 from toranalyze.ingest.pipeline import IngestResult
-from toranalyze.plugins import default_registry
+from toranalyze.ingest.registry import default_registry
 from toranalyze.storage import output_dir
 
 
@@ -96,7 +96,7 @@ def parsers_cmd() -> None:
 
 
 def _base_sniff() -> Any:
-    from toranalyze.plugins import Parser
+    from toranalyze.ingest.contract import Parser
 
     return Parser.sniff
 

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from toranalyze.errors import NothingReadError
 from toranalyze.ingest.engine import default_jobs, import_ray
 from toranalyze.ingest.pipeline import IngestOptions, IngestResult, ingest
-from toranalyze.plugins import default_registry
+from toranalyze.ingest.registry import default_registry
 
 err = Console(stderr=True)
 # Wide enough for the incident table when writing to a file or a pipe (rich assumes 80 there).

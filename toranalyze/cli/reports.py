@@ -47,8 +47,8 @@ def uncovered(paths: tuple[str, ...] | list[str]) -> pl.DataFrame | None:
     from toranalyze.errors import NothingReadError
     from toranalyze.ingest.coverage import uncovered_lines
     from toranalyze.ingest.discover import discover
-    from toranalyze.ingest.reader import looks_binary, read_head
-    from toranalyze.plugins import default_registry
+    from toranalyze.ingest.registry import default_registry
+    from toranalyze.ingest.streams import looks_binary, read_head
 
     registry = default_registry()
     files, problems = discover(paths)

@@ -12,8 +12,11 @@ from typing import Any
 
 import polars as pl
 
+from toranalyze.ingest.blocks import Chunks
 from toranalyze.ingest.lines import prepare_lines
-from toranalyze.ingest.reader import Chunks, covered_lines, noise_mask, read_text_events
+from toranalyze.ingest.noise import noise_mask
+from toranalyze.ingest.parser_rows import covered_lines
+from toranalyze.ingest.reader import read_text_events
 
 
 def uncovered_lines(path: str, parsers: Sequence[Any]) -> pl.DataFrame:

@@ -3,7 +3,7 @@
 What a small file costs is mostly fixed: planning the queries that classify its events, writing
 and reading back its part, one task's round trip to a worker. Consecutive small files (in input
 order, so the table's row order is unchanged) share those. Their text is read as one batch
-(``reader.read_text_batch``): only parsers declaring ``batched`` see lines of several files
+(``batch.read_text_batch``): only parsers declaring ``batched`` see lines of several files
 together, told apart by their line numbers; the others read each file alone. Classifying a
 group's events at once gives each row the class it gets alone (a rule reads only its own row).
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from toranalyze.ingest.discover import InputFile
-from toranalyze.ingest.reader import COMPRESSED
+from toranalyze.ingest.streams import COMPRESSED
 
 SMALL_FILE = 1 << 20  # estimated text below this: grouped
 GROUP_TEXT = 16 << 20  # estimated text of one group at most (bounds a worker's memory)

@@ -20,6 +20,8 @@ import polars as pl
 from toranalyze import storage
 from toranalyze.errors import ToranalyzeError
 from toranalyze.ingest.affinity import on_thread
+from toranalyze.ingest.batch import read_text_batch
+from toranalyze.ingest.carry import revise_line_times, revise_times
 from toranalyze.ingest.classify import (
     Chain,
     Rule,
@@ -36,19 +38,11 @@ from toranalyze.ingest.derived import loss_spike_events
 from toranalyze.ingest.discover import InputFile, discover
 from toranalyze.ingest.engine import map_ordered
 from toranalyze.ingest.groups import grouped
-from toranalyze.ingest.reader import (
-    FileResult,
-    TextEvents,
-    looks_binary,
-    parsing,
-    read_document_events,
-    read_head,
-    read_text_batch,
-    read_text_events,
-    revise_line_times,
-    revise_times,
-)
-from toranalyze.plugins import Registry, default_registry, fill_where
+from toranalyze.ingest.parser_rows import parsing
+from toranalyze.ingest.reader import FileResult, TextEvents, read_document_events, read_text_events
+from toranalyze.ingest.registry import Registry, default_registry
+from toranalyze.ingest.rule_tools import fill_where
+from toranalyze.ingest.streams import looks_binary, read_head
 from toranalyze.schema import EVENT_SCHEMA, validate_events
 
 NODE_DIRS = frozenset({"nodes", "hosts", "node", "host"})

@@ -24,7 +24,7 @@ import numpy as np
 
 from toranalyze.model import daly_interval, tor_fail_stop_exact
 from toranalyze.plan.core import PlanOptions, optimum
-from toranalyze.plan.montecarlo import Process, Repair, simulate_tor
+from toranalyze.plan.montecarlo import Process, Repair, Schedule, simulate_tor
 
 # (M, tau, delta, R) in minutes: the reference's worked rows plus a spread of regimes
 CASES = [(180, 30, 1, 10), (1440, 60, 5, 30), (600, 20, 0.5, 5), (60, 30, 2, 10), (120, 15, 1, 20),
@@ -35,7 +35,8 @@ SHAPES = (0.5, 0.7, 1.0, 1.5, 2.0)
 def closed_vs_mc(runs: int, days: float, seed: int) -> list[dict[str, Any]]:
     rows = []
     for k, (M, tau, d, R) in enumerate(CASES):
-        x = simulate_tor([Process("all", M / 60)], Repair(R / 60), tau / 60, d / 60, days * 24, runs, seed + k)
+        job = Schedule(days * 24, tau / 60, d / 60)
+        x = simulate_tor([Process("all", M / 60)], Repair(R / 60), job, runs, seed + k)
         cf = tor_fail_stop_exact(M, tau, d, R)
         se = float(x.std(ddof=1) / np.sqrt(len(x)))
         rows.append({"M_min": M, "tau_min": tau, "delta_min": d, "R_min": R, "closed_form": round(cf, 5),

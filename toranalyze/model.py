@@ -58,11 +58,20 @@ def tor_fail_slow_first_order(
     return ((M_s - T_s - R_s) * tau / (tau + delta) + r_s * T_s) / M_s
 
 
-def tor_both_first_order(
-    M: float, tau: float, delta: float, R: float, M_s: float, T_s: float, r_s: float, R_s: float = 0.0
-) -> float:
+@dataclass(frozen=True)
+class FailSlow:
+    """Fail-slow episodes: one every ``M_s`` of wall time, lasting ``T_s`` at preservation ratio
+    ``r_s``, plus a stop of ``R_s``."""
+
+    M_s: float
+    T_s: float
+    r_s: float
+    R_s: float = 0.0
+
+
+def tor_both_first_order(M: float, tau: float, delta: float, R: float, slow: FailSlow) -> float:
     """Fail-stop and fail-slow together, first order."""
-    return 1.0 - delta / tau - (tau / 2.0 + R) / M - ((1.0 - r_s) * T_s + R_s) / M_s
+    return 1.0 - delta / tau - (tau / 2.0 + R) / M - ((1.0 - slow.r_s) * slow.T_s + slow.R_s) / slow.M_s
 
 
 def young_interval(delta: float, M: float) -> float:

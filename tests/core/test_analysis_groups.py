@@ -14,7 +14,7 @@ from polars.testing import assert_frame_equal
 from toranalyze.ingest.pipeline import ingest
 from toranalyze.model import load_preset
 from toranalyze.reconstruct import analysis as A
-from toranalyze.simulate.command import run_simulation
+from toranalyze.simulate.command import Overrides, run_simulation
 
 HAS_RAY = importlib.util.find_spec("ray") is not None
 TABLES = ("attempts", "incidents", "slow_periods", "tor", "resources", "progress", "checkpoints")
@@ -25,7 +25,7 @@ def fleet_events(tmp_path_factory: pytest.TempPathFactory) -> pl.DataFrame:
     data = load_preset("small")
     data = {**data, "run": {**data["run"], "duration": "2h", "nodes": 1}}
     out: Path = tmp_path_factory.mktemp("groups") / "fleet"
-    run_simulation(out, 7, data, "small", jobs=4)
+    run_simulation(out, 7, data, "small", Overrides(jobs=4))
     return ingest([str(out)], jobs=1).events
 
 

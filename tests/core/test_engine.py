@@ -13,7 +13,7 @@ from toranalyze.errors import ConfigError, WorkerError
 from toranalyze.ingest.engine import import_ray, map_ordered
 from toranalyze.ingest.pipeline import ingest
 from toranalyze.model import load_preset
-from toranalyze.simulate.command import run_simulation
+from toranalyze.simulate.command import Overrides, run_simulation
 
 HAS_RAY = importlib.util.find_spec("ray") is not None
 
@@ -31,7 +31,7 @@ def _killed(x: int) -> int:
 def _fleet(tmp_path):
     data = load_preset("small")
     data = {**data, "run": {**data["run"], "duration": "30min", "nodes": 1}}
-    run_simulation(tmp_path / "fleet", 5, data, "small", jobs=2)
+    run_simulation(tmp_path / "fleet", 5, data, "small", Overrides(jobs=2))
     return tmp_path / "fleet"
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from toranalyze.model import config_from_dict, load_preset
-from toranalyze.simulate.command import job_configs
+from toranalyze.simulate.command import Overrides, job_configs
 from toranalyze.simulate.timeline import simulate_timeline
 from toranalyze.simulate.truth import job_truth
 
@@ -40,6 +40,6 @@ def test_bad_node_option_is_validated() -> None:
     data = load_preset("fleet") | {"bad_nodes": {"gpu-003": 0.5}}
     with pytest.raises(ValueError, match="multipliers"):
         config_from_dict(data)
-    cfgs = job_configs(load_preset("fleet"), 1, jobs=2, bad_nodes=(("gpu-001", 9.0),))
+    cfgs = job_configs(load_preset("fleet"), 1, Overrides(jobs=2, bad_nodes=(("gpu-001", 9.0),)))
     assert all(c.bad_nodes == (("gpu-001", 9.0),) for c in cfgs)
-    assert "bad_nodes" not in job_configs(load_preset("fleet"), 1, jobs=2)[0].to_params()
+    assert "bad_nodes" not in job_configs(load_preset("fleet"), 1, Overrides(jobs=2))[0].to_params()

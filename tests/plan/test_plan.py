@@ -18,7 +18,7 @@ from toranalyze.errors import RatesError
 from toranalyze.fleet.rates import build_rates, check_rates, dumps, load_rates, rates_schema
 from toranalyze.model import daly_interval, tor_fail_stop_exact, young_interval
 from toranalyze.plan.core import PlanOptions, plan
-from toranalyze.plan.montecarlo import Process, Repair, simulate_tor
+from toranalyze.plan.montecarlo import Process, Repair, Schedule, simulate_tor
 from toranalyze.simulate.fleet_truth import FleetSpec, generate_fleet
 
 
@@ -39,14 +39,14 @@ def test_daly_published_intervals() -> None:
 
 @pytest.mark.parametrize(("M", "tau", "delta", "R"), [(180, 30, 1, 10), (600, 20, 0.5, 5), (60, 30, 2, 10)])
 def test_monte_carlo_matches_the_exact_closed_form(M: float, tau: float, delta: float, R: float) -> None:
-    x = simulate_tor([Process("all", M / 60)], Repair(R / 60), tau / 60, delta / 60, 30 * 24, 300, seed=5)
+    x = simulate_tor([Process("all", M / 60)], Repair(R / 60), Schedule(30 * 24, tau / 60, delta / 60), 300, seed=5)
     assert x.mean() == pytest.approx(tor_fail_stop_exact(M, tau, delta, R), rel=0.01)
 
 
 def test_repair_spread_does_not_move_the_mean() -> None:
     p = [Process("all", 3.0)]
-    fixed = simulate_tor(p, Repair(0.2), 0.5, 1 / 60, 720, 300, seed=1).mean()
-    spread = simulate_tor(p, Repair(0.2, 1.0), 0.5, 1 / 60, 720, 300, seed=1).mean()
+    fixed = simulate_tor(p, Repair(0.2), Schedule(720, 0.5, 1 / 60), 300, seed=1).mean()
+    spread = simulate_tor(p, Repair(0.2, 1.0), Schedule(720, 0.5, 1 / 60), 300, seed=1).mean()
     assert spread == pytest.approx(fixed, abs=0.004)
 
 
@@ -156,13 +156,13 @@ def test_monte_carlo_bounds_hopeless_plans_and_keeps_their_ratio() -> None:
     and scores runs by the ratio so far, which matches the exact closed form; an interval that can
     never complete scores zero."""
     from toranalyze.model import tor_fail_stop_exact
-    from toranalyze.plan.montecarlo import Process, Repair, simulate_tor
+    from toranalyze.plan.montecarlo import Process, Repair, Schedule, simulate_tor
 
     M, delta, R = 0.05, 0.005, 0.01
     tau = math.sqrt(2 * delta * M)
-    tor = simulate_tor([Process("x", M)], Repair(R), tau, delta, work=720.0, runs=50, seed=3)
+    tor = simulate_tor([Process("x", M)], Repair(R), Schedule(720.0, tau, delta), runs=50, seed=3)
     assert tor.mean() == pytest.approx(tor_fail_stop_exact(M, tau, delta, R), rel=0.02)
-    never = simulate_tor([Process("x", M)], Repair(R), tau=2.0, delta=delta, work=720.0, runs=5, seed=3)
+    never = simulate_tor([Process("x", M)], Repair(R), Schedule(720.0, tau=2.0, delta=delta), runs=5, seed=3)
     assert (never < 1e-3).all()
 
 

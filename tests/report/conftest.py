@@ -16,7 +16,7 @@ import pytest
 
 from toranalyze.ingest.pipeline import ingest
 from toranalyze.reconstruct.analysis import Analysis, analyze_events
-from toranalyze.report.names import rename_jobs
+from toranalyze.reconstruct.job_names import rename_jobs
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "sample_logs"

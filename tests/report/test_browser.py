@@ -15,7 +15,7 @@ from typing import Any
 import polars as pl
 import pytest
 
-from toranalyze.reconstruct.clock import clock_offsets, skewed
+from toranalyze.reconstruct.skew import clock_offsets, skewed
 from toranalyze.report.browser import chromium_path, open_report
 from toranalyze.report.fleet import render_fleet_report
 from toranalyze.report.html import write_plotly_js

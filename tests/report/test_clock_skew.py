@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from toranalyze.reconstruct.clock import clock_offsets, skewed
+from toranalyze.reconstruct.skew import clock_offsets, skewed
 from toranalyze.report.job import JobReportInput, render_job_report
 
 from .conftest import Run

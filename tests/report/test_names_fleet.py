@@ -14,7 +14,7 @@ from toranalyze.report.fleet import _link, class_rates, lemon_nodes, loglog_fit
 
 
 def test_one_file_is_named_after_its_stem(tmp_path: Path) -> None:
-    from toranalyze.report.names import short_job_names
+    from toranalyze.reconstruct.job_names import short_job_names
 
     f = tmp_path / "timelines" / "trainer_rank0.log"
     f.parent.mkdir()
@@ -24,7 +24,7 @@ def test_one_file_is_named_after_its_stem(tmp_path: Path) -> None:
 
 
 def test_names_are_short_and_prefixed_only_when_ambiguous(tmp_path: Path) -> None:
-    from toranalyze.report.names import short_job_names
+    from toranalyze.reconstruct.job_names import short_job_names
 
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -35,7 +35,7 @@ def test_names_are_short_and_prefixed_only_when_ambiguous(tmp_path: Path) -> Non
 
 def test_renaming_keeps_every_field_and_renames_notes(tmp_path: Path) -> None:
     from toranalyze.reconstruct.analysis import RESOURCES_SCHEMA, Analysis
-    from toranalyze.report.names import job_keys, rename_jobs, short_job_names
+    from toranalyze.reconstruct.job_names import job_keys, rename_jobs, short_job_names
 
     key, other = f"{tmp_path}::gpt", f"{tmp_path}::731348"
     frame = pl.DataFrame({"job": [key]})

@@ -17,7 +17,7 @@ import numpy as np
 
 from toranalyze.fleet.fit import exposure_multiplier, mtbf_table
 from toranalyze.model import daly_interval, tor_fail_stop_exact, tor_first_order, young_interval
-from toranalyze.plan.montecarlo import Process, Repair, simulate_tor
+from toranalyze.plan.montecarlo import Process, Repair, Schedule, simulate_tor
 
 DEFAULT_REPAIR_H = 10.0 / 60.0  # when neither --restart nor observed downtime is available
 
@@ -100,7 +100,8 @@ def _cf(M: float | None, tau: float, delta: float, R: float) -> float:
 
 
 def _mc(procs: list[Process], rep: Repair, tau: float, opts: PlanOptions, runs: int | None = None) -> np.ndarray:
-    return simulate_tor(procs, rep, tau, opts.ckpt_save_h, opts.ideal_days * 24.0, runs or opts.runs, opts.seed)
+    job = Schedule(work=opts.ideal_days * 24.0, tau=tau, delta=opts.ckpt_save_h)
+    return simulate_tor(procs, rep, job, runs or opts.runs, opts.seed)
 
 
 def _ci(x: np.ndarray) -> dict[str, float]:

@@ -37,6 +37,16 @@ class Repair:
         return rng.lognormal(mu, self.sigma, n)
 
 
+@dataclass(frozen=True)
+class Schedule:
+    """The planned job: ``work`` hours of training, run ``tau`` hours between blocking saves of
+    ``delta`` hours."""
+
+    work: float
+    tau: float
+    delta: float
+
+
 def _gaps(rng: np.random.Generator, procs: list[Process], n: int) -> np.ndarray:
     """One fresh gap per (run, class): shape (n, classes)."""
     out = np.full((n, len(procs)), np.inf)
@@ -49,15 +59,16 @@ def _gaps(rng: np.random.Generator, procs: list[Process], n: int) -> np.ndarray:
 MAX_FAILURES = 20_000  # per run; beyond it the ratio has long converged (see simulate_tor)
 
 
-def simulate_tor(procs: list[Process], repair: Repair, tau: float, delta: float, work: float,
-                 runs: int, seed: int, max_failures: int = MAX_FAILURES) -> np.ndarray:
-    """TOR (ideal time / wall time) of ``runs`` independent runs.
+def simulate_tor(procs: list[Process], repair: Repair, job: Schedule, runs: int, seed: int,
+                 max_failures: int = MAX_FAILURES) -> np.ndarray:
+    """TOR (ideal time / wall time) of ``runs`` independent runs of ``job``.
 
     A run still unfinished after ``max_failures`` failures (failures every few minutes on a
     month of work, or an interval too long to ever complete) is scored by the work it had saved
     over the wall time so far: the renewal-reward estimate of the same long-run ratio, which after
     that many failures has converged, and zero when no interval can ever complete. This bounds
     the cost of hopeless plans instead of simulating millions of failures."""
+    work, tau, delta = job.work, job.tau, job.delta
     rng = np.random.default_rng(seed)
     saved = np.zeros(runs)
     wall = np.zeros(runs)

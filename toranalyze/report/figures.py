@@ -12,6 +12,7 @@ SVG points. Every text that may come from a log goes through ``esc_plot``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
@@ -105,9 +106,18 @@ def ledger_bar(row: dict[str, Any], buckets: tuple[str, ...]) -> dict[str, Any]:
                                      "legend": {"orientation": "h", "y": -0.6, "traceorder": "normal"}}}
 
 
-def segments(df: pl.DataFrame, a: str, b: str, hover: pl.Expr, row: float, name: str, colour: str | pl.Expr,
-             width: int = 12, min_ms: float = 0.0) -> dict[str, Any]:
-    """Intervals ``a``→``b`` as thick line segments at height ``row``: one trace (a single SVG
+@dataclass(frozen=True)
+class Lane:
+    """Where and how a set of intervals is drawn: its height, legend name, colour and width."""
+
+    row: float
+    name: str
+    colour: str | pl.Expr
+    width: int = 12
+
+
+def segments(df: pl.DataFrame, a: str, b: str, hover: pl.Expr, lane: Lane, min_ms: float = 0.0) -> dict[str, Any]:
+    """Intervals ``a``→``b`` as thick line segments at height ``lane.row``: one trace (a single SVG
     path) however many there are, where thousands of bars would each be an element. Each is drawn
     at least ``min_ms`` long (an SVG line of zero length shows nothing): a four-minute stop on a
     month's axis is a fraction of a pixel; the hover tells its real length."""
@@ -119,10 +129,10 @@ def segments(df: pl.DataFrame, a: str, b: str, hover: pl.Expr, row: float, name:
         seg.select("_i", pl.lit(2).alias("_o"), pl.lit(None, pl.Float64).alias("x"),
                    pl.lit(None, pl.String).alias("h")),
     ]).sort("_i", "_o")
-    ys = [row if x is not None else None for x in pts["x"].to_list()]
-    return {"type": _scatter(len(ys)), "mode": "lines", "name": name, "x": pts["x"].to_list(), "y": ys,
-            "line": {"color": colour, "width": width}, "hovertext": esc_plot(pts["h"].fill_null("").to_list()),
-            "hoverinfo": "text", "connectgaps": False}
+    ys = [lane.row if x is not None else None for x in pts["x"].to_list()]
+    return {"type": _scatter(len(ys)), "mode": "lines", "name": lane.name, "x": pts["x"].to_list(), "y": ys,
+            "line": {"color": lane.colour, "width": lane.width},
+            "hovertext": esc_plot(pts["h"].fill_null("").to_list()), "hoverinfo": "text", "connectgaps": False}
 
 
 # The timeline's rows, bottom to top, at heights 0..4; each phase has its own lane in its row (in
@@ -148,7 +158,7 @@ def timeline(attempts: pl.DataFrame, incidents: pl.DataFrame, ckpt: pl.DataFrame
     if attempts.height:
         data.append(segments(attempts, "t_start", "t_end", pl.format(
             "attempt {} ({}) · {}", "attempt", pl.col("job_id").fill_null("-"),
-            pl.col("state").fill_null("no end state")), _row("attempts"), "attempts", "#0072B2"))
+            pl.col("state").fill_null("no end state")), Lane(_row("attempts"), "attempts", "#0072B2")))
     if incidents.height:
         i = incidents.with_columns(pl.coalesce("t_resumed", "t_restart", "t_detected").alias("_to"))
         hover = pl.format("#{} {} on {} · down {} s", pl.col("incident") + 1, "root_cause",
@@ -156,7 +166,7 @@ def timeline(attempts: pl.DataFrame, incidents: pl.DataFrame, ckpt: pl.DataFrame
         for planned, name, colour in ((False, "downtime", "#D55E00"), (True, "downtime (planned stop)", "#999999")):
             part = i.filter(pl.col("planned").fill_null(False) == planned)
             if part.height:
-                data.append(segments(part, "t_last_progress", "_to", hover, _row("incidents"), name, colour,
+                data.append(segments(part, "t_last_progress", "_to", hover, Lane(_row("incidents"), name, colour),
                                      min_ms=least))
         for k, (col, label, colour, symbol) in enumerate(PHASES):
             data.append(_phase_marks(incidents, col, label, colour, symbol, _lane(k)))
@@ -171,7 +181,7 @@ def timeline(attempts: pl.DataFrame, incidents: pl.DataFrame, ckpt: pl.DataFrame
     if slow.height:
         data.append(segments(slow, "start", "end", pl.format("×{} slower, suspect {}", pl.col("factor").round(2),
                                                              pl.col("node").fill_null("-")),
-                             _row("slow periods"), "slow periods", "#E69F00", min_ms=least))
+                             Lane(_row("slow periods"), "slow periods", "#E69F00"), min_ms=least))
     return {"data": data, "layout": date_layout(
         margin={"l": 100, "r": 20, "t": 20, "b": 40},
         yaxis={"tickvals": [_row(r) for r in ROWS], "ticktext": list(ROWS), "range": [-0.5, 4.5],
@@ -230,8 +240,8 @@ def step_time(prog: pl.DataFrame, slow: pl.DataFrame, ideal_s: float | None) -> 
                      "y": [ideal_s, ideal_s], "line": {"color": "#009E73", "dash": "dash"}, "hoverinfo": "name"})
     if slow.height:
         tr = segments(slow, "start", "end", pl.format("×{} slower · suspect {}", pl.col("factor").round(2),
-                                                     pl.col("node").fill_null("-")), 0.0, "slow period (suspect node)",
-                      "#E69F00", width=6)
+                                                     pl.col("node").fill_null("-")),
+                      Lane(0.0, "slow period (suspect node)", "#E69F00", width=6))
         # on this figure a segment sits at the period's median step time, not on a category row
         ys = slow.filter(pl.col("start").is_not_null() & pl.col("end").is_not_null())["median_step_time_s"].to_list()
         tr["y"] = [v for y in ys for v in (y, y, None)]

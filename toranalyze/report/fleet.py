@@ -11,7 +11,7 @@ nodes by a Poisson tail probability against the fleet's per-node-hour rate) and 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, TypedDict, Unpack
 from urllib.parse import quote
 
 import numpy as np
@@ -135,10 +135,21 @@ def _job_gpus(jobs: pl.DataFrame) -> pl.DataFrame:
     return jobs.select("run", "job", pl.col("gpus").fill_null(0).alias("_g"))
 
 
+class PageOptions(TypedDict, total=False):
+    """How the fleet page is rendered: its title ("fleet"), whether secrets are redacted (yes) and
+    where the page loads plotly from (next to it)."""
+
+    title: str
+    redact: bool
+    plotly_src: str
+
+
 def render_fleet_report(jobs: pl.DataFrame, attempts: pl.DataFrame, incidents: pl.DataFrame,
-                        exposure: pl.DataFrame, rates: dict[str, Any] | None = None, *, title: str = "fleet",
-                        redact: bool = True, plotly_src: str = PLOTLY_JS) -> str:
+                        exposure: pl.DataFrame, rates: dict[str, Any] | None = None,
+                        **options: Unpack[PageOptions]) -> str:
     """The fleet page (see the module doc). ``jobs.report`` links each job to its job report."""
+    title, redact = options.get("title", "fleet"), options.get("redact", True)
+    plotly_src = options.get("plotly_src", PLOTLY_JS)
     if redact:
         incidents = redact_frame(incidents, ("reason", "evidence"))
     page = Page(f"{title}: fleet reliability", plotly_src)

@@ -15,15 +15,14 @@ from typing import Any
 import polars as pl
 
 from toranalyze.reconstruct.analysis import Analysis
-from toranalyze.reconstruct.clock import clock_offsets, skewed
 from toranalyze.reconstruct.ledger import BUCKETS
+from toranalyze.reconstruct.skew import ClockSkew, clock_skew
 from toranalyze.report import figures
 from toranalyze.report.html import PLOTLY_JS, Page, cards, esc, fmt_duration, scroll_box, table
 from toranalyze.report.redact import redact_frame, redact_json
 
 EVIDENCE_SHOWN = 3
 MAX_INCIDENT_ROWS = 2000
-SKEW_THRESHOLD_S = 1.0
 SKEW_ROWS = 20
 
 
@@ -52,12 +51,14 @@ def render_job_report(inp: JobReportInput, *, title: str | None = None, redact: 
         page.add('<p class="warn">No training progress was found in the inputs: no TOR to compute.</p>')
     for i, row in enumerate(tor.iter_rows(named=True)):
         job = row["job"]
-        _job_section(page, i, row, an.attempts.filter(pl.col("job") == job), incidents.filter(pl.col("job") == job),
-                     an.slow_periods.filter(pl.col("job") == job), _frame_for(an.progress, job),
-                     _frame_for(an.checkpoints, job), _job_events(events, row, tor.height), redact)
+        frames = JobFrames(an.attempts.filter(pl.col("job") == job), incidents.filter(pl.col("job") == job),
+                           an.slow_periods.filter(pl.col("job") == job), _frame_for(an.progress, job),
+                           _frame_for(an.checkpoints, job), _job_events(events, row, tor.height))
+        _job_section(page, i, row, frames, redact)
     summary, notes = (redact_json(inp.summary), redact_json(an.notes)) if redact else (inp.summary, an.notes)
     shapes = redact_frame(inp.shapes, ("shape", "first")) if redact and inp.shapes is not None else inp.shapes
-    _data_quality(page, events, summary, shapes, notes)
+    # clock offsets are reconstruct's to compute; asked for here until the analysis carries them
+    _data_quality(page, events, summary, shapes, notes, clock_skew(events))
     page.add('<footer>toranalyze · times in UTC · TOR = optimal / observed training time (arXiv 2408.07482)'
              f'{" · secrets redacted" if redact else ""}</footer>')
     return page.render()
@@ -86,9 +87,21 @@ def _when(t: datetime | None) -> str:
     return t.strftime("%Y-%m-%d %H:%M:%S") if t else "-"
 
 
-def _job_section(page: Page, i: int, row: dict[str, Any], attempts: pl.DataFrame, incidents: pl.DataFrame,
-                 slow: pl.DataFrame, prog: pl.DataFrame | None, ckpt: pl.DataFrame | None,
-                 events: pl.DataFrame, redact: bool) -> None:
+@dataclass(frozen=True)
+class JobFrames:
+    """One job's share of the analysis and of the events, as its section shows them."""
+
+    attempts: pl.DataFrame
+    incidents: pl.DataFrame
+    slow: pl.DataFrame
+    progress: pl.DataFrame | None
+    checkpoints: pl.DataFrame | None
+    events: pl.DataFrame
+
+
+def _job_section(page: Page, i: int, row: dict[str, Any], frames: JobFrames, redact: bool) -> None:
+    attempts, incidents, slow, events = frames.attempts, frames.incidents, frames.slow, frames.events
+    prog, ckpt = frames.progress, frames.checkpoints
     gpus = gpu_count(events)
     page.add(f'<section class="job" id="job-{i}" data-job="{esc(row["job"])}">')
     page.add(f"<h2>job {esc(row['job'])}</h2>")
@@ -190,7 +203,7 @@ def _incident_table(incidents: pl.DataFrame, events: pl.DataFrame, root: str | N
 
 
 def _data_quality(page: Page, events: pl.DataFrame, summary: dict[str, Any], shapes: pl.DataFrame | None,
-                  notes: list[str]) -> None:
+                  notes: list[str], skew: ClockSkew) -> None:
     page.add('<section id="data-quality"><h2>Data quality</h2>')
     files = pl.DataFrame(summary.get("per_file") or [], schema={
         "path": pl.String, "parser": pl.String, "lines": pl.Int64, "events": pl.Int64, "covered": pl.Int64,
@@ -216,7 +229,7 @@ def _data_quality(page: Page, events: pl.DataFrame, summary: dict[str, Any], sha
         page.add(table(["source", "events", "time inferred from a neighbour", "share", "no time"], trows,
                        [False, True, True, True, True]))
     if events.height:
-        _clock_skew(page, events)
+        _clock_skew(page, skew)
     if shapes is not None and shapes.height:
         page.add("<h3>Most common unrecognised line shapes</h3>")
         page.add(table(["count", "shape", "first seen"],
@@ -232,23 +245,18 @@ def _data_quality(page: Page, events: pl.DataFrame, summary: dict[str, Any], sha
     page.add("</section>")
 
 
-def _clock_skew(page: Page, events: pl.DataFrame) -> None:
-    """Clock offsets between files and between nodes (reconstruct/clock.py), largest first."""
+def _clock_skew(page: Page, skew: ClockSkew) -> None:
+    """Clock offsets between files and between nodes (reconstruct/skew.py), largest first."""
     page.add('<h3 id="clock-skew">Clock skew</h3>')
-    shown = 0
-    for unit in ("file", "node"):
-        off = clock_offsets(events, unit)
-        if not off.height:
-            continue
-        shown += 1
-        bad = skewed(off, SKEW_THRESHOLD_S)
+    for u_skew in skew.units:
+        unit, off, bad = u_skew.unit, u_skew.offsets, u_skew.skewed
         ref = off.filter(pl.col("reference"))["unit"].to_list()
         names = _short_paths(off["unit"].to_list()) if unit == "file" else off["unit"].to_list()
         page.add(f'<p class="note">{off.height} {unit}s stamp moments that another {unit} stamps too (a job\'s '
                  f"start or end, a training step); offsets are relative to "
                  f"{esc(names[off['unit'].to_list().index(ref[0])]) if ref else f'the median {unit}'}. "
                  f'<span class="{"warn" if bad.height else ""}" data-key="skewed-{unit}s">{bad.height}</span> '
-                 f"of them {'is' if bad.height == 1 else 'are'} off by more than {SKEW_THRESHOLD_S:g} s (and "
+                 f"of them {'is' if bad.height == 1 else 'are'} off by more than {skew.threshold_s:g} s (and "
                  "twice the spread of its moments) on at least 3 moments.</p>")
         flagged = set(bad["unit"].to_list())
         cols = off.select("unit", "source", "anchors", "offset_s", "spread_s", "reference")
@@ -258,7 +266,7 @@ def _clock_skew(page: Page, events: pl.DataFrame) -> None:
                 for n, (u, src, a, o, sp, r) in zip(names, cols.iter_rows(), strict=True)][:SKEW_ROWS]
         page.add(table([unit, "source", "moments", "offset (s)", "spread (s)", ""], rows,
                        [False, False, True, True, True, False], cls="t skew"))
-    if not shown:
+    if not skew.units:
         page.add('<p class="note">No moment is stamped by two files or nodes: clock skew cannot be estimated.</p>')
 
 

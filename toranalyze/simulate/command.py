@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,27 +27,31 @@ def _replayer(stream: list[int]) -> Callable[[], np.random.Generator]:
     return lambda: np.random.default_rng(stream)
 
 
-def job_configs(
-    data: dict[str, Any],
-    seed: int,
-    duration: float | None = None,
-    nodes: int | None = None,
-    flavor: str | None = None,
-    jobs: int | None = None,
-    bad_nodes: tuple[tuple[str, float], ...] = (),
-) -> list[RunConfig]:
+@dataclass(frozen=True)
+class Overrides:
+    """What the command line changes in a configuration's jobs (None, empty: as configured)."""
+
+    duration: float | None = None  # seconds
+    nodes: int | None = None
+    flavor: str | None = None
+    jobs: int | None = None
+    bad_nodes: tuple[tuple[str, float], ...] = ()  # (host, multiplier), added to the configuration's
+
+
+def job_configs(data: dict[str, Any], seed: int, overrides: Overrides = Overrides()) -> list[RunConfig]:
     """The run configs of one simulation: one job, or a fleet of varied jobs."""
     base = config_from_dict(data)
     over: dict[str, Any] = {}
-    if bad_nodes:
-        over["bad_nodes"] = tuple(sorted((dict(base.bad_nodes) | dict(bad_nodes)).items()))
-    if duration is not None:
-        over["duration_s"] = duration
-    if nodes is not None:
-        over["nodes"] = nodes
-    if flavor is not None:
-        over["flavor"] = flavor
+    if overrides.bad_nodes:
+        over["bad_nodes"] = tuple(sorted((dict(base.bad_nodes) | dict(overrides.bad_nodes)).items()))
+    if overrides.duration is not None:
+        over["duration_s"] = overrides.duration
+    if overrides.nodes is not None:
+        over["nodes"] = overrides.nodes
+    if overrides.flavor is not None:
+        over["flavor"] = overrides.flavor
     fleet = data.get("fleet")
+    jobs = overrides.jobs
     n_jobs = jobs if jobs is not None else int(fleet.get("jobs", 1)) if fleet else 1
     if n_jobs <= 1 and not fleet:
         cfg = replace(base, **over)
@@ -86,22 +90,13 @@ def job_configs(
     return out
 
 
-def run_simulation(
-    out: Path,
-    seed: int,
-    data: dict[str, Any],
-    preset: str | None,
-    duration: float | None = None,
-    nodes: int | None = None,
-    flavor: str | None = None,
-    jobs: int | None = None,
-    bad_nodes: tuple[tuple[str, float], ...] = (),
-) -> tuple[list[Timeline], dict[str, int]]:
+def run_simulation(out: Path, seed: int, data: dict[str, Any], preset: str | None,
+                   overrides: Overrides = Overrides()) -> tuple[list[Timeline], dict[str, int]]:
     """Draw and write every job; returns the timelines and file sizes (relative path -> bytes)."""
     from toranalyze.simulate.emit_kubernetes import KubeWriter
     from toranalyze.simulate.writer import RunWriter
 
-    cfgs = job_configs(data, seed, duration, nodes, flavor, jobs, bad_nodes)
+    cfgs = job_configs(data, seed, overrides)
     multi = len(cfgs) > 1
     tls: list[Timeline] = []
     sizes: dict[str, int] = {}
@@ -129,6 +124,13 @@ def run_simulation(
     return tls, sizes
 
 
+def _overrides(duration: str | None, nodes: int | None, flavor: str | None, jobs: int | None,
+               bad_node: tuple[str, ...]) -> Overrides:
+    """The command line's options, parsed (a ValueError names the one that is wrong)."""
+    return Overrides(parse_duration(duration) if duration else None, nodes, flavor, jobs,
+                     tuple(_bad_node(b) for b in bad_node))
+
+
 def _bad_node(spec: str) -> tuple[str, float]:
     host, _, mult = spec.partition("=")
     try:
@@ -152,9 +154,9 @@ def _bad_node(spec: str) -> tuple[str, float]:
 @click.option("--bad-node", "bad_node", multiple=True, metavar="HOST=MULT",
               help="Plant a bad node: HOST meets node-level failures MULT times as often (e.g. gpu-002=20). "
                    "Repeatable; recorded in truth.json.")
-def simulate(seed: int, out: Path, config: Path | None, preset: str, duration: str | None, nodes: int | None,
-             flavor: str | None, jobs: int | None, bad_node: tuple[str, ...]) -> None:
+def simulate(seed: int, out: Path, config: Path | None, preset: str, **options: Any) -> None:
     """Simulate a training run (or a fleet) and write its logs in real formats plus truth.json."""
+    # ``options``: --duration, --nodes, --flavor, --jobs, --bad-node, read by _overrides
     import tomllib
 
     try:
@@ -165,9 +167,7 @@ def simulate(seed: int, out: Path, config: Path | None, preset: str, duration: s
         else:
             data = load_preset(preset)
             preset_name = preset
-        dur = parse_duration(duration) if duration else None
-        bad = tuple(_bad_node(b) for b in bad_node)
-        tls, sizes = run_simulation(out, seed, data, preset_name, dur, nodes, flavor, jobs, bad)
+        tls, sizes = run_simulation(out, seed, data, preset_name, _overrides(**options))
     except ValueError as e:
         raise click.UsageError(str(e)) from e
     total = sum(sizes.values())
@@ -179,4 +179,4 @@ def simulate(seed: int, out: Path, config: Path | None, preset: str, duration: s
     click.echo(f"wrote {len(sizes)} files, {total / 1e6:.2f} MB to {out}")
 
 
-__all__ = ["simulate", "run_simulation", "job_configs", "preset_names", "math"]
+__all__ = ["simulate", "run_simulation", "job_configs", "Overrides", "preset_names", "math"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from toranalyze.simulate import fmt
 from toranalyze.simulate.context import RunContext
@@ -15,9 +16,17 @@ def line(ctx: RunContext, host: str, t_us: int, text: str) -> Line:
     return t_us, f"{fmt.syslog(t_us + ctx.skew(host))} {host} kernel: [{ctx.uptime_s(host, t_us):12.6f}] {text}"
 
 
-def xid(ctx: RunContext, host: str, t: int, gpu: int, code: int, pid: int, text: str) -> list[Line]:
+@dataclass(frozen=True)
+class Xid:
+    """An NVIDIA Xid error: its code and the driver's description."""
+
+    code: int
+    text: str
+
+
+def xid(ctx: RunContext, host: str, t: int, gpu: int, pid: int, err: Xid) -> list[Line]:
     bus = ctx.bus(gpu)
-    return [line(ctx, host, t, f"NVRM: Xid (PCI:0000:{bus}): {code}, pid={pid}, name=python3, {text}")]
+    return [line(ctx, host, t, f"NVRM: Xid (PCI:0000:{bus}): {err.code}, pid={pid}, name=python3, {err.text}")]
 
 
 def gpu_fell_off(ctx: RunContext, host: str, t: int, gpu: int, pid: int) -> list[Line]:
@@ -25,7 +34,7 @@ def gpu_fell_off(ctx: RunContext, host: str, t: int, gpu: int, pid: int) -> list
     return [
         line(ctx, host, t, f"NVRM: GPU at PCI:0000:{bus}: GPU-{abs(hash_s(host, gpu)):08x}-5c1e-2f4a-8d61-0b7e3a9c{gpu:04d}"),
         line(ctx, host, t, f"NVRM: GPU Board Serial Number: 1652{abs(hash_s(host, gpu)) % 10**9:09d}"),
-        *xid(ctx, host, t, gpu, 79, pid, "GPU has fallen off the bus."),
+        *xid(ctx, host, t, gpu, pid, Xid(79, "GPU has fallen off the bus.")),
         line(ctx, host, t + 2000, "NVRM: GPU 0000:" + bus + ".0: GPU has fallen off the bus."),
         line(ctx, host, t + 900_000, "NVRM: A GPU crash dump has been created. If possible, please run"),
         line(ctx, host, t + 900_000, "NVRM: nvidia-bug-report.sh as root to collect this data before"),
@@ -68,15 +77,15 @@ def io_error(ctx: RunContext, host: str, t: int) -> list[Line]:
     ]
 
 
-def oom_kill(ctx: RunContext, host: str, t: int, pid: int, job_id: int, uid: int,
-             cgroup: tuple[str, str, str] | None = None) -> list[Line]:
-    """The memory-cgroup oom-killer lines; ``cgroup`` = (cpuset, memcg, task memcg), by default
-    the Slurm step's cgroup."""
-    if cgroup is None:
-        cg = f"/slurm/uid_{uid}/job_{job_id}/step_0"
-        cpuset, memcg, task_cg = "step_0", cg, f"{cg}/task_0"
-    else:
-        cpuset, memcg, task_cg = cgroup
+def slurm_step_cgroup(uid: int, job_id: int) -> tuple[str, str, str]:
+    """(cpuset, memcg, task memcg) of a Slurm job's first step."""
+    cg = f"/slurm/uid_{uid}/job_{job_id}/step_0"
+    return "step_0", cg, f"{cg}/task_0"
+
+
+def oom_kill(ctx: RunContext, host: str, t: int, pid: int, uid: int, cgroup: tuple[str, str, str]) -> list[Line]:
+    """The memory-cgroup oom-killer lines; ``cgroup`` = (cpuset, memcg, task memcg)."""
+    cpuset, memcg, task_cg = cgroup
     return [
         line(ctx, host, t, "python3 invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, oom_score_adj=0"),
         line(ctx, host, t, f"oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset={cpuset},mems_allowed=0-1,oom_memcg={memcg},task_memcg={task_cg},task=python3,pid={pid},uid={uid}"),

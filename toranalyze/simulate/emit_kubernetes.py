@@ -35,7 +35,7 @@ from toranalyze.simulate import k8s_objects as KO
 from toranalyze.simulate.emit_nccl import init_chatter
 from toranalyze.simulate.emit_torch import launcher_start
 from toranalyze.simulate.evidence import Evidence, attempt_evidence
-from toranalyze.simulate.k8s_objects import NS, US, ts
+from toranalyze.simulate.k8s_objects import NS, US, Note, Seen, Source, ts
 from toranalyze.simulate.kyaml import list_json_chunks, to_yaml
 from toranalyze.simulate.timeline import REPLACES_NODE, Attempt, Incident, Timeline
 from toranalyze.simulate.writer import PY_WARNINGS, Line, RunWriter, merged, write_lines
@@ -133,12 +133,10 @@ class KubeWriter(RunWriter):
         return KO.job_ref(self.job, job.uid, self.ids.rv(t))
 
     def _op(self, t: int, job: PyJob, reason: str, message: str, etype: str = "Normal") -> None:
-        self.events.core(t, self._jref(job, t), reason, message, etype, component=KO.OPERATOR)
+        self.events.core(t, self._jref(job, t), Note(reason, message, etype), Source(KO.OPERATOR))
 
-    def _kubelet(self, t: int, pod: Pod, reason: str, message: str, etype: str = "Normal",
-                 container: bool = True, count: int = 1, first: int | None = None) -> None:
-        self.events.core(t, self._pref(pod, t, container), reason, message, etype, host=pod.node,
-                         count=count, first=first)
+    def _kubelet(self, t: int, pod: Pod, note: Note, container: bool = True, seen: Seen = KO.ONCE) -> None:
+        self.events.core(t, self._pref(pod, t, container), note, Source(host=pod.node), seen)
 
     def _cluster_nodes(self) -> int:
         return len(self.tl.hosts) + 3  # GPU nodes and three control-plane nodes
@@ -188,8 +186,8 @@ class KubeWriter(RunWriter):
             pod, cid = self._restart_in_place(prev, t_run)
         else:
             pod, cid = self._new_pod(k, a, ni, prev, job, t_run)
-        self._kubelet(t_run - 200_000, pod, "Created", f"Created container {KO.CONTAINER}")
-        self._kubelet(t_run, pod, "Started", f"Started container {KO.CONTAINER}")
+        self._kubelet(t_run - 200_000, pod, Note("Created", f"Created container {KO.CONTAINER}"))
+        self._kubelet(t_run, pod, Note("Started", f"Started container {KO.CONTAINER}"))
         run = Run(pod, t_run, cid, restarts=pod.restarts, last_term=pod.last_term)
         if self.tl.config.walltime_s:
             # the time limit counts from the container's start: the cluster's time-limit controller sets
@@ -204,9 +202,9 @@ class KubeWriter(RunWriter):
         if gap > 12 * US:
             first = (prev.finished or t_run) + US
             n = max(1, int(gap // (25 * US)))
-            self._kubelet(t_run - 2 * US, pod, "BackOff",
-                          f"Back-off restarting failed container {KO.CONTAINER} in pod {pod.name}_{NS}({pod.uid})",
-                          "Warning", count=n, first=first)
+            self._kubelet(t_run - 2 * US, pod, Note(
+                "BackOff", f"Back-off restarting failed container {KO.CONTAINER} in pod {pod.name}_{NS}({pod.uid})",
+                "Warning"), seen=Seen(n, first=first))
         pod.restarts += 1
         pod.last_term = prev.term()
         return pod, prev.restart_cid
@@ -241,24 +239,25 @@ class KubeWriter(RunWriter):
         if wait > 3 * US:
             # every GPU node is taken while it waits, but a cordoned one
             cordoned = 1 if (prev is not None and prev.extra.get("cordoned")) else 0
-            self.events.new(created + 100_000, self._pref(pod, created), "FailedScheduling",
-                            self._unschedulable(len(self.tl.hosts) - cordoned, cordoned), "Scheduling", "Warning",
-                            count=max(1, int(wait // (60 * US)) + 1), last=sched - US)
-        self.events.new(sched, self._pref(pod, sched), "Scheduled",
-                        f"Successfully assigned {NS}/{name} to {host}", "Binding")
+            self.events.new(created + 100_000, self._pref(pod, created),
+                            Note("FailedScheduling", self._unschedulable(len(self.tl.hosts) - cordoned, cordoned),
+                                 "Warning"), "Scheduling",
+                            Seen(max(1, int(wait // (60 * US)) + 1), last=sched - US))
+        self.events.new(sched, self._pref(pod, sched),
+                        Note("Scheduled", f"Successfully assigned {NS}/{name} to {host}"), "Binding")
         self._image_events(pod, sched, t_run)
         return pod, self.ids.hex64("cid", pod.uid, 0)
 
     def _image_events(self, pod: Pod, sched: int, t_run: int) -> None:
         """The image is pulled once per node; later pods there find it present."""
         if pod.node in self.pulled:
-            self._kubelet(t_run - 600_000, pod, "Pulled",
-                          f'Container image "{KO.IMAGE}" already present on machine')
+            self._kubelet(t_run - 600_000, pod, Note("Pulled",
+                                                     f'Container image "{KO.IMAGE}" already present on machine'))
             return
-        self._kubelet(sched + 500_000, pod, "Pulling", f'Pulling image "{KO.IMAGE}"')
+        self._kubelet(sched + 500_000, pod, Note("Pulling", f'Pulling image "{KO.IMAGE}"'))
         took = fmt_go_ms(max(1, (t_run - 700_000 - sched - 500_000) // 1000))
-        self._kubelet(t_run - 700_000, pod, "Pulled",
-                      f'Successfully pulled image "{KO.IMAGE}" in {took} ({took} including waiting)')
+        self._kubelet(t_run - 700_000, pod, Note(
+            "Pulled", f'Successfully pulled image "{KO.IMAGE}" in {took} ({took} including waiting)'))
         self.pulled.add(pod.node)
 
     def _exit(self, run: Run, t: int, reason: str, code: int) -> None:
@@ -269,7 +268,7 @@ class KubeWriter(RunWriter):
     def _delete(self, run: Run, t: int, killing: bool = True) -> None:
         """Graceful deletion: SIGTERM, the container exits 143, the pod goes."""
         if killing:
-            self._kubelet(t + 20_000, run.pod, "Killing", f"Stopping container {KO.CONTAINER}")
+            self._kubelet(t + 20_000, run.pod, Note("Killing", f"Stopping container {KO.CONTAINER}"))
         self._exit(run, t + self._u(0.8, 4.0), "Error", SIGTERM_EXIT)
         run.end, run.deleted = "deleted", t
 
@@ -312,7 +311,7 @@ class KubeWriter(RunWriter):
         """The time limit: every pod passes its activeDeadlineSeconds and is deleted."""
         why = "Pod was active on the node longer than the specified deadline"
         for run in runs:
-            self._kubelet(td, run.pod, "DeadlineExceeded", why, container=False)
+            self._kubelet(td, run.pod, Note("DeadlineExceeded", why), container=False)
             run.pod_reason = ("DeadlineExceeded", why)
             self._delete(run, td)
         last = max(r.finished or td for r in runs)
@@ -328,8 +327,8 @@ class KubeWriter(RunWriter):
         """A higher-priority serving pod preempts every pod of the job."""
         other = self.ids.uid("preemptor", k)
         for run in runs:
-            self.events.new(td, self._pref(run.pod, td), "Preempted",
-                            f"Preempted by pod {other} on node {run.pod.node}", "Preempting",
+            self.events.new(td, self._pref(run.pod, td),
+                            Note("Preempted", f"Preempted by pod {other} on node {run.pod.node}"), "Preempting",
                             related={"apiVersion": "v1", "kind": "Pod", "name": f"llm-serving-{k:02d}-0",
                                      "namespace": "serving", "uid": other})
             run.disruption = ("PreemptionByScheduler",
@@ -339,27 +338,31 @@ class KubeWriter(RunWriter):
     def _maintenance(self, a: Attempt, td: int, nxt: Attempt | None, runs: list[Run]) -> None:
         """The head node is cordoned and drained; it comes back before the next attempt."""
         head = a.nodes[0]
-        self.events.core(td - 300 * US, KO.node_ref(head), "NodeNotSchedulable",
-                         f"Node {head} status is now: NodeNotSchedulable", host=head)
+        self.events.core(td - 300 * US, KO.node_ref(head),
+                         Note("NodeNotSchedulable", f"Node {head} status is now: NodeNotSchedulable"),
+                         Source(host=head))
         for run in runs:
             run.disruption = ("EvictionByEvictionAPI", "Eviction API: evicting", td)
             run.extra["cordoned"] = True
             self._delete(run, td)
         if nxt is not None:
             back = max(td + US, nxt.start - self._u(20.0, 60.0))
-            self.events.core(back, KO.node_ref(head), "NodeSchedulable",
-                             f"Node {head} status is now: NodeSchedulable", host=head)
+            self.events.core(back, KO.node_ref(head),
+                             Note("NodeSchedulable", f"Node {head} status is now: NodeSchedulable"),
+                             Source(host=head))
 
     def _node_lost(self, inc: Incident, lost: Run, runs: list[Run]) -> None:
         """The node goes NotReady, the taint manager deletes its pod, the others' containers fail."""
         te, td = inc.t_fail, inc.t_detected
         t_nr = te + (td - te) // 2
-        self.events.core(t_nr, KO.node_ref(lost.pod.node), "NodeNotReady",
-                         f"Node {lost.pod.node} status is now: NodeNotReady", component="node-controller")
-        self.events.core(t_nr + 50_000, self._pref(lost.pod, t_nr), "NodeNotReady", "Node is not ready",
-                         "Warning", component="node-controller")
-        self.events.core(td, self._pref(lost.pod, td), "TaintManagerEviction",
-                         f"Marking for deletion Pod {NS}/{lost.pod.name}", component="taint-eviction-controller")
+        self.events.core(t_nr, KO.node_ref(lost.pod.node),
+                         Note("NodeNotReady", f"Node {lost.pod.node} status is now: NodeNotReady"),
+                         Source("node-controller"))
+        self.events.core(t_nr + 50_000, self._pref(lost.pod, t_nr), Note("NodeNotReady", "Node is not ready",
+                         "Warning"), Source("node-controller"))
+        self.events.core(td, self._pref(lost.pod, td),
+                         Note("TaintManagerEviction", f"Marking for deletion Pod {NS}/{lost.pod.name}"),
+                         Source("taint-eviction-controller"))
         lost.not_ready = t_nr
         lost.disruption = ("DeletionByTaintManager", "Taint manager: deleting due to NoExecute taint", td)
         lost.end, lost.deleted = "lost", td
@@ -383,8 +386,9 @@ class KubeWriter(RunWriter):
         if replaced and cls in REPLACES_NODE and fail_ni is not None:
             bad = runs[fail_ni]
             node = bad.pod.node
-            self.events.core(td + 2 * US, KO.node_ref(node), "NodeNotSchedulable",
-                             f"Node {node} status is now: NodeNotSchedulable", host=node)
+            self.events.core(td + 2 * US, KO.node_ref(node),
+                             Note("NodeNotSchedulable", f"Node {node} status is now: NodeNotSchedulable"),
+                             Source(host=node))
             bad.disruption = ("EvictionByEvictionAPI", "Eviction API: evicting", td + 5 * US)
             bad.extra["cordoned"] = True
             bad.end, bad.deleted = "deleted", td + 5 * US
@@ -630,14 +634,16 @@ class KubeWriter(RunWriter):
             pref = {"apiVersion": "v1", "kind": "Pod", "name": pname, "namespace": "research",
                     "resourceVersion": self.ids.rv(t0), "uid": puid}
             cref = {**pref, "fieldPath": "spec.containers{main}"}
-            log.core(t0, jref, "SuccessfulCreate", f"Created pod: {pname}", component="job-controller")
-            log.new(t0 + 300_000, pref, "Scheduled", f"Successfully assigned research/{pname} to {node}", "Binding")
-            log.core(t0 + 1_200_000, cref, "Pulled", 'Container image "python:3.11-slim" already present on machine',
-                     host=node)
-            log.core(t0 + 1_500_000, cref, "Created", "Created container main", host=node)
-            log.core(t0 + 1_700_000, cref, "Started", "Started container main", host=node)
+            jobs, kubelet = Source("job-controller"), Source(host=node)
+            log.core(t0, jref, Note("SuccessfulCreate", f"Created pod: {pname}"), jobs)
+            log.new(t0 + 300_000, pref, Note("Scheduled", f"Successfully assigned research/{pname} to {node}"),
+                    "Binding")
+            log.core(t0 + 1_200_000, cref,
+                     Note("Pulled", 'Container image "python:3.11-slim" already present on machine'), kubelet)
+            log.core(t0 + 1_500_000, cref, Note("Created", "Created container main"), kubelet)
+            log.core(t0 + 1_700_000, cref, Note("Started", "Started container main"), kubelet)
             done = t0 + int(rng.uniform(120, 1800) * US)
-            log.core(done + 800_000, jref, "Completed", "Job completed", component="job-controller")
+            log.core(done + 800_000, jref, Note("Completed", "Job completed"), jobs)
             yield from log.sorted_items()
 
     # ------------------------------------------------------------------ all files

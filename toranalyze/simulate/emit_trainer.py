@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -80,9 +81,21 @@ def _draws(rng: np.random.Generator, skip: int, draw) -> Iterator[float]:  # noq
         yield from draw(rng, LOSS_CHUNK).tolist()
 
 
-def _iteration_line(ctx: RunContext, s: int, printed: int, avg_ms: float, nan_count: int, nz: float, gn: float) -> str:
+@dataclass(frozen=True)
+class Reading:
+    """What one iteration line reports besides its step: the mean step time and NaN count of the
+    steps since the previous line, and the step's loss noise and grad norm."""
+
+    avg_ms: float
+    nan_count: int
+    loss_noise: float
+    grad_norm: float
+
+
+def _iteration_line(ctx: RunContext, s: int, printed: int, r: Reading) -> str:
     """Step ``s``'s iteration line stamped ``printed``: loss and grad norm, or the NaN count when
     steps since the previous line went NaN."""
+    avg_ms, nan_count, nz, gn = r.avg_ms, r.nan_count, r.loss_noise, r.grad_norm
     T = ctx.cfg.train_iters
     gbs = ctx.cfg.global_batch_size
     body = (
@@ -151,7 +164,7 @@ def progress(ctx: RunContext, a: Attempt, chunks: Iterable[Chunk] | None = None)
             if s >= nan_from:
                 nan_count += 1
             if s % li == 0 or s == T:
-                yield t, _iteration_line(ctx, s, t + sk, acc_ms / acc_n, nan_count, nz, gn)
+                yield t, _iteration_line(ctx, s, t + sk, Reading(acc_ms / acc_n, nan_count, nz, gn))
                 acc_ms = 0.0
                 acc_n = 0
                 nan_count = 0

@@ -55,10 +55,14 @@ def _seq(inc: Incident) -> int:
     return 36 * inc.last_step + 17
 
 
-def _torchrun_all(ctx: RunContext, a: Attempt, t: int, root_rank: int, root_code: int, root_t: int,
-                  fail_node: int | None, code_fail: int, code_other: int | None) -> list[NLine]:
+def _torchrun_all(ctx: RunContext, a: Attempt, t: int, root: tuple[int, int, int], fail_node: int | None,
+                  code_other: int | None) -> list[NLine]:
+    """Every node's torchrun report at ``t``: ``root`` (global rank, exit code, time) is the first
+    failure, which the failed node's workers share; the other nodes' workers exit ``code_other``
+    (or those nodes report nothing when it is None)."""
     out: list[NLine] = []
     G = ctx.G
+    root_rank, code_fail, _ = root
     for ni in range(len(a.nodes)):
         if fail_node is not None and ni == fail_node:
             failed = [(root_rank % G, code_fail)] if code_fail != code_other else [(lr, code_fail) for lr in range(G)]
@@ -67,7 +71,7 @@ def _torchrun_all(ctx: RunContext, a: Attempt, t: int, root_rank: int, root_code
         else:
             failed = [(lr, code_other) for lr in range(G)]
         dt = 0 if ni == fail_node else 200_000 + ni * 1000
-        out += _at(t + dt, TT.torchrun_failure(ctx, a, ni, t + dt, failed, (root_rank, root_code, root_t)), ni)
+        out += _at(t + dt, TT.torchrun_failure(ctx, a, ni, t + dt, failed, root), ni)
     return out
 
 
@@ -135,7 +139,7 @@ class _Failure:
             nodes = [self.node()[1]]
         else:
             nodes = list(range(len(self.a.nodes)))
-        self.ev.out += _torchrun_all(self.ctx, self.a, self.td, self.rank, code, root_t, self.node_i, code, code_other)
+        self.ev.out += _torchrun_all(self.ctx, self.a, self.td, (self.rank, code, root_t), self.node_i, code_other)
         self.ev.out += _srun_exit(self.a, self.td, nodes, 1)
 
     def drain(self, reason: str) -> None:
@@ -168,7 +172,7 @@ def _gpu_hardware(f: _Failure) -> None:
 
 def _gpu_memory(f: _Failure) -> None:
     host, node_i = f.node()
-    f.ev.add_kern(host, K.xid(f.ctx, host, f.te, f.gpu, 94, f.pid, "Contained: SM (0x1). RST: No, D-RST: No"))
+    f.ev.add_kern(host, K.xid(f.ctx, host, f.te, f.gpu, f.pid, K.Xid(94, "Contained: SM (0x1). RST: No, D-RST: No")))
     f.ev.out.extend(_at(f.te + 500_000, TT.cuda_error(f.rank, "uncorrectable ECC error encountered"), node_i))
     f.crash(1, f.te + 500_000, None)
     f.drain("Xid 94 uncorrectable ECC")
@@ -179,7 +183,7 @@ def _gpu_interconnect(f: _Failure) -> None:
     host, _ = f.node()
     link = int(f.rng.integers(0, 18))
     msg = f"NVLink: fatal error detected on link {link}(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)"
-    f.ev.add_kern(host, K.xid(f.ctx, host, f.te, f.gpu, 74, f.pid, msg))
+    f.ev.add_kern(host, K.xid(f.ctx, host, f.te, f.gpu, f.pid, K.Xid(74, msg)))
     f.watchdogs(None)
     f.crash(-6, f.watchdog_t, -6)
     f.drain("Xid 74 NVLink error")
@@ -251,9 +255,10 @@ def _oom_gpu(f: _Failure) -> None:
 def _oom_host(f: _Failure) -> None:
     host, node_i = f.node()
     ev, td, j = f.ev, f.td, f.j
-    ev.add_kern(host, K.oom_kill(f.ctx, host, f.te, f.pid, j, f.ctx.uid, f.oom_cgroup))
+    cgroup = f.oom_cgroup if f.oom_cgroup is not None else K.slurm_step_cgroup(f.ctx.uid, j)
+    ev.add_kern(host, K.oom_kill(f.ctx, host, f.te, f.pid, f.ctx.uid, cgroup))
     if not f.killed:
-        ev.out += _torchrun_all(f.ctx, f.a, td, f.rank, -9, f.te, node_i, -9, None)
+        ev.out += _torchrun_all(f.ctx, f.a, td, (f.rank, -9, f.te), node_i, None)
         ev.out.append(
             (
                 td + 400_000,

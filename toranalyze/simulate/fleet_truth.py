@@ -98,7 +98,7 @@ def generate_fleet(spec: FleetSpec, seed: int) -> tuple[dict[str, pl.DataFrame],
         t0 = spec.start + timedelta(hours=float(rng.uniform(0, 24 * 60)))
         events = _job_events(rng, spec, nodes, hours, lemons)
         lemon_node_hours += hours * len(lemons.intersection(nodes))
-        _job_rows(rng, spec, f"job-{j:04d}", nodes, hours, t0, events, rows)
+        _job_rows(rng, spec, DrawnJob(f"job-{j:04d}", nodes, hours, t0, events), rows)
     frames = {
         "jobs": conform(rows["jobs"], JOBS_SCHEMA),
         "attempts": conform(rows["attempts"], FLEET_ATTEMPTS_SCHEMA),
@@ -138,10 +138,23 @@ def conform(rows: list[dict[str, Any]], schema: pl.Schema) -> pl.DataFrame:
     return df.select([pl.col(c).cast(t) if c in df.columns else pl.lit(None, t).alias(c) for c, t in schema.items()])
 
 
-def _job_rows(rng: np.random.Generator, spec: FleetSpec, job: str, nodes: list[str], hours: float,
-              t0: datetime, events: list[tuple[float, str, str | None]], rows: dict[str, list[dict[str, Any]]]) -> None:
+@dataclass(frozen=True)
+class DrawnJob:
+    """One job of the fleet as drawn: its name, nodes, running hours, start and stops
+    ((running hour, class, node) in order)."""
+
+    name: str
+    nodes: list[str]
+    hours: float
+    t0: datetime
+    stops: list[tuple[float, str, str | None]]
+
+
+def _job_rows(rng: np.random.Generator, spec: FleetSpec, drawn: DrawnJob,
+              rows: dict[str, list[dict[str, Any]]]) -> None:
     """Attempts between stops: each runs from its start to the next stop's onset; the stop is
     detected after a lognormal delay and the next attempt starts after a lognormal recovery."""
+    job, nodes, hours, t0, events = drawn.name, drawn.nodes, drawn.hours, drawn.t0, drawn.stops
     g = len(nodes) * spec.gpus_per_node
     t, u = t0, 0.0
     bounds = [*events, (hours, "", None)]

@@ -64,6 +64,37 @@ class Ids:
 
 
 # ------------------------------------------------------------------------------------ events
+@dataclass(frozen=True)
+class Note:
+    """What an event says: its reason, its message (the API's ``note``) and its type."""
+
+    reason: str
+    message: str
+    type: str = "Normal"
+
+
+@dataclass(frozen=True)
+class Source:
+    """Who recorded a core/v1 event: the component, and the node when a kubelet did."""
+
+    component: str = "kubelet"
+    host: str | None = None
+
+
+@dataclass(frozen=True)
+class Seen:
+    """How often one event was recorded: ``count`` times, between ``first`` and ``last`` (the
+    end not given is the event's own time)."""
+
+    count: int = 1
+    first: int | None = None
+    last: int | None = None
+
+
+KUBELET = Source()
+ONCE = Seen()
+
+
 @dataclass
 class EventLog:
     ids: Ids
@@ -76,22 +107,25 @@ class EventLog:
         return {"creationTimestamp": ts(t), "name": f"{obj_name}.{nano:x}", "namespace": ns,
                 "uid": self.ids.uid("event", self._seq)}
 
-    def core(self, t: int, obj: dict[str, Any], reason: str, message: str, etype: str = "Normal",
-             component: str = "kubelet", host: str | None = None, count: int = 1, first: int | None = None) -> None:
-        """A core/v1 event recorded by a kubelet or a controller (legacy recorder)."""
+    def core(self, t: int, obj: dict[str, Any], note: Note, source: Source = KUBELET,
+             seen: Seen = ONCE) -> None:
+        """A core/v1 event recorded by a kubelet or a controller (legacy recorder); ``t`` is the
+        last time it was seen, ``seen.first`` the first."""
+        reason, message, etype = note.reason, note.message, note.type
+        component, host, count = source.component, source.host, seen.count
         ns = obj.get("namespace") or "default"
         key = (ns, obj.get("kind"), obj.get("name"), obj.get("uid"), obj.get("fieldPath"), reason, message,
                component, host, etype)
-        first = t if first is None else first
+        first = t if seen.first is None else seen.first
         ev = self.items.get(key)
         if ev is not None:
             ev["count"] += count
             ev["_last"] = max(ev["_last"], t)
             ev["_first"] = min(ev["_first"], first)
             return
-        source: dict[str, Any] = {"component": component}
+        src: dict[str, Any] = {"component": component}
         if host:
-            source["host"] = host
+            src["host"] = host
         self.items[key] = {
             "apiVersion": "v1",
             "count": count,
@@ -103,15 +137,17 @@ class EventLog:
             "reason": reason,
             "reportingComponent": "kubelet" if component == "kubelet" else "",
             "reportingInstance": host if component == "kubelet" and host else "",
-            "source": source,
+            "source": src,
             "type": etype,
             "_first": first,
             "_last": t,
         }
 
-    def new(self, t: int, obj: dict[str, Any], reason: str, note: str, action: str, etype: str = "Normal",
-            count: int = 1, last: int | None = None, related: dict[str, Any] | None = None) -> None:
-        """An events.k8s.io/v1 event (the scheduler's), as ``kubectl get events`` reads it back."""
+    def new(self, t: int, obj: dict[str, Any], note: Note, action: str, seen: Seen = ONCE,
+            related: dict[str, Any] | None = None) -> None:
+        """An events.k8s.io/v1 event (the scheduler's), as ``kubectl get events`` reads it back;
+        ``t`` is the first time it was seen, ``seen.last`` the last."""
+        reason, etype, count, last = note.reason, note.type, seen.count, seen.last
         ns = obj.get("namespace") or "default"
         ev: dict[str, Any] = {
             "action": action,
@@ -121,7 +157,7 @@ class EventLog:
             "involvedObject": dict(obj),
             "kind": "Event",
             "lastTimestamp": None,
-            "message": note,
+            "message": note.message,
             "metadata": self._meta(ns, str(obj.get("name")), t),
             "reason": reason,
             "reportingComponent": SCHEDULER,

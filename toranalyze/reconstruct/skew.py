@@ -16,9 +16,12 @@ anchor) says how loosely its anchors mark one moment; an offset within twice tha
 skew.
 
 Pure: events in, one row per unit out. Stamps inferred from a neighbouring line are left out.
+``clock_skew`` gathers both kinds of unit and the skewed ones, as the job report shows them.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import polars as pl
 
@@ -97,3 +100,34 @@ def skewed(offsets: pl.DataFrame, threshold_s: float = 1.0, min_anchors: int = 3
     anchors says more about how loosely they mark one moment than about the clock."""
     off = pl.col("offset_s").abs()
     return offsets.filter((off > threshold_s) & (off > 2 * pl.col("spread_s")) & (pl.col("anchors") >= min_anchors))
+
+
+SKEW_THRESHOLD_S = 1.0
+UNITS = ("file", "node")
+
+
+@dataclass(frozen=True)
+class UnitSkew:
+    """The clock offsets of one kind of unit (``file`` or ``node``) and those called skewed."""
+
+    unit: str
+    offsets: pl.DataFrame  # clock_offsets
+    skewed: pl.DataFrame  # the rows of ``offsets`` that skewed() keeps
+
+
+@dataclass(frozen=True)
+class ClockSkew:
+    """Clock offsets between files and between nodes, for the kinds of unit that share moments."""
+
+    threshold_s: float
+    units: tuple[UnitSkew, ...]
+
+
+def clock_skew(events: pl.DataFrame, threshold_s: float = SKEW_THRESHOLD_S) -> ClockSkew:
+    """Offsets by file and by node; a kind of unit whose members share no moment is left out."""
+    units = []
+    for unit in UNITS if events.height else ():
+        off = clock_offsets(events, unit)
+        if off.height:
+            units.append(UnitSkew(unit, off, skewed(off, threshold_s)))
+    return ClockSkew(threshold_s, tuple(units))

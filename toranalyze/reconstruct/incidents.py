@@ -125,7 +125,7 @@ KEY = ["job", "attempt_idx"]
 
 # Flags of an event computed from its message text (with_flags), so that the text itself need
 # not travel through the stages: a peer's symptom, and a scheduler job step's row.
-FLAG_COLUMNS = ("_sym", "_step_row")
+FLAG_COLUMNS = ("peer_symptom", "sched_step_row")
 
 
 def with_flags(ev: pl.DataFrame) -> pl.DataFrame:
@@ -148,7 +148,7 @@ def flag_exprs() -> list[pl.Expr]:
     )
     network = pl.col("failure_class") == "network"
     sym = network & pl.when(network).then(msg).str.contains(PEER_SYMPTOM)
-    return [sym.fill_null(False).alias("_sym"), step_row.fill_null(False).alias("_step_row")]
+    return [sym.fill_null(False).alias("peer_symptom"), step_row.fill_null(False).alias("sched_step_row")]
 
 
 def interrupted_attempts(att: pl.DataFrame, ev: pl.DataFrame, stall_us: dict[str, int] | None = None) -> pl.DataFrame:
@@ -300,7 +300,7 @@ def _end_state_class() -> pl.Expr:
         .when(st.str.starts_with("CANCELLED by"))
         .then(pl.lit("user_cancel"))
         # A job step's CANCELLED only echoes its job's stop (see flag_exprs): no class.
-        .when(st.str.starts_with("CANCELLED") & pl.col("_step_row"))
+        .when(st.str.starts_with("CANCELLED") & pl.col("sched_step_row"))
         .then(pl.lit(None, pl.String))
         .when(st.str.starts_with("CANCELLED"))
         .then(pl.lit("user_cancel"))
@@ -325,7 +325,7 @@ def _evidence_columns() -> list[str | pl.Expr]:
         pl.coalesce("failure_class", pl.when(pl.col("kind") == "job_end").then(_end_state_class())).alias("cls"),
         (pl.col("file").fill_null("?") + pl.lit(":") + pl.col("line").cast(pl.String)).alias("ev"),
         pl.col("rule").fill_null("").is_in(WEAK_RULES).alias("_weak"),
-        pl.col("_sym"),
+        pl.col("peer_symptom"),
         pl.col("rule").fill_null(""),
         (
             (pl.col("kind") == "warning")
@@ -459,7 +459,7 @@ def _root_causes(ia: pl.DataFrame, g: pl.DataFrame) -> pl.DataFrame:
 def _ladder_facts(ia: pl.DataFrame, g: pl.DataFrame) -> pl.DataFrame:
     """The interruptions with what their onset records say, for each rung of the ladder: which
     kinds of record are present and the first class of each (``_r_*``), and all classes seen."""
-    c, sym = pl.col("cls"), pl.col("_sym")
+    c, sym = pl.col("cls"), pl.col("peer_symptom")
 
     def first(mask: pl.Expr) -> pl.Expr:  # on rows in (priority, time) order
         return c.filter(mask).first()
@@ -534,7 +534,7 @@ def _with_gpu_specific(d: pl.DataFrame, g: pl.DataFrame) -> pl.DataFrame:
     c = pl.col("cls")
     specific = (
         g.join(d.select(*KEY, "_r1", "_demoted"), on=KEY, how="inner")
-        .filter(pl.col("_se") & (~pl.col("_sym") | ~pl.col("_demoted")) & (c == pl.col("_r1"))
+        .filter(pl.col("_se") & (~pl.col("peer_symptom") | ~pl.col("_demoted")) & (c == pl.col("_r1"))
                 & ~pl.col("rule").is_in(GENERIC_GPU_RULES))
         .select(KEY).unique().with_columns(pl.lit(True).alias("_specific"))
     )
@@ -613,7 +613,7 @@ def _selected_evidence(d: pl.DataFrame, g: pl.DataFrame) -> pl.DataFrame:
     """Nodes, ranks and evidence from the deciding records (those of ``_sel_cls`` in the rung's
     scope); the scheduler's end record is evidence too."""
     rung, c = pl.col("_rung"), pl.col("cls")
-    in_scope = pl.when(pl.col("_demoted")).then(~pl.col("_sym")).otherwise(True)
+    in_scope = pl.when(pl.col("_demoted")).then(~pl.col("peer_symptom")).otherwise(True)
     sel = (
         pl.when(rung == "killed").then(pl.col("_kill"))
         .when(pl.col("_nan_stop") | rung.is_in(("planned",))).then(c == pl.col("_sel_cls"))

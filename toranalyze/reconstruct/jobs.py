@@ -74,12 +74,12 @@ def _fold_dirs(ev: pl.DataFrame) -> dict[str, str]:
     to its nearest ancestor that holds a run; with no such ancestor it stands alone when it
     has training records, else it joins the only run there is.
 
-    ``ev``: ``_dir``, ``_base`` and ``_life`` (a record of a start, an end or training).
+    ``ev``: ``_dir``, ``base_job_id`` and ``_life`` (a record of a start, an end or training).
     """
     facts = ev.group_by("_dir").agg(
-        pl.col("_base").is_not_null().any().alias("ids"),
+        pl.col("base_job_id").is_not_null().any().alias("ids"),
         pl.col("_life").any().alias("life"),
-        pl.col("_base").drop_nulls().unique().alias("_idset"),
+        pl.col("base_job_id").drop_nulls().unique().alias("_idset"),
     )
     with_ids = set(facts.filter(pl.col("ids") & pl.col("life"))["_dir"].to_list())
     idsets = {d: set(x) for d, x in facts.select("_dir", "_idset").iter_rows()}
@@ -119,10 +119,10 @@ def _ancestors(d: str) -> list[str]:
 
 
 def with_time(events: pl.DataFrame) -> pl.DataFrame:
-    """Add ``t`` (Int64 µs since the epoch) and a stable row id ``_row``."""
+    """Add ``t`` (Int64 µs since the epoch) and a stable row id ``row``."""
     return events.with_columns(
         pl.col("ts").dt.epoch("us").alias("t"),
-        pl.int_range(pl.len(), dtype=pl.Int64).alias("_row"),
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("row"),
     )
 
 
@@ -131,20 +131,20 @@ def assign_jobs(events: pl.DataFrame, coded: bool = False) -> tuple[pl.DataFrame
 
     ``jobs`` has one row per job: ``job``, ``path`` (directory), ``job_ids`` (scheduler ids of
     its attempts, in order), ``identity`` ("scheduler" | "job-name" | "directory"), sorted by
-    ``job``. The events get ``_dir`` and ``_base`` too; with ``coded`` their ``job`` is the
-    job's row in ``jobs`` (UInt32) instead of its name, ``_dir`` is left out and ``_fc`` numbers
+    ``job``. The events get ``_dir`` and ``base_job_id`` too; with ``coded`` their ``job`` is the
+    job's row in ``jobs`` (UInt32) instead of its name, ``_dir`` is left out and ``file_code`` numbers
     their files in the order they first come (a null file too).
     """
     # Every record of a (file, scheduler id) pair gets the same job: the rule is decided on the
     # pairs (a few thousand rows however many records), which are summed up from blocks of
     # consecutive records with the same file and id (a log's records come together), with
     # files, directories, base ids and runs as integer codes. Each record takes its block's job
-    # by a slot look-up at the end. A ``_name`` column (job_name()) stands in for the message.
+    # by a slot look-up at the end. A ``stated_job`` column (job_name()) stands in for the message.
     block, blocks = _blocks(events)
     blocks, files, bases = _coded_blocks(blocks)
     pairs = _pairs(blocks)
     files, dirs = _folded_files(files, pairs, bases)
-    pairs = pairs.with_columns(files["_dc"].gather(pairs["_fc"]).alias("_dc"))
+    pairs = pairs.with_columns(files["_dc"].gather(pairs["file_code"]).alias("_dc"))
     run_of, identity_of = _chain_ids(_id_facts(pairs, files, dirs, bases))
     # Runs, then each directory's own key ("<dir>::"), coded in name order so that ties between
     # runs break by name.
@@ -155,9 +155,9 @@ def assign_jobs(events: pl.DataFrame, coded: bool = False) -> tuple[pl.DataFrame
         if key.endswith("::"):
             identity_of[key] = "directory"
     jobs = _job_table(pairs, names, dirs, bases, identity_of)
-    blocks = blocks.join(pairs.select("_fc", "_bc", "_jc"), on=["_fc", "_bc"], how="left", nulls_equal=True,
+    blocks = blocks.join(pairs.select("file_code", "_bc", "_jc"), on=["file_code", "_bc"], how="left", nulls_equal=True,
                          maintain_order="left")
-    base = bases["_base"].gather(blocks["_bc"]).gather(block).alias("_base")
+    base = bases["base_job_id"].gather(blocks["_bc"]).gather(block).alias("base_job_id")
     if coded:
         rank = (
             names.to_frame().with_row_index("_jc")
@@ -165,10 +165,10 @@ def assign_jobs(events: pl.DataFrame, coded: bool = False) -> tuple[pl.DataFrame
             .sort("_jc")["_rank"]
         )
         return events.with_columns(
-            base, rank.gather(blocks["_jc"]).gather(block).alias("job"), blocks["_fc"].gather(block)
+            base, rank.gather(blocks["_jc"]).gather(block).alias("job"), blocks["file_code"].gather(block)
         ), jobs
     return events.with_columns(
-        dirs["_dir"].gather(files["_dc"].gather(blocks["_fc"])).gather(block).alias("_dir"),
+        dirs["_dir"].gather(files["_dc"].gather(blocks["file_code"])).gather(block).alias("_dir"),
         base,
         names.gather(blocks["_jc"]).gather(block).alias("job"),
     ), jobs
@@ -182,47 +182,47 @@ def _blocks(events: pl.DataFrame) -> tuple[pl.Series, pl.DataFrame]:
     """(each record's block, the blocks): a block is a stretch of consecutive records with the
     same file and scheduler id. Per block: ``file``, ``job_id``, ``n`` records, ``t_min``,
     ``t_life`` (last lifecycle record), ``_life`` (a record of a run kind), ``_steps`` and the
-    first ``_name`` stated; ``_blk`` numbers the blocks in record order."""
-    name = pl.col("_name") if "_name" in events.columns else job_name()
+    first ``stated_job`` stated; ``_blk`` numbers the blocks in record order."""
+    name = pl.col("stated_job") if "stated_job" in events.columns else job_name()
     kind = pl.col("kind")
     # Two non-decreasing run ids: their sum grows where either does (by 1 or 2, hence rle_id).
     # (flagged sorted, as a run id is: the group-by then takes the blocks as slices, twice as fast)
     blk = (pl.col("file").rle_id() + pl.col("job_id").rle_id()).rle_id().set_sorted().alias("_blk")
     ev = events.select(
         blk, "file", "job_id", "t", pl.when(kind.is_in(LIFECYCLE_KINDS)).then(pl.col("t")).alias("_t_life"),
-        kind.is_in(_RUN_KINDS).alias("_life"), (kind == "step").alias("_steps"), name.alias("_name"),
+        kind.is_in(_RUN_KINDS).alias("_life"), (kind == "step").alias("_steps"), name.alias("stated_job"),
     )
     blocks = ev.group_by("_blk", maintain_order=True).agg(
         pl.col("file").first(), pl.col("job_id").first(), pl.len().alias("n"), pl.col("t").min().alias("t_min"),
-        pl.col("_t_life").max(), pl.col("_life").any(), pl.col("_steps").any(), pl.col("_name").drop_nulls().first(),
+        pl.col("_t_life").max(), pl.col("_life").any(), pl.col("_steps").any(), pl.col("stated_job").drop_nulls().first(),
     )
     return ev["_blk"], blocks
 
 
 def _coded_blocks(blocks: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """The blocks with ``_fc`` (file code) and ``_bc`` (base id code, null without an id), the
-    files (``_fc``, ``file``, ``_dir``; in code order) and the base ids (``_bc``, ``_base``;
+    """The blocks with ``file_code`` (file code) and ``_bc`` (base id code, null without an id), the
+    files (``file_code``, ``file``, ``_dir``; in code order) and the base ids (``_bc``, ``base_job_id``;
     sorted)."""
     # Files numbered as they first come: rows in file and line order are then in code order too.
-    files = blocks.select(pl.col("file").unique(maintain_order=True)).with_row_index("_fc").with_columns(
+    files = blocks.select(pl.col("file").unique(maintain_order=True)).with_row_index("file_code").with_columns(
         _dir_expr().alias("_dir"))
     ids = blocks.select(pl.col("job_id").unique().drop_nulls()).with_columns(
-        pl.col("job_id").str.strip_chars().str.extract(_BASE_RE, 1).alias("_base")
+        pl.col("job_id").str.strip_chars().str.extract(_BASE_RE, 1).alias("base_job_id")
     )
-    bases = ids.select(pl.col("_base").drop_nulls().unique().sort()).with_row_index("_bc")
-    ids = ids.join(bases, on="_base", how="left").select("job_id", "_bc")
-    blocks = blocks.join(files.select("file", "_fc"), on="file", how="left", nulls_equal=True,
+    bases = ids.select(pl.col("base_job_id").drop_nulls().unique().sort()).with_row_index("_bc")
+    ids = ids.join(bases, on="base_job_id", how="left").select("job_id", "_bc")
+    blocks = blocks.join(files.select("file", "file_code"), on="file", how="left", nulls_equal=True,
                          maintain_order="left").join(ids, on="job_id", how="left", maintain_order="left")
     return blocks, files, bases
 
 
 def _pairs(blocks: pl.DataFrame) -> pl.DataFrame:
-    """One row per (``_fc``, ``_bc``): its blocks summed up. ``_name`` is the first name stated
+    """One row per (``file_code``, ``_bc``): its blocks summed up. ``stated_job`` is the first name stated
     and ``_name_at`` its block; ``_t_at`` is the first block holding the earliest time."""
-    return blocks.group_by("_fc", "_bc", maintain_order=True).agg(
+    return blocks.group_by("file_code", "_bc", maintain_order=True).agg(
         pl.col("n").sum(), pl.col("t_min").min(), pl.col("_t_life").max(), pl.col("_life").any(),
-        pl.col("_steps").any(), pl.col("_name").drop_nulls().first(),
-        pl.col("_blk").filter(pl.col("_name").is_not_null()).first().alias("_name_at"),
+        pl.col("_steps").any(), pl.col("stated_job").drop_nulls().first(),
+        pl.col("_blk").filter(pl.col("stated_job").is_not_null()).first().alias("_name_at"),
         pl.col("_blk").filter(pl.col("t_min") == pl.col("t_min").min()).first().alias("_t_at"),
     )
 
@@ -232,38 +232,38 @@ def _folded_files(files: pl.DataFrame, pairs: pl.DataFrame, bases: pl.DataFrame)
     ``_dc`` and ``_trainfile`` (a step record in the file); the folded directories (``_dc``,
     ``_dir``; sorted)."""
     dir0 = files.select(pl.col("_dir").unique().sort()).with_row_index("_d0")
-    files = files.join(dir0, on="_dir", how="left").sort("_fc")
-    pre = pairs.with_columns(files["_d0"].gather(pairs["_fc"]).alias("_d0")).group_by("_d0", "_bc").agg(
+    files = files.join(dir0, on="_dir", how="left").sort("file_code")
+    pre = pairs.with_columns(files["_d0"].gather(pairs["file_code"]).alias("_d0")).group_by("_d0", "_bc").agg(
         pl.col("_life").any())
     pre = pre.select(dir0["_dir"].gather(pre["_d0"]).alias("_dir"),
-                     bases["_base"].gather(pre["_bc"]).alias("_base"), "_life")
+                     bases["base_job_id"].gather(pre["_bc"]).alias("base_job_id"), "_life")
     files = files.with_columns(pl.col("_dir").replace_strict(_fold_dirs(pre), default=pl.col("_dir")).alias("_dir"))
     dirs = files.select(pl.col("_dir").unique().sort()).with_row_index("_dc")
-    step_files = pairs.filter(pl.col("_steps"))["_fc"].unique()
-    files = files.join(dirs, on="_dir", how="left").sort("_fc").with_columns(
-        pl.col("_fc").is_in(step_files.implode()).alias("_trainfile"))
+    step_files = pairs.filter(pl.col("_steps"))["file_code"].unique()
+    files = files.join(dirs, on="_dir", how="left").sort("file_code").with_columns(
+        pl.col("file_code").is_in(step_files.implode()).alias("_trainfile"))
     return files, dirs
 
 
 def _id_facts(pairs: pl.DataFrame, files: pl.DataFrame, dirs: pl.DataFrame, bases: pl.DataFrame) -> pl.DataFrame:
-    """One row per base id of a directory (``_dir``, ``_base``), in time order within the
+    """One row per base id of a directory (``_dir``, ``base_job_id``), in time order within the
     directory: ``train`` (seen in a file with steps), ``t0``/``t1`` (first record, last
     lifecycle record or else ``t0``) and the first job ``name`` its records state."""
     ids = (
-        pairs.with_columns(files["_trainfile"].gather(pairs["_fc"]).alias("train"))
+        pairs.with_columns(files["_trainfile"].gather(pairs["file_code"]).alias("train"))
         .filter(pl.col("_bc").is_not_null())
         .group_by("_dc", "_bc")
         .agg(
             pl.col("train").any(),
             pl.col("t_min").min().alias("t0"),
             pl.col("_t_life").max().alias("t1"),
-            pl.col("_name").sort_by("_name_at").drop_nulls().first().alias("name"),
+            pl.col("stated_job").sort_by("_name_at").drop_nulls().first().alias("name"),
         )
         .with_columns(pl.col("t1").fill_null(pl.col("t0")))
     )
     ids = ids.with_columns(dirs["_dir"].gather(ids["_dc"]).alias("_dir"),
-                           bases["_base"].gather(ids["_bc"]).alias("_base"))
-    return ids.sort("_dir", "t0", "_base", nulls_last=True)
+                           bases["base_job_id"].gather(ids["_bc"]).alias("base_job_id"))
+    return ids.sort("_dir", "t0", "base_job_id", nulls_last=True)
 
 
 def _chain_ids(ids: pl.DataFrame) -> tuple[dict[tuple[str, str], str], dict[str, str]]:
@@ -281,7 +281,7 @@ def _chain_dir(dname: str, ids: pl.DataFrame, run_of: dict[tuple[str, str], str]
     open_runs: list[list] = []
     by_name: dict[str, list] = {}
     for row in ids.iter_rows(named=True):
-        base, name, t0, t1 = row["_base"], row["name"], row["t0"], row["t1"]
+        base, name, t0, t1 = row["base_job_id"], row["name"], row["t0"], row["t1"]
         if name is not None:
             run = by_name.get(name)
             if run is None:
@@ -338,28 +338,28 @@ def _pair_jobs(pairs: pl.DataFrame, dirs: pl.DataFrame, bases: pl.DataFrame, run
     """
     code = {name: i for i, name in enumerate(runs.to_list())}
     mapping = pl.DataFrame(
-        {"_dir": [k[0] for k in run_of], "_base": [k[1] for k in run_of], "_rc": [code[v] for v in run_of.values()]},
-        schema={"_dir": pl.String, "_base": pl.String, "_rc": pl.Int64},
-    ).join(dirs, on="_dir").join(bases, on="_base").select("_dc", "_bc", "_rc")
+        {"_dir": [k[0] for k in run_of], "base_job_id": [k[1] for k in run_of], "_rc": [code[v] for v in run_of.values()]},
+        schema={"_dir": pl.String, "base_job_id": pl.String, "_rc": pl.Int64},
+    ).join(dirs, on="_dir").join(bases, on="base_job_id").select("_dc", "_bc", "_rc")
     pairs = pairs.join(mapping, on=["_dc", "_bc"], how="left", maintain_order="left")
     with_run = pairs.filter(pl.col("_rc").is_not_null())
     file_run = (
-        with_run.group_by("_fc", "_rc").agg(pl.col("n").sum().alias("len"))
+        with_run.group_by("file_code", "_rc").agg(pl.col("n").sum().alias("len"))
         .sort("len", "_rc", descending=[True, False])
-        .group_by("_fc", maintain_order=True)
+        .group_by("file_code", maintain_order=True)
         .first()
-        .select("_fc", pl.col("_rc").alias("_file_job"))
+        .select("file_code", pl.col("_rc").alias("_file_job"))
     )
     named = [code[k] for k, v in identity_of.items() if v == "job-name"]
     first_run = (
         with_run.group_by("_dc", "_rc")
-        .agg(pl.col("n").sum().alias("len"), pl.col("_fc").n_unique().alias("_nf"))
+        .agg(pl.col("n").sum().alias("len"), pl.col("file_code").n_unique().alias("_nf"))
         .with_columns(pl.col("_rc").is_in(named).alias("_named"))
         .sort("_named", "_nf", "len", "_rc", descending=[True, True, True, False])
         .group_by("_dc", maintain_order=True)
         .agg(pl.col("_rc").first().alias("_dir_job"))
     )
-    pairs = pairs.join(file_run, on="_fc", how="left", maintain_order="left").join(
+    pairs = pairs.join(file_run, on="file_code", how="left", maintain_order="left").join(
         first_run, on="_dc", how="left", maintain_order="left")
     return pairs.with_columns(
         pl.coalesce("_rc", "_file_job", "_dir_job", runs.len() + pl.col("_dc").cast(pl.Int64)).alias("_jc")
@@ -373,7 +373,7 @@ def _job_table(pairs: pl.DataFrame, names: pl.Series, dirs: pl.DataFrame, bases:
     timed_id = pl.col("_bc").is_not_null() & pl.col("t_min").is_not_null()
     pairs = pairs.sort("t_min", "_t_at", nulls_last=True)
     jobs = (
-        pairs.with_columns(bases["_base"].gather(pairs["_bc"]).alias("job_ids"))
+        pairs.with_columns(bases["base_job_id"].gather(pairs["_bc"]).alias("job_ids"))
         .group_by("_jc")
         .agg(pl.col("_dc").first().alias("path"), pl.col("job_ids").filter(timed_id).unique(maintain_order=True))
         .with_columns(pl.when(pl.col("job_ids").list.len() > 0).then(pl.col("job_ids")).alias("job_ids"))  # none: null
@@ -436,21 +436,21 @@ def _in_attempt_order(events: pl.DataFrame, kept: pl.Expr) -> pl.DataFrame:
     progress record), ``_im`` (a start marker) and ``_st`` (the step of a step record)."""
     kind = pl.col("kind")
     keys = events.select(
-        "job", "t", "_row", kind.is_in(PROGRESS_KINDS).alias("_ip"), kind.is_in(MARKER_KINDS).alias("_im"),
+        "job", "t", "row", kind.is_in(PROGRESS_KINDS).alias("_ip"), kind.is_in(MARKER_KINDS).alias("_im"),
         pl.when((kind == "step") & pl.col("step").is_not_null()).then(pl.col("step")).alias("_st"),
     ).with_row_index("_pos").filter(pl.col("t").is_not_null() & kept)
     later_kind = pl.col("_ip").not_()
     # Records in row-id order (as they come) sort stably on (job, t, kind order) packed into one
     # integer, which breaks ties by row id as the four-column sort does.
     packed = None
-    if keys["_row"].is_sorted():
+    if keys["row"].is_sorted():
         packed = packed_key(keys.with_columns(later_kind.cast(pl.Int8).alias("_ko")), ["job", "t", "_ko"])
     if packed is None:
-        order = keys.select(pl.arg_sort_by("job", "t", later_kind, "_row"))[:, 0]
+        order = keys.select(pl.arg_sort_by("job", "t", later_kind, "row"))[:, 0]
     else:
         order = keys.with_columns(later_kind.cast(pl.Int8).alias("_ko")).select(
             pl.arg_sort_by(packed, maintain_order=True))[:, 0]
-    timed = keys.drop("_row")[order]
+    timed = keys.drop("row")[order]
     if timed["job"].null_count() == 0:  # in job order: windows over jobs take slices
         timed = timed.with_columns(pl.col("job").set_sorted())
     return timed

@@ -19,7 +19,7 @@ from toranalyze.schema import KINDS, SEVERITIES, SOURCES
 JOB_CODE = pl.UInt32
 # Event columns the stages after job assignment read (plus the incident flags).
 _STAGE_COLUMNS = (
-    "ts_inferred", "t", "_row", "job", "_base", "_fc", "source", "kind", "severity", "node", "rank", "n_nodes",
+    "ts_inferred", "t", "row", "job", "base_job_id", "file_code", "source", "kind", "severity", "node", "rank", "n_nodes",
     "n_gpus", "step", "step_time_s", "loss", "duration_s", "code", "state", "failure_class", "rule", "file", "line",
     *inc_mod.FLAG_COLUMNS,
 )
@@ -54,7 +54,7 @@ def prepare_jobs(events: pl.DataFrame) -> PreparedEvents:
     keep = jobs["job"] if dropped else None
     ev = _slim(ev)
     ev, untimed = relative_times(ev, keep)
-    ev = place_untimed_errors(ev, keep).drop("_fc")
+    ev = place_untimed_errors(ev, keep).drop("file_code")
     ev = assign_attempts(ev, keep)
     return PreparedEvents(ev, jobs, names, dropped, untimed)
 
@@ -84,8 +84,8 @@ def _prepared(events: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, str]]:
     # instead of a string view), and ``ts`` is read no further than ``t`` (with_time's columns).
     cols = [pl.col(c).cast(pl.Enum(_CODED[c]), strict=False) if c in _CODED else c
             for c in events.columns if c in _STAGE_COLUMNS or c == "job_id"]
-    ev = events.select(*cols, job_name().alias("_name"), *inc_mod.flag_exprs(), pl.col("ts").dt.epoch("us").alias("t"),
-                       pl.int_range(pl.len(), dtype=pl.Int64).alias("_row"))
+    ev = events.select(*cols, job_name().alias("stated_job"), *inc_mod.flag_exprs(), pl.col("ts").dt.epoch("us").alias("t"),
+                       pl.int_range(pl.len(), dtype=pl.Int64).alias("row"))
     # A word outside the vocabulary (a plugin's own) became null: the enum takes it too.
     ev = ev.with_columns(coded_words(events[c], words) for c, words in _CODED.items()
                          if c in ev.columns and ev[c].null_count() > events[c].null_count())
@@ -115,16 +115,16 @@ def _slim(ev: pl.DataFrame) -> pl.DataFrame:
 
 def _file_line_order(ev: pl.DataFrame, keep: pl.Series | None) -> pl.DataFrame:
     """The timed records of the jobs ``keep`` (None: all) in file and line order, files as
-    integers ``_fc`` (any order will do: the fill stays within a file), so the sort is numeric."""
-    file = "_fc" if "_fc" in ev.columns else "file"  # assign_jobs numbers the files
-    order = ev.select("_row", "job", file, "line", "t", "ts_inferred", "kind").filter(
+    integers ``file_code`` (any order will do: the fill stays within a file), so the sort is numeric."""
+    file = "file_code" if "file_code" in ev.columns else "file"  # assign_jobs numbers the files
+    order = ev.select("row", "job", file, "line", "t", "ts_inferred", "kind").filter(
         pl.col("t").is_not_null() & (pl.lit(True) if keep is None else pl.col("job").is_in(keep.implode())))
     if file == "file":
-        files = order.select(pl.col("file").unique()).with_row_index("_fc")
+        files = order.select(pl.col("file").unique()).with_row_index("file_code")
         order = order.join(files, on="file", how="left", nulls_equal=True)
-    packed = packed_key(order, ["_fc", "line", "_row"])  # unique (row ids): the same order, on one column
+    packed = packed_key(order, ["file_code", "line", "row"])  # unique (row ids): the same order, on one column
     if packed is None:
-        return order.sort("_fc", "line", "_row")
+        return order.sort("file_code", "line", "row")
     # Records come in file and line order, files numbered as they come: often sorted already.
     order = order.with_columns(packed.alias("_k"))
     return order if order["_k"].is_sorted() else order.sort("_k")
@@ -133,9 +133,9 @@ def _file_line_order(ev: pl.DataFrame, keep: pl.Series | None) -> pl.DataFrame:
 def _next_timed(order: pl.DataFrame) -> pl.DataFrame:
     """``order`` with ``_hi``: the time of the next line of its file whose time is its own."""
     return (
-        order.with_columns(pl.col("_fc").set_sorted())  # windows over files take slices
+        order.with_columns(pl.col("file_code").set_sorted())  # windows over files take slices
         .with_columns(pl.when(~pl.col("ts_inferred").fill_null(False)).then(pl.col("t")).alias("_hi"))
-        .with_columns(pl.col("_hi").backward_fill().over("_fc").alias("_hi"))
+        .with_columns(pl.col("_hi").backward_fill().over("file_code").alias("_hi"))
     )
 
 
@@ -151,7 +151,7 @@ def _start_times(ev: pl.DataFrame) -> pl.DataFrame:
 
 
 def _restarted_before(cand: pl.DataFrame, starts: pl.DataFrame) -> pl.DataFrame:
-    """(_row, _hi) of the candidates whose job (re)started after their inferred time and no later
+    """(row, _hi) of the candidates whose job (re)started after their inferred time and no later
     than their next timed line."""
     return (
         cand.sort("t")
@@ -165,7 +165,7 @@ def _restarted_before(cand: pl.DataFrame, starts: pl.DataFrame) -> pl.DataFrame:
             check_sortedness=False,
         )
         .filter(pl.col("_s").is_not_null() & (pl.col("_s") <= pl.col("_hi")))
-        .select("_row", "_hi")
+        .select("row", "_hi")
     )
 
 
@@ -194,7 +194,7 @@ def place_untimed_errors(ev: pl.DataFrame, keep: pl.Series | None = None) -> pl.
     hit = _restarted_before(cand, starts)
     if hit.height == 0:
         return ev
-    hi = attach(ev.select("_row"), hit, "_row")["_hi"]
+    hi = attach(ev.select("row"), hit, "row")["_hi"]
     ev = ev.with_columns(pl.coalesce(hi, "t").alias("t"))
     return ev.with_columns(pl.col("t").cast(UTC_US).alias("ts")) if "ts" in ev.columns else ev
 
@@ -229,7 +229,7 @@ def _logging_interval(steps: pl.DataFrame) -> pl.DataFrame:
 
 
 def _step_spans(part: pl.DataFrame, is_step: pl.Expr) -> pl.DataFrame:
-    """(_row, _dt) of the step rows: the µs a row's steps took since the previous step row."""
+    """(row, _dt) of the step rows: the µs a row's steps took since the previous step row."""
     steps = part.filter(is_step).with_columns((pl.col("step") - pl.col("step").shift(1).over("job")).alias("_n"))
     # The logging interval: the most common gap between rows when it occurs twice; a larger gap
     # is an elision of the excerpt and counts as one interval (the ledger counts the steps).
@@ -250,12 +250,12 @@ def _step_spans(part: pl.DataFrame, is_step: pl.Expr) -> pl.DataFrame:
             .alias("_dt")
         )
     )
-    return steps.select("_row", "_dt")
+    return steps.select("row", "_dt")
 
 
 def _excerpt_starts(part: pl.DataFrame, is_step: pl.Expr, rows: pl.Series) -> pl.DataFrame:
     """The excerpt starts where its first step started: a start marker there opens the attempt
-    (when the steps state their times at all). Its ``_row``s follow the largest of ``rows``."""
+    (when the steps state their times at all). Its ``row``s follow the largest of ``rows``."""
     return (
         part.filter(is_step & pl.col("step_time_s").is_not_null())
         .group_by("job", maintain_order=True)
@@ -271,7 +271,7 @@ def _excerpt_starts(part: pl.DataFrame, is_step: pl.Expr, rows: pl.Series) -> pl
             *[pl.lit(False).alias(c) for c in inc_mod.FLAG_COLUMNS],
             pl.lit(0, pl.Int64).alias("line"),
         )
-        .with_columns((pl.int_range(pl.len(), dtype=pl.Int64) + rows.cast(pl.Int64).max() + 1).alias("_row"))
+        .with_columns((pl.int_range(pl.len(), dtype=pl.Int64) + rows.cast(pl.Int64).max() + 1).alias("row"))
     )
 
 
@@ -285,13 +285,13 @@ def relative_times(ev: pl.DataFrame, keep: pl.Series | None = None) -> tuple[pl.
     jobs = _bare_jobs(ev, keep)
     if not jobs:
         return ev, []
-    part = ev.filter(pl.col("job").is_in(jobs)).sort("job", "file", "line", "_row")
+    part = ev.filter(pl.col("job").is_in(jobs)).sort("job", "file", "line", "row")
     is_step = (pl.col("kind") == "step") & pl.col("step").is_not_null()
-    part = part.join(_step_spans(part, is_step), on="_row", how="left").with_columns(
+    part = part.join(_step_spans(part, is_step), on="row", how="left").with_columns(
         pl.col("_dt").fill_null(0).cum_sum().over("job").alias("t")
     )
     part = part.with_columns(pl.col("t").cast(UTC_US).alias("ts"), pl.lit(True).alias("ts_inferred")).drop("_dt")
-    first = _excerpt_starts(part, is_step, ev["_row"])
+    first = _excerpt_starts(part, is_step, ev["row"])
     part = pl.concat([first.select(part.columns), part], how="vertical")
     rest = ev.filter(~pl.col("job").is_in(jobs))
     return pl.concat([rest, part.select(rest.columns)], how="vertical"), jobs

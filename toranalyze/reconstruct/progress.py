@@ -327,7 +327,7 @@ def _every_record_facts(ev: pl.DataFrame, timed: pl.LazyFrame) -> pl.LazyFrame:
         pl.col("t").min().alias("_t_min"),
         # A heartbeat (a cluster watchdog's "still running") keeps the attempt alive too.
         pl.col("t").filter(life | non_kernel_err | (pl.col("kind") == "heartbeat")).max().alias("t_last_record"),
-        pl.col("_base").drop_nulls().first().alias("job_id"),
+        pl.col("base_job_id").drop_nulls().first().alias("job_id"),
         pl.col("t").max().alias("_t_any"),
     ).drop("_g", strict=False)
 

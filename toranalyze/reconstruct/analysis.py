@@ -177,7 +177,7 @@ def _healthy(rows0: pl.DataFrame, att: pl.DataFrame, blocked: pl.DataFrame, warm
             & ~first_rows
             & (rank_in_att > 1)
         ).alias("healthy")
-    ).drop("_rf")
+    ).drop("_rf", "_blocked")
 
 
 def _slow_periods(rows0: pl.DataFrame, opts: AnalysisOptions) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
@@ -226,7 +226,7 @@ def _ideal_steps(healthy: pl.DataFrame, jitter: pl.DataFrame, prelim: pl.DataFra
     if user is not None:
         return ideal.with_columns(
             pl.lit(round(user * US), pl.Int64).alias("ideal_us"), pl.lit("user").alias("ideal_step_source")
-        )
+        ).drop("_n", "_p")
     return ideal.with_columns(
         pl.when(pl.col("ideal_us").is_not_null())
         .then(pl.format("median of {} healthy steps", pl.col("_n")))
@@ -235,7 +235,7 @@ def _ideal_steps(healthy: pl.DataFrame, jitter: pl.DataFrame, prelim: pl.DataFra
         .otherwise(pl.lit("none (no steps)"))
         .alias("ideal_step_source"),
         pl.coalesce("ideal_us", "_p").alias("ideal_us"),
-    )
+    ).drop("_n", "_p")
 
 
 def _placed_steps(rows: pl.DataFrame, att: pl.DataFrame, ideal_us: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -314,7 +314,7 @@ def _lost_time(rows: pl.DataFrame) -> pl.DataFrame:
     return (
         rows.filter(pl.col("n_lost") > 0)
         .group_by("job", pl.col("attempt_idx").cast(pl.Int32).alias("attempt"))
-        .agg(pl.col("rework_us").sum().alias("_lt_us"))
+        .agg(pl.col("rework_us").sum().alias("lost_time_us"))
     )
 def _attempts(att: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
     by, ids = group_keys(rows, "job", "attempt_idx")
@@ -348,7 +348,7 @@ def _slow_periods_found(periods: pl.DataFrame, ev: pl.DataFrame, ideal_us: pl.Da
             on="step",
         )
         .group_by("job", "period")
-        .agg(pl.col("slowdown_us").sum().alias("_sd_us"))
+        .agg(pl.col("slowdown_us").sum().alias("slowdown_us"))
     )
     return sp, slow_cost
 

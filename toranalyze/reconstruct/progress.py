@@ -369,7 +369,7 @@ def _step_facts(steps: pl.DataFrame, by: list[str | pl.Expr], ids: list[pl.Expr]
         pl.len().alias("n_step_rows"),
         pl.col("t_end").min().alias("t_first_step_end"),
         pl.col("t_end").max().alias("t_last_step_end"),
-    )
+    ).drop("_g", strict=False)
 
 
 def _log_intervals(steps: pl.DataFrame, in_runs: bool) -> pl.DataFrame:

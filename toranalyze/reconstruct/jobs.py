@@ -194,7 +194,8 @@ def _blocks(events: pl.DataFrame) -> tuple[pl.Series, pl.DataFrame]:
     )
     blocks = ev.group_by("_blk", maintain_order=True).agg(
         pl.col("file").first(), pl.col("job_id").first(), pl.len().alias("n"), pl.col("t").min().alias("t_min"),
-        pl.col("_t_life").max(), pl.col("_life").any(), pl.col("_steps").any(), pl.col("stated_job").drop_nulls().first(),
+        pl.col("_t_life").max(), pl.col("_life").any(), pl.col("_steps").any(),
+        pl.col("stated_job").drop_nulls().first(),
     )
     return ev["_blk"], blocks
 
@@ -338,7 +339,8 @@ def _pair_jobs(pairs: pl.DataFrame, dirs: pl.DataFrame, bases: pl.DataFrame, run
     """
     code = {name: i for i, name in enumerate(runs.to_list())}
     mapping = pl.DataFrame(
-        {"_dir": [k[0] for k in run_of], "base_job_id": [k[1] for k in run_of], "_rc": [code[v] for v in run_of.values()]},
+        {"_dir": [k[0] for k in run_of], "base_job_id": [k[1] for k in run_of],
+         "_rc": [code[v] for v in run_of.values()]},
         schema={"_dir": pl.String, "base_job_id": pl.String, "_rc": pl.Int64},
     ).join(dirs, on="_dir").join(bases, on="base_job_id").select("_dc", "_bc", "_rc")
     pairs = pairs.join(mapping, on=["_dc", "_bc"], how="left", maintain_order="left")

@@ -161,7 +161,8 @@ def _slow_periods_table(sp: pl.DataFrame, slow_cost: pl.DataFrame, names: pl.Ser
         pl.col("med_us"), user_ideal_us, sp.height)
     sp = sp.with_columns(by_ideal.alias("factor"),
                          _divided(pl.col("med_us"), US, sp.height).alias("median_step_time_s"))
-    slow_cost = slow_cost.select("job", "period", _divided(pl.col("slowdown_us"), US, slow_cost.height).alias("slowdown_s"))
+    slow_cost = slow_cost.select("job", "period",
+                                 _divided(pl.col("slowdown_us"), US, slow_cost.height).alias("slowdown_s"))
     sp = sp.join(slow_cost, on=["job", "period"], how="left")
     return _conform(_to_dt(_named(sp, names), ["start", "end"]), SLOW_PERIODS_SCHEMA)
 

@@ -9,9 +9,11 @@ from typing import Any
 
 import polars as pl
 
+from toranalyze.reconstruct import contracts
 from toranalyze.reconstruct import incidents as inc_mod
 from toranalyze.reconstruct.api import US, UTC_US
 from toranalyze.reconstruct.attribution import attribute_nodes, pod_bindings
+from toranalyze.reconstruct.contracts import check
 from toranalyze.reconstruct.intervals import attach, packed_key
 from toranalyze.reconstruct.jobs import assign_attempts, assign_jobs, job_name
 from toranalyze.schema import KINDS, SEVERITIES, SOURCES
@@ -19,8 +21,9 @@ from toranalyze.schema import KINDS, SEVERITIES, SOURCES
 JOB_CODE = pl.UInt32
 # Event columns the stages after job assignment read (plus the incident flags).
 _STAGE_COLUMNS = (
-    "ts_inferred", "t", "row", "job", "base_job_id", "file_code", "source", "kind", "severity", "node", "rank", "n_nodes",
-    "n_gpus", "step", "step_time_s", "loss", "duration_s", "code", "state", "failure_class", "rule", "file", "line",
+    "ts_inferred", "t", "row", "job", "base_job_id", "file_code", "source", "kind", "severity", "node", "rank",
+    "n_nodes", "n_gpus", "step", "step_time_s", "loss", "duration_s", "code", "state", "failure_class", "rule", "file",
+    "line",
     *inc_mod.FLAG_COLUMNS,
 )
 
@@ -56,6 +59,8 @@ def prepare_jobs(events: pl.DataFrame) -> PreparedEvents:
     ev, untimed = relative_times(ev, keep)
     ev = place_untimed_errors(ev, keep).drop("file_code")
     ev = assign_attempts(ev, keep)
+    check(ev, contracts.PreparedEventRows, "prepare.prepare_jobs")
+    check(jobs, contracts.Jobs, "prepare.prepare_jobs")
     return PreparedEvents(ev, jobs, names, dropped, untimed)
 
 
@@ -84,8 +89,8 @@ def _prepared(events: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, str]]:
     # instead of a string view), and ``ts`` is read no further than ``t`` (with_time's columns).
     cols = [pl.col(c).cast(pl.Enum(_CODED[c]), strict=False) if c in _CODED else c
             for c in events.columns if c in _STAGE_COLUMNS or c == "job_id"]
-    ev = events.select(*cols, job_name().alias("stated_job"), *inc_mod.flag_exprs(), pl.col("ts").dt.epoch("us").alias("t"),
-                       pl.int_range(pl.len(), dtype=pl.Int64).alias("row"))
+    ev = events.select(*cols, job_name().alias("stated_job"), *inc_mod.flag_exprs(),
+                       pl.col("ts").dt.epoch("us").alias("t"), pl.int_range(pl.len(), dtype=pl.Int64).alias("row"))
     # A word outside the vocabulary (a plugin's own) became null: the enum takes it too.
     ev = ev.with_columns(coded_words(events[c], words) for c, words in _CODED.items()
                          if c in ev.columns and ev[c].null_count() > events[c].null_count())

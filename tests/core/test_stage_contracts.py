@@ -1,0 +1,86 @@
+"""Each stage of the analysis hands on the frame its contract names (reconstruct/contracts.py), and
+no temporary ``_`` column leaves the function that made it: the sample runs and a freshly
+simulated small run of each scheduler flavour, analysed with checking on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from toranalyze.ingest.pipeline import ingest
+from toranalyze.model import load_preset
+from toranalyze.reconstruct import analysis as A
+from toranalyze.reconstruct import contracts as c
+from toranalyze.simulate.command import run_simulation
+
+SAMPLES = Path(__file__).parents[2] / "sample_logs"
+
+
+@pytest.fixture(scope="module", params=["slurm", "kubernetes"])
+def simulated(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> pl.DataFrame:
+    data = load_preset("small")
+    data = {**data, "run": {**data["run"], "duration": "90m", "nodes": 2}}
+    out: Path = tmp_path_factory.mktemp("contracts") / request.param
+    run_simulation(out, 11, data, "small", flavor=request.param)
+    return ingest([str(out)], jobs=1).events
+
+
+@pytest.fixture(scope="module")
+def samples() -> pl.DataFrame:
+    return ingest([str(SAMPLES)], jobs=1).events
+
+
+@pytest.fixture(autouse=True)
+def checking(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(c.ENV, "1")
+
+
+def _analysed_with_every_stage(events: pl.DataFrame, jobs: int) -> A.Analysis:
+    c.EXERCISED.clear()
+    a = A.analyze_events(events, jobs=jobs)  # every stage checks its frames (ContractError)
+    assert set(c.EXERCISED) == c.STAGES, f"stages not run: {sorted(c.STAGES - set(c.EXERCISED))}"
+    return a
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_the_sample_runs_keep_every_contract(samples: pl.DataFrame, jobs: int) -> None:
+    a = _analysed_with_every_stage(samples, jobs)
+    assert a.incidents.height > 0 and a.tor.height == 2
+
+
+def test_a_simulated_run_keeps_every_contract(simulated: pl.DataFrame) -> None:
+    a = _analysed_with_every_stage(simulated, 1)
+    assert a.tor.height == 1 and a.attempts.height >= 1
+
+
+def test_the_prepared_events_and_the_run_tables_carry_no_temporary_column(samples: pl.DataFrame) -> None:
+    prepared = A.prepare_jobs(samples)
+    c.check(prepared.events, c.PreparedEventRows)
+    c.check(prepared.jobs, c.Jobs)
+    a = A.analyze_events(samples)
+    for frame in (a.attempts, a.incidents, a.slow_periods, a.tor, a.resources, a.progress, a.checkpoints):
+        assert frame is not None
+        assert not [col for col in frame.columns if col.startswith("_")]
+
+
+def test_a_temporary_column_breaks_the_contract() -> None:
+    frame = pl.DataFrame({"job": [0], "T0": [1], "T1": [2], "_scratch": [3]},
+                         schema={"job": pl.UInt32, "T0": pl.Int64, "T1": pl.Int64, "_scratch": pl.Int64})
+    with pytest.raises(c.ContractError, match="_scratch"):
+        c.check(frame, c.JobWindows)
+    c.check(frame.drop("_scratch"), c.JobWindows)
+
+
+def test_a_missing_or_mistyped_column_breaks_the_contract() -> None:
+    with pytest.raises(c.ContractError):
+        c.check(pl.DataFrame({"job": [0], "T0": [1]}, schema={"job": pl.UInt32, "T0": pl.Int64}), c.JobWindows)
+    with pytest.raises(c.ContractError):
+        c.check(pl.DataFrame({"job": ["a"], "T0": [1], "T1": [2]}), c.JobWindows)
+
+
+def test_checking_off_costs_nothing_and_checks_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(c.ENV, "0")
+    frame = pl.DataFrame({"_x": [1]})
+    assert c.check(frame, c.JobWindows) is frame

@@ -84,3 +84,19 @@ def test_checking_off_costs_nothing_and_checks_nothing(monkeypatch: pytest.Monke
     monkeypatch.setenv(c.ENV, "0")
     frame = pl.DataFrame({"_x": [1]})
     assert c.check(frame, c.JobWindows) is frame
+
+
+def test_no_function_of_reconstruct_takes_more_than_six_parameters() -> None:
+    import ast
+
+    root = Path(__file__).parents[2] / "toranalyze" / "reconstruct"
+    wide = []
+    for path in sorted(root.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                a = node.args
+                names = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+                n = len([x for x in names if x not in ("self", "cls")]) + (a.vararg is not None) + (a.kwarg is not None)
+                if n > 6:
+                    wide.append(f"{path.name}:{node.name} ({n})")
+    assert not wide

@@ -121,7 +121,7 @@ def reconstruct_jobs(group: JobGroup) -> PartialAnalysis:
     rows, att = _placed_steps(p.rows, p.att, ideal_us)
     window, clipped_windows = _job_windows(att, ev)
     inc = _incidents(att, ev, p.steps, ideal_us, window, opts)
-    buckets, rows = ledger.compute(window, rows, ideal_us, p.ckpt, p.evals, inc, jitter)
+    buckets, rows = ledger.compute(window, rows, ideal_us, ledger.Blocking(p.ckpt, p.evals), inc, jitter)
     c.check(buckets, c.LedgerBuckets, "ledger.compute")
     c.check(rows, c.LedgerStepRows, "ledger.compute")
     inc, clipped_incidents = _clipped_incidents(inc, window)
@@ -298,17 +298,9 @@ def _incidents(att: pl.DataFrame, ev: pl.DataFrame, steps: pl.DataFrame, ideal_u
     """The incidents, with the next attempt's checkpoint load (the recovery split needs it)."""
     ideal_map = {k: v for k, v in ideal_us.iter_rows() if v is not None}
     end_map = dict(window.select("job", "T1").iter_rows())
-    inc = inc_mod.build_incidents(
-        att,
-        ev,
-        steps,
-        ideal_map,
-        end_map,
-        pre_s=opts.incident_pre_s,
-        post_s=opts.incident_post_s,
-        hang_stall_factor=opts.hang_stall_factor,
-        hang_min_stall_s=opts.hang_min_stall_s,
-    )
+    limits = inc_mod.IncidentLimits(pre_s=opts.incident_pre_s, post_s=opts.incident_post_s,
+                                    hang_stall_factor=opts.hang_stall_factor, hang_min_stall_s=opts.hang_min_stall_s)
+    inc = inc_mod.build_incidents(att, ev, steps, ideal_map, end_map, limits)
     load = att.select(
         "job",
         (pl.col("attempt_idx") - 1).cast(pl.Int32).alias("attempt"),

@@ -31,6 +31,8 @@ The other classes are symptoms.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import polars as pl
 
 from toranalyze.reconstruct.attribution import DEATH_CLASSES, KILL_RULES, PEER_SYMPTOM
@@ -238,19 +240,28 @@ def _fmt(v: float) -> str:
     return f"{v:.0f} s" if v >= 10 else f"{v:.1f} s"
 
 
+@dataclass(frozen=True)
+class IncidentLimits:
+    """The evidence window around an interruption and what a hang is (AnalysisOptions' incident_*
+    and hang_* knobs)."""
+
+    pre_s: float = 60.0
+    post_s: float = 120.0
+    hang_stall_factor: float = 10.0
+    hang_min_stall_s: float = 120.0
+
+
 def build_incidents(
     att: pl.DataFrame,
     ev: pl.DataFrame,
     steps: pl.DataFrame,
     ideal_us: dict[str, int],
     job_end_us: dict[str, int],
-    *,
-    pre_s: float = 60.0,
-    post_s: float = 120.0,
-    hang_stall_factor: float = 10.0,
-    hang_min_stall_s: float = 120.0,
+    limits: IncidentLimits = IncidentLimits(),
 ) -> pl.DataFrame:
     """Incidents with Int64 µs phase columns (converted to datetimes by analysis)."""
+    pre_s, post_s = limits.pre_s, limits.post_s
+    hang_stall_factor, hang_min_stall_s = limits.hang_stall_factor, limits.hang_min_stall_s
     stall_lim = {j: int(max(hang_stall_factor * (v or US), hang_min_stall_s * US)) for j, v in ideal_us.items()}
     ia = interrupted_attempts(att, ev, stall_lim)
     if ia.height == 0:

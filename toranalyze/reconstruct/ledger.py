@@ -12,6 +12,8 @@ ledger asserts it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import polars as pl
 
 from toranalyze.reconstruct.intervals import agg_by, attach
@@ -248,12 +250,20 @@ def expected_useful_per_step(m: pl.Series, n: pl.Series, ideal: pl.Series, sigma
     return pl.Series(out)
 
 
+@dataclass(frozen=True)
+class Blocking:
+    """What holds training without being a failure: blocking checkpoint saves and evaluations
+    (contracts Checkpoints and Evaluations)."""
+
+    ckpt: pl.DataFrame
+    evals: pl.DataFrame
+
+
 def compute(
     window: pl.DataFrame,
     rows: pl.DataFrame,
     ideal_us: pl.DataFrame,
-    ckpt: pl.DataFrame,
-    evals: pl.DataFrame,
+    blocking: Blocking,
     incidents: pl.DataFrame,
     jitter: pl.DataFrame | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -265,6 +275,7 @@ def compute(
     Returns (buckets: job + *_us, rows with owned_us / rework_us / useful_us / slowdown_us).
     """
     rows = rows.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("id"))
+    ckpt, evals = blocking.ckpt, blocking.evals
     fam: dict[str, pl.DataFrame] = {
         # (a step's part is never read: no text column of millions of rows)
         "step": rows.select("job", "start", "end", "id", pl.lit(None, pl.String).alias("part")),

@@ -32,6 +32,7 @@ from __future__ import annotations
 import polars as pl
 
 from toranalyze.reconstruct.intervals import (
+    AsofOn,
     OrderedKeys,
     asof_in_order,
     attach,
@@ -466,7 +467,7 @@ def _pair(ev: pl.DataFrame, begin: str, end: str, steps: pl.DataFrame) -> pl.Dat
         )
     # Key: the record's step, else the last step completed before it.
     last = steps.select("job", "attempt_idx", pl.col("t_log").alias("t"), pl.col("step").alias("_ls"))
-    rows = _asof(rows.sort("t"), last, "t", "t").with_columns(
+    rows = _asof(rows.sort("t"), last, AsofOn("t", "t")).with_columns(
         pl.coalesce("step", "_ls", pl.lit(-1, pl.Int64)).alias("key"))
     return (
         rows.group_by("job", "attempt_idx", "key")
@@ -485,20 +486,19 @@ def _value_res(t: pl.Expr) -> pl.Expr:
     return pl.when(t % US == 0).then(pl.lit(US)).when(t % 1000 == 0).then(pl.lit(1000)).otherwise(pl.lit(0))
 
 
-def _asof(left: pl.DataFrame, right: pl.DataFrame, left_on: str, right_on: str, strategy: str = "backward",
-          allow_exact_matches: bool = True, keys: OrderedKeys | None = None) -> pl.DataFrame:
+def _asof(left: pl.DataFrame, right: pl.DataFrame, on: AsofOn, keys: OrderedKeys | None = None) -> pl.DataFrame:
     """``left.join_asof(right, ...)`` by (job, attempt_idx) with step rows on the right. The join
     needs right sorted on ``right_on`` within each group only, so rows already in (job, attempt,
     on) order, distinct keys (the step rows as the stages keep them), are taken as they are and
     looked up by binary search (``keys``: right's, when the caller has them); others are sorted on
     ``on``."""
     by = ["job", "attempt_idx"]
-    keys = OrderedKeys(right, by, right_on) if keys is None else keys
+    keys = OrderedKeys(right, by, on.right_on) if keys is None else keys
     if keys.ok:
-        return asof_in_order(left, right, left_on, right_on, by, keys, strategy, allow_exact_matches)
-    ordered = in_key_order(right, *by, right_on)
-    return left.join_asof(right if ordered else right.sort(right_on), left_on=left_on, right_on=right_on, by=by,
-                          strategy=strategy, allow_exact_matches=allow_exact_matches,  # type: ignore[arg-type]
+        return asof_in_order(left, right, on, by, keys)
+    ordered = in_key_order(right, *by, on.right_on)
+    return left.join_asof(right if ordered else right.sort(on.right_on), left_on=on.left_on, right_on=on.right_on,
+                          by=by, strategy=on.strategy, allow_exact_matches=on.allow_exact_matches,  # type: ignore[arg-type]
                           check_sortedness=False)
 
 
@@ -513,8 +513,8 @@ def _with_neighbours(p: pl.DataFrame, s: pl.DataFrame) -> pl.DataFrame:
     keys = OrderedKeys(rows, grp, "step")  # (the same keys for both look-ups)
     prev = rows.select(*grp, pl.col("step").alias("_ps"), pl.col("end").alias("_prev_end"))
     nxt = rows.select(*grp, pl.col("step").alias("_ns"), pl.col("_cs").alias("_next_start"))
-    p = _asof(p.sort("key"), prev, "key", "_ps", keys=keys)
-    p = _asof(p.sort("key"), nxt, "key", "_ns", "forward", allow_exact_matches=False, keys=keys)
+    p = _asof(p.sort("key"), prev, AsofOn("key", "_ps"), keys)
+    p = _asof(p.sort("key"), nxt, AsofOn("key", "_ns", "forward", allow_exact_matches=False), keys)
     return p.drop("_ps", "_ns")
 
 
@@ -665,7 +665,7 @@ def _bare_evals(bare: pl.DataFrame, s: pl.DataFrame, ckpt: pl.DataFrame | None) 
     them; one whose time was inferred until the next step's compute starts."""
     rows = s.select(*_ATTEMPT_KEY, pl.col("t_log").alias("_k"), "step", "end")
     bare = (
-        _asof(bare.sort("end"), rows, "end", "_k")
+        _asof(bare.sort("end"), rows, AsofOn("end", "_k"))
         .with_columns(pl.coalesce("step_right", "step", pl.lit(-1, pl.Int64)).alias("key"))
         .drop("_k", "step_right")
         .rename({"end_right": "_step_end"})

@@ -13,6 +13,7 @@ from toranalyze.ingest.pipeline import ingest
 from toranalyze.model import load_preset
 from toranalyze.reconstruct import analysis as A
 from toranalyze.reconstruct import contracts as c
+from toranalyze.reconstruct import stages
 from toranalyze.simulate.command import run_simulation
 
 SAMPLES = Path(__file__).parents[2] / "sample_logs"
@@ -34,13 +35,13 @@ def samples() -> pl.DataFrame:
 
 @pytest.fixture(autouse=True)
 def checking(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(c.ENV, "1")
+    monkeypatch.setenv(stages.ENV, "1")
 
 
 def _analysed_with_every_stage(events: pl.DataFrame, jobs: int) -> A.Analysis:
-    c.EXERCISED.clear()
+    stages.EXERCISED.clear()
     a = A.analyze_events(events, jobs=jobs)  # every stage checks its frames (ContractError)
-    assert set(c.EXERCISED) == c.STAGES, f"stages not run: {sorted(c.STAGES - set(c.EXERCISED))}"
+    assert set(stages.EXERCISED) == stages.STAGES, f"not run: {sorted(stages.STAGES - set(stages.EXERCISED))}"
     return a
 
 
@@ -81,9 +82,20 @@ def test_a_missing_or_mistyped_column_breaks_the_contract() -> None:
 
 
 def test_checking_off_costs_nothing_and_checks_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(c.ENV, "0")
+    monkeypatch.setenv(stages.ENV, "0")
     frame = pl.DataFrame({"_x": [1]})
-    assert c.check(frame, c.JobWindows) is frame
+    assert stages.check(frame, "JobWindows") is frame
+
+
+def test_a_normal_run_does_not_load_the_contracts() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, polars as pl; from toranalyze.reconstruct.analysis import analyze_events;"
+            "print('dataframely' in sys.modules)")
+    env = {k: v for k, v in __import__("os").environ.items() if k != stages.ENV}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "False"
 
 
 def test_no_function_of_reconstruct_takes_more_than_six_parameters() -> None:

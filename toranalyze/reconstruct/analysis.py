@@ -22,9 +22,9 @@ from typing import Any
 import polars as pl
 
 from toranalyze.ingest.engine import map_ordered
-from toranalyze.reconstruct import contracts as c
 from toranalyze.reconstruct import incidents as inc_mod
 from toranalyze.reconstruct import ledger, progress, slowness
+from toranalyze.reconstruct import stages as c
 from toranalyze.reconstruct.api import ATTEMPTS_SCHEMA, US, Analysis, AnalysisOptions
 from toranalyze.reconstruct.incidents import INCIDENTS_SCHEMA
 from toranalyze.reconstruct.intervals import agg_by, attach, group_keys, in_key_order, in_windows, run_id
@@ -101,9 +101,9 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None,
 
 def _checked(a: Analysis) -> Analysis:
     """The run tables, checked against their contracts (when checking is on)."""
-    for table, contract in (("attempts", c.AttemptsTable), ("incidents", c.IncidentsTable),
-                            ("slow_periods", c.SlowPeriodsTable), ("tor", c.TorTable),
-                            ("resources", c.ResourcesTable)):
+    for table, contract in (("attempts", "AttemptsTable"), ("incidents", "IncidentsTable"),
+                            ("slow_periods", "SlowPeriodsTable"), ("tor", "TorTable"),
+                            ("resources", "ResourcesTable")):
         c.check(getattr(a, table), contract, f"analysis.{table}")
     return a
 
@@ -122,8 +122,8 @@ def reconstruct_jobs(group: JobGroup) -> PartialAnalysis:
     window, clipped_windows = _job_windows(att, ev)
     inc = _incidents(att, ev, p.steps, ideal_us, window, opts)
     buckets, rows = ledger.compute(window, rows, ideal_us, ledger.Blocking(p.ckpt, p.evals), inc, jitter)
-    c.check(buckets, c.LedgerBuckets, "ledger.compute")
-    c.check(rows, c.LedgerStepRows, "ledger.compute")
+    c.check(buckets, "LedgerBuckets", "ledger.compute")
+    c.check(rows, "LedgerStepRows", "ledger.compute")
     inc, clipped_incidents = _clipped_incidents(inc, window)
     sp, slow_cost = _slow_periods_found(periods, ev, ideal_us, rows)
     return PartialAnalysis(
@@ -156,21 +156,21 @@ class _Progress:
 
 
 def _step_progress(ev: pl.DataFrame, opts: AnalysisOptions) -> _Progress:
-    steps = c.check(progress.step_rows(ev), c.StepRecords, "progress.step_rows")
-    att = c.check(progress.attempt_table(ev, steps), c.AttemptFacts, "progress.attempt_table")
-    rows = c.check(progress.step_intervals(steps, att), c.StepIntervals, "progress.step_intervals")
+    steps = c.check(progress.step_rows(ev), "StepRecords", "progress.step_rows")
+    att = c.check(progress.attempt_table(ev, steps), "AttemptFacts", "progress.attempt_table")
+    rows = c.check(progress.step_intervals(steps, att), "StepIntervals", "progress.step_intervals")
     prelim = agg_by(rows.select("job", "d_us").filter(pl.col("d_us").is_not_null()), "job",
                     pl.col("d_us").median().round().cast(pl.Int64).alias("ideal_us"))
     rows0 = progress.place_steps(rows, att, prelim)
-    ckpt = c.check(progress.checkpoint_intervals(ev, rows0, prelim), c.Checkpoints, "progress.checkpoint_intervals")
-    evals = c.check(progress.eval_intervals(ev, rows0, ckpt), c.Evaluations, "progress.eval_intervals")
+    ckpt = c.check(progress.checkpoint_intervals(ev, rows0, prelim), "Checkpoints", "progress.checkpoint_intervals")
+    evals = c.check(progress.eval_intervals(ev, rows0, ckpt), "Evaluations", "progress.eval_intervals")
     blocked = pl.concat([ckpt.select("job", "start", "end"), evals.select("job", "start", "end")])
     blocked = progress.union_intervals(blocked) if blocked.height else blocked
     rows0 = _healthy(rows0, att, blocked, opts.warmup_steps)
     return _Progress(steps, att, rows, prelim, rows0, ckpt, evals)
 
 
-@c.stage(c.HealthySteps)
+@c.stage("HealthySteps")
 def _healthy(rows0: pl.DataFrame, att: pl.DataFrame, blocked: pl.DataFrame, warmup_steps: int) -> pl.DataFrame:
     """Flag ``healthy`` the rows that measure a step: a duration, not blocked by a save or an
     evaluation, past warm-up (the row's first step among the first ``warmup_steps`` after the
@@ -193,7 +193,7 @@ def _healthy(rows0: pl.DataFrame, att: pl.DataFrame, blocked: pl.DataFrame, warm
     ).drop("_rf", "_blocked")
 
 
-@c.stage(c.SlowPeriodRows, c.HealthyStepTimes, c.StepJitter)
+@c.stage("SlowPeriodRows", "HealthyStepTimes", "StepJitter")
 def _slow_periods(rows0: pl.DataFrame, opts: AnalysisOptions) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """(slow periods, the healthy rows outside them, each job's step jitter): periods found
     against the healthy steps' median, then again against the median without them."""
@@ -218,7 +218,7 @@ def _median_by_job(rows: pl.DataFrame, name: str) -> pl.DataFrame:
     return agg_by(rows.select("job", "d_us"), "job", pl.col("d_us").median().alias(name))
 
 
-@c.stage(c.IdealSteps)
+@c.stage("IdealSteps")
 def _ideal_steps(healthy: pl.DataFrame, jitter: pl.DataFrame, prelim: pl.DataFrame, jobs: pl.DataFrame,
                  opts: AnalysisOptions) -> pl.DataFrame:
     """Each job's ideal step time (``ideal_us``) and where it comes from (``ideal_step_source``)."""
@@ -253,7 +253,7 @@ def _ideal_steps(healthy: pl.DataFrame, jitter: pl.DataFrame, prelim: pl.DataFra
     ).drop("_n", "_p")
 
 
-@c.stage(c.PlacedStepRows, c.PlacedAttempts)
+@c.stage("PlacedStepRows", "PlacedAttempts")
 def _placed_steps(rows: pl.DataFrame, att: pl.DataFrame, ideal_us: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(step rows placed with the ideal filling unknown durations, lost steps marked; the
     attempts with the start of their first step)."""
@@ -273,7 +273,7 @@ def _placed_steps(rows: pl.DataFrame, att: pl.DataFrame, ideal_us: pl.DataFrame)
     return rows, att
 
 
-@c.stage(c.JobWindows, None)
+@c.stage("JobWindows", None)
 def _job_windows(att: pl.DataFrame, ev: pl.DataFrame) -> tuple[pl.DataFrame, list[int]]:
     """Each job's observed window (T0, T1: first attempt's start, last attempt's end), and the
     jobs whose window was clipped."""
@@ -292,7 +292,7 @@ def _job_windows(att: pl.DataFrame, ev: pl.DataFrame) -> tuple[pl.DataFrame, lis
     return window, bad["job"].to_list()
 
 
-@c.stage(c.IncidentRows)
+@c.stage("IncidentRows")
 def _incidents(att: pl.DataFrame, ev: pl.DataFrame, steps: pl.DataFrame, ideal_us: pl.DataFrame,
                window: pl.DataFrame, opts: AnalysisOptions) -> pl.DataFrame:
     """The incidents, with the next attempt's checkpoint load (the recovery split needs it)."""
@@ -309,7 +309,7 @@ def _incidents(att: pl.DataFrame, ev: pl.DataFrame, steps: pl.DataFrame, ideal_u
     )
     return inc.join(load, on=["job", "attempt"], how="left")
 
-@c.stage(c.IncidentRows, None)
+@c.stage("IncidentRows", None)
 def _clipped_incidents(inc: pl.DataFrame, window: pl.DataFrame) -> tuple[pl.DataFrame, list[tuple[int, int]]]:
     """The incidents with their phases clipped to the job's window, and the (job, incident) clipped."""
     if not inc.height:
@@ -320,7 +320,7 @@ def _clipped_incidents(inc: pl.DataFrame, window: pl.DataFrame) -> tuple[pl.Data
     return inc, list(out_of.select("job", "incident").iter_rows())
 
 
-@c.stage(c.LostTime)
+@c.stage("LostTime")
 def _lost_time(rows: pl.DataFrame) -> pl.DataFrame:
     """Rework µs of the rows each attempt's rollback discarded (an incident's lost time)."""
     return (
@@ -328,7 +328,7 @@ def _lost_time(rows: pl.DataFrame) -> pl.DataFrame:
         .group_by("job", pl.col("attempt_idx").cast(pl.Int32).alias("attempt"))
         .agg(pl.col("rework_us").sum().alias("lost_time_us"))
     )
-@c.stage(c.AttemptRows)
+@c.stage("AttemptRows")
 def _attempts(att: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
     by, ids = group_keys(rows, "job", "attempt_idx")
     lost_per_att = rows.group_by(*by).agg(*ids, pl.col("n_lost").sum().alias("steps_lost")).drop("_g", strict=False)
@@ -339,7 +339,7 @@ def _attempts(att: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-@c.stage(c.SlowPeriodSuspects, c.SlowCost)
+@c.stage("SlowPeriodSuspects", "SlowCost")
 def _slow_periods_found(periods: pl.DataFrame, ev: pl.DataFrame, ideal_us: pl.DataFrame,
                         rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(slow periods with the final ideal and their suspects, numbered per job; slowdown µs per
@@ -366,7 +366,7 @@ def _slow_periods_found(periods: pl.DataFrame, ev: pl.DataFrame, ideal_us: pl.Da
     )
     return sp, slow_cost
 
-@c.stage(c.TorRows)
+@c.stage("TorRows")
 def _tor_rows(buckets: pl.DataFrame, jobs: pl.DataFrame, ideal: pl.DataFrame, att: pl.DataFrame,
               inc: pl.DataFrame) -> pl.DataFrame:
     """One row per job: the ledger's buckets (µs), what the job was and how it ended."""

@@ -13,17 +13,15 @@ times integer µs since the epoch. A contract names the columns a stage reads or
 may carry more (a plugin's columns), never a column whose name starts with ``_`` (a temporary
 column lives and dies inside one function).
 
-``check(frame, Contract)`` validates only when the environment variable
-``TORANALYZE_CHECK_CONTRACTS`` is ``1`` (the test suite sets it): normal runs pay one lookup.
-``stage(...)`` does the same for the frames a function returns, and records that it ran.
+``check(frame, Contract)`` validates a frame. The stages call it through reconstruct/stages.py,
+only when the environment variable ``TORANALYZE_CHECK_CONTRACTS`` is ``1`` (the test suite sets
+it): a normal run does not even import this module, and pays one lookup a stage.
 """
 
 from __future__ import annotations
 
 import functools
-import os
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import dataframely as dy
 import polars as pl
@@ -33,9 +31,6 @@ from toranalyze.reconstruct.incidents import INCIDENTS_SCHEMA
 from toranalyze.reconstruct.ledger import TOR_SCHEMA
 from toranalyze.reconstruct.resources import RESOURCES_SCHEMA
 from toranalyze.reconstruct.slowness import SLOW_PERIODS_SCHEMA
-
-ENV = "TORANALYZE_CHECK_CONTRACTS"
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _key(dtype: Any = dy.UInt32) -> dy.Column:
@@ -418,23 +413,13 @@ RUN_TABLES: dict[type[dy.Schema], pl.Schema] = {
     TorTable: TOR_SCHEMA, ResourcesTable: RESOURCES_SCHEMA,
 }
 
-# The stages that ran with checking on (stage name -> times), for the tests that read it.
-EXERCISED: dict[str, int] = {}
-
-
-def checking() -> bool:
-    return os.environ.get(ENV) == "1"
-
-
 class ContractError(AssertionError):
     """A frame that does not match its contract."""
 
 
 def check(frame: pl.DataFrame, contract: type[dy.Schema], where: str = "") -> pl.DataFrame:
-    """``frame``, after checking (when checking is on) that it holds the contract's columns, typed
-    and nullable as it says, and no ``_`` column; and, for a run table, exactly its columns."""
-    if not checking():
-        return frame
+    """``frame``, after checking that it holds the contract's columns, typed and nullable as it
+    says, and no ``_`` column; and, for a run table, exactly its columns."""
     label = f"{where or 'frame'} as {contract.__name__}"
     hidden = [c for c in frame.columns if c.startswith("_")]
     if hidden:
@@ -449,31 +434,3 @@ def check(frame: pl.DataFrame, contract: type[dy.Schema], where: str = "") -> pl
     except Exception as exc:  # dataframely's schema and rule errors
         raise ContractError(f"{label}: {exc}") from exc
     return frame
-
-
-def stage(*contracts: type[dy.Schema] | None) -> Callable[[F], F]:
-    """Mark a function as a stage returning a frame (or a tuple of them) of ``contracts`` (None:
-    not a frame, or not checked); with checking on, each returned frame is checked."""
-
-    def mark(fn: F) -> F:
-        name = f"{fn.__module__.rsplit('.', 1)[-1]}.{fn.__name__}"
-        STAGES.add(name)
-
-        @functools.wraps(fn)
-        def run(*args: Any, **kwargs: Any) -> Any:
-            out = fn(*args, **kwargs)
-            if checking():
-                EXERCISED[name] = EXERCISED.get(name, 0) + 1
-                frames = out if isinstance(out, tuple) else (out,)
-                for frame, contract in zip(frames, contracts, strict=True):
-                    if contract is not None and frame is not None:
-                        check(frame, contract, name)
-            return out
-
-        return run  # type: ignore[return-value]
-
-    return mark
-
-
-# Every function marked as a stage (module.name).
-STAGES: set[str] = set()

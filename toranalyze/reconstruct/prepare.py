@@ -9,13 +9,12 @@ from typing import Any
 
 import polars as pl
 
-from toranalyze.reconstruct import contracts
 from toranalyze.reconstruct import incidents as inc_mod
 from toranalyze.reconstruct.api import US, UTC_US
 from toranalyze.reconstruct.attribution import attribute_nodes, pod_bindings
-from toranalyze.reconstruct.contracts import check
 from toranalyze.reconstruct.intervals import attach, packed_key
 from toranalyze.reconstruct.jobs import assign_attempts, assign_jobs, job_name
+from toranalyze.reconstruct.stages import check
 from toranalyze.schema import KINDS, SEVERITIES, SOURCES
 
 JOB_CODE = pl.UInt32
@@ -59,8 +58,8 @@ def prepare_jobs(events: pl.DataFrame) -> PreparedEvents:
     ev, untimed = relative_times(ev, keep)
     ev = place_untimed_errors(ev, keep).drop("file_code")
     ev = assign_attempts(ev, keep)
-    check(ev, contracts.PreparedEventRows, "prepare.prepare_jobs")
-    check(jobs, contracts.Jobs, "prepare.prepare_jobs")
+    check(ev, "PreparedEventRows", "prepare.prepare_jobs")
+    check(jobs, "Jobs", "prepare.prepare_jobs")
     return PreparedEvents(ev, jobs, names, dropped, untimed)
 
 

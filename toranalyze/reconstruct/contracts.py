@@ -4,9 +4,10 @@ events (``EVENT_SCHEMA``) -> :class:`PreparedEventRows` and :class:`Jobs` (prepa
 -> :class:`StepRecords` and :class:`AttemptFacts` (progress.py) -> :class:`StepIntervals`,
 :class:`HealthySteps`, :class:`Checkpoints`, :class:`Evaluations` -> :class:`SlowPeriodRows`,
 :class:`IdealSteps` -> :class:`PlacedStepRows`, :class:`PlacedAttempts`, :class:`JobWindows`
--> :class:`IncidentRows` (incidents.py) -> :class:`LedgerBuckets`, :class:`LedgerStepRows`
-(ledger.py) -> the run tables (:class:`AttemptsTable`, :class:`IncidentsTable`,
-:class:`SlowPeriodsTable`, :class:`TorTable`, :class:`ResourcesTable`; docs/tables.md).
+-> :class:`OnsetRecords`, :class:`InterruptionFacts` -> :class:`IncidentRows` (incidents.py)
+-> :class:`LedgerBuckets`, :class:`LedgerStepRows` (ledger.py) -> the run tables
+(:class:`AttemptsTable`, :class:`IncidentsTable`, :class:`SlowPeriodsTable`, :class:`TorTable`,
+:class:`ResourcesTable`; docs/tables.md).
 
 Between prepare and the run tables jobs are codes (``job``, UInt32: the row of the jobs table) and
 times integer µs since the epoch. A contract names the columns a stage reads or writes; a frame
@@ -383,6 +384,79 @@ class TorRows(LedgerBuckets):
     n_attempts = _opt(dy.UInt32)
     n_incidents = _opt(dy.UInt32)
     "The last attempt's end state, the attempts and the incidents."
+
+
+class OnsetRecords(dy.Schema):
+    """The records an interruption is judged on, with the ladder's flags (incidents._onset_records)."""
+
+    job = _key()
+    attempt_idx = _key(dy.Int32)
+    t = _opt(dy.Int64)
+    "The interrupted attempt and the record's time."
+    kind = dy.Any()
+    node = _opt(dy.String)
+    rank = _opt(dy.Int32)
+    state = _opt(dy.String)
+    rule = _opt(dy.String)
+    ev = _opt(dy.String)
+    "What the record is, where it ran, its end state and rule, and its ``file:line``."
+    cls = _opt(dy.String)
+    priority = _opt(dy.Int64)
+    "Its class (a rule's, or the one an end state is evidence of) and that class's causal priority."
+    peer_symptom = _opt(dy.Bool)
+    weak_rule = _opt(dy.Bool)
+    soft = _opt(dy.Bool)
+    "A peer's symptom; a job-level termination rule (WEAK_RULES); a warning-level record."
+    is_planned = _opt(dy.Bool)
+    is_failure = _opt(dy.Bool)
+    is_strong = _opt(dy.Bool)
+    is_strong_error = _opt(dy.Bool)
+    is_weak = _opt(dy.Bool)
+    is_kill = _opt(dy.Bool)
+    "Ladder flags: planned stop, failure, specific failure (and error-level), weak, kill on a node."
+
+
+class InterruptionFacts(dy.Schema):
+    """Per interruption, what its onset records say for each rung (incidents._ladder_facts); the
+    rung functions of incidents.py read these columns."""
+
+    job = _key()
+    attempt_idx = _key(dy.Int32)
+    state = _opt(dy.String)
+    t_last_progress = _opt(dy.Int64)
+    t_detected = _opt(dy.Int64)
+    t_first_error = _opt(dy.Int64)
+    "The interrupted attempt, its end state, last progress, detection and first error."
+    ideal_step_us = _opt(dy.Int64)
+    stall_us = _opt(dy.Int64)
+    long_stall = _opt(dy.Bool)
+    job_end_us = _opt(dy.Int64)
+    "The job's ideal step, the stall before detection, whether it is a hang's, the job's end."
+    n_onset_records = _opt(dy.UInt32)
+    classes = dy.List(dy.String(nullable=True), nullable=True)
+    "How many onset records, and their classes (weak last, by priority and time)."
+    any_error = _opt(dy.Bool)
+    any_own_error = _opt(dy.Bool)
+    any_own_death = _opt(dy.Bool)
+    any_kill = _opt(dy.Bool)
+    any_node_failure = _opt(dy.Bool)
+    any_own_node_failure = _opt(dy.Bool)
+    "Rung 1: specific errors (``own``: not peers' symptoms), deaths, kills, node failures."
+    first_error_cls = _opt(dy.String)
+    first_own_error_cls = _opt(dy.String)
+    first_strong_cls = _opt(dy.String)
+    first_own_strong_cls = _opt(dy.String)
+    "Rungs 1 and 2: the first error class and the first specific class (of any level)."
+    any_hang = _opt(dy.Bool)
+    any_collective_timeout = _opt(dy.Bool)
+    "Rung 3: a hang detector, a collective timeout."
+    outside_stop_cls = _opt(dy.String)
+    first_planned_cls = _opt(dy.String)
+    "Rung 4: the first stop from outside (walltime, preemption, maintenance), the first planned stop."
+    any_failure = _opt(dy.Bool)
+    any_weak = _opt(dy.Bool)
+    any_weak_nonsignal = _opt(dy.Bool)
+    "Rung 6: records of unknown cause, job-level termination records, such records other than signals."
 
 
 def _table(name: str, schema: pl.Schema, doc: str) -> type[dy.Schema]:

@@ -38,6 +38,7 @@ import polars as pl
 from toranalyze.reconstruct.attribution import DEATH_CLASSES, KILL_RULES, PEER_SYMPTOM
 from toranalyze.reconstruct.intervals import in_windows, min_after
 from toranalyze.reconstruct.progress import CLEAN_STATES, is_clean
+from toranalyze.reconstruct.stages import stage
 from toranalyze.schema import frame_schema
 from toranalyze.taxonomy import PLANNED, TAXONOMY, priority
 
@@ -433,6 +434,7 @@ def _with_caught_up(inc: pl.DataFrame, att: pl.DataFrame, steps: pl.DataFrame) -
     ).drop("_hi_step")
 
 
+@stage("OnsetRecords")
 def _onset_records(hits: pl.DataFrame, ia: pl.DataFrame, pre_s: float) -> pl.DataFrame:
     """The records each interruption is judged on, in time order, with the ladder's row flags.
 
@@ -467,9 +469,10 @@ def _root_causes(ia: pl.DataFrame, g: pl.DataFrame) -> pl.DataFrame:
     return d.with_columns(_reasons(d).alias("reason"))
 
 
+@stage("InterruptionFacts")
 def _ladder_facts(ia: pl.DataFrame, g: pl.DataFrame) -> pl.DataFrame:
     """The interruptions with what their onset records say, for each rung of the ladder: which
-    kinds of record are present and the first class of each (``_r_*``), and all classes seen."""
+    kinds of record are present and the first class of each (``first_*_cls``), and all classes seen."""
     c, sym = pl.col("cls"), pl.col("peer_symptom")
 
     def first(mask: pl.Expr) -> pl.Expr:  # on rows in (priority, time) order

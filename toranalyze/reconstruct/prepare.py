@@ -131,45 +131,45 @@ def _file_line_order(ev: pl.DataFrame, keep: pl.Series | None) -> pl.DataFrame:
         return order.sort("file_code", "line", "row")
     # Records come in file and line order, files numbered as they come: often sorted already.
     order = order.with_columns(packed.alias("_k"))
-    return order if order["_k"].is_sorted() else order.sort("_k")
+    return (order if order["_k"].is_sorted() else order.sort("_k")).drop("_k")
 
 
 def _next_timed(order: pl.DataFrame) -> pl.DataFrame:
-    """``order`` with ``_hi``: the time of the next line of its file whose time is its own."""
+    """``order`` with ``next_timed_t``: the time of the next line of its file whose time is its own."""
     return (
         order.with_columns(pl.col("file_code").set_sorted())  # windows over files take slices
-        .with_columns(pl.when(~pl.col("ts_inferred").fill_null(False)).then(pl.col("t")).alias("_hi"))
-        .with_columns(pl.col("_hi").backward_fill().over("file_code").alias("_hi"))
+        .with_columns(pl.when(~pl.col("ts_inferred").fill_null(False)).then(pl.col("t")).alias("next_timed_t"))
+        .with_columns(pl.col("next_timed_t").backward_fill().over("file_code").alias("next_timed_t"))
     )
 
 
 def _start_times(ev: pl.DataFrame) -> pl.DataFrame:
-    """(job, _s): the distinct stated times at which a job started or restarted, in time order."""
+    """(job, start_t): the distinct stated times at which a job started or restarted, in time order."""
     return (
         ev.filter(pl.col("kind").is_in(("job_start", "init", "restart")) & ~pl.col("ts_inferred").fill_null(False))
-        .select("job", pl.col("t").alias("_s"))
+        .select("job", pl.col("t").alias("start_t"))
         .drop_nulls()
         .unique()
-        .sort("_s")
+        .sort("start_t")
     )
 
 
 def _restarted_before(cand: pl.DataFrame, starts: pl.DataFrame) -> pl.DataFrame:
-    """(row, _hi) of the candidates whose job (re)started after their inferred time and no later
+    """(row, next_timed_t) of the candidates whose job (re)started after their inferred time and no later
     than their next timed line."""
     return (
         cand.sort("t")
         .join_asof(
             starts,
             left_on="t",
-            right_on="_s",
+            right_on="start_t",
             by="job",
             strategy="forward",
             allow_exact_matches=False,
             check_sortedness=False,
         )
-        .filter(pl.col("_s").is_not_null() & (pl.col("_s") <= pl.col("_hi")))
-        .select("row", "_hi")
+        .filter(pl.col("start_t").is_not_null() & (pl.col("start_t") <= pl.col("next_timed_t")))
+        .select("row", "next_timed_t")
     )
 
 
@@ -188,7 +188,7 @@ def place_untimed_errors(ev: pl.DataFrame, keep: pl.Series | None = None) -> pl.
     cand = _next_timed(_file_line_order(ev, keep)).filter(
         pl.col("ts_inferred").fill_null(False)
         & pl.col("kind").is_in(("error", "warning"))
-        & (pl.col("_hi") > pl.col("t"))
+        & (pl.col("next_timed_t") > pl.col("t"))
     )
     if cand.height == 0:
         return ev
@@ -198,7 +198,7 @@ def place_untimed_errors(ev: pl.DataFrame, keep: pl.Series | None = None) -> pl.
     hit = _restarted_before(cand, starts)
     if hit.height == 0:
         return ev
-    hi = attach(ev.select("row"), hit, "row")["_hi"]
+    hi = attach(ev.select("row"), hit, "row")["next_timed_t"]
     ev = ev.with_columns(pl.coalesce(hi, "t").alias("t"))
     return ev.with_columns(pl.col("t").cast(UTC_US).alias("ts")) if "ts" in ev.columns else ev
 
@@ -213,48 +213,48 @@ def _bare_jobs(ev: pl.DataFrame, keep: pl.Series | None) -> list[Any]:
 
 
 def _logging_interval(steps: pl.DataFrame) -> pl.DataFrame:
-    """(job, _li): the most common gap ``_n`` between step rows when it occurs twice, else the
+    """(job, log_interval): the most common gap ``steps_since_prev`` between step rows when it occurs twice, else the
     smallest gap when there are two gaps, else 1."""
     interval = (
-        steps.filter(pl.col("_n") > 0)
-        .group_by("job", "_n")
+        steps.filter(pl.col("steps_since_prev") > 0)
+        .group_by("job", "steps_since_prev")
         .len()
-        .sort("job", "len", "_n", descending=[False, True, False])
+        .sort("job", "len", "steps_since_prev", descending=[False, True, False])
         .group_by("job", maintain_order=True)
         .first()
-        .select("job", pl.when(pl.col("len") >= 2).then(pl.col("_n")).alias("_li"))
+        .select("job", pl.when(pl.col("len") >= 2).then(pl.col("steps_since_prev")).alias("log_interval"))
     )
     smallest = (
-        steps.filter(pl.col("_n") > 0).group_by("job").agg(pl.col("_n").min().alias("_min"), pl.len().alias("_k"))
+        steps.filter(pl.col("steps_since_prev") > 0).group_by("job").agg(pl.col("steps_since_prev").min().alias("_min"), pl.len().alias("_k"))
     )
     return interval.join(smallest, on="job", how="full", coalesce=True).select(
-        "job", pl.coalesce("_li", pl.when(pl.col("_k") >= 2).then(pl.col("_min")), pl.lit(1)).alias("_li")
+        "job", pl.coalesce("log_interval", pl.when(pl.col("_k") >= 2).then(pl.col("_min")), pl.lit(1)).alias("log_interval")
     )
 
 
 def _step_spans(part: pl.DataFrame, is_step: pl.Expr) -> pl.DataFrame:
-    """(row, _dt) of the step rows: the µs a row's steps took since the previous step row."""
-    steps = part.filter(is_step).with_columns((pl.col("step") - pl.col("step").shift(1).over("job")).alias("_n"))
+    """(row, span_us) of the step rows: the µs a row's steps took since the previous step row."""
+    steps = part.filter(is_step).with_columns((pl.col("step") - pl.col("step").shift(1).over("job")).alias("steps_since_prev"))
     # The logging interval: the most common gap between rows when it occurs twice; a larger gap
     # is an elision of the excerpt and counts as one interval (the ledger counts the steps).
     interval = _logging_interval(steps)
     steps = (
         steps.join(interval, on="job", how="left")
-        .with_columns(pl.col("_li").fill_null(1))
+        .with_columns(pl.col("log_interval").fill_null(1))
         .with_columns(
             (
-                pl.when((pl.col("_n") > 0) & (pl.col("_n") <= 2 * pl.col("_li")))
-                .then(pl.col("_n"))
-                .otherwise(pl.col("_li"))
+                pl.when((pl.col("steps_since_prev") > 0) & (pl.col("steps_since_prev") <= 2 * pl.col("log_interval")))
+                .then(pl.col("steps_since_prev"))
+                .otherwise(pl.col("log_interval"))
                 * pl.col("step_time_s").fill_null(0.0)
                 * US
             )
             .round()
             .cast(pl.Int64)
-            .alias("_dt")
+            .alias("span_us")
         )
     )
-    return steps.select("row", "_dt")
+    return steps.select("row", "span_us")
 
 
 def _excerpt_starts(part: pl.DataFrame, is_step: pl.Expr, rows: pl.Series) -> pl.DataFrame:
@@ -292,9 +292,9 @@ def relative_times(ev: pl.DataFrame, keep: pl.Series | None = None) -> tuple[pl.
     part = ev.filter(pl.col("job").is_in(jobs)).sort("job", "file", "line", "row")
     is_step = (pl.col("kind") == "step") & pl.col("step").is_not_null()
     part = part.join(_step_spans(part, is_step), on="row", how="left").with_columns(
-        pl.col("_dt").fill_null(0).cum_sum().over("job").alias("t")
+        pl.col("span_us").fill_null(0).cum_sum().over("job").alias("t")
     )
-    part = part.with_columns(pl.col("t").cast(UTC_US).alias("ts"), pl.lit(True).alias("ts_inferred")).drop("_dt")
+    part = part.with_columns(pl.col("t").cast(UTC_US).alias("ts"), pl.lit(True).alias("ts_inferred")).drop("span_us")
     first = _excerpt_starts(part, is_step, ev["row"])
     part = pl.concat([first.select(part.columns), part], how="vertical")
     rest = ev.filter(~pl.col("job").is_in(jobs))

@@ -224,17 +224,18 @@ def _logging_interval(steps: pl.DataFrame) -> pl.DataFrame:
         .first()
         .select("job", pl.when(pl.col("len") >= 2).then(pl.col("steps_since_prev")).alias("log_interval"))
     )
-    smallest = (
-        steps.filter(pl.col("steps_since_prev") > 0).group_by("job").agg(pl.col("steps_since_prev").min().alias("_min"), pl.len().alias("_k"))
-    )
+    gaps = pl.col("steps_since_prev")
+    smallest = steps.filter(gaps > 0).group_by("job").agg(gaps.min().alias("_min"), pl.len().alias("_k"))
     return interval.join(smallest, on="job", how="full", coalesce=True).select(
-        "job", pl.coalesce("log_interval", pl.when(pl.col("_k") >= 2).then(pl.col("_min")), pl.lit(1)).alias("log_interval")
+        "job",
+        pl.coalesce("log_interval", pl.when(pl.col("_k") >= 2).then(pl.col("_min")), pl.lit(1)).alias("log_interval"),
     )
 
 
 def _step_spans(part: pl.DataFrame, is_step: pl.Expr) -> pl.DataFrame:
     """(row, span_us) of the step rows: the µs a row's steps took since the previous step row."""
-    steps = part.filter(is_step).with_columns((pl.col("step") - pl.col("step").shift(1).over("job")).alias("steps_since_prev"))
+    steps = part.filter(is_step).with_columns(
+        (pl.col("step") - pl.col("step").shift(1).over("job")).alias("steps_since_prev"))
     # The logging interval: the most common gap between rows when it occurs twice; a larger gap
     # is an elision of the excerpt and counts as one interval (the ledger counts the steps).
     interval = _logging_interval(steps)

@@ -350,7 +350,7 @@ def _incident_families(window: pl.DataFrame, incidents: pl.DataFrame) -> dict[st
 
 
 def _with_useful_per_step(rows: pl.DataFrame, jitter: pl.DataFrame | None) -> pl.DataFrame:
-    """``_u``: the expected useful µs of one of the row's steps (at most ``ideal_us``); rows that
+    """``useful_per_step_us``: the expected useful µs of one of the row's steps (at most ``ideal_us``); rows that
     average several steps account for their jitter (:func:`expected_useful_per_step`)."""
     if jitter is not None and jitter.height and "d_us" in rows.columns:
         rows = attach(rows, jitter, "job")
@@ -358,24 +358,26 @@ def _with_useful_per_step(rows: pl.DataFrame, jitter: pl.DataFrame | None) -> pl
             rows.select(pl.coalesce("d_us", "ideal_us"))[:, 0], rows["n"], rows["ideal_us"], rows["sigma"]
         )
         rows = rows.with_columns(
-            pl.when(pl.col("ideal_us").is_null()).then(None).otherwise(pl.Series("_u", u)).alias("_u")
+            pl.when(pl.col("ideal_us").is_null()).then(None).otherwise(pl.Series("useful_per_step_us", u))
+            .alias("useful_per_step_us")
         ).drop("sigma")
     else:
-        rows = rows.with_columns(pl.col("ideal_us").cast(pl.Float64).alias("_u"))
-    return rows.with_columns(pl.min_horizontal(pl.col("_u"), pl.col("ideal_us")).alias("_u"))
+        rows = rows.with_columns(pl.col("ideal_us").cast(pl.Float64).alias("useful_per_step_us"))
+    per_step = pl.col("useful_per_step_us")
+    return rows.with_columns(pl.min_horizontal(per_step, pl.col("ideal_us")).alias("useful_per_step_us"))
 
 
 def _split_preserved(rows: pl.DataFrame) -> pl.DataFrame:
-    """What a row owns beyond its rework: ``useful_us`` (per preserved step ``_u``, within what
+    """What a row owns beyond its rework: ``useful_us`` (per preserved step ``useful_per_step_us``, within what
     it owns) and the rest ``slowdown_us``."""
     return (
         rows.with_columns(
             pl.min_horizontal(
                 pl.col("owned_us") - pl.col("rework_us"),
-                ((pl.col("n") - pl.col("n_lost")) * pl.col("_u")).round().cast(pl.Int64),
+                ((pl.col("n") - pl.col("n_lost")) * pl.col("useful_per_step_us")).round().cast(pl.Int64),
             ).alias("useful_us")
         )
-        .drop("_u")
+        .drop("useful_per_step_us")
         .with_columns((pl.col("owned_us") - pl.col("rework_us") - pl.col("useful_us")).alias("slowdown_us"))
     )
 

@@ -4,11 +4,19 @@ simulated small run of each scheduler flavour, analysed with checking on."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import importlib
+import inspect
+import pkgutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
 
+import toranalyze.reconstruct
 from toranalyze.ingest.pipeline import ingest
 from toranalyze.model import load_preset
 from toranalyze.reconstruct import analysis as A
@@ -112,3 +120,57 @@ def test_no_function_of_reconstruct_takes_more_than_six_parameters() -> None:
                 if n > 6:
                     wide.append(f"{path.name}:{node.name} ({n})")
     assert not wide
+
+
+# Helpers that return the aggregations the caller names (its own temporaries, dropped by it).
+CALLERS_COLUMNS = {"intervals.agg_by"}
+
+
+def _frames(x: Any, depth: int = 0) -> Iterator[pl.DataFrame | pl.LazyFrame]:
+    if isinstance(x, pl.DataFrame | pl.LazyFrame):
+        yield x
+    elif isinstance(x, tuple | list) and depth < 2:
+        for y in x:
+            yield from _frames(y, depth + 1)
+    elif dataclasses.is_dataclass(x) and not isinstance(x, type) and depth < 2:
+        for f in dataclasses.fields(x):
+            yield from _frames(getattr(x, f.name), depth + 1)
+
+
+def _hidden(*values: Any) -> set[str]:
+    cols = [c for v in values for f in _frames(v)
+            for c in (f.collect_schema().names() if isinstance(f, pl.LazyFrame) else f.columns)]
+    return {c for c in cols if c.startswith("_")}
+
+
+def test_no_function_of_reconstruct_hands_out_a_temporary_column(
+        samples: pl.DataFrame, simulated: pl.DataFrame, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every function of reconstruct (public or private, as the stages call it): a ``_`` column in
+    what it returns came in with its arguments (a helper that passes frames through), never one
+    it made."""
+    leaks: dict[str, set[str]] = {}
+
+    def watched(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            out = fn(*args, **kwargs)
+            made = _hidden(out) - _hidden(*args, *kwargs.values())
+            if made and name not in CALLERS_COLUMNS:
+                leaks.setdefault(name, set()).update(made)
+            return out
+        return run
+
+    modules = [importlib.import_module(f"toranalyze.reconstruct.{m.name}")
+               for m in pkgutil.iter_modules(toranalyze.reconstruct.__path__)]
+    for mod in modules:
+        short = mod.__name__.rsplit(".", 1)[-1]
+        for name, fn in list(vars(mod).items()):
+            if inspect.isfunction(fn) and fn.__module__ == mod.__name__:
+                wrapped = watched(f"{short}.{name}", fn)
+                for other in modules:  # wherever it is looked up
+                    if vars(other).get(name) is fn:
+                        monkeypatch.setattr(other, name, wrapped)
+    for events in (samples, simulated):
+        A.analyze_events(events)
+        A.analyze_events(events, jobs=2)
+    assert not leaks

@@ -63,3 +63,7 @@ def assert_golden(frame: pl.DataFrame, golden: Path) -> None:
         golden.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
     want = json.loads(golden.read_text())
     assert got == want, f"output differs from {golden.name} (TORANALYZE_UPDATE_GOLDEN=1 rewrites it)"
+
+# The analysis's stage frames are checked against their contracts (toranalyze/reconstruct/contracts.py)
+# in every test that runs it.
+os.environ.setdefault("TORANALYZE_CHECK_CONTRACTS", "1")

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toranalyze.reconstruct.analysis import analyze_events, events_frame
-from toranalyze.reconstruct.intervals import OrderedKeys, asof_in_order, in_windows, min_after
+from toranalyze.reconstruct.intervals import AsofOn, OrderedKeys, asof_in_order, in_windows, min_after
 
 JOBS = st.sampled_from(["a", "b"])
 WINDOWS = st.lists(st.tuples(JOBS, st.integers(0, 60), st.integers(-5, 30)), max_size=8)
@@ -80,7 +80,7 @@ def test_asof_in_order_is_the_asof_join(rows: list[Any], left: list[Any], strate
     keys = OrderedKeys(right, by, "_s")
     assert keys.ok == (right.height > 0)
     if keys.ok:
-        got = asof_in_order(q, right, "step", "_s", by, keys, strategy, exact)
+        got = asof_in_order(q, right, AsofOn("step", "_s", strategy, exact), by, keys)
         assert got.equals(want)
 
 

@@ -180,7 +180,7 @@ def test_interleaved_records_get_the_jobs_of_their_file_and_id():
     out = []
     for ev in (apart, mixed):
         ev, jobs = assign_jobs(with_time(ev))
-        out.append((ev.select("file", "line", "job", "_base").sort("file", "line"), jobs))
+        out.append((ev.select("file", "line", "job", "base_job_id").sort("file", "line"), jobs))
     assert out[0][0].equals(out[1][0])
     assert out[0][1].equals(out[1][1])
     assert out[0][1].select("job", "job_ids").rows() == [("r::30", ["30"]), ("r::pretrain", ["10", "12"])]

@@ -24,6 +24,7 @@ import polars as pl
 from toranalyze.ingest.engine import map_ordered
 from toranalyze.reconstruct import incidents as inc_mod
 from toranalyze.reconstruct import ledger, progress, slowness
+from toranalyze.reconstruct import stages as c
 from toranalyze.reconstruct.api import ATTEMPTS_SCHEMA, US, Analysis, AnalysisOptions
 from toranalyze.reconstruct.incidents import INCIDENTS_SCHEMA
 from toranalyze.reconstruct.intervals import agg_by, attach, group_keys, in_key_order, in_windows, run_id
@@ -95,7 +96,16 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None,
     else:
         groups = job_groups(prepared, opts, GROUPS_PER_SLOT * max(1, jobs))
         parts = list(map_ordered(reconstruct_jobs, groups, engine, jobs, address))
-    return combine(prepared, parts, opts)
+    return _checked(combine(prepared, parts, opts))
+
+
+def _checked(a: Analysis) -> Analysis:
+    """The run tables, checked against their contracts (when checking is on)."""
+    for table, contract in (("attempts", "AttemptsTable"), ("incidents", "IncidentsTable"),
+                            ("slow_periods", "SlowPeriodsTable"), ("tor", "TorTable"),
+                            ("resources", "ResourcesTable")):
+        c.check(getattr(a, table), contract, f"analysis.{table}")
+    return a
 
 
 def reconstruct_jobs(group: JobGroup) -> PartialAnalysis:
@@ -111,7 +121,9 @@ def reconstruct_jobs(group: JobGroup) -> PartialAnalysis:
     rows, att = _placed_steps(p.rows, p.att, ideal_us)
     window, clipped_windows = _job_windows(att, ev)
     inc = _incidents(att, ev, p.steps, ideal_us, window, opts)
-    buckets, rows = ledger.compute(window, rows, ideal_us, p.ckpt, p.evals, inc, jitter)
+    buckets, rows = ledger.compute(window, rows, ideal_us, ledger.Blocking(p.ckpt, p.evals), inc, jitter)
+    c.check(buckets, "LedgerBuckets", "ledger.compute")
+    c.check(rows, "LedgerStepRows", "ledger.compute")
     inc, clipped_incidents = _clipped_incidents(inc, window)
     sp, slow_cost = _slow_periods_found(periods, ev, ideal_us, rows)
     return PartialAnalysis(
@@ -144,20 +156,21 @@ class _Progress:
 
 
 def _step_progress(ev: pl.DataFrame, opts: AnalysisOptions) -> _Progress:
-    steps = progress.step_rows(ev)
-    att = progress.attempt_table(ev, steps)
-    rows = progress.step_intervals(steps, att)
+    steps = c.check(progress.step_rows(ev), "StepRecords", "progress.step_rows")
+    att = c.check(progress.attempt_table(ev, steps), "AttemptFacts", "progress.attempt_table")
+    rows = c.check(progress.step_intervals(steps, att), "StepIntervals", "progress.step_intervals")
     prelim = agg_by(rows.select("job", "d_us").filter(pl.col("d_us").is_not_null()), "job",
                     pl.col("d_us").median().round().cast(pl.Int64).alias("ideal_us"))
     rows0 = progress.place_steps(rows, att, prelim)
-    ckpt = progress.checkpoint_intervals(ev, rows0, prelim)
-    evals = progress.eval_intervals(ev, rows0, ckpt)
+    ckpt = c.check(progress.checkpoint_intervals(ev, rows0, prelim), "Checkpoints", "progress.checkpoint_intervals")
+    evals = c.check(progress.eval_intervals(ev, rows0, ckpt), "Evaluations", "progress.eval_intervals")
     blocked = pl.concat([ckpt.select("job", "start", "end"), evals.select("job", "start", "end")])
     blocked = progress.union_intervals(blocked) if blocked.height else blocked
     rows0 = _healthy(rows0, att, blocked, opts.warmup_steps)
     return _Progress(steps, att, rows, prelim, rows0, ckpt, evals)
 
 
+@c.stage("HealthySteps")
 def _healthy(rows0: pl.DataFrame, att: pl.DataFrame, blocked: pl.DataFrame, warmup_steps: int) -> pl.DataFrame:
     """Flag ``healthy`` the rows that measure a step: a duration, not blocked by a save or an
     evaluation, past warm-up (the row's first step among the first ``warmup_steps`` after the
@@ -177,9 +190,10 @@ def _healthy(rows0: pl.DataFrame, att: pl.DataFrame, blocked: pl.DataFrame, warm
             & ~first_rows
             & (rank_in_att > 1)
         ).alias("healthy")
-    ).drop("_rf")
+    ).drop("_rf", "_blocked")
 
 
+@c.stage("SlowPeriodRows", "HealthyStepTimes", "StepJitter")
 def _slow_periods(rows0: pl.DataFrame, opts: AnalysisOptions) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """(slow periods, the healthy rows outside them, each job's step jitter): periods found
     against the healthy steps' median, then again against the median without them."""
@@ -204,6 +218,7 @@ def _median_by_job(rows: pl.DataFrame, name: str) -> pl.DataFrame:
     return agg_by(rows.select("job", "d_us"), "job", pl.col("d_us").median().alias(name))
 
 
+@c.stage("IdealSteps")
 def _ideal_steps(healthy: pl.DataFrame, jitter: pl.DataFrame, prelim: pl.DataFrame, jobs: pl.DataFrame,
                  opts: AnalysisOptions) -> pl.DataFrame:
     """Each job's ideal step time (``ideal_us``) and where it comes from (``ideal_step_source``)."""
@@ -226,7 +241,7 @@ def _ideal_steps(healthy: pl.DataFrame, jitter: pl.DataFrame, prelim: pl.DataFra
     if user is not None:
         return ideal.with_columns(
             pl.lit(round(user * US), pl.Int64).alias("ideal_us"), pl.lit("user").alias("ideal_step_source")
-        )
+        ).drop("_n", "_p")
     return ideal.with_columns(
         pl.when(pl.col("ideal_us").is_not_null())
         .then(pl.format("median of {} healthy steps", pl.col("_n")))
@@ -235,9 +250,10 @@ def _ideal_steps(healthy: pl.DataFrame, jitter: pl.DataFrame, prelim: pl.DataFra
         .otherwise(pl.lit("none (no steps)"))
         .alias("ideal_step_source"),
         pl.coalesce("ideal_us", "_p").alias("ideal_us"),
-    )
+    ).drop("_n", "_p")
 
 
+@c.stage("PlacedStepRows", "PlacedAttempts")
 def _placed_steps(rows: pl.DataFrame, att: pl.DataFrame, ideal_us: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(step rows placed with the ideal filling unknown durations, lost steps marked; the
     attempts with the start of their first step)."""
@@ -257,6 +273,7 @@ def _placed_steps(rows: pl.DataFrame, att: pl.DataFrame, ideal_us: pl.DataFrame)
     return rows, att
 
 
+@c.stage("JobWindows", None)
 def _job_windows(att: pl.DataFrame, ev: pl.DataFrame) -> tuple[pl.DataFrame, list[int]]:
     """Each job's observed window (T0, T1: first attempt's start, last attempt's end), and the
     jobs whose window was clipped."""
@@ -275,22 +292,15 @@ def _job_windows(att: pl.DataFrame, ev: pl.DataFrame) -> tuple[pl.DataFrame, lis
     return window, bad["job"].to_list()
 
 
+@c.stage("IncidentRows")
 def _incidents(att: pl.DataFrame, ev: pl.DataFrame, steps: pl.DataFrame, ideal_us: pl.DataFrame,
                window: pl.DataFrame, opts: AnalysisOptions) -> pl.DataFrame:
     """The incidents, with the next attempt's checkpoint load (the recovery split needs it)."""
     ideal_map = {k: v for k, v in ideal_us.iter_rows() if v is not None}
     end_map = dict(window.select("job", "T1").iter_rows())
-    inc = inc_mod.build_incidents(
-        att,
-        ev,
-        steps,
-        ideal_map,
-        end_map,
-        pre_s=opts.incident_pre_s,
-        post_s=opts.incident_post_s,
-        hang_stall_factor=opts.hang_stall_factor,
-        hang_min_stall_s=opts.hang_min_stall_s,
-    )
+    limits = inc_mod.IncidentLimits(pre_s=opts.incident_pre_s, post_s=opts.incident_post_s,
+                                    hang_stall_factor=opts.hang_stall_factor, hang_min_stall_s=opts.hang_min_stall_s)
+    inc = inc_mod.build_incidents(att, ev, steps, ideal_map, end_map, limits)
     load = att.select(
         "job",
         (pl.col("attempt_idx") - 1).cast(pl.Int32).alias("attempt"),
@@ -299,6 +309,7 @@ def _incidents(att: pl.DataFrame, ev: pl.DataFrame, steps: pl.DataFrame, ideal_u
     )
     return inc.join(load, on=["job", "attempt"], how="left")
 
+@c.stage("IncidentRows", None)
 def _clipped_incidents(inc: pl.DataFrame, window: pl.DataFrame) -> tuple[pl.DataFrame, list[tuple[int, int]]]:
     """The incidents with their phases clipped to the job's window, and the (job, incident) clipped."""
     if not inc.height:
@@ -309,13 +320,15 @@ def _clipped_incidents(inc: pl.DataFrame, window: pl.DataFrame) -> tuple[pl.Data
     return inc, list(out_of.select("job", "incident").iter_rows())
 
 
+@c.stage("LostTime")
 def _lost_time(rows: pl.DataFrame) -> pl.DataFrame:
     """Rework µs of the rows each attempt's rollback discarded (an incident's lost time)."""
     return (
         rows.filter(pl.col("n_lost") > 0)
         .group_by("job", pl.col("attempt_idx").cast(pl.Int32).alias("attempt"))
-        .agg(pl.col("rework_us").sum().alias("_lt_us"))
+        .agg(pl.col("rework_us").sum().alias("lost_time_us"))
     )
+@c.stage("AttemptRows")
 def _attempts(att: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
     by, ids = group_keys(rows, "job", "attempt_idx")
     lost_per_att = rows.group_by(*by).agg(*ids, pl.col("n_lost").sum().alias("steps_lost")).drop("_g", strict=False)
@@ -326,6 +339,7 @@ def _attempts(att: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+@c.stage("SlowPeriodSuspects", "SlowCost")
 def _slow_periods_found(periods: pl.DataFrame, ev: pl.DataFrame, ideal_us: pl.DataFrame,
                         rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(slow periods with the final ideal and their suspects, numbered per job; slowdown µs per
@@ -348,10 +362,11 @@ def _slow_periods_found(periods: pl.DataFrame, ev: pl.DataFrame, ideal_us: pl.Da
             on="step",
         )
         .group_by("job", "period")
-        .agg(pl.col("slowdown_us").sum().alias("_sd_us"))
+        .agg(pl.col("slowdown_us").sum().alias("slowdown_us"))
     )
     return sp, slow_cost
 
+@c.stage("TorRows")
 def _tor_rows(buckets: pl.DataFrame, jobs: pl.DataFrame, ideal: pl.DataFrame, att: pl.DataFrame,
               inc: pl.DataFrame) -> pl.DataFrame:
     """One row per job: the ledger's buckets (µs), what the job was and how it ended."""

@@ -31,12 +31,15 @@ The other classes are symptoms.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import polars as pl
 
 from toranalyze.ingest.classify import attribution_roles
 from toranalyze.reconstruct.attribution import DEATH_CLASSES, KILL_RULES, PEER_SYMPTOM
 from toranalyze.reconstruct.intervals import in_windows, min_after
 from toranalyze.reconstruct.progress import CLEAN_STATES, is_clean
+from toranalyze.reconstruct.stages import stage
 from toranalyze.schema import frame_schema
 from toranalyze.taxonomy import PLANNED, TAXONOMY, priority
 
@@ -78,9 +81,9 @@ _ROWS_SCHEMA = pl.Schema(
             for name, dtype in INCIDENTS_SCHEMA.items()
             if name not in ("incident", "t_caught_up", "lost_steps", "lost_time_s", "downtime_s")
         },
-        "_last_step": pl.Int64,
-        "_next_rf": pl.Int64,
-        "_job_end": pl.Int64,
+        "last_step": pl.Int64,
+        "next_resumed_from": pl.Int64,
+        "job_end_us": pl.Int64,
     }
 )
 
@@ -106,7 +109,7 @@ KEY = ["job", "attempt_idx"]
 
 # Flags of an event computed from its message text (with_flags), so that the text itself need
 # not travel through the stages: a peer's symptom, and a scheduler job step's row.
-FLAG_COLUMNS = ("_sym", "_step_row")
+FLAG_COLUMNS = ("peer_symptom", "sched_step_row")
 
 
 def with_flags(ev: pl.DataFrame) -> pl.DataFrame:
@@ -129,7 +132,7 @@ def flag_exprs() -> list[pl.Expr]:
     )
     network = pl.col("failure_class") == "network"
     sym = network & pl.when(network).then(msg).str.contains(PEER_SYMPTOM)
-    return [sym.fill_null(False).alias("_sym"), step_row.fill_null(False).alias("_step_row")]
+    return [sym.fill_null(False).alias("peer_symptom"), step_row.fill_null(False).alias("sched_step_row")]
 
 
 def interrupted_attempts(att: pl.DataFrame, ev: pl.DataFrame, stall_us: dict[str, int] | None = None) -> pl.DataFrame:
@@ -146,18 +149,18 @@ def interrupted_attempts(att: pl.DataFrame, ev: pl.DataFrame, stall_us: dict[str
         .agg(pl.col("t").max().alias("_t_last_err"))
     )
     a = a.join(errs_after, on=["job", "attempt_idx"], how="left")
-    a = a.filter(~pl.col("_last") | _ended_badly(stall_us))
-    return a.drop("_key", "_la", "_tr2", "_rf2", "_t_last_err").sort("job", "attempt_idx")
+    a = a.filter(~pl.col("is_last_attempt") | _ended_badly(stall_us))
+    return a.drop("_t_last_err").sort("job", "attempt_idx")
 
 
 def _with_next_attempt(att: pl.DataFrame) -> pl.DataFrame:
-    """Attempts with ``_last`` (the job's last), the next attempt's start (``t_restart``) and
+    """Attempts with ``is_last_attempt`` (the job's last), the next attempt's start (``t_restart``) and
     index, and the resume facts (``t_resumed``, ``next_resumed_from``) of the first later
     attempt that states them (none for the last attempt)."""
     a = att.sort("job", "attempt_idx").with_columns(
-        (pl.col("attempt_idx") == pl.col("attempt_idx").max().over("job")).alias("_last"),
+        (pl.col("attempt_idx") == pl.col("attempt_idx").max().over("job")).alias("is_last_attempt"),
         pl.col("t_start").shift(-1).over("job").alias("t_restart"),
-        pl.col("attempt_idx").shift(-1).over("job").alias("_next"),
+        pl.col("attempt_idx").shift(-1).over("job").alias("next_attempt_idx"),
     )
     # Resume facts of the first later attempt that states them.
     nxt = a.select(
@@ -186,12 +189,12 @@ def _with_next_attempt(att: pl.DataFrame) -> pl.DataFrame:
         right_on="_la",
         by="job",
         strategy="forward", check_sortedness=False).with_columns(
-        pl.when(pl.col("_last")).then(None).otherwise(pl.coalesce("t_resumed", "_tr2")).alias("t_resumed"),
-        pl.when(pl.col("_last"))
+        pl.when(pl.col("is_last_attempt")).then(None).otherwise(pl.coalesce("t_resumed", "_tr2")).alias("t_resumed"),
+        pl.when(pl.col("is_last_attempt"))
         .then(None)
         .otherwise(pl.coalesce("next_resumed_from", "_rf2"))
         .alias("next_resumed_from"),
-    )
+    ).drop("_key", "_la", "_tr2", "_rf2")
 
 
 def _ended_badly(stall_us: dict[str, int] | None) -> pl.Expr:
@@ -219,19 +222,28 @@ def _fmt(v: float) -> str:
     return f"{v:.0f} s" if v >= 10 else f"{v:.1f} s"
 
 
+@dataclass(frozen=True)
+class IncidentLimits:
+    """The evidence window around an interruption and what a hang is (AnalysisOptions' incident_*
+    and hang_* knobs)."""
+
+    pre_s: float = 60.0
+    post_s: float = 120.0
+    hang_stall_factor: float = 10.0
+    hang_min_stall_s: float = 120.0
+
+
 def build_incidents(
     att: pl.DataFrame,
     ev: pl.DataFrame,
     steps: pl.DataFrame,
     ideal_us: dict[str, int],
     job_end_us: dict[str, int],
-    *,
-    pre_s: float = 60.0,
-    post_s: float = 120.0,
-    hang_stall_factor: float = 10.0,
-    hang_min_stall_s: float = 120.0,
+    limits: IncidentLimits = IncidentLimits(),
 ) -> pl.DataFrame:
     """Incidents with Int64 µs phase columns (converted to datetimes by analysis)."""
+    pre_s, post_s = limits.pre_s, limits.post_s
+    hang_stall_factor, hang_min_stall_s = limits.hang_stall_factor, limits.hang_min_stall_s
     stall_lim = {j: int(max(hang_stall_factor * (v or US), hang_min_stall_s * US)) for j, v in ideal_us.items()}
     ia = interrupted_attempts(att, ev, stall_lim)
     if ia.height == 0:
@@ -250,7 +262,7 @@ def build_incidents(
         (pl.int_range(pl.len()).over("job")).cast(pl.Int32).alias("incident"),
         pl.lit(None, pl.Float64).alias("lost_time_s"),
     )
-    return inc.drop("_last_step", "_next_rf", "_job_end", "_hi_step")
+    return inc.drop("last_step", "next_resumed_from", "job_end_us")
 
 
 def _with_detection(ia: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
@@ -269,7 +281,7 @@ def _with_detection(ia: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
     )
     return ia.join(first_det, on=["job", "attempt_idx"], how="left").with_columns(
         pl.max_horizontal(pl.coalesce("_tdet", "t_end"), "t_last_progress").alias("t_detected")
-    )
+    ).drop("_tdet")
 
 
 def _end_state_class() -> pl.Expr:
@@ -281,7 +293,7 @@ def _end_state_class() -> pl.Expr:
         .when(st.str.starts_with("CANCELLED by"))
         .then(pl.lit("user_cancel"))
         # A job step's CANCELLED only echoes its job's stop (see flag_exprs): no class.
-        .when(st.str.starts_with("CANCELLED") & pl.col("_step_row"))
+        .when(st.str.starts_with("CANCELLED") & pl.col("sched_step_row"))
         .then(pl.lit(None, pl.String))
         .when(st.str.starts_with("CANCELLED"))
         .then(pl.lit("user_cancel"))
@@ -305,8 +317,8 @@ def _evidence_columns() -> list[str | pl.Expr]:
         "state",
         pl.coalesce("failure_class", pl.when(pl.col("kind") == "job_end").then(_end_state_class())).alias("cls"),
         (pl.col("file").fill_null("?") + pl.lit(":") + pl.col("line").cast(pl.String)).alias("ev"),
-        pl.col("rule").fill_null("").is_in(WEAK_RULES).alias("_weak"),
-        pl.col("_sym"),
+        pl.col("rule").fill_null("").is_in(WEAK_RULES).alias("weak_rule"),
+        pl.col("peer_symptom"),
         pl.col("rule").fill_null(""),
         (
             (pl.col("kind") == "warning")
@@ -314,7 +326,7 @@ def _evidence_columns() -> list[str | pl.Expr]:
                 ~pl.col("kind").is_in(("error", "job_end", "step"))
                 & pl.col("severity").fill_null("info").is_in(("debug", "info", "warning"))
             )
-        ).alias("_soft"),
+        ).alias("soft"),
     ]
 
 
@@ -350,15 +362,15 @@ def _evidence(ia: pl.DataFrame, ev: pl.DataFrame, pre_s: float, post_s: float) -
 def _with_stall(
     ia: pl.DataFrame, ideal_us: dict[str, int], job_end_us: dict[str, int], factor: float, min_s: float
 ) -> pl.DataFrame:
-    """The stall before detection (``_stall``), whether it is long enough to be a hang
-    (``_long``: ``factor`` ideal steps and ``min_s``), the job's ideal step and end."""
+    """The stall before detection (``stall_us``), whether it is long enough to be a hang
+    (``long_stall``: ``factor`` ideal steps and ``min_s``), the job's ideal step and end."""
     ideal = pl.col("job").replace_strict(ideal_us, default=None, return_dtype=pl.Int64)
     return ia.with_columns(
-        pl.when(ideal > 0).then(ideal).otherwise(US).alias("_ideal"),
-        (pl.col("t_detected") - pl.col("t_last_progress")).alias("_stall"),
-        pl.col("job").replace_strict(job_end_us, default=None, return_dtype=pl.Int64).alias("_job_end"),
+        pl.when(ideal > 0).then(ideal).otherwise(US).alias("ideal_step_us"),
+        (pl.col("t_detected") - pl.col("t_last_progress")).alias("stall_us"),
+        pl.col("job").replace_strict(job_end_us, default=None, return_dtype=pl.Int64).alias("job_end_us"),
     ).with_columns(
-        (pl.col("_stall") > pl.max_horizontal(factor * pl.col("_ideal"), min_s * US)).alias("_long")
+        (pl.col("stall_us") > pl.max_horizontal(factor * pl.col("ideal_step_us"), min_s * US)).alias("long_stall")
     )
 
 
@@ -368,16 +380,16 @@ def _with_losses(inc: pl.DataFrame) -> pl.DataFrame:
         "job", pl.col("attempt_idx").alias("attempt"), "root_cause",
         pl.col("root_cause").replace_strict(_PLANNED_OF, return_dtype=pl.Boolean).alias("planned"),
         "symptoms", "nodes", "ranks", "t_last_progress", "t_first_error", "t_detected", "t_restart", "t_resumed",
-        "confidence", "reason", "evidence", pl.col("last_step").alias("_last_step"),
-        pl.col("next_resumed_from").alias("_next_rf"), "_job_end",
+        "confidence", "reason", "evidence", pl.col("last_step").alias("last_step"),
+        pl.col("next_resumed_from").alias("next_resumed_from"), "job_end_us",
     ).cast({k: v for k, v in _ROWS_SCHEMA.items() if k != "job"})
     return inc.with_columns(
-        pl.when(pl.col("_last_step").is_null() | pl.col("_next_rf").is_null())
+        pl.when(pl.col("last_step").is_null() | pl.col("next_resumed_from").is_null())
         .then(0)
-        .otherwise((pl.col("_last_step") - pl.col("_next_rf")).clip(0))
+        .otherwise((pl.col("last_step") - pl.col("next_resumed_from")).clip(0))
         .cast(pl.Int64)
         .alias("lost_steps"),
-        ((pl.coalesce("t_resumed", "_job_end") - pl.col("t_last_progress")) / US).alias("downtime_s"),
+        ((pl.coalesce("t_resumed", "job_end_us") - pl.col("t_last_progress")) / US).alias("downtime_s"),
     )
 
 
@@ -396,154 +408,221 @@ def _with_caught_up(inc: pl.DataFrame, att: pl.DataFrame, steps: pl.DataFrame) -
     return inc.join(cu, on=["job", "attempt"], how="left").with_columns(
         pl.when(pl.col("t_resumed").is_null())
         .then(None)
-        .when(pl.col("_hi_step") <= pl.col("_next_rf"))
+        .when(pl.col("_hi_step") <= pl.col("next_resumed_from"))
         .then(pl.col("t_resumed"))
         .otherwise(pl.col("t_caught_up"))
         .alias("t_caught_up")
-    )
+    ).drop("_hi_step")
 
 
+@stage("OnsetRecords")
 def _onset_records(hits: pl.DataFrame, ia: pl.DataFrame, pre_s: float) -> pl.DataFrame:
     """The records each interruption is judged on, in time order, with the ladder's row flags.
 
     Warnings (non-fatal Xids, link flaps) farther than ``pre_s`` from the last progress are
-    background noise and dropped. ``_pl`` planned stop, ``_fail`` failure (not planned, not
-    weak), ``_strong`` a failure of a specific class, ``_se`` such an error, ``_wk`` a weak
-    (job-level termination) record, ``_kill`` a weak record of a kill on a named node."""
+    background noise and dropped. ``is_planned`` planned stop, ``is_failure`` failure (not planned, not
+    weak), ``is_strong`` a failure of a specific class, ``is_strong_error`` such an error, ``is_weak`` a weak
+    (job-level termination) record, ``is_kill`` a weak record of a kill on a named node."""
     pre = int(pre_s * US)
     g = hits.join(ia.select(*KEY, "t_last_progress"), on=KEY, how="left")
     lp, c = pl.col("t_last_progress"), pl.col("cls")
     near = (pl.col("t") >= lp - pre) & (pl.col("t") <= lp + pre)
-    g = g.filter(~pl.col("_soft") | near | c.is_in(PLANNED)).drop("t_last_progress")
-    fail = ~c.is_in(PLANNED) & ~pl.col("_weak")
+    g = g.filter(~pl.col("soft") | near | c.is_in(PLANNED)).drop("t_last_progress")
+    fail = ~c.is_in(PLANNED) & ~pl.col("weak_rule")
     strong = fail & ~c.is_in(("collective_timeout", "hang", "unknown"))
-    weak = pl.col("_weak") & ~c.is_in(PLANNED)
+    weak = pl.col("weak_rule") & ~c.is_in(PLANNED)
     return g.with_columns(
-        c.replace_strict(_PRIO, default=99, return_dtype=pl.Int64).alias("_prio"),
-        c.is_in(PLANNED).alias("_pl"),
-        fail.alias("_fail"),
-        strong.alias("_strong"),
-        (strong & ~pl.col("_soft")).alias("_se"),
-        weak.alias("_wk"),
-        (weak & pl.col("rule").is_in(KILL_RULES) & pl.col("node").is_not_null()).alias("_kill"),
+        c.replace_strict(_PRIO, default=99, return_dtype=pl.Int64).alias("priority"),
+        c.is_in(PLANNED).alias("is_planned"),
+        fail.alias("is_failure"),
+        strong.alias("is_strong"),
+        (strong & ~pl.col("soft")).alias("is_strong_error"),
+        weak.alias("is_weak"),
+        (weak & pl.col("rule").is_in(KILL_RULES) & pl.col("node").is_not_null()).alias("is_kill"),
     )
 
 
 def _root_causes(ia: pl.DataFrame, g: pl.DataFrame) -> pl.DataFrame:
-    """Per interruption: the rung of the ladder (``_rung``), root cause, confidence, reason and
-    the class whose records decide it (``_sel_cls``); the module docstring gives the ladder."""
+    """Per interruption: the rung of the ladder (``rung``), root cause, confidence, reason and
+    the class whose records decide it (``deciding_cls``); the module docstring gives the ladder."""
     d = _with_rung(_ladder_facts(ia, g))
     d = _with_root_cause(_with_gpu_specific(d, g))
     return d.with_columns(_reasons(d).alias("reason"))
 
 
+@stage("InterruptionFacts")
 def _ladder_facts(ia: pl.DataFrame, g: pl.DataFrame) -> pl.DataFrame:
     """The interruptions with what their onset records say, for each rung of the ladder: which
-    kinds of record are present and the first class of each (``_r_*``), and all classes seen."""
-    c, sym = pl.col("cls"), pl.col("_sym")
+    kinds of record are present and the first class of each (``first_*_cls``), and all classes seen."""
+    c, sym = pl.col("cls"), pl.col("peer_symptom")
 
     def first(mask: pl.Expr) -> pl.Expr:  # on rows in (priority, time) order
         return c.filter(mask).first()
 
-    facts = g.sort(*KEY, "_prio", "t", maintain_order=True).group_by(KEY).agg(
-        pl.len().alias("_n"),
+    facts = g.sort(*KEY, "priority", "t", maintain_order=True).group_by(KEY).agg(
+        pl.len().alias("n_onset_records"),
         pl.col("t").filter(pl.col("kind").is_in(("error", "warning"))).min().alias("t_first_error"),
-        pl.col("_se").any().alias("_se_any"),
-        (pl.col("_se") & ~sym).any().alias("_se_own"),
-        (pl.col("_se") & ~sym & c.is_in(DEATH_CLASSES)).any().alias("_death"),
-        pl.col("_kill").any().alias("_kill_any"),
-        first(pl.col("_se")).alias("_r_se"),
-        first(pl.col("_se") & ~sym).alias("_r_se_own"),
-        first(pl.col("_strong")).alias("_r_st"),
-        first(pl.col("_strong") & ~sym).alias("_r_st_own"),
-        (pl.col("_se") & (c == "node_failure")).any().alias("_nf"),
-        (pl.col("_se") & ~sym & (c == "node_failure")).any().alias("_nf_own"),
-        first(pl.col("_pl") & c.is_in(("walltime", "preemption", "maintenance"))).alias("_outside"),
-        first(pl.col("_pl")).alias("_planned0"),
-        (pl.col("_fail") & (c == "hang")).any().alias("_hang"),
-        (pl.col("_fail") & (c == "collective_timeout")).any().alias("_coll"),
-        pl.col("_fail").any().alias("_fail_any"),
-        pl.col("_wk").any().alias("_weak_any"),
-        (pl.col("_wk") & ~pl.col("rule").is_in(SIGNAL_RULES)).any().alias("_weak_nonsignal"),
+        pl.col("is_strong_error").any().alias("any_error"),
+        (pl.col("is_strong_error") & ~sym).any().alias("any_own_error"),
+        (pl.col("is_strong_error") & ~sym & c.is_in(DEATH_CLASSES)).any().alias("any_own_death"),
+        pl.col("is_kill").any().alias("any_kill"),
+        first(pl.col("is_strong_error")).alias("first_error_cls"),
+        first(pl.col("is_strong_error") & ~sym).alias("first_own_error_cls"),
+        first(pl.col("is_strong")).alias("first_strong_cls"),
+        first(pl.col("is_strong") & ~sym).alias("first_own_strong_cls"),
+        (pl.col("is_strong_error") & (c == "node_failure")).any().alias("any_node_failure"),
+        (pl.col("is_strong_error") & ~sym & (c == "node_failure")).any().alias("any_own_node_failure"),
+        first(pl.col("is_planned") & c.is_in(("walltime", "preemption", "maintenance"))).alias("outside_stop_cls"),
+        first(pl.col("is_planned")).alias("first_planned_cls"),
+        (pl.col("is_failure") & (c == "hang")).any().alias("any_hang"),
+        (pl.col("is_failure") & (c == "collective_timeout")).any().alias("any_collective_timeout"),
+        pl.col("is_failure").any().alias("any_failure"),
+        pl.col("is_weak").any().alias("any_weak"),
+        (pl.col("is_weak") & ~pl.col("rule").is_in(SIGNAL_RULES)).any().alias("any_weak_nonsignal"),
     )
     classes = (
-        g.sort(*KEY, "_weak", "_prio", "t", maintain_order=True)
+        g.sort(*KEY, "weak_rule", "priority", "t", maintain_order=True)
         .group_by(KEY, maintain_order=True)
-        .agg(c.unique(maintain_order=True).alias("_classes"))
+        .agg(c.unique(maintain_order=True).alias("classes"))
     )
     d = ia.join(facts, on=KEY, how="left").join(classes, on=KEY, how="left")
-    flags = ["_se_any", "_se_own", "_death", "_kill_any", "_nf", "_nf_own", "_hang", "_coll", "_fail_any",
-             "_weak_any", "_weak_nonsignal"]
-    return d.with_columns(pl.col(flags).fill_null(False), pl.col("_n").fill_null(0),
-                          pl.col("_classes").fill_null(pl.lit([], pl.List(pl.String))))
+    flags = ["any_error", "any_own_error", "any_own_death", "any_kill", "any_node_failure", "any_own_node_failure",
+             "any_hang", "any_collective_timeout", "any_failure", "any_weak", "any_weak_nonsignal"]
+    return d.with_columns(pl.col(flags).fill_null(False), pl.col("n_onset_records").fill_null(0),
+                          pl.col("classes").fill_null(pl.lit([], pl.List(pl.String))))
+
+
+# The ladder's rungs (module docstring), each an expression over the interruption facts
+# (``_ladder_facts``' columns, contract ``InterruptionFacts``) that can be evaluated alone.
+
+
+def peers_demoted() -> pl.Expr:
+    """Peers' symptoms set aside: they never outrank a node-local death, and when they are the
+    only errors and a kill is on record, the kill decides."""
+    c = pl.col
+    return c("any_error") & (c("any_own_death") | (~c("any_own_error") & c("any_kill")))
+
+
+def killed_by_signal() -> pl.Expr:
+    """The only errors are peers' symptoms and a process was killed by a signal (before rung 1)."""
+    c = pl.col
+    return c("any_error") & ~c("any_own_death") & ~c("any_own_error") & c("any_kill")
+
+
+def rung1_error_class() -> pl.Expr:
+    """Rung 1: the first error class of specific records (peers' symptoms left out when demoted);
+    null when there is none. Reads ``peers_demoted``."""
+    return pl.when(pl.col("peers_demoted")).then(pl.col("first_own_error_cls")).otherwise(pl.col("first_error_cls"))
+
+
+def rung1_node_failure_seen() -> pl.Expr:
+    """Rung 1: a node failure among the error records that count. Reads ``peers_demoted``."""
+    return pl.when(pl.col("peers_demoted")).then(pl.col("any_own_node_failure")).otherwise(pl.col("any_node_failure"))
+
+
+def rung1_gpu_swap() -> pl.Expr:
+    """Rung 1: a GPU class whose deciding records are all generic CUDA failures, next to a node
+    failure, is that node failure. Reads ``rung``, ``error_cls``, ``error_cls_specific``."""
+    return ((pl.col("rung") == "error") & pl.col("error_cls").is_in(GPU_HW) & ~pl.col("error_cls_specific")
+            & pl.col("node_failure_seen"))
+
+
+def rung1_nan_stop() -> pl.Expr:
+    """Rung 1: NaN losses stopped by a time limit, preemption or maintenance are that planned
+    stop. Reads ``rung``, ``error_cause``, ``outside_stop_cls``."""
+    return ((pl.col("rung") == "error") & (pl.col("error_cause") == "numerics")
+            & pl.col("outside_stop_cls").is_not_null())
+
+
+def rung2_warning_class() -> pl.Expr:
+    """Rung 2: the first class of specific warnings near the last progress (null: none). Reads
+    ``peers_demoted``."""
+    return pl.when(pl.col("peers_demoted")).then(pl.col("first_own_strong_cls")).otherwise(pl.col("first_strong_cls"))
+
+
+def rung3_detector() -> pl.Expr:
+    """Rung 3: ``hang`` when a hang detector fired, else ``collective_timeout`` (null: neither)."""
+    return (pl.when(pl.col("any_hang")).then(pl.lit("hang"))
+            .when(pl.col("any_collective_timeout")).then(pl.lit("collective_timeout")))
+
+
+def rung4_planned_class() -> pl.Expr:
+    """Rung 4: the first planned stop's class (null: none)."""
+    return pl.col("first_planned_cls")
+
+
+def rung4_kill_hang() -> pl.Expr:
+    """Rung 4: a walltime or user cancel after a long silent stall is a hang detected by the kill.
+    Reads ``rung``."""
+    return ((pl.col("rung") == "planned") & pl.col("first_planned_cls").is_in(("walltime", "user_cancel"))
+            & pl.col("long_stall"))
+
+
+def rung5_clean_exit() -> pl.Expr:
+    """Rung 5: the attempt exited cleanly (and another followed: a time-budget interruption)."""
+    return (pl.col("state").is_in(CLEAN) | pl.col("state").str.ends_with("Succeeded")).fill_null(False)
+
+
+def rung6_weak() -> pl.Expr:
+    """Rung 6: ``fail`` (records of unknown cause), ``stall`` (a long stall with no job-level
+    record but kill signals), ``weak`` (job-level termination records only) or ``none``."""
+    return (pl.when(pl.col("any_failure")).then(pl.lit("fail"))
+            .when(pl.col("long_stall") & ~pl.col("any_weak_nonsignal")).then(pl.lit("stall"))
+            .when(pl.col("any_weak")).then(pl.lit("weak"))
+            .otherwise(pl.lit("none")))
 
 
 def _with_rung(d: pl.DataFrame) -> pl.DataFrame:
-    """The rung (``_rung``), whether peers' symptoms are set aside (``_demoted``), and the
+    """The rung (``rung``), whether peers' symptoms are set aside (``peers_demoted``), and the
     first error / strong class and node failure within the records that count."""
-    # Peers' symptoms never outrank a death: with node-local death evidence they are set aside;
-    # when they are the only errors and a kill is on record, the kill decides.
-    killed = pl.col("_se_any") & ~pl.col("_death") & ~pl.col("_se_own") & pl.col("_kill_any")
-    d = d.with_columns(
-        (pl.col("_se_any") & (pl.col("_death") | (~pl.col("_se_own") & pl.col("_kill_any")))).alias("_demoted"),
-        killed.alias("_killed"),
-    )
-    own = pl.col("_demoted")
-    r_se = pl.when(own).then(pl.col("_r_se_own")).otherwise(pl.col("_r_se"))
-    r_st = pl.when(own).then(pl.col("_r_st_own")).otherwise(pl.col("_r_st"))
-    clean = (pl.col("state").is_in(CLEAN) | pl.col("state").str.ends_with("Succeeded")).fill_null(False)
+    d = d.with_columns(peers_demoted().alias("peers_demoted"), killed_by_signal().alias("killed"))
+    r_se, r_st, detector = rung1_error_class(), rung2_warning_class(), rung3_detector()
     rung = (
-        pl.when(pl.col("_killed")).then(pl.lit("killed"))
+        pl.when(pl.col("killed")).then(pl.lit("killed"))
         .when(r_se.is_not_null()).then(pl.lit("error"))
         .when(r_st.is_not_null()).then(pl.lit("warning"))
-        .when(pl.col("_hang")).then(pl.lit("hang"))
-        .when(pl.col("_coll")).then(pl.lit("collective_timeout"))
-        .when(pl.col("_planned0").is_not_null()).then(pl.lit("planned"))
-        .when(clean).then(pl.lit("clean"))
-        .when(pl.col("_fail_any")).then(pl.lit("fail"))
-        .when(pl.col("_long") & ~pl.col("_weak_nonsignal")).then(pl.lit("stall"))
-        .when(pl.col("_weak_any")).then(pl.lit("weak"))
-        .otherwise(pl.lit("none"))
+        .when(detector.is_not_null()).then(detector)
+        .when(rung4_planned_class().is_not_null()).then(pl.lit("planned"))
+        .when(rung5_clean_exit()).then(pl.lit("clean"))
+        .otherwise(rung6_weak())
     )
-    return d.with_columns(rung.alias("_rung"), r_se.alias("_r1"), r_st.alias("_r_st2"),
-                          pl.when(own).then(pl.col("_nf_own")).otherwise(pl.col("_nf")).alias("_nf2"))
+    return d.with_columns(rung.alias("rung"), r_se.alias("error_cls"), r_st.alias("strong_cls"),
+                          rung1_node_failure_seen().alias("node_failure_seen"))
 
 
 def _with_gpu_specific(d: pl.DataFrame, g: pl.DataFrame) -> pl.DataFrame:
-    """``_specific``: some deciding error record of the first error class is not a generic CUDA
-    failure text."""
+    """``error_cls_specific``: some deciding error record of the first error class is not a
+    generic CUDA failure text."""
     c = pl.col("cls")
+    in_scope = ~pl.col("peer_symptom") | ~pl.col("peers_demoted")
     specific = (
-        g.join(d.select(*KEY, "_r1", "_demoted"), on=KEY, how="inner")
-        .filter(pl.col("_se") & (~pl.col("_sym") | ~pl.col("_demoted")) & (c == pl.col("_r1"))
+        g.join(d.select(*KEY, "error_cls", "peers_demoted"), on=KEY, how="inner")
+        .filter(pl.col("is_strong_error") & in_scope & (c == pl.col("error_cls"))
                 & ~pl.col("rule").is_in(GENERIC_GPU_RULES))
-        .select(KEY).unique().with_columns(pl.lit(True).alias("_specific"))
+        .select(KEY).unique().with_columns(pl.lit(True).alias("error_cls_specific"))
     )
-    return d.join(specific, on=KEY, how="left").with_columns(pl.col("_specific").fill_null(False))
+    return d.join(specific, on=KEY, how="left").with_columns(pl.col("error_cls_specific").fill_null(False))
 
 
 def _with_root_cause(d: pl.DataFrame) -> pl.DataFrame:
-    """The rung's exceptions (``_gpu_swap``, ``_nan_stop``, ``_kill_hang``), the deciding class
-    ``_sel_cls``, ``root_cause`` and ``confidence``."""
-    rung = pl.col("_rung")
-    # A GPU class whose deciding records are all generic CUDA failures, next to a node failure,
-    # is that node failure.
-    gpu_swap = (rung == "error") & pl.col("_r1").is_in(GPU_HW) & ~pl.col("_specific") & pl.col("_nf2")
-    d = d.with_columns(pl.when(gpu_swap).then(pl.lit("node_failure")).otherwise(pl.col("_r1")).alias("_r1b"),
-                       gpu_swap.alias("_gpu_swap"))
-    # NaN losses stopped by a time limit, preemption or maintenance: that planned stop.
-    nan_stop = (rung == "error") & (pl.col("_r1b") == "numerics") & pl.col("_outside").is_not_null()
-    kill_hang = (rung == "planned") & pl.col("_planned0").is_in(("walltime", "user_cancel")) & pl.col("_long")
-    d = d.with_columns(nan_stop.alias("_nan_stop"), kill_hang.alias("_kill_hang"))
+    """The rung's exceptions (``gpu_swap``, ``nan_stop``, ``kill_hang``), the deciding class
+    ``deciding_cls``, ``root_cause`` and ``confidence``."""
+    rung = pl.col("rung")
+    d = d.with_columns(rung1_gpu_swap().alias("gpu_swap"))
+    d = d.with_columns(
+        pl.when(pl.col("gpu_swap")).then(pl.lit("node_failure")).otherwise(pl.col("error_cls")).alias("error_cause"))
+    d = d.with_columns(rung1_nan_stop().alias("nan_stop"), rung4_kill_hang().alias("kill_hang"))
+    nan_stop, kill_hang = pl.col("nan_stop"), pl.col("kill_hang")
     sel_cls = (
-        pl.when(rung == "error").then(pl.when(nan_stop).then(pl.col("_outside")).otherwise(pl.col("_r1b")))
-        .when(rung == "warning").then(pl.col("_r_st2"))
+        pl.when(rung == "error")
+        .then(pl.when(nan_stop).then(pl.col("outside_stop_cls")).otherwise(pl.col("error_cause")))
+        .when(rung == "warning").then(pl.col("strong_cls"))
         .when(rung.is_in(("hang", "collective_timeout"))).then(rung)
-        .when(rung == "planned").then(pl.col("_planned0"))
+        .when(rung == "planned").then(pl.col("first_planned_cls"))
     )
     root = (
-        pl.when(rung.is_in(("error", "warning", "hang", "collective_timeout"))).then(pl.col("_sel_cls"))
-        .when(rung == "planned").then(pl.when(kill_hang).then(pl.lit("hang")).otherwise(pl.col("_planned0")))
+        pl.when(rung.is_in(("error", "warning", "hang", "collective_timeout"))).then(pl.col("deciding_cls"))
+        .when(rung == "planned").then(pl.when(kill_hang).then(pl.lit("hang")).otherwise(pl.col("first_planned_cls")))
         .when(rung == "clean").then(pl.lit("walltime"))
         .when(rung == "stall").then(pl.lit("hang"))
         .otherwise(pl.lit("unknown"))
@@ -553,14 +632,15 @@ def _with_root_cause(d: pl.DataFrame) -> pl.DataFrame:
         .when((rung == "error") | ((rung == "planned") & ~kill_hang)).then(pl.lit("high"))
         .otherwise(pl.lit("medium"))
     )
-    return d.with_columns(sel_cls.alias("_sel_cls")).with_columns(root.alias("root_cause"), conf.alias("confidence"))
+    d = d.with_columns(sel_cls.alias("deciding_cls"))
+    return d.with_columns(root.alias("root_cause"), conf.alias("confidence"))
 
 
 def _reasons(d: pl.DataFrame) -> pl.Series:
-    rung, spaced = pl.col("_rung"), pl.col("root_cause").str.replace_all("_", " ")
-    among = pl.when(pl.col("_classes").list.len() > 1).then(pl.lit(" among ") + pl.col("_classes").list.join(", "))
+    rung, spaced = pl.col("rung"), pl.col("root_cause").str.replace_all("_", " ")
+    among = pl.when(pl.col("classes").list.len() > 1).then(pl.lit(" among ") + pl.col("classes").list.join(", "))
     # Stall lengths are worded by Python's number formatting, for the few interruptions that need it.
-    stalls = d.select("_stall", "_ideal", "_planned0", "_rung", "_kill_hang")
+    stalls = d.select("stall_us", "ideal_step_us", "first_planned_cls", "rung", "kill_hang")
     worded = [
         None if not (k or r == "stall") else (
             f"progress stalled {_fmt(s / US)} (~{s / i:.0f} steps) with no error before the "
@@ -572,15 +652,15 @@ def _reasons(d: pl.DataFrame) -> pl.Series:
     return d.select(
         pl.when(rung == "killed")
         .then(pl.lit("a process was killed by a signal with no recorded cause; the peers' network errors are symptoms"))
-        .when(pl.col("_nan_stop")).then(spaced + pl.lit(" stopped the attempt while it was logging NaN losses"))
-        .when(pl.col("_gpu_swap"))
+        .when(pl.col("nan_stop")).then(spaced + pl.lit(" stopped the attempt while it was logging NaN losses"))
+        .when(pl.col("gpu_swap"))
         .then(pl.lit("node failure; the CUDA 'unknown error' records are what its processes saw"))
         .when(rung == "error")
-        .then(pl.col("_r1") + pl.lit(" evidence has the highest causal priority") + among.fill_null(""))
+        .then(pl.col("error_cls") + pl.lit(" evidence has the highest causal priority") + among.fill_null(""))
         .when(rung == "warning").then(pl.col("root_cause") + pl.lit(" warnings at the onset, no error record"))
         .when(rung == "hang").then(pl.lit("a hang detector fired"))
         .when(rung == "collective_timeout").then(pl.lit("collective timeout with no other evidence"))
-        .when((rung == "planned") & ~pl.col("_kill_hang")).then(spaced + pl.lit(": planned stop"))
+        .when((rung == "planned") & ~pl.col("kill_hang")).then(spaced + pl.lit(": planned stop"))
         .when(rung == "clean").then(pl.lit("attempt exited cleanly and the run was resubmitted"))
         .when(rung == "fail").then(pl.lit("only records of unknown cause"))
         .when(rung == "weak")
@@ -591,34 +671,35 @@ def _reasons(d: pl.DataFrame) -> pl.Series:
 
 
 def _selected_evidence(d: pl.DataFrame, g: pl.DataFrame) -> pl.DataFrame:
-    """Nodes, ranks and evidence from the deciding records (those of ``_sel_cls`` in the rung's
+    """Nodes, ranks and evidence from the deciding records (those of ``deciding_cls`` in the rung's
     scope); the scheduler's end record is evidence too."""
-    rung, c = pl.col("_rung"), pl.col("cls")
-    in_scope = pl.when(pl.col("_demoted")).then(~pl.col("_sym")).otherwise(True)
+    rung, c = pl.col("rung"), pl.col("cls")
+    in_scope = pl.when(pl.col("peers_demoted")).then(~pl.col("peer_symptom")).otherwise(True)
     sel = (
-        pl.when(rung == "killed").then(pl.col("_kill"))
-        .when(pl.col("_nan_stop") | rung.is_in(("planned",))).then(c == pl.col("_sel_cls"))
-        .when(rung == "error").then(pl.col("_se") & in_scope & (c == pl.col("_sel_cls")))
-        .when(rung == "warning").then(pl.col("_strong") & in_scope & (c == pl.col("_sel_cls")))
-        .when(rung.is_in(("hang", "collective_timeout"))).then(pl.col("_fail") & (c == pl.col("_sel_cls")))
-        .when(rung == "fail").then(pl.col("_fail"))
-        .when(rung.is_in(("stall", "weak"))).then(pl.col("_wk"))
+        pl.when(rung == "killed").then(pl.col("is_kill"))
+        .when(pl.col("nan_stop") | rung.is_in(("planned",))).then(c == pl.col("deciding_cls"))
+        .when(rung == "error").then(pl.col("is_strong_error") & in_scope & (c == pl.col("deciding_cls")))
+        .when(rung == "warning").then(pl.col("is_strong") & in_scope & (c == pl.col("deciding_cls")))
+        .when(rung.is_in(("hang", "collective_timeout"))).then(pl.col("is_failure") & (c == pl.col("deciding_cls")))
+        .when(rung == "fail").then(pl.col("is_failure"))
+        .when(rung.is_in(("stall", "weak"))).then(pl.col("is_weak"))
         .otherwise(False)
     )
-    s = g.join(d.select(*KEY, "_rung", "_sel_cls", "_demoted", "_nan_stop"), on=KEY, how="left").with_columns(
+    s = g.join(d.select(*KEY, "rung", "deciding_cls", "peers_demoted", "nan_stop"), on=KEY, how="left").with_columns(
         sel.fill_null(False).alias("_sel"))
     node, named = pl.col("node"), pl.col("_sel") & (pl.col("kind") != "job_end") & pl.col("node").is_not_null()
     picked = s.group_by(KEY, maintain_order=True).agg(
-        pl.col("_sel").any().alias("_sel_any"),
+        pl.col("_sel").any().alias("any_deciding"),
         node.filter(named).unique().sort().alias("_named"),
         node.filter(pl.col("_sel")).drop_nulls().unique().sort().alias("_all_nodes"),
         pl.col("rank").filter(pl.col("_sel")).drop_nulls().unique().sort().alias("_sel_ranks"),
         pl.col("ev").filter(pl.col("_sel")).head(10).alias("_ev"),
-        (pl.col("_sel") & ~c.is_in(JOB_WIDE)).any().alias("_not_job_wide"),
+        (pl.col("_sel") & ~c.is_in(JOB_WIDE)).any().alias("deciding_not_job_wide"),
         pl.col("ev").filter(pl.col("kind") == "job_end").first().alias("_det"),
     )
     empty = pl.lit([], pl.List(pl.String))
-    d = d.join(picked, on=KEY, how="left").with_columns(pl.col("_sel_any", "_not_job_wide").fill_null(False))
+    d = d.join(picked, on=KEY, how="left")
+    d = d.with_columns(pl.col("any_deciding", "deciding_not_job_wide").fill_null(False))
     d = d.with_columns(
         pl.when(pl.col("_named").list.len() > 0).then(pl.col("_named")).otherwise(pl.col("_all_nodes"))
         .fill_null(empty).alias("nodes"),
@@ -636,9 +717,10 @@ def _selected_evidence(d: pl.DataFrame, g: pl.DataFrame) -> pl.DataFrame:
     return d.with_columns(
         ranks.fill_null(pl.lit([], pl.List(pl.Int32))).cast(pl.List(pl.Int32)).alias("ranks"),
         pl.when(det_new).then(ev.list.concat(pl.concat_list(pl.col("_det")))).otherwise(ev).alias("evidence"),
-        pl.when(pl.col("root_cause").is_in(GPU_HW) & (pl.col("nodes").list.len() == 0) & (pl.col("_n") > 0))
+        pl.when(pl.col("root_cause").is_in(GPU_HW) & (pl.col("nodes").list.len() == 0)
+                & (pl.col("n_onset_records") > 0))
         .then(pl.lit("medium")).otherwise(pl.col("confidence")).alias("confidence"),
-    )
+    ).drop("_named", "_all_nodes", "_sel_ranks", "_ev", "_det", "_node_ranks")
 
 
 def _start_up_oom(d: pl.DataFrame) -> pl.DataFrame:
@@ -672,7 +754,7 @@ def _start_up_oom(d: pl.DataFrame) -> pl.DataFrame:
         .then(pl.col("reason") + pl.lit("; at start-up, before any step: a faulty GPU can also surface as an "
                                         "out-of-memory error"))
         .otherwise(pl.col("reason")).alias("reason"),
-    )
+    ).drop("_follows", "_prev_nodes", "_chain_root")
 
 
 def _final_touches(d: pl.DataFrame, g: pl.DataFrame) -> pl.DataFrame:
@@ -684,18 +766,18 @@ def _final_touches(d: pl.DataFrame, g: pl.DataFrame) -> pl.DataFrame:
     )
     d = d.join(root_t, on=KEY, how="left")
     planned = pl.col("root_cause").replace_strict(_PLANNED_OF, return_dtype=pl.Boolean)
-    job_wide = pl.col("root_cause").is_in(JOB_WIDE) | (pl.col("_sel_any") & ~pl.col("_not_job_wide"))
+    job_wide = pl.col("root_cause").is_in(JOB_WIDE) | (pl.col("any_deciding") & ~pl.col("deciding_not_job_wide"))
     symptoms = (
-        d.select(*KEY, "root_cause", "_classes").explode("_classes")
+        d.select(*KEY, "root_cause", "classes").explode("classes")
         .group_by(KEY, maintain_order=True)
-        .agg(pl.col("_classes").filter(pl.col("_classes") != pl.col("root_cause")).alias("symptoms"))
+        .agg(pl.col("classes").filter(pl.col("classes") != pl.col("root_cause")).alias("symptoms"))
     )
     return d.join(symptoms, on=KEY, how="left").with_columns(
-        pl.when(pl.col("t_first_error").is_null() & planned & (pl.col("_n") > 0)).then(pl.col("_t_root"))
+        pl.when(pl.col("t_first_error").is_null() & planned & (pl.col("n_onset_records") > 0)).then(pl.col("_t_root"))
         .otherwise(pl.col("t_first_error")).alias("t_first_error"),
         pl.when(job_wide).then(pl.lit([], pl.List(pl.String))).otherwise(pl.col("nodes")).alias("nodes"),
         pl.when(job_wide).then(pl.lit([], pl.List(pl.Int32))).otherwise(pl.col("ranks")).alias("ranks"),
-    )
+    ).drop("_t_root")
 
 def _empty(job: pl.DataType) -> pl.DataFrame:
     sch: dict[str, pl.DataType] = dict(INCIDENTS_SCHEMA)

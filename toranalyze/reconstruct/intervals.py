@@ -7,6 +7,7 @@ billion rows. The functions here give the same rows without forming those pairs.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 import polars as pl
@@ -295,21 +296,24 @@ class OrderedKeys:
         return pl.select(pl.when(self.group.gather(pos.fill_null(0)) == group).then(pos))[:, 0]
 
 
-def asof_in_order(
-    left: pl.DataFrame,
-    right: pl.DataFrame,
-    left_on: str,
-    right_on: str,
-    by: list[str],
-    keys: OrderedKeys,
-    strategy: str = "backward",
-    allow_exact_matches: bool = True,
-) -> pl.DataFrame:
-    """``left.join_asof(right, left_on=left_on, right_on=right_on, by=by, ...)`` for a ``right``
-    whose keys are ``keys`` (``ok``; built on its ``by`` and ``right_on`` columns): the same rows
-    and columns (a right column whose name the left has takes the suffix ``_right``), in left's
-    order."""
-    pos = keys.lookup(left, left_on, strategy, allow_exact_matches)
+@dataclass(frozen=True)
+class AsofOn:
+    """The columns and the direction of an as-of join (``join_asof``'s arguments of those names)."""
+
+    left_on: str
+    right_on: str
+    strategy: str = "backward"
+    allow_exact_matches: bool = True
+
+
+def asof_in_order(left: pl.DataFrame, right: pl.DataFrame, on: AsofOn, by: list[str],
+                  keys: OrderedKeys) -> pl.DataFrame:
+    """``left.join_asof(right, left_on=..., right_on=..., by=by, ...)`` (as ``on`` says) for a
+    ``right`` whose keys are ``keys`` (``ok``; built on its ``by`` and ``on.right_on`` columns):
+    the same rows and columns (a right column whose name the left has takes the suffix
+    ``_right``), in left's order."""
+    left_on, right_on = on.left_on, on.right_on
+    pos = keys.lookup(left, left_on, on.strategy, on.allow_exact_matches)
     skip = set(by) | ({left_on} if right_on == left_on else set())
     return left.with_columns(
         right[c].gather(pos).alias(f"{c}_right" if c in left.columns else c) for c in right.columns if c not in skip

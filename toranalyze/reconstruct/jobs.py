@@ -74,27 +74,27 @@ def _fold_dirs(ev: pl.DataFrame) -> dict[str, str]:
     to its nearest ancestor that holds a run; with no such ancestor it stands alone when it
     has training records, else it joins the only run there is.
 
-    ``ev``: ``_dir``, ``_base`` and ``_life`` (a record of a start, an end or training).
+    ``ev``: ``dir``, ``base_job_id`` and ``run_kind`` (a record of a start, an end or training).
     """
-    facts = ev.group_by("_dir").agg(
-        pl.col("_base").is_not_null().any().alias("ids"),
-        pl.col("_life").any().alias("life"),
-        pl.col("_base").drop_nulls().unique().alias("_idset"),
+    facts = ev.group_by("dir").agg(
+        pl.col("base_job_id").is_not_null().any().alias("ids"),
+        pl.col("run_kind").any().alias("life"),
+        pl.col("base_job_id").drop_nulls().unique().alias("_idset"),
     )
-    with_ids = set(facts.filter(pl.col("ids") & pl.col("life"))["_dir"].to_list())
-    idsets = {d: set(x) for d, x in facts.select("_dir", "_idset").iter_rows()}
+    with_ids = set(facts.filter(pl.col("ids") & pl.col("life"))["dir"].to_list())
+    idsets = {d: set(x) for d, x in facts.select("dir", "_idset").iter_rows()}
     # A sub-directory whose ids all belong to an ancestor's run (per-pod YAML under ``pods/``,
     # per-attempt scheduler dumps) is part of that run.
     for d in sorted(with_ids, key=len, reverse=True):
         if any(a in with_ids and idsets[d] <= idsets[a] for a in _ancestors(d)):
             with_ids.discard(d)
-    alone = set(facts.filter(~pl.col("ids") & pl.col("life"))["_dir"].to_list())
+    alone = set(facts.filter(~pl.col("ids") & pl.col("life"))["dir"].to_list())
     out: dict[str, str] = {}
 
     def ancestor(d: str, pool: set[str]) -> str | None:
         return next((a for a in _ancestors(d) if a in pool), None)
 
-    for d in facts["_dir"].to_list():
+    for d in facts["dir"].to_list():
         if d in with_ids:
             continue
         a = ancestor(d, with_ids)
@@ -119,10 +119,10 @@ def _ancestors(d: str) -> list[str]:
 
 
 def with_time(events: pl.DataFrame) -> pl.DataFrame:
-    """Add ``t`` (Int64 µs since the epoch) and a stable row id ``_row``."""
+    """Add ``t`` (Int64 µs since the epoch) and a stable row id ``row``."""
     return events.with_columns(
         pl.col("ts").dt.epoch("us").alias("t"),
-        pl.int_range(pl.len(), dtype=pl.Int64).alias("_row"),
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("row"),
     )
 
 
@@ -131,46 +131,47 @@ def assign_jobs(events: pl.DataFrame, coded: bool = False) -> tuple[pl.DataFrame
 
     ``jobs`` has one row per job: ``job``, ``path`` (directory), ``job_ids`` (scheduler ids of
     its attempts, in order), ``identity`` ("scheduler" | "job-name" | "directory"), sorted by
-    ``job``. The events get ``_dir`` and ``_base`` too; with ``coded`` their ``job`` is the
-    job's row in ``jobs`` (UInt32) instead of its name, ``_dir`` is left out and ``_fc`` numbers
+    ``job``. The events get ``dir`` and ``base_job_id`` too; with ``coded`` their ``job`` is the
+    job's row in ``jobs`` (UInt32) instead of its name, ``dir`` is left out and ``file_code`` numbers
     their files in the order they first come (a null file too).
     """
     # Every record of a (file, scheduler id) pair gets the same job: the rule is decided on the
     # pairs (a few thousand rows however many records), which are summed up from blocks of
     # consecutive records with the same file and id (a log's records come together), with
     # files, directories, base ids and runs as integer codes. Each record takes its block's job
-    # by a slot look-up at the end. A ``_name`` column (job_name()) stands in for the message.
+    # by a slot look-up at the end. A ``stated_job`` column (job_name()) stands in for the message.
     block, blocks = _blocks(events)
     blocks, files, bases = _coded_blocks(blocks)
     pairs = _pairs(blocks)
     files, dirs = _folded_files(files, pairs, bases)
-    pairs = pairs.with_columns(files["_dc"].gather(pairs["_fc"]).alias("_dc"))
+    pairs = pairs.with_columns(files["dir_code"].gather(pairs["file_code"]).alias("dir_code"))
     run_of, identity_of = _chain_ids(_id_facts(pairs, files, dirs, bases))
     # Runs, then each directory's own key ("<dir>::"), coded in name order so that ties between
     # runs break by name.
     runs = pl.Series("job", sorted(set(run_of.values())), dtype=pl.String)
-    names = pl.concat([runs, dirs["_dir"] + "::"])
+    names = pl.concat([runs, dirs["dir"] + "::"])
     pairs = _pair_jobs(pairs, dirs, bases, run_of, identity_of, runs)
-    for key in names.gather(pairs["_jc"].unique()).to_list():
+    for key in names.gather(pairs["job_code"].unique()).to_list():
         if key.endswith("::"):
             identity_of[key] = "directory"
     jobs = _job_table(pairs, names, dirs, bases, identity_of)
-    blocks = blocks.join(pairs.select("_fc", "_bc", "_jc"), on=["_fc", "_bc"], how="left", nulls_equal=True,
+    blocks = blocks.join(pairs.select("file_code", "base_code", "job_code"), on=["file_code", "base_code"], how="left",
+                         nulls_equal=True,
                          maintain_order="left")
-    base = bases["_base"].gather(blocks["_bc"]).gather(block).alias("_base")
+    base = bases["base_job_id"].gather(blocks["base_code"]).gather(block).alias("base_job_id")
     if coded:
         rank = (
-            names.to_frame().with_row_index("_jc")
+            names.to_frame().with_row_index("job_code")
             .join(jobs.select("job").with_row_index("_rank"), on="job", how="left")
-            .sort("_jc")["_rank"]
+            .sort("job_code")["_rank"]
         )
         return events.with_columns(
-            base, rank.gather(blocks["_jc"]).gather(block).alias("job"), blocks["_fc"].gather(block)
+            base, rank.gather(blocks["job_code"]).gather(block).alias("job"), blocks["file_code"].gather(block)
         ), jobs
     return events.with_columns(
-        dirs["_dir"].gather(files["_dc"].gather(blocks["_fc"])).gather(block).alias("_dir"),
+        dirs["dir"].gather(files["dir_code"].gather(blocks["file_code"])).gather(block).alias("dir"),
         base,
-        names.gather(blocks["_jc"]).gather(block).alias("job"),
+        names.gather(blocks["job_code"]).gather(block).alias("job"),
     ), jobs
 
 
@@ -181,89 +182,91 @@ _RUN_KINDS = ("step", "init", "job_start", "job_end")
 def _blocks(events: pl.DataFrame) -> tuple[pl.Series, pl.DataFrame]:
     """(each record's block, the blocks): a block is a stretch of consecutive records with the
     same file and scheduler id. Per block: ``file``, ``job_id``, ``n`` records, ``t_min``,
-    ``t_life`` (last lifecycle record), ``_life`` (a record of a run kind), ``_steps`` and the
-    first ``_name`` stated; ``_blk`` numbers the blocks in record order."""
-    name = pl.col("_name") if "_name" in events.columns else job_name()
+    ``t_life`` (last lifecycle record), ``run_kind`` (a record of a run kind), ``has_steps`` and the
+    first ``stated_job`` stated; ``block`` numbers the blocks in record order."""
+    name = pl.col("stated_job") if "stated_job" in events.columns else job_name()
     kind = pl.col("kind")
     # Two non-decreasing run ids: their sum grows where either does (by 1 or 2, hence rle_id).
     # (flagged sorted, as a run id is: the group-by then takes the blocks as slices, twice as fast)
-    blk = (pl.col("file").rle_id() + pl.col("job_id").rle_id()).rle_id().set_sorted().alias("_blk")
+    blk = (pl.col("file").rle_id() + pl.col("job_id").rle_id()).rle_id().set_sorted().alias("block")
     ev = events.select(
-        blk, "file", "job_id", "t", pl.when(kind.is_in(LIFECYCLE_KINDS)).then(pl.col("t")).alias("_t_life"),
-        kind.is_in(_RUN_KINDS).alias("_life"), (kind == "step").alias("_steps"), name.alias("_name"),
+        blk, "file", "job_id", "t", pl.when(kind.is_in(LIFECYCLE_KINDS)).then(pl.col("t")).alias("t_life"),
+        kind.is_in(_RUN_KINDS).alias("run_kind"), (kind == "step").alias("has_steps"), name.alias("stated_job"),
     )
-    blocks = ev.group_by("_blk", maintain_order=True).agg(
+    blocks = ev.group_by("block", maintain_order=True).agg(
         pl.col("file").first(), pl.col("job_id").first(), pl.len().alias("n"), pl.col("t").min().alias("t_min"),
-        pl.col("_t_life").max(), pl.col("_life").any(), pl.col("_steps").any(), pl.col("_name").drop_nulls().first(),
+        pl.col("t_life").max(), pl.col("run_kind").any(), pl.col("has_steps").any(),
+        pl.col("stated_job").drop_nulls().first(),
     )
-    return ev["_blk"], blocks
+    return ev["block"], blocks
 
 
 def _coded_blocks(blocks: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """The blocks with ``_fc`` (file code) and ``_bc`` (base id code, null without an id), the
-    files (``_fc``, ``file``, ``_dir``; in code order) and the base ids (``_bc``, ``_base``;
+    """The blocks with ``file_code`` (file code) and ``base_code`` (base id code, null without an id), the
+    files (``file_code``, ``file``, ``dir``; in code order) and the base ids (``base_code``, ``base_job_id``;
     sorted)."""
     # Files numbered as they first come: rows in file and line order are then in code order too.
-    files = blocks.select(pl.col("file").unique(maintain_order=True)).with_row_index("_fc").with_columns(
-        _dir_expr().alias("_dir"))
+    files = blocks.select(pl.col("file").unique(maintain_order=True)).with_row_index("file_code").with_columns(
+        _dir_expr().alias("dir"))
     ids = blocks.select(pl.col("job_id").unique().drop_nulls()).with_columns(
-        pl.col("job_id").str.strip_chars().str.extract(_BASE_RE, 1).alias("_base")
+        pl.col("job_id").str.strip_chars().str.extract(_BASE_RE, 1).alias("base_job_id")
     )
-    bases = ids.select(pl.col("_base").drop_nulls().unique().sort()).with_row_index("_bc")
-    ids = ids.join(bases, on="_base", how="left").select("job_id", "_bc")
-    blocks = blocks.join(files.select("file", "_fc"), on="file", how="left", nulls_equal=True,
+    bases = ids.select(pl.col("base_job_id").drop_nulls().unique().sort()).with_row_index("base_code")
+    ids = ids.join(bases, on="base_job_id", how="left").select("job_id", "base_code")
+    blocks = blocks.join(files.select("file", "file_code"), on="file", how="left", nulls_equal=True,
                          maintain_order="left").join(ids, on="job_id", how="left", maintain_order="left")
     return blocks, files, bases
 
 
 def _pairs(blocks: pl.DataFrame) -> pl.DataFrame:
-    """One row per (``_fc``, ``_bc``): its blocks summed up. ``_name`` is the first name stated
-    and ``_name_at`` its block; ``_t_at`` is the first block holding the earliest time."""
-    return blocks.group_by("_fc", "_bc", maintain_order=True).agg(
-        pl.col("n").sum(), pl.col("t_min").min(), pl.col("_t_life").max(), pl.col("_life").any(),
-        pl.col("_steps").any(), pl.col("_name").drop_nulls().first(),
-        pl.col("_blk").filter(pl.col("_name").is_not_null()).first().alias("_name_at"),
-        pl.col("_blk").filter(pl.col("t_min") == pl.col("t_min").min()).first().alias("_t_at"),
+    """One row per (``file_code``, ``base_code``): its blocks summed up. ``stated_job`` is the first name stated
+    and ``name_block`` its block; ``t_min_block`` is the first block holding the earliest time."""
+    return blocks.group_by("file_code", "base_code", maintain_order=True).agg(
+        pl.col("n").sum(), pl.col("t_min").min(), pl.col("t_life").max(), pl.col("run_kind").any(),
+        pl.col("has_steps").any(), pl.col("stated_job").drop_nulls().first(),
+        pl.col("block").filter(pl.col("stated_job").is_not_null()).first().alias("name_block"),
+        pl.col("block").filter(pl.col("t_min") == pl.col("t_min").min()).first().alias("t_min_block"),
     )
 
 
 def _folded_files(files: pl.DataFrame, pairs: pl.DataFrame, bases: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The files with ``_dir`` folded into the directory of their run (``_fold_dirs``), its code
-    ``_dc`` and ``_trainfile`` (a step record in the file); the folded directories (``_dc``,
-    ``_dir``; sorted)."""
-    dir0 = files.select(pl.col("_dir").unique().sort()).with_row_index("_d0")
-    files = files.join(dir0, on="_dir", how="left").sort("_fc")
-    pre = pairs.with_columns(files["_d0"].gather(pairs["_fc"]).alias("_d0")).group_by("_d0", "_bc").agg(
-        pl.col("_life").any())
-    pre = pre.select(dir0["_dir"].gather(pre["_d0"]).alias("_dir"),
-                     bases["_base"].gather(pre["_bc"]).alias("_base"), "_life")
-    files = files.with_columns(pl.col("_dir").replace_strict(_fold_dirs(pre), default=pl.col("_dir")).alias("_dir"))
-    dirs = files.select(pl.col("_dir").unique().sort()).with_row_index("_dc")
-    step_files = pairs.filter(pl.col("_steps"))["_fc"].unique()
-    files = files.join(dirs, on="_dir", how="left").sort("_fc").with_columns(
-        pl.col("_fc").is_in(step_files.implode()).alias("_trainfile"))
+    """The files with ``dir`` folded into the directory of their run (``_fold_dirs``), its code
+    ``dir_code`` and ``train_file`` (a step record in the file); the folded directories (``dir_code``,
+    ``dir``; sorted)."""
+    dir0 = files.select(pl.col("dir").unique().sort()).with_row_index("dir0_code")
+    files = files.join(dir0, on="dir", how="left").sort("file_code")
+    pre = pairs.with_columns(files["dir0_code"].gather(pairs["file_code"]).alias("dir0_code"))
+    pre = pre.group_by("dir0_code", "base_code").agg(
+        pl.col("run_kind").any())
+    pre = pre.select(dir0["dir"].gather(pre["dir0_code"]).alias("dir"),
+                     bases["base_job_id"].gather(pre["base_code"]).alias("base_job_id"), "run_kind")
+    files = files.with_columns(pl.col("dir").replace_strict(_fold_dirs(pre), default=pl.col("dir")).alias("dir"))
+    dirs = files.select(pl.col("dir").unique().sort()).with_row_index("dir_code")
+    step_files = pairs.filter(pl.col("has_steps"))["file_code"].unique()
+    files = files.join(dirs, on="dir", how="left").sort("file_code").with_columns(
+        pl.col("file_code").is_in(step_files.implode()).alias("train_file"))
     return files, dirs
 
 
 def _id_facts(pairs: pl.DataFrame, files: pl.DataFrame, dirs: pl.DataFrame, bases: pl.DataFrame) -> pl.DataFrame:
-    """One row per base id of a directory (``_dir``, ``_base``), in time order within the
+    """One row per base id of a directory (``dir``, ``base_job_id``), in time order within the
     directory: ``train`` (seen in a file with steps), ``t0``/``t1`` (first record, last
     lifecycle record or else ``t0``) and the first job ``name`` its records state."""
     ids = (
-        pairs.with_columns(files["_trainfile"].gather(pairs["_fc"]).alias("train"))
-        .filter(pl.col("_bc").is_not_null())
-        .group_by("_dc", "_bc")
+        pairs.with_columns(files["train_file"].gather(pairs["file_code"]).alias("train"))
+        .filter(pl.col("base_code").is_not_null())
+        .group_by("dir_code", "base_code")
         .agg(
             pl.col("train").any(),
             pl.col("t_min").min().alias("t0"),
-            pl.col("_t_life").max().alias("t1"),
-            pl.col("_name").sort_by("_name_at").drop_nulls().first().alias("name"),
+            pl.col("t_life").max().alias("t1"),
+            pl.col("stated_job").sort_by("name_block").drop_nulls().first().alias("name"),
         )
         .with_columns(pl.col("t1").fill_null(pl.col("t0")))
     )
-    ids = ids.with_columns(dirs["_dir"].gather(ids["_dc"]).alias("_dir"),
-                           bases["_base"].gather(ids["_bc"]).alias("_base"))
-    return ids.sort("_dir", "t0", "_base", nulls_last=True)
+    ids = ids.with_columns(dirs["dir"].gather(ids["dir_code"]).alias("dir"),
+                           bases["base_job_id"].gather(ids["base_code"]).alias("base_job_id"))
+    return ids.sort("dir", "t0", "base_job_id", nulls_last=True)
 
 
 def _chain_ids(ids: pl.DataFrame) -> tuple[dict[tuple[str, str], str], dict[str, str]]:
@@ -271,7 +274,7 @@ def _chain_ids(ids: pl.DataFrame) -> tuple[dict[tuple[str, str], str], dict[str,
     identity}). A small loop over scheduler ids (not over records)."""
     run_of: dict[tuple[str, str], str] = {}
     identity_of: dict[str, str] = {}
-    for d, grp in ids.group_by("_dir", maintain_order=True):
+    for d, grp in ids.group_by("dir", maintain_order=True):
         _chain_dir(str(d[0]), grp, run_of, identity_of)
     return run_of, identity_of
 
@@ -281,7 +284,7 @@ def _chain_dir(dname: str, ids: pl.DataFrame, run_of: dict[tuple[str, str], str]
     open_runs: list[list] = []
     by_name: dict[str, list] = {}
     for row in ids.iter_rows(named=True):
-        base, name, t0, t1 = row["_base"], row["name"], row["t0"], row["t1"]
+        base, name, t0, t1 = row["base_job_id"], row["name"], row["t0"], row["t1"]
         if name is not None:
             run = by_name.get(name)
             if run is None:
@@ -326,7 +329,7 @@ def _run_continued(open_runs: list[list], base: str | None, t0: int | None, trai
 
 def _pair_jobs(pairs: pl.DataFrame, dirs: pl.DataFrame, bases: pl.DataFrame, run_of: dict[tuple[str, str], str],
                identity_of: dict[str, str], runs: pl.Series) -> pl.DataFrame:
-    """The pairs with ``_jc``, their job's code (``runs`` then the directories' own keys).
+    """The pairs with ``job_code``, their job's code (``runs`` then the directories' own keys).
 
     A pair with an id takes its run; one without takes the run most of its file's records
     belong to, else the directory's main run: a run known by its job name first, then the one
@@ -338,31 +341,32 @@ def _pair_jobs(pairs: pl.DataFrame, dirs: pl.DataFrame, bases: pl.DataFrame, run
     """
     code = {name: i for i, name in enumerate(runs.to_list())}
     mapping = pl.DataFrame(
-        {"_dir": [k[0] for k in run_of], "_base": [k[1] for k in run_of], "_rc": [code[v] for v in run_of.values()]},
-        schema={"_dir": pl.String, "_base": pl.String, "_rc": pl.Int64},
-    ).join(dirs, on="_dir").join(bases, on="_base").select("_dc", "_bc", "_rc")
-    pairs = pairs.join(mapping, on=["_dc", "_bc"], how="left", maintain_order="left")
-    with_run = pairs.filter(pl.col("_rc").is_not_null())
+        {"dir": [k[0] for k in run_of], "base_job_id": [k[1] for k in run_of],
+         "run_code": [code[v] for v in run_of.values()]},
+        schema={"dir": pl.String, "base_job_id": pl.String, "run_code": pl.Int64},
+    ).join(dirs, on="dir").join(bases, on="base_job_id").select("dir_code", "base_code", "run_code")
+    pairs = pairs.join(mapping, on=["dir_code", "base_code"], how="left", maintain_order="left")
+    with_run = pairs.filter(pl.col("run_code").is_not_null())
     file_run = (
-        with_run.group_by("_fc", "_rc").agg(pl.col("n").sum().alias("len"))
-        .sort("len", "_rc", descending=[True, False])
-        .group_by("_fc", maintain_order=True)
+        with_run.group_by("file_code", "run_code").agg(pl.col("n").sum().alias("len"))
+        .sort("len", "run_code", descending=[True, False])
+        .group_by("file_code", maintain_order=True)
         .first()
-        .select("_fc", pl.col("_rc").alias("_file_job"))
+        .select("file_code", pl.col("run_code").alias("file_job"))
     )
     named = [code[k] for k, v in identity_of.items() if v == "job-name"]
     first_run = (
-        with_run.group_by("_dc", "_rc")
-        .agg(pl.col("n").sum().alias("len"), pl.col("_fc").n_unique().alias("_nf"))
-        .with_columns(pl.col("_rc").is_in(named).alias("_named"))
-        .sort("_named", "_nf", "len", "_rc", descending=[True, True, True, False])
-        .group_by("_dc", maintain_order=True)
-        .agg(pl.col("_rc").first().alias("_dir_job"))
+        with_run.group_by("dir_code", "run_code")
+        .agg(pl.col("n").sum().alias("len"), pl.col("file_code").n_unique().alias("_nf"))
+        .with_columns(pl.col("run_code").is_in(named).alias("_named"))
+        .sort("_named", "_nf", "len", "run_code", descending=[True, True, True, False])
+        .group_by("dir_code", maintain_order=True)
+        .agg(pl.col("run_code").first().alias("dir_job"))
     )
-    pairs = pairs.join(file_run, on="_fc", how="left", maintain_order="left").join(
-        first_run, on="_dc", how="left", maintain_order="left")
+    pairs = pairs.join(file_run, on="file_code", how="left", maintain_order="left").join(
+        first_run, on="dir_code", how="left", maintain_order="left")
     return pairs.with_columns(
-        pl.coalesce("_rc", "_file_job", "_dir_job", runs.len() + pl.col("_dc").cast(pl.Int64)).alias("_jc")
+        pl.coalesce("run_code", "file_job", "dir_job", runs.len() + pl.col("dir_code").cast(pl.Int64)).alias("job_code")
     )
 
 
@@ -370,16 +374,16 @@ def _job_table(pairs: pl.DataFrame, names: pl.Series, dirs: pl.DataFrame, bases:
                identity_of: dict[str, str]) -> pl.DataFrame:
     """One row per job: ``job``, ``path``, ``job_ids`` (base ids by their first timed record)
     and ``identity``, sorted by ``job``."""
-    timed_id = pl.col("_bc").is_not_null() & pl.col("t_min").is_not_null()
-    pairs = pairs.sort("t_min", "_t_at", nulls_last=True)
+    timed_id = pl.col("base_code").is_not_null() & pl.col("t_min").is_not_null()
+    pairs = pairs.sort("t_min", "t_min_block", nulls_last=True)
     jobs = (
-        pairs.with_columns(bases["_base"].gather(pairs["_bc"]).alias("job_ids"))
-        .group_by("_jc")
-        .agg(pl.col("_dc").first().alias("path"), pl.col("job_ids").filter(timed_id).unique(maintain_order=True))
+        pairs.with_columns(bases["base_job_id"].gather(pairs["base_code"]).alias("job_ids"))
+        .group_by("job_code")
+        .agg(pl.col("dir_code").first().alias("path"), pl.col("job_ids").filter(timed_id).unique(maintain_order=True))
         .with_columns(pl.when(pl.col("job_ids").list.len() > 0).then(pl.col("job_ids")).alias("job_ids"))  # none: null
     )
     return (
-        jobs.with_columns(names.gather(jobs["_jc"]).alias("job"), dirs["_dir"].gather(jobs["path"]).alias("path"))
+        jobs.with_columns(names.gather(jobs["job_code"]).alias("job"), dirs["dir"].gather(jobs["path"]).alias("path"))
         .select("job", "path", "job_ids")
         .with_columns(
             pl.col("job").replace_strict(identity_of, default="directory", return_dtype=pl.String).alias("identity")
@@ -392,16 +396,17 @@ SAME_MOMENT_US = 5_000_000  # stamps this close may be out of order (resolution,
 
 
 def _progress_before(markers: pl.DataFrame, progress: pl.DataFrame) -> pl.DataFrame:
-    """``_p_old``: how many progress records of the job are stamped more than SAME_MOMENT_US
+    """``progress_before``: how many progress records of the job are stamped more than SAME_MOMENT_US
     before each marker. Both frames are in (job, t) order and ``progress`` counts its records
-    per job in ``_prog`` (1, 2, ...): the count at the last one stamped before is the answer."""
+    per job in ``progress_count`` (1, 2, ...): the count at the last one stamped before is the answer."""
     # An as-of join by job needs its keys sorted within each job only: no sort of either side.
     return (
         markers.with_columns((pl.col("t") - SAME_MOMENT_US).alias("_t_old"))
-        .join_asof(progress.select("job", pl.col("t").alias("_t_prog"), pl.col("_prog").alias("_p_old")),
+        .join_asof(progress.select("job", pl.col("t").alias("_t_prog"),
+                                   pl.col("progress_count").alias("progress_before")),
                    left_on="_t_old", right_on="_t_prog", by="job", strategy="backward",
                    allow_exact_matches=False, check_sortedness=False)
-        .with_columns(pl.col("_p_old").fill_null(0))
+        .with_columns(pl.col("progress_before").fill_null(0))
         .drop("_t_old", "_t_prog")
     )
 
@@ -417,7 +422,7 @@ def assign_attempts(events: pl.DataFrame, keep: pl.Series | None = None) -> pl.D
     # The attempts are found on the few columns they depend on, in time order; the other
     # columns are reordered once, at the end.
     timed = _attempt_numbers(_in_attempt_order(events, kept))
-    timed = events[timed["_pos"]].with_columns(timed["attempt_idx"])
+    timed = events[timed["position"]].with_columns(timed["attempt_idx"])
     untimed = events.filter(pl.col("t").is_null() & kept)
     if untimed.height:
         ref = timed.select("file", "line", "attempt_idx").sort("line")
@@ -432,25 +437,25 @@ def assign_attempts(events: pl.DataFrame, keep: pl.Series | None = None) -> pl.D
 
 def _in_attempt_order(events: pl.DataFrame, kept: pl.Expr) -> pl.DataFrame:
     """The timed records of the kept jobs in (job, t) order, ends and steps before starts at
-    equal times, then as they come: ``_pos`` (row in ``events``), ``job``, ``t``, ``_ip`` (a
-    progress record), ``_im`` (a start marker) and ``_st`` (the step of a step record)."""
+    equal times, then as they come: ``position`` (row in ``events``), ``job``, ``t``, ``is_progress`` (a
+    progress record), ``is_marker`` (a start marker) and ``step_logged`` (the step of a step record)."""
     kind = pl.col("kind")
     keys = events.select(
-        "job", "t", "_row", kind.is_in(PROGRESS_KINDS).alias("_ip"), kind.is_in(MARKER_KINDS).alias("_im"),
-        pl.when((kind == "step") & pl.col("step").is_not_null()).then(pl.col("step")).alias("_st"),
-    ).with_row_index("_pos").filter(pl.col("t").is_not_null() & kept)
-    later_kind = pl.col("_ip").not_()
+        "job", "t", "row", kind.is_in(PROGRESS_KINDS).alias("is_progress"), kind.is_in(MARKER_KINDS).alias("is_marker"),
+        pl.when((kind == "step") & pl.col("step").is_not_null()).then(pl.col("step")).alias("step_logged"),
+    ).with_row_index("position").filter(pl.col("t").is_not_null() & kept)
+    later_kind = pl.col("is_progress").not_()
     # Records in row-id order (as they come) sort stably on (job, t, kind order) packed into one
     # integer, which breaks ties by row id as the four-column sort does.
     packed = None
-    if keys["_row"].is_sorted():
+    if keys["row"].is_sorted():
         packed = packed_key(keys.with_columns(later_kind.cast(pl.Int8).alias("_ko")), ["job", "t", "_ko"])
     if packed is None:
-        order = keys.select(pl.arg_sort_by("job", "t", later_kind, "_row"))[:, 0]
+        order = keys.select(pl.arg_sort_by("job", "t", later_kind, "row"))[:, 0]
     else:
         order = keys.with_columns(later_kind.cast(pl.Int8).alias("_ko")).select(
             pl.arg_sort_by(packed, maintain_order=True))[:, 0]
-    timed = keys.drop("_row")[order]
+    timed = keys.drop("row")[order]
     if timed["job"].null_count() == 0:  # in job order: windows over jobs take slices
         timed = timed.with_columns(pl.col("job").set_sorted())
     return timed
@@ -458,36 +463,39 @@ def _in_attempt_order(events: pl.DataFrame, kept: pl.Expr) -> pl.DataFrame:
 
 def _attempt_numbers(timed: pl.DataFrame) -> pl.DataFrame:
     """``attempt_idx`` of the records (``_in_attempt_order``)."""
-    is_prog = pl.col("_ip")
-    timed = timed.with_columns(is_prog.cast(pl.Int64).cum_sum().over("job").alias("_prog"), _step_back())
-    timed = timed.with_columns((pl.col("_im") | pl.col("_back")).alias("_is_mark"))
-    markers = timed.filter(pl.col("_is_mark")).select("job", "t", "_prog", "_back")
+    is_prog = pl.col("is_progress")
+    timed = timed.with_columns(is_prog.cast(pl.Int64).cum_sum().over("job").alias("progress_count"), _step_back())
+    timed = timed.with_columns((pl.col("is_marker") | pl.col("step_back")).alias("opens"))
+    markers = timed.filter(pl.col("opens")).select("job", "t", "progress_count", "step_back")
     # For a backward step, "progress since the last marker" counts the step itself.
     markers = markers.with_columns(
-        pl.when(pl.col("_back")).then(pl.col("_prog") - 1).otherwise(pl.col("_prog")).alias("_p")
+        pl.when(pl.col("step_back")).then(pl.col("progress_count") - 1).otherwise(pl.col("progress_count"))
+        .alias("progress_since")
     )
     # A marker opens an attempt when progress came since the previous one, not counting progress
     # stamped within seconds before it: second-resolution stamps and clock skew between hosts
     # put an attempt's first step at or just before its start, init or load lines.
     markers = _progress_before(markers, timed.filter(is_prog)).with_columns(
-        (pl.col("_p").shift(1).over("job").is_null()
-         | (pl.col("_p_old") > pl.col("_p").shift(1).over("job"))).alias("_new")
+        (pl.col("progress_since").shift(1).over("job").is_null()
+         | (pl.col("progress_before") > pl.col("progress_since").shift(1).over("job"))).alias("new_attempt")
     )
     # A backward step with no marker since the last progress opens an attempt too. (The markers
     # are the marked rows in order: their flags go back to those positions.)
-    where = timed.select(pl.col("_is_mark").arg_true())[:, 0]
-    new = pl.repeat(False, timed.height, dtype=pl.Boolean, eager=True).alias("_new").scatter(where, markers["_new"])
+    where = timed.select(pl.col("opens").arg_true())[:, 0]
+    new = pl.repeat(False, timed.height, dtype=pl.Boolean, eager=True).alias("new_attempt")
+    new = new.scatter(where, markers["new_attempt"])
     timed = timed.with_columns(new)
     # The first marker of the job is attempt 0 and so are events before it.
-    timed = timed.with_columns((pl.col("_new").cast(pl.Int32).cum_sum().over("job") - 1).clip(0).alias("attempt_idx"))
+    opened = pl.col("new_attempt").cast(pl.Int32).cum_sum().over("job")
+    timed = timed.with_columns((opened - 1).clip(0).alias("attempt_idx"))
     # If the first marker of a job comes after progress (more than seconds of it, as above), that
     # progress was an attempt of its own.
-    first_marker_prog = markers.group_by("job").agg(pl.col("_p_old").first().alias("_fm"))
+    first_marker_prog = markers.group_by("job").agg(pl.col("progress_before").first().alias("first_marker_progress"))
     return timed.join(first_marker_prog, on="job", how="left").with_columns(
-        pl.when(pl.col("_fm") > 0)
+        pl.when(pl.col("first_marker_progress") > 0)
         .then(
             pl.col("attempt_idx")
-            + pl.when(pl.col("_new").cast(pl.Int32).cum_sum().over("job") > 0).then(1).otherwise(0)
+            + pl.when(pl.col("new_attempt").cast(pl.Int32).cum_sum().over("job") > 0).then(1).otherwise(0)
         )
         .otherwise(pl.col("attempt_idx"))
         .cast(pl.Int32)
@@ -496,12 +504,12 @@ def _attempt_numbers(timed: pl.DataFrame) -> pl.DataFrame:
 
 
 def _step_back() -> pl.Expr:
-    """``_back``: a step more than 2 below the previous step record of the job (which also opens
+    """``step_back``: a step more than 2 below the previous step record of the job (which also opens
     an attempt); rows in job order."""
     # Over the whole table, then kept where the previous step record is of the same job (the
     # runs of equal jobs number them): no window per job.
-    step = pl.col("_st")
+    step = pl.col("step_logged")
     grp = pl.col("job").rle_id()
     prev = pl.when(pl.when(step.is_not_null()).then(grp).shift(1).forward_fill() == grp).then(
         step.shift(1).forward_fill())
-    return (step.is_not_null() & (step < prev - 2)).fill_null(False).alias("_back")
+    return (step.is_not_null() & (step < prev - 2)).fill_null(False).alias("step_back")

@@ -12,6 +12,8 @@ ledger asserts it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import polars as pl
 
 from toranalyze.reconstruct.intervals import agg_by, attach
@@ -248,12 +250,20 @@ def expected_useful_per_step(m: pl.Series, n: pl.Series, ideal: pl.Series, sigma
     return pl.Series(out)
 
 
+@dataclass(frozen=True)
+class Blocking:
+    """What holds training without being a failure: blocking checkpoint saves and evaluations
+    (contracts Checkpoints and Evaluations)."""
+
+    ckpt: pl.DataFrame
+    evals: pl.DataFrame
+
+
 def compute(
     window: pl.DataFrame,
     rows: pl.DataFrame,
     ideal_us: pl.DataFrame,
-    ckpt: pl.DataFrame,
-    evals: pl.DataFrame,
+    blocking: Blocking,
     incidents: pl.DataFrame,
     jitter: pl.DataFrame | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -265,6 +275,7 @@ def compute(
     Returns (buckets: job + *_us, rows with owned_us / rework_us / useful_us / slowdown_us).
     """
     rows = rows.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("id"))
+    ckpt, evals = blocking.ckpt, blocking.evals
     fam: dict[str, pl.DataFrame] = {
         # (a step's part is never read: no text column of millions of rows)
         "step": rows.select("job", "start", "end", "id", pl.lit(None, pl.String).alias("part")),
@@ -339,7 +350,7 @@ def _incident_families(window: pl.DataFrame, incidents: pl.DataFrame) -> dict[st
 
 
 def _with_useful_per_step(rows: pl.DataFrame, jitter: pl.DataFrame | None) -> pl.DataFrame:
-    """``_u``: the expected useful µs of one of the row's steps (at most ``ideal_us``); rows that
+    """``useful_per_step_us``: the expected useful µs of one of the row's steps (at most ``ideal_us``); rows that
     average several steps account for their jitter (:func:`expected_useful_per_step`)."""
     if jitter is not None and jitter.height and "d_us" in rows.columns:
         rows = attach(rows, jitter, "job")
@@ -347,24 +358,26 @@ def _with_useful_per_step(rows: pl.DataFrame, jitter: pl.DataFrame | None) -> pl
             rows.select(pl.coalesce("d_us", "ideal_us"))[:, 0], rows["n"], rows["ideal_us"], rows["sigma"]
         )
         rows = rows.with_columns(
-            pl.when(pl.col("ideal_us").is_null()).then(None).otherwise(pl.Series("_u", u)).alias("_u")
+            pl.when(pl.col("ideal_us").is_null()).then(None).otherwise(pl.Series("useful_per_step_us", u))
+            .alias("useful_per_step_us")
         ).drop("sigma")
     else:
-        rows = rows.with_columns(pl.col("ideal_us").cast(pl.Float64).alias("_u"))
-    return rows.with_columns(pl.min_horizontal(pl.col("_u"), pl.col("ideal_us")).alias("_u"))
+        rows = rows.with_columns(pl.col("ideal_us").cast(pl.Float64).alias("useful_per_step_us"))
+    per_step = pl.col("useful_per_step_us")
+    return rows.with_columns(pl.min_horizontal(per_step, pl.col("ideal_us")).alias("useful_per_step_us"))
 
 
 def _split_preserved(rows: pl.DataFrame) -> pl.DataFrame:
-    """What a row owns beyond its rework: ``useful_us`` (per preserved step ``_u``, within what
+    """What a row owns beyond its rework: ``useful_us`` (per preserved step ``useful_per_step_us``, within what
     it owns) and the rest ``slowdown_us``."""
     return (
         rows.with_columns(
             pl.min_horizontal(
                 pl.col("owned_us") - pl.col("rework_us"),
-                ((pl.col("n") - pl.col("n_lost")) * pl.col("_u")).round().cast(pl.Int64),
+                ((pl.col("n") - pl.col("n_lost")) * pl.col("useful_per_step_us")).round().cast(pl.Int64),
             ).alias("useful_us")
         )
-        .drop("_u")
+        .drop("useful_per_step_us")
         .with_columns((pl.col("owned_us") - pl.col("rework_us") - pl.col("useful_us")).alias("slowdown_us"))
     )
 

@@ -32,9 +32,9 @@ class PartialAnalysis:
 
     attempts: pl.DataFrame
     incidents: pl.DataFrame  # without lost_time_s (and downtime_s as divided on this part)
-    lost: pl.DataFrame  # rework µs per (job, attempt) with lost steps (``_lt_us``)
+    lost: pl.DataFrame  # rework µs per (job, attempt) with lost steps (``lost_time_us``)
     slow_periods: pl.DataFrame  # without factor, median_step_time_s and slowdown_s
-    slow_cost: pl.DataFrame  # slowdown µs per (job, period) (``_sd_us``)
+    slow_cost: pl.DataFrame  # slowdown µs per (job, period) (``slowdown_us``)
     tor: pl.DataFrame  # buckets in µs
     resources: pl.DataFrame
     progress: pl.DataFrame
@@ -142,7 +142,7 @@ PHASES = ["t_last_progress", "t_first_error", "t_detected", "t_restart", "t_resu
 def _incidents_table(inc: pl.DataFrame, lost: pl.DataFrame, names: pl.Series) -> pl.DataFrame:
     """The incidents table, with lost time and downtime in seconds."""
     if inc.height:
-        lost = lost.select("job", "attempt", _divided(pl.col("_lt_us"), US, lost.height).alias("_lt"))
+        lost = lost.select("job", "attempt", _divided(pl.col("lost_time_us"), US, lost.height).alias("_lt"))
         inc = inc.join(lost, on=["job", "attempt"], how="left").with_columns(
             pl.when(pl.col("lost_steps") > 0).then(pl.col("_lt").fill_null(0.0)).otherwise(0.0).alias("lost_time_s"),
             # build_incidents divides a group's part (``_divided``): again on the whole table, from
@@ -161,7 +161,8 @@ def _slow_periods_table(sp: pl.DataFrame, slow_cost: pl.DataFrame, names: pl.Ser
         pl.col("med_us"), user_ideal_us, sp.height)
     sp = sp.with_columns(by_ideal.alias("factor"),
                          _divided(pl.col("med_us"), US, sp.height).alias("median_step_time_s"))
-    slow_cost = slow_cost.select("job", "period", _divided(pl.col("_sd_us"), US, slow_cost.height).alias("slowdown_s"))
+    slow_cost = slow_cost.select("job", "period",
+                                 _divided(pl.col("slowdown_us"), US, slow_cost.height).alias("slowdown_s"))
     sp = sp.join(slow_cost, on=["job", "period"], how="left")
     return _conform(_to_dt(_named(sp, names), ["start", "end"]), SLOW_PERIODS_SCHEMA)
 

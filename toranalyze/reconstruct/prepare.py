@@ -14,13 +14,15 @@ from toranalyze.reconstruct.api import US, UTC_US
 from toranalyze.reconstruct.attribution import attribute_nodes, pod_bindings
 from toranalyze.reconstruct.intervals import attach, packed_key
 from toranalyze.reconstruct.jobs import assign_attempts, assign_jobs, job_name
+from toranalyze.reconstruct.stages import check
 from toranalyze.schema import KINDS, SEVERITIES, SOURCES
 
 JOB_CODE = pl.UInt32
 # Event columns the stages after job assignment read (plus the incident flags).
 _STAGE_COLUMNS = (
-    "ts_inferred", "t", "_row", "job", "_base", "_fc", "source", "kind", "severity", "node", "rank", "n_nodes",
-    "n_gpus", "step", "step_time_s", "loss", "duration_s", "code", "state", "failure_class", "rule", "file", "line",
+    "ts_inferred", "t", "row", "job", "base_job_id", "file_code", "source", "kind", "severity", "node", "rank",
+    "n_nodes", "n_gpus", "step", "step_time_s", "loss", "duration_s", "code", "state", "failure_class", "rule", "file",
+    "line",
     *inc_mod.FLAG_COLUMNS,
 )
 
@@ -54,8 +56,10 @@ def prepare_jobs(events: pl.DataFrame) -> PreparedEvents:
     keep = jobs["job"] if dropped else None
     ev = _slim(ev)
     ev, untimed = relative_times(ev, keep)
-    ev = place_untimed_errors(ev, keep).drop("_fc")
+    ev = place_untimed_errors(ev, keep).drop("file_code")
     ev = assign_attempts(ev, keep)
+    check(ev, "PreparedEventRows", "prepare.prepare_jobs")
+    check(jobs, "Jobs", "prepare.prepare_jobs")
     return PreparedEvents(ev, jobs, names, dropped, untimed)
 
 
@@ -84,8 +88,8 @@ def _prepared(events: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, str]]:
     # instead of a string view), and ``ts`` is read no further than ``t`` (with_time's columns).
     cols = [pl.col(c).cast(pl.Enum(_CODED[c]), strict=False) if c in _CODED else c
             for c in events.columns if c in _STAGE_COLUMNS or c == "job_id"]
-    ev = events.select(*cols, job_name().alias("_name"), *inc_mod.flag_exprs(), pl.col("ts").dt.epoch("us").alias("t"),
-                       pl.int_range(pl.len(), dtype=pl.Int64).alias("_row"))
+    ev = events.select(*cols, job_name().alias("stated_job"), *inc_mod.flag_exprs(),
+                       pl.col("ts").dt.epoch("us").alias("t"), pl.int_range(pl.len(), dtype=pl.Int64).alias("row"))
     # A word outside the vocabulary (a plugin's own) became null: the enum takes it too.
     ev = ev.with_columns(coded_words(events[c], words) for c, words in _CODED.items()
                          if c in ev.columns and ev[c].null_count() > events[c].null_count())
@@ -115,57 +119,57 @@ def _slim(ev: pl.DataFrame) -> pl.DataFrame:
 
 def _file_line_order(ev: pl.DataFrame, keep: pl.Series | None) -> pl.DataFrame:
     """The timed records of the jobs ``keep`` (None: all) in file and line order, files as
-    integers ``_fc`` (any order will do: the fill stays within a file), so the sort is numeric."""
-    file = "_fc" if "_fc" in ev.columns else "file"  # assign_jobs numbers the files
-    order = ev.select("_row", "job", file, "line", "t", "ts_inferred", "kind").filter(
+    integers ``file_code`` (any order will do: the fill stays within a file), so the sort is numeric."""
+    file = "file_code" if "file_code" in ev.columns else "file"  # assign_jobs numbers the files
+    order = ev.select("row", "job", file, "line", "t", "ts_inferred", "kind").filter(
         pl.col("t").is_not_null() & (pl.lit(True) if keep is None else pl.col("job").is_in(keep.implode())))
     if file == "file":
-        files = order.select(pl.col("file").unique()).with_row_index("_fc")
+        files = order.select(pl.col("file").unique()).with_row_index("file_code")
         order = order.join(files, on="file", how="left", nulls_equal=True)
-    packed = packed_key(order, ["_fc", "line", "_row"])  # unique (row ids): the same order, on one column
+    packed = packed_key(order, ["file_code", "line", "row"])  # unique (row ids): the same order, on one column
     if packed is None:
-        return order.sort("_fc", "line", "_row")
+        return order.sort("file_code", "line", "row")
     # Records come in file and line order, files numbered as they come: often sorted already.
     order = order.with_columns(packed.alias("_k"))
-    return order if order["_k"].is_sorted() else order.sort("_k")
+    return (order if order["_k"].is_sorted() else order.sort("_k")).drop("_k")
 
 
 def _next_timed(order: pl.DataFrame) -> pl.DataFrame:
-    """``order`` with ``_hi``: the time of the next line of its file whose time is its own."""
+    """``order`` with ``next_timed_t``: the time of the next line of its file whose time is its own."""
     return (
-        order.with_columns(pl.col("_fc").set_sorted())  # windows over files take slices
-        .with_columns(pl.when(~pl.col("ts_inferred").fill_null(False)).then(pl.col("t")).alias("_hi"))
-        .with_columns(pl.col("_hi").backward_fill().over("_fc").alias("_hi"))
+        order.with_columns(pl.col("file_code").set_sorted())  # windows over files take slices
+        .with_columns(pl.when(~pl.col("ts_inferred").fill_null(False)).then(pl.col("t")).alias("next_timed_t"))
+        .with_columns(pl.col("next_timed_t").backward_fill().over("file_code").alias("next_timed_t"))
     )
 
 
 def _start_times(ev: pl.DataFrame) -> pl.DataFrame:
-    """(job, _s): the distinct stated times at which a job started or restarted, in time order."""
+    """(job, start_t): the distinct stated times at which a job started or restarted, in time order."""
     return (
         ev.filter(pl.col("kind").is_in(("job_start", "init", "restart")) & ~pl.col("ts_inferred").fill_null(False))
-        .select("job", pl.col("t").alias("_s"))
+        .select("job", pl.col("t").alias("start_t"))
         .drop_nulls()
         .unique()
-        .sort("_s")
+        .sort("start_t")
     )
 
 
 def _restarted_before(cand: pl.DataFrame, starts: pl.DataFrame) -> pl.DataFrame:
-    """(_row, _hi) of the candidates whose job (re)started after their inferred time and no later
+    """(row, next_timed_t) of the candidates whose job (re)started after their inferred time and no later
     than their next timed line."""
     return (
         cand.sort("t")
         .join_asof(
             starts,
             left_on="t",
-            right_on="_s",
+            right_on="start_t",
             by="job",
             strategy="forward",
             allow_exact_matches=False,
             check_sortedness=False,
         )
-        .filter(pl.col("_s").is_not_null() & (pl.col("_s") <= pl.col("_hi")))
-        .select("_row", "_hi")
+        .filter(pl.col("start_t").is_not_null() & (pl.col("start_t") <= pl.col("next_timed_t")))
+        .select("row", "next_timed_t")
     )
 
 
@@ -184,7 +188,7 @@ def place_untimed_errors(ev: pl.DataFrame, keep: pl.Series | None = None) -> pl.
     cand = _next_timed(_file_line_order(ev, keep)).filter(
         pl.col("ts_inferred").fill_null(False)
         & pl.col("kind").is_in(("error", "warning"))
-        & (pl.col("_hi") > pl.col("t"))
+        & (pl.col("next_timed_t") > pl.col("t"))
     )
     if cand.height == 0:
         return ev
@@ -194,7 +198,7 @@ def place_untimed_errors(ev: pl.DataFrame, keep: pl.Series | None = None) -> pl.
     hit = _restarted_before(cand, starts)
     if hit.height == 0:
         return ev
-    hi = attach(ev.select("_row"), hit, "_row")["_hi"]
+    hi = attach(ev.select("row"), hit, "row")["next_timed_t"]
     ev = ev.with_columns(pl.coalesce(hi, "t").alias("t"))
     return ev.with_columns(pl.col("t").cast(UTC_US).alias("ts")) if "ts" in ev.columns else ev
 
@@ -209,53 +213,54 @@ def _bare_jobs(ev: pl.DataFrame, keep: pl.Series | None) -> list[Any]:
 
 
 def _logging_interval(steps: pl.DataFrame) -> pl.DataFrame:
-    """(job, _li): the most common gap ``_n`` between step rows when it occurs twice, else the
+    """(job, log_interval): the most common gap ``steps_since_prev`` between step rows when it occurs twice, else the
     smallest gap when there are two gaps, else 1."""
     interval = (
-        steps.filter(pl.col("_n") > 0)
-        .group_by("job", "_n")
+        steps.filter(pl.col("steps_since_prev") > 0)
+        .group_by("job", "steps_since_prev")
         .len()
-        .sort("job", "len", "_n", descending=[False, True, False])
+        .sort("job", "len", "steps_since_prev", descending=[False, True, False])
         .group_by("job", maintain_order=True)
         .first()
-        .select("job", pl.when(pl.col("len") >= 2).then(pl.col("_n")).alias("_li"))
+        .select("job", pl.when(pl.col("len") >= 2).then(pl.col("steps_since_prev")).alias("log_interval"))
     )
-    smallest = (
-        steps.filter(pl.col("_n") > 0).group_by("job").agg(pl.col("_n").min().alias("_min"), pl.len().alias("_k"))
-    )
+    gaps = pl.col("steps_since_prev")
+    smallest = steps.filter(gaps > 0).group_by("job").agg(gaps.min().alias("_min"), pl.len().alias("_k"))
     return interval.join(smallest, on="job", how="full", coalesce=True).select(
-        "job", pl.coalesce("_li", pl.when(pl.col("_k") >= 2).then(pl.col("_min")), pl.lit(1)).alias("_li")
+        "job",
+        pl.coalesce("log_interval", pl.when(pl.col("_k") >= 2).then(pl.col("_min")), pl.lit(1)).alias("log_interval"),
     )
 
 
 def _step_spans(part: pl.DataFrame, is_step: pl.Expr) -> pl.DataFrame:
-    """(_row, _dt) of the step rows: the µs a row's steps took since the previous step row."""
-    steps = part.filter(is_step).with_columns((pl.col("step") - pl.col("step").shift(1).over("job")).alias("_n"))
+    """(row, span_us) of the step rows: the µs a row's steps took since the previous step row."""
+    steps = part.filter(is_step).with_columns(
+        (pl.col("step") - pl.col("step").shift(1).over("job")).alias("steps_since_prev"))
     # The logging interval: the most common gap between rows when it occurs twice; a larger gap
     # is an elision of the excerpt and counts as one interval (the ledger counts the steps).
     interval = _logging_interval(steps)
     steps = (
         steps.join(interval, on="job", how="left")
-        .with_columns(pl.col("_li").fill_null(1))
+        .with_columns(pl.col("log_interval").fill_null(1))
         .with_columns(
             (
-                pl.when((pl.col("_n") > 0) & (pl.col("_n") <= 2 * pl.col("_li")))
-                .then(pl.col("_n"))
-                .otherwise(pl.col("_li"))
+                pl.when((pl.col("steps_since_prev") > 0) & (pl.col("steps_since_prev") <= 2 * pl.col("log_interval")))
+                .then(pl.col("steps_since_prev"))
+                .otherwise(pl.col("log_interval"))
                 * pl.col("step_time_s").fill_null(0.0)
                 * US
             )
             .round()
             .cast(pl.Int64)
-            .alias("_dt")
+            .alias("span_us")
         )
     )
-    return steps.select("_row", "_dt")
+    return steps.select("row", "span_us")
 
 
 def _excerpt_starts(part: pl.DataFrame, is_step: pl.Expr, rows: pl.Series) -> pl.DataFrame:
     """The excerpt starts where its first step started: a start marker there opens the attempt
-    (when the steps state their times at all). Its ``_row``s follow the largest of ``rows``."""
+    (when the steps state their times at all). Its ``row``s follow the largest of ``rows``."""
     return (
         part.filter(is_step & pl.col("step_time_s").is_not_null())
         .group_by("job", maintain_order=True)
@@ -271,7 +276,7 @@ def _excerpt_starts(part: pl.DataFrame, is_step: pl.Expr, rows: pl.Series) -> pl
             *[pl.lit(False).alias(c) for c in inc_mod.FLAG_COLUMNS],
             pl.lit(0, pl.Int64).alias("line"),
         )
-        .with_columns((pl.int_range(pl.len(), dtype=pl.Int64) + rows.cast(pl.Int64).max() + 1).alias("_row"))
+        .with_columns((pl.int_range(pl.len(), dtype=pl.Int64) + rows.cast(pl.Int64).max() + 1).alias("row"))
     )
 
 
@@ -285,13 +290,13 @@ def relative_times(ev: pl.DataFrame, keep: pl.Series | None = None) -> tuple[pl.
     jobs = _bare_jobs(ev, keep)
     if not jobs:
         return ev, []
-    part = ev.filter(pl.col("job").is_in(jobs)).sort("job", "file", "line", "_row")
+    part = ev.filter(pl.col("job").is_in(jobs)).sort("job", "file", "line", "row")
     is_step = (pl.col("kind") == "step") & pl.col("step").is_not_null()
-    part = part.join(_step_spans(part, is_step), on="_row", how="left").with_columns(
-        pl.col("_dt").fill_null(0).cum_sum().over("job").alias("t")
+    part = part.join(_step_spans(part, is_step), on="row", how="left").with_columns(
+        pl.col("span_us").fill_null(0).cum_sum().over("job").alias("t")
     )
-    part = part.with_columns(pl.col("t").cast(UTC_US).alias("ts"), pl.lit(True).alias("ts_inferred")).drop("_dt")
-    first = _excerpt_starts(part, is_step, ev["_row"])
+    part = part.with_columns(pl.col("t").cast(UTC_US).alias("ts"), pl.lit(True).alias("ts_inferred")).drop("span_us")
+    first = _excerpt_starts(part, is_step, ev["row"])
     part = pl.concat([first.select(part.columns), part], how="vertical")
     rest = ev.filter(~pl.col("job").is_in(jobs))
     return pl.concat([rest, part.select(rest.columns)], how="vertical"), jobs

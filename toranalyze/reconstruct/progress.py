@@ -32,6 +32,7 @@ from __future__ import annotations
 import polars as pl
 
 from toranalyze.reconstruct.intervals import (
+    AsofOn,
     OrderedKeys,
     asof_in_order,
     attach,
@@ -293,15 +294,15 @@ def _record_facts(ev: pl.DataFrame) -> pl.DataFrame:
         _every_record_facts(ev, timed)
         .join(_lifecycle_facts(timed), on=["job", "attempt_idx"], how="left", maintain_order="left")
         .with_columns(
-            pl.coalesce("_t_node", "_t_marker", "_t_life", "_t_min").alias("t_start"),
-            pl.coalesce("_bad_state", "_last_state").alias("state"),
-            pl.when(pl.col("_bad_state").is_not_null())
-            .then(pl.col("_bad_code"))
-            .otherwise(pl.col("_last_code"))
+            pl.coalesce("t_node_start", "t_first_marker", "t_first_lifecycle", "t_first_record").alias("t_start"),
+            pl.coalesce("bad_end_state", "last_end_state").alias("state"),
+            pl.when(pl.col("bad_end_state").is_not_null())
+            .then(pl.col("bad_end_code"))
+            .otherwise(pl.col("last_end_code"))
             .alias("exit_code"),
         )
         # An attempt with no lifecycle record (only kernel lines, say) ends at its last record.
-        .with_columns(pl.coalesce("t_job_end", "t_last_record", "_t_any", "t_start").alias("t_end"))
+        .with_columns(pl.coalesce("t_job_end", "t_last_record", "t_any_record", "t_start").alias("t_end"))
         .select("job", "attempt_idx", "t_start", "t_sched_start", "t_init", "t_job_end", "t_last_record",
                 "t_restart_evt", "job_id", "ckpt_loaded", "t_ckpt_load", "ckpt_load_us", "t_init_done", "state",
                 "exit_code", "t_end")
@@ -323,12 +324,12 @@ def _every_record_facts(ev: pl.DataFrame, timed: pl.LazyFrame) -> pl.LazyFrame:
         by, ids = ["job", "attempt_idx"], []
     return timed.group_by(*by).agg(
         *ids,
-        pl.col("t").filter(life).min().alias("_t_life"),
-        pl.col("t").min().alias("_t_min"),
+        pl.col("t").filter(life).min().alias("t_first_lifecycle"),
+        pl.col("t").min().alias("t_first_record"),
         # A heartbeat (a cluster watchdog's "still running") keeps the attempt alive too.
         pl.col("t").filter(life | non_kernel_err | (pl.col("kind") == "heartbeat")).max().alias("t_last_record"),
-        pl.col("_base").drop_nulls().first().alias("job_id"),
-        pl.col("t").max().alias("_t_any"),
+        pl.col("base_job_id").drop_nulls().first().alias("job_id"),
+        pl.col("t").max().alias("t_any_record"),
     ).drop("_g", strict=False)
 
 
@@ -341,16 +342,16 @@ def _lifecycle_facts(timed: pl.LazyFrame) -> pl.LazyFrame:
     return timed.filter(pl.col("kind").is_in(_ATTEMPT_KINDS)).group_by("job", "attempt_idx").agg(
         # A start on a node (a pod's container, a Slurm step on its batch host) is when the
         # processes began; a job-level "started" can precede it by scheduling and image pulls.
-        pl.col("t").filter((pl.col("kind") == "job_start") & pl.col("node").is_not_null()).min().alias("_t_node"),
-        pl.col("t").filter(marker).min().alias("_t_marker"),
+        pl.col("t").filter((pl.col("kind") == "job_start") & pl.col("node").is_not_null()).min().alias("t_node_start"),
+        pl.col("t").filter(marker).min().alias("t_first_marker"),
         pl.col("t").filter(pl.col("kind") == "job_start").min().alias("t_sched_start"),
         pl.col("t").filter(pl.col("kind").is_in(("init", "restart"))).min().alias("t_init"),
         pl.col("t").filter(is_end).max().alias("t_job_end"),
         pl.col("t").filter(pl.col("kind") == "restart").min().alias("t_restart_evt"),
-        pl.col("state").filter(bad_end).first().alias("_bad_state"),
-        pl.col("code").filter(bad_end).first().alias("_bad_code"),
-        pl.col("state").filter(is_end).last().alias("_last_state"),
-        pl.col("code").filter(is_end).last().alias("_last_code"),
+        pl.col("state").filter(bad_end).first().alias("bad_end_state"),
+        pl.col("code").filter(bad_end).first().alias("bad_end_code"),
+        pl.col("state").filter(is_end).last().alias("last_end_state"),
+        pl.col("code").filter(is_end).last().alias("last_end_code"),
         pl.col("step").filter(pl.col("kind") == "ckpt_load").min().alias("ckpt_loaded"),
         pl.col("t").filter(pl.col("kind") == "ckpt_load").min().alias("t_ckpt_load"),
         (pl.col("duration_s").filter(pl.col("kind") == "ckpt_load").max() * US).round().cast(pl.Int64)
@@ -369,7 +370,7 @@ def _step_facts(steps: pl.DataFrame, by: list[str | pl.Expr], ids: list[pl.Expr]
         pl.len().alias("n_step_rows"),
         pl.col("t_end").min().alias("t_first_step_end"),
         pl.col("t_end").max().alias("t_last_step_end"),
-    )
+    ).drop("_g", strict=False)
 
 
 def _log_intervals(steps: pl.DataFrame, in_runs: bool) -> pl.DataFrame:
@@ -466,7 +467,7 @@ def _pair(ev: pl.DataFrame, begin: str, end: str, steps: pl.DataFrame) -> pl.Dat
         )
     # Key: the record's step, else the last step completed before it.
     last = steps.select("job", "attempt_idx", pl.col("t_log").alias("t"), pl.col("step").alias("_ls"))
-    rows = _asof(rows.sort("t"), last, "t", "t").with_columns(
+    rows = _asof(rows.sort("t"), last, AsofOn("t", "t")).with_columns(
         pl.coalesce("step", "_ls", pl.lit(-1, pl.Int64)).alias("key"))
     return (
         rows.group_by("job", "attempt_idx", "key")
@@ -485,36 +486,35 @@ def _value_res(t: pl.Expr) -> pl.Expr:
     return pl.when(t % US == 0).then(pl.lit(US)).when(t % 1000 == 0).then(pl.lit(1000)).otherwise(pl.lit(0))
 
 
-def _asof(left: pl.DataFrame, right: pl.DataFrame, left_on: str, right_on: str, strategy: str = "backward",
-          allow_exact_matches: bool = True, keys: OrderedKeys | None = None) -> pl.DataFrame:
+def _asof(left: pl.DataFrame, right: pl.DataFrame, on: AsofOn, keys: OrderedKeys | None = None) -> pl.DataFrame:
     """``left.join_asof(right, ...)`` by (job, attempt_idx) with step rows on the right. The join
     needs right sorted on ``right_on`` within each group only, so rows already in (job, attempt,
     on) order, distinct keys (the step rows as the stages keep them), are taken as they are and
     looked up by binary search (``keys``: right's, when the caller has them); others are sorted on
     ``on``."""
     by = ["job", "attempt_idx"]
-    keys = OrderedKeys(right, by, right_on) if keys is None else keys
+    keys = OrderedKeys(right, by, on.right_on) if keys is None else keys
     if keys.ok:
-        return asof_in_order(left, right, left_on, right_on, by, keys, strategy, allow_exact_matches)
-    ordered = in_key_order(right, *by, right_on)
-    return left.join_asof(right if ordered else right.sort(right_on), left_on=left_on, right_on=right_on, by=by,
-                          strategy=strategy, allow_exact_matches=allow_exact_matches,  # type: ignore[arg-type]
+        return asof_in_order(left, right, on, by, keys)
+    ordered = in_key_order(right, *by, on.right_on)
+    return left.join_asof(right if ordered else right.sort(on.right_on), left_on=on.left_on, right_on=on.right_on,
+                          by=by, strategy=on.strategy, allow_exact_matches=on.allow_exact_matches,  # type: ignore[arg-type]
                           check_sortedness=False)
 
 
 def _with_neighbours(p: pl.DataFrame, s: pl.DataFrame) -> pl.DataFrame:
-    """Join to intervals keyed by (job, attempt_idx, key step): ``_prev_end``, the end of the last
-    step row at or before the key step, and ``_next_start``, the compute start (end − n·d) of the
+    """Join to intervals keyed by (job, attempt_idx, key step): ``prev_row_end``, the end of the last
+    step row at or before the key step, and ``next_row_start``, the compute start (end − n·d) of the
     first row after it."""
     grp = ["job", "attempt_idx"]
     rows = s.filter(pl.col("d_us").is_not_null()).select(
         *grp, "step", "end", (pl.col("end") - pl.col("n") * pl.col("d_us")).alias("_cs")
     )
     keys = OrderedKeys(rows, grp, "step")  # (the same keys for both look-ups)
-    prev = rows.select(*grp, pl.col("step").alias("_ps"), pl.col("end").alias("_prev_end"))
-    nxt = rows.select(*grp, pl.col("step").alias("_ns"), pl.col("_cs").alias("_next_start"))
-    p = _asof(p.sort("key"), prev, "key", "_ps", keys=keys)
-    p = _asof(p.sort("key"), nxt, "key", "_ns", "forward", allow_exact_matches=False, keys=keys)
+    prev = rows.select(*grp, pl.col("step").alias("_ps"), pl.col("end").alias("prev_row_end"))
+    nxt = rows.select(*grp, pl.col("step").alias("_ns"), pl.col("_cs").alias("next_row_start"))
+    p = _asof(p.sort("key"), prev, AsofOn("key", "_ps"), keys)
+    p = _asof(p.sort("key"), nxt, AsofOn("key", "_ns", "forward", allow_exact_matches=False), keys)
     return p.drop("_ps", "_ns")
 
 
@@ -528,19 +528,19 @@ def _snap(start: str, end: str, b: str, e: str) -> list[pl.Expr]:
         pl.when(
             pl.col(b).is_not_null()
             & (rb > 0)
-            & (pl.col("_prev_end") >= pl.col(b))
-            & (pl.col("_prev_end") <= pl.col(b) + rb + tol)
+            & (pl.col("prev_row_end") >= pl.col(b))
+            & (pl.col("prev_row_end") <= pl.col(b) + rb + tol)
         )
-        .then(pl.col("_prev_end"))
+        .then(pl.col("prev_row_end"))
         .otherwise(pl.col(start))
         .alias(start),
         pl.when(
             pl.col(e).is_not_null()
             & (re_ > 0)
-            & (pl.col("_next_start") >= pl.col(e))
-            & (pl.col("_next_start") <= pl.col(e) + re_ + tol)
+            & (pl.col("next_row_start") >= pl.col(e))
+            & (pl.col("next_row_start") <= pl.col(e) + re_ + tol)
         )
-        .then(pl.col("_next_start"))
+        .then(pl.col("next_row_start"))
         .otherwise(pl.col(end))
         .alias(end),
     ]
@@ -572,13 +572,13 @@ def checkpoint_intervals(ev: pl.DataFrame, s: pl.DataFrame, typical_us: pl.DataF
         .then(pl.col("b"))
         .when(pl.col("dur").is_not_null())
         .then(pl.col("e") - pl.col("dur"))
-        .otherwise(pl.col("_prev_end"))
+        .otherwise(pl.col("prev_row_end"))
         .alias("start"),
         pl.when(pl.col("e").is_not_null())
         .then(pl.col("e"))
         .when(pl.col("dur").is_not_null())
         .then(pl.col("b") + pl.col("dur"))
-        .otherwise(pl.col("_next_start"))
+        .otherwise(pl.col("next_row_start"))
         .alias("end"),
         (pl.col("b").is_null() | pl.col("e").is_null()).alias("inferred"),
     ).with_columns(_snap("start", "end", "b", "e"))
@@ -621,14 +621,14 @@ def eval_intervals(ev: pl.DataFrame, s: pl.DataFrame | None = None, ckpt: pl.Dat
 
 
 def _eval_begins(ev: pl.DataFrame) -> pl.DataFrame:
-    """Evaluation begins (``start``) with the attempt's next begin (``_nb``)."""
+    """Evaluation begins (``start``) with the attempt's next begin (``next_begin``)."""
     grp = _ATTEMPT_KEY
     return (
         ev.filter((pl.col("kind") == "eval_begin") & pl.col("t").is_not_null())
         .select(*grp, pl.col("t").alias("start"))
         .unique()
         .sort(*grp, "start")
-        .with_columns(pl.col("start").shift(-1).over(grp).alias("_nb"))
+        .with_columns(pl.col("start").shift(-1).over(grp).alias("next_begin"))
     )
 
 
@@ -656,7 +656,7 @@ def _paired_evals(b: pl.DataFrame, e: pl.DataFrame) -> pl.DataFrame:
             strategy="forward",
             check_sortedness=False,
         )
-        .filter(pl.col("end").is_not_null() & (pl.col("end") <= pl.col("_nb").fill_null(2**62)))
+        .filter(pl.col("end").is_not_null() & (pl.col("end") <= pl.col("next_begin").fill_null(2**62)))
     )
 
 
@@ -665,12 +665,12 @@ def _bare_evals(bare: pl.DataFrame, s: pl.DataFrame, ckpt: pl.DataFrame | None) 
     them; one whose time was inferred until the next step's compute starts."""
     rows = s.select(*_ATTEMPT_KEY, pl.col("t_log").alias("_k"), "step", "end")
     bare = (
-        _asof(bare.sort("end"), rows, "end", "_k")
+        _asof(bare.sort("end"), rows, AsofOn("end", "_k"))
         .with_columns(pl.coalesce("step_right", "step", pl.lit(-1, pl.Int64)).alias("key"))
         .drop("_k", "step_right")
-        .rename({"end_right": "_step_end"})
+        .rename({"end_right": "step_end_t"})
     )
-    bare = _with_neighbours(bare.drop("step"), s).with_columns(pl.col("_step_end").alias("_prev_end"))
+    bare = _with_neighbours(bare.drop("step"), s).with_columns(pl.col("step_end_t").alias("prev_row_end"))
     if ckpt is not None and ckpt.height:
         ck = ckpt.select("job", pl.col("end").alias("_ck_end"), pl.col("end").alias("_kk")).sort("_kk")
         bare = bare.sort("end").join_asof(
@@ -678,17 +678,17 @@ def _bare_evals(bare: pl.DataFrame, s: pl.DataFrame, ckpt: pl.DataFrame | None) 
         )
         bare = bare.with_columns(
             pl.max_horizontal(
-                "_prev_end", pl.when(pl.col("_ck_end") <= pl.col("end")).then(pl.col("_ck_end"))
-            ).alias("_prev_end")
+                "prev_row_end", pl.when(pl.col("_ck_end") <= pl.col("end")).then(pl.col("_ck_end"))
+            ).alias("prev_row_end")
         )
     # A validation block without a time of its own (placed at the previous line's time) lasts
     # until the next step's compute starts.
     bare = bare.with_columns(
-        pl.col("_prev_end").alias("start"),
+        pl.col("prev_row_end").alias("start"),
         pl.lit(None, pl.Int64).alias("_b"),
         pl.col("end").alias("_e"),
-        pl.when(pl.col("ts_inferred") & pl.col("_next_start").is_not_null())
-        .then(pl.max_horizontal("end", "_next_start"))
+        pl.when(pl.col("ts_inferred") & pl.col("next_row_start").is_not_null())
+        .then(pl.max_horizontal("end", "next_row_start"))
         .otherwise(pl.col("end"))
         .alias("end"),
     ).with_columns(_snap("start", "end", "_b", "_e"))

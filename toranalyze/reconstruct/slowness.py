@@ -59,25 +59,25 @@ def detect(
 def healthy_windows(rows: pl.DataFrame, smooth: int = 15, min_steps: int = 5) -> pl.DataFrame:
     """The healthy rows :func:`detect_in` reads, in (job, attempt_idx, step) order, with what does
     not depend on the baseline (read once when periods are found against several baselines):
-    ``_nt`` (steps a row stands for), ``_w`` (window rows), ``_minrows`` and each row's window
-    reach within its attempt (``_dlo`` rows before, ``_dhi`` after)."""
+    ``steps_per_row`` (steps a row stands for), ``window_rows`` (window rows), ``min_rows`` and each row's window
+    reach within its attempt (``reach_before`` rows before, ``reach_after`` after)."""
     cols = ["job", "attempt_idx", "step", "start", "end", "d_us", "n", "prev_step"]
     h = sort_by_key(rows.lazy().filter(pl.col("healthy")).select(cols).collect(), "job", "attempt_idx", "step")
     # Windows are counted in steps: a job logging every n steps smooths over smooth / n rows
     # (at least 3) and needs min_steps / n rows (at least 2); computed per job, then attached.
-    per_job = agg_by(h, "job", pl.col("n").median().alias("_nt"))
-    per_job = per_job.with_columns(pl.col("_nt").fill_null(1).clip(lower_bound=1))
+    per_job = agg_by(h, "job", pl.col("n").median().alias("steps_per_row"))
+    per_job = per_job.with_columns(pl.col("steps_per_row").fill_null(1).clip(lower_bound=1))
     per_job = per_job.with_columns(
-        (smooth / pl.col("_nt")).round().cast(pl.Int64).clip(lower_bound=3).alias("_w"),
-        (min_steps / pl.col("_nt")).ceil().cast(pl.Int64).clip(lower_bound=2).alias("_minrows"),
+        (smooth / pl.col("steps_per_row")).round().cast(pl.Int64).clip(lower_bound=3).alias("window_rows"),
+        (min_steps / pl.col("steps_per_row")).ceil().cast(pl.Int64).clip(lower_bound=2).alias("min_rows"),
     )
     h = attach(flag_sorted(h), per_job, "job")
-    # A centered window of _w rows, cut at the attempt's ends, as offsets from the row (a job left
+    # A centered window of window_rows rows, cut at the attempt's ends, as offsets from the row (a job left
     # out for want of a baseline moves the positions, not the offsets).
-    i, half = pl.int_range(pl.len(), dtype=pl.Int64), (pl.col("_w") - 1) // 2
+    i, half = pl.int_range(pl.len(), dtype=pl.Int64), (pl.col("window_rows") - 1) // 2
     return h.with_columns(run_id("job", "attempt_idx").alias("_g")).with_columns(
-        pl.min_horizontal(half, i.over("_g")).alias("_dlo"),
-        pl.min_horizontal(half, (pl.len().cast(pl.Int64) - 1 - i).over("_g")).alias("_dhi"),
+        pl.min_horizontal(half, i.over("_g")).alias("reach_before"),
+        pl.min_horizontal(half, (pl.len().cast(pl.Int64) - 1 - i).over("_g")).alias("reach_after"),
     ).drop("_g")
 
 
@@ -99,37 +99,37 @@ def detect_in(h: pl.DataFrame, baseline_us: pl.DataFrame, threshold: float, job_
             }
         )
     grp = ("job", "attempt_idx")
-    h = h.with_columns(_smooth_above(h).alias("_in"))
-    h = h.with_columns(pl.int_range(pl.len()).over(run_id(*grp)).alias("_idx"))
+    h = h.with_columns(_smooth_above(h).alias("slow"))
+    h = h.with_columns(pl.int_range(pl.len()).over(run_id(*grp)).alias("row_in_attempt"))
     return _slow_runs(h)
 
 
 def _with_threshold(h: pl.DataFrame, baseline_us: pl.DataFrame, threshold: float) -> pl.DataFrame:
-    """The rows of jobs with a baseline, with ``_lr`` (log of duration / baseline), ``_sig`` and
-    the threshold ``_thr`` their smoothed ``_lr`` must reach."""
+    """The rows of jobs with a baseline, with ``log_ratio`` (log of duration / baseline), ``log_sigma`` and
+    the threshold ``threshold`` their smoothed ``log_ratio`` must reach."""
     h = attach(h, baseline_us, "job", how="inner").pipe(sort_by_key, "job", "attempt_idx", "step")
-    h = flag_sorted(h.with_columns((pl.col("d_us") / pl.col("base_us")).log().alias("_lr")))
+    h = flag_sorted(h.with_columns((pl.col("d_us") / pl.col("base_us")).log().alias("log_ratio")))
     # Noise of the job's step times (robust sigma of log ratios); the rolling median over
     # ``smooth`` steps must clear the threshold by 5 of its own standard errors.
-    h = h.with_columns(pl.col("_lr").median().over("job").alias("_sig"))  # (one window at a time: slices)
+    h = h.with_columns(pl.col("log_ratio").median().over("job").alias("log_sigma"))  # (one window at a time: slices)
     return h.with_columns(
-        ((pl.col("_lr") - pl.col("_sig")).abs().median().over("job") * 1.4826).alias("_sig"),
+        ((pl.col("log_ratio") - pl.col("log_sigma")).abs().median().over("job") * 1.4826).alias("log_sigma"),
     ).with_columns(
-        pl.max_horizontal(pl.lit(threshold), 5.0 * 1.25 * pl.col("_sig") / pl.col("_w").cast(pl.Float64).sqrt()).alias(
-            "_thr"
-        )
+        pl.max_horizontal(
+            pl.lit(threshold), 5.0 * 1.25 * pl.col("log_sigma") / pl.col("window_rows").cast(pl.Float64).sqrt()
+        ).alias("threshold")
     )
 
 
 def _slow_runs(h: pl.DataFrame) -> pl.DataFrame:
-    """The periods: slow rows (``_in``) of an attempt merged across gaps under a window of rows,
-    kept when they span ``_minrows`` rows; ``_idx`` is a row's position in its attempt."""
+    """The periods: slow rows (``slow``) of an attempt merged across gaps under a window of rows,
+    kept when they span ``min_rows`` rows; ``row_in_attempt`` is a row's position in its attempt."""
     grp = ("job", "attempt_idx")
     return (
-        h.filter(pl.col("_in"))
+        h.filter(pl.col("slow"))
         .with_columns(
             # Slow rows separated by fewer than a window of rows belong to one period.
-            ((pl.col("_idx") - pl.col("_idx").shift(1).over(grp)) > pl.col("_w"))
+            ((pl.col("row_in_attempt") - pl.col("row_in_attempt").shift(1).over(grp)) > pl.col("window_rows"))
             .fill_null(True)
             .cast(pl.Int64)
             .cum_sum()
@@ -146,35 +146,35 @@ def _slow_runs(h: pl.DataFrame) -> pl.DataFrame:
             pl.len().alias("_rows"),
             pl.col("d_us").median().alias("med_us"),
             pl.col("d_us").alias("_ds"),
-            pl.col("_nt").first(),
+            pl.col("steps_per_row").first(),
             pl.col("prev_step").min().alias("first_prev_step"),
-            pl.col("_minrows").first(),
+            pl.col("min_rows").first(),
         )
         # A row averaging n steps at either end of a period is only partly slow: with at least
         # three rows, the factor is the median of the inner ones.
         .with_columns(
-            pl.when((pl.col("_nt") > 1) & (pl.col("_ds").list.len() >= 3))
+            pl.when((pl.col("steps_per_row") > 1) & (pl.col("_ds").list.len() >= 3))
             .then(pl.col("_ds").list.slice(1, pl.col("_ds").list.len() - 2).list.median())
             .otherwise(pl.col("med_us"))
             .alias("med_us")
         )
-        .drop("_ds", "_nt")
-        .filter(pl.col("_rows") >= pl.col("_minrows"))
-        .drop("_run", "_rows", "_minrows")
+        .drop("_ds", "steps_per_row")
+        .filter(pl.col("_rows") >= pl.col("min_rows"))
+        .drop("_run", "_rows", "min_rows")
         .sort("job", "start")
     )
 
 
 def _median_above(h: pl.DataFrame) -> pl.Series:
-    """Per row: is the centered rolling median of ``_lr`` over ``_w`` rows of its attempt (fewer at
-    the attempt's ends) at least ``log(1 + _thr)``? ``h`` in (job, attempt_idx, step) order."""
+    """Per row: is the centered rolling median of ``log_ratio`` over ``window_rows`` rows of its attempt (fewer at
+    the attempt's ends) at least ``log(1 + threshold)``? ``h`` in (job, attempt_idx, step) order."""
     grp = ("job", "attempt_idx")
     parts = []
-    for w, part in h.with_row_index("_pos").group_by("_w"):
-        parts.append(part.select("_pos", pl.col("_lr").rolling_median(int(w[0]), center=True, min_samples=1)
-                                 .over(grp).alias("_sm"), "_thr"))
+    for w, part in h.with_row_index("_pos").group_by("window_rows"):
+        parts.append(part.select("_pos", pl.col("log_ratio").rolling_median(int(w[0]), center=True, min_samples=1)
+                                 .over(grp).alias("_sm"), "threshold"))
     sm = pl.concat(parts).sort("_pos")
-    return sm.select(pl.col("_sm") >= (1.0 + pl.col("_thr")).log())[:, 0]
+    return sm.select(pl.col("_sm") >= (1.0 + pl.col("threshold")).log())[:, 0]
 
 
 def _smooth_above(h: pl.DataFrame) -> pl.Series:
@@ -184,13 +184,13 @@ def _smooth_above(h: pl.DataFrame) -> pl.Series:
     the mean of two values either side of ``c``) are settled by the rolling median itself, on
     their attempts alone; so is any input the count cannot stand for (odd windows only, finite
     values)."""
-    finite = h.select(pl.col("_lr").is_finite().all() & pl.col("_lr").is_not_null().all()).item()
-    if h.height == 0 or not finite or not h.select((pl.col("_w") % 2 == 1).all()).item():
+    finite = h.select(pl.col("log_ratio").is_finite().all() & pl.col("log_ratio").is_not_null().all()).item()
+    if h.height == 0 or not finite or not h.select((pl.col("window_rows") % 2 == 1).all()).item():
         return _median_above(h)
     pos = pl.int_range(pl.len(), dtype=pl.Int64)
     c = h.select(
-        (pl.col("_lr") >= (1.0 + pl.col("_thr")).log()).cast(pl.Int64).alias("_up"),
-        (pos - pl.col("_dlo")).alias("_lo"), (pos + pl.col("_dhi")).alias("_hi"), "job", "attempt_idx",
+        (pl.col("log_ratio") >= (1.0 + pl.col("threshold")).log()).cast(pl.Int64).alias("_up"),
+        (pos - pl.col("reach_before")).alias("_lo"), (pos + pl.col("reach_after")).alias("_hi"), "job", "attempt_idx",
     ).with_columns(pl.col("_up").cum_sum().alias("_cum"))
     cum, lo = pl.col("_cum"), pl.col("_lo")
     c = c.with_columns(
@@ -240,26 +240,26 @@ def suspects(periods: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
             pl.lit(None, pl.Int32).alias("rank"),
             pl.lit([], pl.List(pl.String)).alias("evidence"),
         )
-    p = periods.with_columns(pl.int_range(pl.len()).alias("_p"))
+    p = periods.with_columns(pl.int_range(pl.len()).alias("period_row"))
     node_pick = _node_pick(p, ev)
     rank_pick = _rank_pick(p, ev)
-    out = p.join(node_pick, on="_p", how="left")
+    out = p.join(node_pick, on="period_row", how="left")
     if rank_pick is not None and rank_pick.height:
         out = (
-            out.join(rank_pick, on="_p", how="left")
+            out.join(rank_pick, on="period_row", how="left")
             .with_columns(
-                pl.coalesce("_rrank", "rank_from_node").alias("rank"),
-                pl.coalesce("node", "_rnode").alias("node"),
+                pl.coalesce("rank_from_steps", "rank_from_node").alias("rank"),
+                pl.coalesce("node", "node_of_rank").alias("node"),
             )
-            .drop("_rrank", "_rnode", "rank_from_node")
+            .drop("rank_from_steps", "node_of_rank", "rank_from_node")
         )
     else:
         out = out.rename({"rank_from_node": "rank"})
-    return out.with_columns(pl.col("evidence").fill_null([])).drop("_p")
+    return out.with_columns(pl.col("evidence").fill_null([])).drop("period_row")
 
 
 def _node_pick(p: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
-    """Per period ``_p``: the node with the most warning/error records in it (``fail_slow``
+    """Per period ``period_row``: the node with the most warning/error records in it (``fail_slow``
     first; from a minute before its start), a rank seen on them, and up to 5 as evidence."""
     # Records that implicate a node or rank inside [start, end].
     recs = ev.lazy().filter(  # (only the columns read are filtered)
@@ -276,7 +276,7 @@ def _node_pick(p: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
         "line",
     ).collect()
     hits = (
-        p.select("job", "_p", "start", "end")
+        p.select("job", "period_row", "start", "end")
         .join(recs, on="job", how="inner")
         .filter((pl.col("t") >= pl.col("start") - 60_000_000) & (pl.col("t") <= pl.col("end")))
         # (the evidence text of the records kept only)
@@ -286,22 +286,22 @@ def _node_pick(p: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
     return (
         hits.filter(pl.col("node").is_not_null())
         .with_columns((pl.col("failure_class") == "fail_slow").fill_null(False).alias("_fs"))
-        .group_by("_p", "node")
+        .group_by("period_row", "node")
         .agg(
             pl.len().alias("_c"),
             pl.col("_fs").sum().alias("_f"),
             pl.col("ev").head(5).alias("evidence"),
             pl.col("rank").drop_nulls().first().alias("_rank"),
         )
-        .sort("_p", "_f", "_c", "node", descending=[False, True, True, False])
-        .group_by("_p", maintain_order=True)
+        .sort("period_row", "_f", "_c", "node", descending=[False, True, True, False])
+        .group_by("period_row", maintain_order=True)
         .first()
-        .select("_p", "node", pl.col("_rank").cast(pl.Int32).alias("rank_from_node"), "evidence")
+        .select("period_row", "node", pl.col("_rank").cast(pl.Int32).alias("rank_from_node"), "evidence")
     )
 
 
 def _rank_pick(p: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame | None:
-    """Per-rank timings: per period ``_p``, the rank whose median step time in the period is the
+    """Per-rank timings: per period ``period_row``, the rank whose median step time in the period is the
     highest, if it stands out from the median rank by 5 %; None without per-rank timings."""
     st = ev.select("job", "attempt_idx", "kind", "step", "rank", "node", "step_time_s").filter(
         (pl.col("kind") == "step") & pl.col("rank").is_not_null() & pl.col("step_time_s").is_not_null())
@@ -309,17 +309,17 @@ def _rank_pick(p: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame | None:
         return None
     return (
         in_windows(
-            p.select("job", "attempt_idx", "_p", pl.col("first_step").alias("_lo"),
+            p.select("job", "attempt_idx", "period_row", pl.col("first_step").alias("_lo"),
                      pl.col("last_step").alias("_hi")),
-            st.select("job", "attempt_idx", "step", "rank", "node", "step_time_s"), key="_p",
+            st.select("job", "attempt_idx", "step", "rank", "node", "step_time_s"), key="period_row",
             by=("job", "attempt_idx"), on="step",
         )
-        .group_by("_p", "rank")
-        .agg(pl.col("step_time_s").median().alias("_m"), pl.col("node").drop_nulls().first().alias("_rnode"))
-        .with_columns(pl.col("_m").median().over("_p").alias("_mm"))
+        .group_by("period_row", "rank")
+        .agg(pl.col("step_time_s").median().alias("_m"), pl.col("node").drop_nulls().first().alias("node_of_rank"))
+        .with_columns(pl.col("_m").median().over("period_row").alias("_mm"))
         .filter(pl.col("_m") > pl.col("_mm") * 1.05)
-        .sort("_p", "_m", descending=[False, True])
-        .group_by("_p", maintain_order=True)
+        .sort("period_row", "_m", descending=[False, True])
+        .group_by("period_row", maintain_order=True)
         .first()
-        .select("_p", pl.col("rank").cast(pl.Int32).alias("_rrank"), "_rnode")
+        .select("period_row", pl.col("rank").cast(pl.Int32).alias("rank_from_steps"), "node_of_rank")
     )

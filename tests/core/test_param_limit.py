@@ -21,10 +21,6 @@ LIMIT = 6
 ALLOWED = {
     ("toranalyze/fleet/build.py", "build"),
     ("toranalyze/ingest/pipeline.py", "ingest"),
-    ("toranalyze/reconstruct/incidents.py", "build_incidents"),
-    ("toranalyze/reconstruct/intervals.py", "asof_in_order"),
-    ("toranalyze/reconstruct/ledger.py", "compute"),
-    ("toranalyze/reconstruct/progress.py", "_asof"),
 }
 
 

@@ -106,22 +106,6 @@ def test_a_normal_run_does_not_load_the_contracts() -> None:
     assert out.stdout.strip() == "False"
 
 
-def test_no_function_of_reconstruct_takes_more_than_six_parameters() -> None:
-    import ast
-
-    root = Path(__file__).parents[2] / "toranalyze" / "reconstruct"
-    wide = []
-    for path in sorted(root.glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                a = node.args
-                names = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
-                n = len([x for x in names if x not in ("self", "cls")]) + (a.vararg is not None) + (a.kwarg is not None)
-                if n > 6:
-                    wide.append(f"{path.name}:{node.name} ({n})")
-    assert not wide
-
-
 # Helpers that return the aggregations the caller names (its own temporaries, dropped by it).
 CALLERS_COLUMNS = {"intervals.agg_by"}
 

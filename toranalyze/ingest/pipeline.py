@@ -63,6 +63,16 @@ class IngestOptions:
     rules: tuple[str, ...] = ()  # user rules files, tried before the built-ins
 
 
+@dataclass(frozen=True)
+class Workers:
+    """Where the work runs: ``jobs`` worker processes (``engine="local"``) or Ray slots
+    (``engine="ray"``, on the cluster at ``address`` or a local one). It never changes a result."""
+
+    jobs: int = 1
+    engine: str = "local"
+    address: str | None = None
+
+
 @dataclass
 class FileReport:
     path: str
@@ -510,13 +520,11 @@ def _run_all(
     tasks: list[_FileTask],
     registry: Registry | None,
     on_file: Callable[[int, int, str], None] | None,
-    jobs: int,
-    engine: str,
-    address: str | None,
+    workers: Workers,
 ) -> tuple[list[Any], list[FileReport]]:
     """Every task in input order: what each gave (frames or part paths) and every file's report."""
-    if registry is None and (jobs > 1 or engine != "local"):
-        results = map_ordered(_run_with_installed_parsers, tasks, engine, jobs, address)
+    if registry is None and (workers.jobs > 1 or workers.engine != "local"):
+        results = map_ordered(_run_with_installed_parsers, tasks, workers.engine, workers.jobs, workers.address)
     else:
         reg = registry or default_registry()
         results = (_run(t, reg) for t in tasks)
@@ -536,31 +544,29 @@ def _run_all(
 def ingest(
     paths: Sequence[str],
     options: IngestOptions = IngestOptions(),
-    registry: Registry | None = None,
-    rules: list[Rule] | None = None,
+    workers: Workers = Workers(),
+    *,
     on_file: Callable[[int, int, str], None] | None = None,
-    jobs: int = 1,
-    engine: str = "local",
-    address: str | None = None,
     sink: Path | None = None,
+    registry: Registry | None = None,
 ) -> IngestResult:
     """Discover, parse, normalize and classify every input. Never raises for a bad file.
 
-    ``jobs`` > 1 reads files in that many worker processes, ``engine="ray"`` as Ray tasks
-    (``address``: an existing cluster); both with the installed parsers only (see ``engine``).
-    With ``sink`` the events are streamed to that Parquet file instead of being held in memory:
-    each block of a file is written to a part as soon as it is read and its times are settled
-    (see ``spool_file``), and the table is written from the parts in one streaming pass.
+    With ``workers`` (more than one job, or the Ray engine) files are read in worker processes or
+    Ray tasks, with the installed parsers only (see ``engine``); ``registry``: other parsers, read
+    in this process. With ``sink`` the events are streamed to that Parquet file instead of being
+    held in memory: each block of a file is written to a part as soon as it is read and its times
+    are settled (see ``spool_file``), and the table is written from the parts in one streaming pass.
     """
-    rules = rules if rules is not None else load_rules(options.rules)
+    rules = load_rules(options.rules)
     files, input_errors = discover(paths)
     if sink is not None:
         sink.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=".ingest-", dir=sink.parent) as spool:
-            given, reports = _run_all(_tasks(files, options, rules, spool), registry, on_file, jobs, engine, address)
+            given, reports = _run_all(_tasks(files, options, rules, spool), registry, on_file, workers)
             _write_events([part for parts in given for part in parts], sink)
         return IngestResult(sink, reports, list(input_errors))
-    frames, reports = _run_all(_tasks(files, options, rules, None), registry, on_file, jobs, engine, address)
+    frames, reports = _run_all(_tasks(files, options, rules, None), registry, on_file, workers)
     if frames:
         events = resolve_open_years(pl.concat(frames, how="vertical"), pl.col("_mtime_year")).drop("_mtime_year")
     else:

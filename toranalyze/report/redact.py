@@ -1,12 +1,14 @@
 """Redaction of secrets in log-derived text, with the patterns as data (``assets/secrets.toml``).
 
-Applied to whole string columns with polars (one ``replace_all`` per pattern, behind a cheap
-literal-free regex the engine compiles once), so the report, the terminal summary and the JSON
-summaries redact the same way. ``--no-redact`` turns it off.
+Applied to whole string columns with polars (one ``replace_all`` per pattern), so every output
+redacts the same way. Whether to redact is decided once, where a run's outputs are made
+(``fleet.pipeline``: ``redact_outputs``): every string column of every table written, the JSON
+documents, the report's inputs and the terminal's lines. ``--no-redact`` turns it off.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from dataclasses import dataclass
 from functools import cache
@@ -35,6 +37,43 @@ def redact_expr(expr: pl.Expr) -> pl.Expr:
     for s in secret_patterns():
         expr = expr.str.replace_all(s.pattern, s.replace)
     return expr
+
+
+@cache
+def _any_secret() -> str:
+    """One regex matching wherever any pattern could (case-insensitive: a superset), so rows
+    without a secret are found in one scan and left as they are."""
+    return "(?i)" + "|".join(f"(?:{s.pattern.replace('(?i)', '')})" for s in secret_patterns())
+
+
+def redact_strings(df: pl.DataFrame) -> pl.DataFrame:
+    """Every String and List(String) column of ``df`` redacted (the other columns as they are).
+    One scan finds the columns where a secret could be; only those are rewritten."""
+    texts = [c for c, t in df.schema.items() if t == pl.String]
+    lists = [c for c, t in df.schema.items() if t == pl.List(pl.String)]
+    if not df.height or not texts + lists:
+        return df
+    found = df.select(
+        *(pl.col(c).str.contains(_any_secret()).any() for c in texts),
+        *(pl.col(c).explode().str.contains(_any_secret()).any() for c in lists),
+    ).row(0)
+    hit = {c for c, yes in zip(texts + lists, found, strict=True) if yes}
+    exprs = [redact_expr(pl.col(c)).alias(c) for c in texts if c in hit]
+    exprs += [pl.col(c).list.eval(redact_expr(pl.element())).alias(c) for c in lists if c in hit]
+    return df.with_columns(exprs) if exprs else df
+
+
+def redact_frames(obj: Any) -> Any:
+    """A dataclass (an analysis, a run's tables) with every frame redacted by ``redact_strings``
+    and every list of strings (notes) by ``redact_json``."""
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if isinstance(value, pl.DataFrame):
+            changes[f.name] = redact_strings(value)
+        elif isinstance(value, list):
+            changes[f.name] = redact_json(value)
+    return dataclasses.replace(obj, **changes)
 
 
 def redact_frame(df: pl.DataFrame, columns: tuple[str, ...] = ("message",)) -> pl.DataFrame:

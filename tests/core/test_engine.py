@@ -11,7 +11,7 @@ import pytest
 
 from toranalyze.errors import ConfigError, WorkerError
 from toranalyze.ingest.engine import import_ray, map_ordered
-from toranalyze.ingest.pipeline import ingest
+from toranalyze.ingest.pipeline import Workers, ingest
 from toranalyze.model import load_preset
 from toranalyze.simulate.command import run_simulation
 
@@ -67,12 +67,12 @@ def test_ray_two_workers_equals_local(tmp_path):
     import ray
 
     fleet = _fleet(tmp_path)
-    local = ingest([str(fleet)], jobs=1)
+    local = ingest([str(fleet)])
     t0 = time.perf_counter()
     try:
-        distributed = ingest([str(fleet)], jobs=2, engine="ray")
+        distributed = ingest([str(fleet)], workers=Workers(2, "ray"))
         # the streamed table: Ray tasks write the parts, this process the table
-        streamed = ingest([str(fleet)], jobs=2, engine="ray", sink=tmp_path / "out" / "events.parquet")
+        streamed = ingest([str(fleet)], workers=Workers(2, "ray"), sink=tmp_path / "out" / "events.parquet")
     finally:
         ray.shutdown()
     assert streamed.events.equals(local.events)

@@ -13,8 +13,8 @@ from polars.testing import assert_frame_equal
 
 from toranalyze.cli import cli
 from toranalyze.fleet.build import build
-from toranalyze.fleet.tables import TABLES
 from toranalyze.fleet.pipeline import OutputOptions, RunOptions
+from toranalyze.fleet.tables import TABLES
 from toranalyze.ingest.pipeline import Workers
 
 HAS_RAY = importlib.util.find_spec("ray") is not None

@@ -9,12 +9,11 @@ import click
 
 from toranalyze import storage
 from toranalyze.cli.common import out, print_warnings, reading, run_options, workers_options, write_summary
-from toranalyze.cli.reports import unrecognised_shapes
+from toranalyze.cli.reports import unrecognised_shapes, write_page
 from toranalyze.fleet.pipeline import REPORT, NothingRead, RunInput, RunOptions, RunProducts, analyze_run
 from toranalyze.fleet.rates import dumps
 from toranalyze.fleet.store import write_table, write_text
 from toranalyze.ingest.pipeline import Workers
-from toranalyze.report.html import write_plotly_js
 from toranalyze.report.names import input_root
 from toranalyze.report.text import print_summary
 
@@ -76,6 +75,4 @@ def write_run(products: RunProducts, target: Path) -> str | None:
     write_text(dumps(products.rates()), target / "rates.json")  # docs/rates.md
     if products.report_html is None:
         return None
-    write_plotly_js(target)
-    write_text(products.report_html, target / REPORT)
-    return REPORT
+    return write_page(target, products.report_html, REPORT).name

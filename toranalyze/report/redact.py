@@ -95,11 +95,33 @@ def redact_text(text: str) -> str:
 
 
 def redact_json(obj: Any) -> Any:
-    """Every string inside a JSON-like document, redacted (summaries are small: plain recursion)."""
+    """Every string inside a JSON-like document, redacted: all of them in one column (a summary
+    holds one path per file), and the document rebuilt only when one held a secret."""
+    found: list[str] = []
+    _strings(obj, found)
+    texts = pl.Series(found, dtype=pl.String)
+    if not found or not texts.str.contains(_any_secret()).any():
+        return obj
+    redacted = pl.select(redact_expr(pl.lit(texts))).to_series()
+    return _rebuilt(obj, {a: b for a, b in zip(found, redacted, strict=True) if a != b})
+
+
+def _strings(obj: Any, found: list[str]) -> None:
     if isinstance(obj, str):
-        return redact_text(obj) if obj else obj
+        found.append(obj)
+    elif isinstance(obj, list):
+        for x in obj:
+            _strings(x, found)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _strings(v, found)
+
+
+def _rebuilt(obj: Any, changed: dict[str, str]) -> Any:
+    if isinstance(obj, str):
+        return changed.get(obj, obj)
     if isinstance(obj, list):
-        return [redact_json(x) for x in obj]
+        return [_rebuilt(x, changed) for x in obj]
     if isinstance(obj, dict):
-        return {k: redact_json(v) for k, v in obj.items()}
+        return {k: _rebuilt(v, changed) for k, v in obj.items()}
     return obj

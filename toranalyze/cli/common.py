@@ -106,10 +106,9 @@ def output_options(report_help: str) -> Decorator:
 
 def run_options(report_help: str) -> Decorator:
     """The options of a run, built once into ``options: RunOptions``: ingest, analysis and output."""
-    combine = _grouped("options", lambda ingest, analysis, output: RunOptions(ingest, analysis, output), {
+    return _grouped("options", lambda ingest, analysis, output: RunOptions(ingest, analysis, output), {
         "ingest": ingest_options, "analysis": analysis_options, "output": output_options(report_help),
     })
-    return combine
 
 
 @contextmanager

@@ -228,12 +228,13 @@ def child(step: str, args: list[str]) -> dict[str, Any]:
     t0 = time.perf_counter()
     out: dict[str, Any] = {}
     if step == "ingest":
-        from toranalyze.ingest.pipeline import Workers, ingest
+        from toranalyze.cli.common import ingest_to
+        from toranalyze.ingest.pipeline import IngestOptions, Workers
 
         jobs, engine, sink, files = int(args[0]), args[1], args[2], args[3:]
         workers = Workers(jobs) if engine == "default" else Workers(jobs, engine)
         # As `toranalyze ingest` does: events streamed to the table file, not held in memory.
-        res = ingest(files, workers=workers, sink=Path(sink))
+        res = ingest_to(Path(sink), files, IngestOptions(), workers)
         out = {"events": res.n_events, "lines": sum(f.lines for f in res.files)}
     elif step == "baseline_a":
         import polars as pl

@@ -9,9 +9,10 @@ import time
 import polars as pl
 import pytest
 
+from toranalyze.cli.common import ingest_to
 from toranalyze.errors import ConfigError, WorkerError
 from toranalyze.ingest.engine import import_ray, map_ordered
-from toranalyze.ingest.pipeline import Workers, ingest
+from toranalyze.ingest.pipeline import IngestOptions, Workers, ingest
 from toranalyze.model import load_preset
 from toranalyze.simulate.command import run_simulation
 
@@ -72,7 +73,7 @@ def test_ray_two_workers_equals_local(tmp_path):
     try:
         distributed = ingest([str(fleet)], workers=Workers(2, "ray"))
         # the streamed table: Ray tasks write the parts, this process the table
-        streamed = ingest([str(fleet)], workers=Workers(2, "ray"), sink=tmp_path / "out" / "events.parquet")
+        streamed = ingest_to(tmp_path / "out" / "events.parquet", [str(fleet)], IngestOptions(), Workers(2, "ray"))
     finally:
         ray.shutdown()
     assert streamed.events.equals(local.events)

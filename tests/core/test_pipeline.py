@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from toranalyze.cli.common import ingest_to
 from toranalyze.ingest.pipeline import IngestOptions, Workers, ingest, node_from_path
 from toranalyze.schema import EVENT_SCHEMA
 
@@ -49,7 +50,7 @@ def _spiky_trainer_log(path: Path) -> None:
 
 
 def test_streamed_table_equals_the_table_in_memory(tmp_path: Path) -> None:
-    """sink= writes part files and one streaming pass; the table must not change (open years, job
+    """A spool of part files and one streaming pass (``ingest_to``, what ``toranalyze ingest`` does); the table must not change (open years, job
     fills, classes, derived spikes, row order), with one or two workers."""
     root = _tree(tmp_path / "in")
     _spiky_trainer_log(root / "train.log")
@@ -58,7 +59,7 @@ def test_streamed_table_equals_the_table_in_memory(tmp_path: Path) -> None:
     assert memory.events.filter(memory.events["rule"] == "derived-loss-spike").height == 1
     for jobs in (1, 2):
         sink = tmp_path / f"out{jobs}" / "events.parquet"
-        streamed = ingest([str(root)], IngestOptions(), Workers(jobs), sink=sink)
+        streamed = ingest_to(sink, [str(root)], IngestOptions(), Workers(jobs))
         assert streamed.events_path == sink and sink.exists()
         assert streamed.n_events == memory.events.height
         assert streamed.events.equals(memory.events)
@@ -69,7 +70,7 @@ def test_streamed_table_equals_the_table_in_memory(tmp_path: Path) -> None:
 def test_streamed_table_of_nothing_readable_is_empty_with_the_schema(tmp_path: Path) -> None:
     (tmp_path / "empty.log").write_text("")
     sink = tmp_path / "out" / "events.parquet"
-    result = ingest([str(tmp_path / "empty.log")], IngestOptions(), sink=sink)
+    result = ingest_to(sink, [str(tmp_path / "empty.log")], IngestOptions(), Workers())
     assert result.n_events == 0 and result.events.schema == EVENT_SCHEMA
 
 
@@ -85,7 +86,7 @@ def test_streamed_table_of_many_blocks_equals_the_table_in_memory(tmp_path: Path
         out.write("slurmstepd: error: *** JOB 77 ON gpu-3 CANCELLED AT 2024-03-01T11:00:00 DUE TO TIME LIMIT ***\n")
     monkeypatch.setattr(reader, "BLOCK_BYTES", 4096)  # dozens of blocks per file
     memory = ingest([str(root)], IngestOptions())
-    streamed = ingest([str(root)], IngestOptions(), sink=tmp_path / "out" / "events.parquet")
+    streamed = ingest_to(tmp_path / "out" / "events.parquet", [str(root)], IngestOptions(), Workers())
     assert streamed.events.equals(memory.events)
     assert [f.as_dict() for f in streamed.files] == [f.as_dict() for f in memory.files]
     assert not [p for p in (tmp_path / "out").iterdir() if p.name != "events.parquet"]

@@ -83,6 +83,15 @@ def test_analyze_no_redact_keeps_them(run: Path, tmp_path: Path) -> None:
     assert set(EVIDENCE) <= set(leaks.get("report.html", []))
 
 
+def test_ingest_streams_a_redacted_table(run: Path, tmp_path: Path) -> None:
+    terminal = _invoke(["ingest", str(run), "-o", str(tmp_path / "on"), "-j", "1"])
+    texts = _texts(tmp_path / "on")
+    assert {"events.parquet", "summary.json"} == texts.keys()
+    assert _leaks({**texts, "terminal": terminal}, SECRETS) == {}
+    _invoke(["ingest", str(run), "-o", str(tmp_path / "off"), "-j", "1", "--no-redact"])
+    assert set(_leaks(_texts(tmp_path / "off"), SECRETS)["events.parquet"]) == set(SECRETS)
+
+
 def test_fleet_store_holds_no_secret(run: Path, tmp_path: Path) -> None:
     terminal = _invoke(["fleet", str(run), "-o", str(tmp_path / "store"), "-j", "1"])
     texts = _texts(tmp_path / "store")

@@ -17,6 +17,7 @@ from toranalyze import __version__
 from toranalyze.cli.common import (
     err,
     ingest_options,
+    ingest_to,
     out,
     print_warnings,
     reading,
@@ -26,7 +27,6 @@ from toranalyze.cli.common import (
 )
 from toranalyze.errors import NothingReadError, ToranalyzeError
 from toranalyze.fleet.pipeline import OutputOptions, ingest_notes
-from toranalyze.ingest import pipeline
 from toranalyze.ingest.pipeline import IngestOptions, IngestResult, Workers
 from toranalyze.plugins import default_registry
 from toranalyze.storage import output_dir
@@ -60,12 +60,13 @@ def ingest_cmd(paths: tuple[str, ...], out_dir: str, ingest: IngestOptions, work
                output: OutputOptions) -> None:
     """Parse logs (paths or URLs) into DIR/events.parquet and DIR/summary.json (per-file coverage).
 
-    events.parquet is the table of every event as read (streamed, never redacted); the summary
-    and the terminal are redacted unless --no-redact."""
+    Secrets are redacted from all three outputs (the table, the summary and the terminal) unless
+    --no-redact."""
     with output_dir(out_dir) as target:  # a URL: written here, uploaded when complete
         with reading(quiet) as on_file:
             # Streamed to the table file block by block: memory does not grow with the input.
-            result = pipeline.ingest(paths, ingest, workers, on_file=on_file, sink=target / "events.parquet")
+            result = ingest_to(target / "events.parquet", paths, ingest, workers, redact=output.redact,
+                               on_file=on_file)
         s, warnings = ingest_notes(result, output)  # counts the table's rows: before a staging folder goes
         print_warnings(warnings)
         if result.files_read == 0:

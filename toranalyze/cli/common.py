@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Iterator
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -14,11 +15,13 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from toranalyze import storage
 from toranalyze.fleet.pipeline import OutputOptions, RunOptions
 from toranalyze.ingest.engine import default_jobs, import_ray
-from toranalyze.ingest.pipeline import IngestOptions, Workers
+from toranalyze.ingest.pipeline import ROW_GROUP, IngestOptions, IngestResult, Workers, ingest
 from toranalyze.plugins import default_registry
 from toranalyze.reconstruct.analysis import AnalysisOptions
+from toranalyze.report.redact import redact_lazy
 
 err = Console(stderr=True)
 # Wide enough for the incident table when writing to a file or a pipe (rich assumes 80 there).
@@ -122,6 +125,19 @@ def reading(quiet: bool) -> Iterator[Callable[[int, int, str], None]]:
             progress.update(task, total=n, completed=i, description=Path(path).name)
 
         yield on_file
+
+
+def ingest_to(table: Path, paths: Sequence[str], options: IngestOptions, workers: Workers, *, redact: bool = True,
+              on_file: Callable[[int, int, str], None] | None = None) -> IngestResult:
+    """The events of ``paths`` streamed into the Parquet file ``table`` (secrets redacted unless
+    ``redact`` is false): the workers spool them as parts beside it, one streaming pass writes
+    the table, so memory does not grow with the input."""
+    table.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".ingest-", dir=table.parent) as spool:
+        result = ingest(paths, options, workers, on_file=on_file, spool=Path(spool))
+        plan = redact_lazy(result.plan) if redact else result.plan
+        storage.sink_parquet(plan, table, ROW_GROUP)
+    return IngestResult(table, result.files, result.input_errors)
 
 
 def print_warnings(lines: list[str]) -> None:

@@ -63,6 +63,16 @@ def redact_strings(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(exprs) if exprs else df
 
 
+def redact_lazy(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """``redact_strings`` as a query, for a table streamed to its file (rows a secret could be in
+    are found by one regex first; the others go through as they are)."""
+    texts = [c for c, t in lf.collect_schema().items() if t == pl.String]
+    return lf.with_columns(
+        pl.when(pl.col(c).str.contains(_any_secret())).then(redact_expr(pl.col(c))).otherwise(pl.col(c)).alias(c)
+        for c in texts
+    )
+
+
 def redact_frames(obj: Any) -> Any:
     """A dataclass (an analysis, a run's tables) with every frame redacted by ``redact_strings``
     and every list of strings (notes) by ``redact_json``."""

@@ -76,7 +76,7 @@ def measure(logs: Path) -> dict[str, Any]:
             _timed(stats, mods[mod], name)
     _reset_peak()
     t = time.perf_counter()
-    events = ingest((str(logs),), IngestOptions(), jobs=1).events
+    events = ingest((str(logs),), IngestOptions()).events
     res: dict[str, Any] = {"events": events.height, "ingest_s": time.perf_counter() - t, "ingest_mb": _status("VmHWM")}
     _reset_peak()
     t = time.perf_counter()

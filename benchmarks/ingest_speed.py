@@ -228,12 +228,13 @@ def child(step: str, args: list[str]) -> dict[str, Any]:
     t0 = time.perf_counter()
     out: dict[str, Any] = {}
     if step == "ingest":
-        from toranalyze.ingest.pipeline import ingest
+        from toranalyze.cli.common import ingest_to
+        from toranalyze.ingest.pipeline import IngestOptions, Workers
 
         jobs, engine, sink, files = int(args[0]), args[1], args[2], args[3:]
-        kw: dict[str, Any] = {} if engine == "default" else {"engine": engine}
+        workers = Workers(jobs) if engine == "default" else Workers(jobs, engine)
         # As `toranalyze ingest` does: events streamed to the table file, not held in memory.
-        res = ingest(files, jobs=jobs, sink=Path(sink), **kw)
+        res = ingest_to(Path(sink), files, IngestOptions(), workers)
         out = {"events": res.n_events, "lines": sum(f.lines for f in res.files)}
     elif step == "baseline_a":
         import polars as pl
@@ -294,7 +295,7 @@ def analyze_table(work: Path, n_events: int) -> Path:
         _simulate(run, 11, "llama3-like", "slurm")
     from toranalyze.ingest.pipeline import ingest
 
-    base = ingest([str(run)], jobs=1).events
+    base = ingest([str(run)]).events
     copies = max(1, -(-n_events // base.height))
     parts = [
         base.with_columns(

@@ -266,6 +266,17 @@ def delete(url: str) -> None:
         raise _error(exc, url) from exc
 
 
+def sink_parquet(table: Any, path: Path, row_group_size: int) -> None:
+    """Stream a lazy table (``polars.LazyFrame``) into the Parquet file ``path``: written under a
+    temporary name and renamed, so the file is whole or absent."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        table.sink_parquet(tmp, row_group_size=row_group_size)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def _local_files(root: Path) -> dict[str, tuple[int, int]]:
     """rel path -> (size, mtime_ns) of every file under ``root``."""
     out = {}

@@ -26,14 +26,14 @@ def fleet_events(tmp_path_factory: pytest.TempPathFactory) -> pl.DataFrame:
     data = {**data, "run": {**data["run"], "duration": "2h", "nodes": 1}}
     out: Path = tmp_path_factory.mktemp("groups") / "fleet"
     run_simulation(out, 7, data, "small", Overrides(jobs=4))
-    return ingest([str(out)], jobs=1).events
+    return ingest([str(out)]).events
 
 
 @pytest.fixture(scope="module")
 def sample_events() -> pl.DataFrame:
     # Two jobs of equal values (the same run in its Slurm and Kubernetes flavours): one-row
     # groups of equal values concatenate into a scalar column, which polars divides otherwise.
-    return ingest([str(Path(__file__).parents[2] / "sample_logs")], jobs=1).events
+    return ingest([str(Path(__file__).parents[2] / "sample_logs")]).events
 
 
 def _assert_same(a: A.Analysis, b: A.Analysis) -> None:
@@ -94,7 +94,7 @@ def test_threads_equal_one(fleet_events: pl.DataFrame, sample_events: pl.DataFra
     """The local engine's threads (``jobs`` > 1: groups of jobs reconstructed side by side) give
     the one-thread analysis."""
     for events in (fleet_events, sample_events):
-        _assert_same(A.analyze_events(events, jobs=jobs), A.analyze_events(events, jobs=1))
+        _assert_same(A.analyze_events(events, jobs=jobs), A.analyze_events(events))
 
 
 @pytest.mark.slow  # a Ray start-up and four simulated jobs' reconstruction

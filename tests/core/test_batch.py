@@ -142,13 +142,13 @@ def test_a_file_of_several_blocks_is_read_alone() -> None:
 def test_a_batch_that_fails_is_read_file_by_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for p in KERNEL_LOGS[:4]:
         (tmp_path / p.name).write_bytes(p.read_bytes())
-    want = pipeline.ingest([str(tmp_path)], jobs=1)
+    want = pipeline.ingest([str(tmp_path)])
 
     def broken(paths: list[str], parsers: list) -> list[FileResult]:
         raise RuntimeError("batch failed")
 
     monkeypatch.setattr(pipeline, "read_text_batch", broken)
-    got = pipeline.ingest([str(tmp_path)], jobs=1)
+    got = pipeline.ingest([str(tmp_path)])
     assert_frame_equal(got.events, want.events)
     assert [f.as_dict() for f in got.files] == [f.as_dict() for f in want.files]
     assert want.n_events > 0 and numbering.FILE_LINES > 1 << 31

@@ -66,9 +66,9 @@ def test_a_cut_traceback_is_classified_as_in_one_block(tmp_path: Path, monkeypat
     _log(path, 35, 30)  # the 4 KB boundary falls in the traceback's frames
     boundaries = [f["line"][0] for f in ingest_blocks.Chunks(str(path), 4096)][1:]
     assert any(36 < b < 36 + len(TRACEBACK) for b in boundaries)
-    whole = ingest([str(path)], IngestOptions(), jobs=1).events
+    whole = ingest([str(path)], IngestOptions()).events
     monkeypatch.setattr(ingest_blocks, "BLOCK_BYTES", 4096)
-    blocks = ingest([str(path)], IngestOptions(), jobs=1).events
+    blocks = ingest([str(path)], IngestOptions()).events
     oom = whole.filter(pl.col("failure_class") == "oom_gpu")
     assert oom.height == 1
     cols = ["line", "line_end", "kind", "failure_class", "ts"]

@@ -9,9 +9,10 @@ import time
 import polars as pl
 import pytest
 
+from toranalyze.cli.common import ingest_to
 from toranalyze.errors import ConfigError, WorkerError
 from toranalyze.ingest.engine import import_ray, map_ordered
-from toranalyze.ingest.pipeline import ingest
+from toranalyze.ingest.pipeline import IngestOptions, Workers, ingest
 from toranalyze.model import load_preset
 from toranalyze.simulate.command import Overrides, run_simulation
 
@@ -67,12 +68,12 @@ def test_ray_two_workers_equals_local(tmp_path):
     import ray
 
     fleet = _fleet(tmp_path)
-    local = ingest([str(fleet)], jobs=1)
+    local = ingest([str(fleet)])
     t0 = time.perf_counter()
     try:
-        distributed = ingest([str(fleet)], jobs=2, engine="ray")
+        distributed = ingest([str(fleet)], workers=Workers(2, "ray"))
         # the streamed table: Ray tasks write the parts, this process the table
-        streamed = ingest([str(fleet)], jobs=2, engine="ray", sink=tmp_path / "out" / "events.parquet")
+        streamed = ingest_to(tmp_path / "out" / "events.parquet", [str(fleet)], IngestOptions(), Workers(2, "ray"))
     finally:
         ray.shutdown()
     assert streamed.events.equals(local.events)

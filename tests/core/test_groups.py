@@ -10,9 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
+from toranalyze.cli.common import ingest_to
 from toranalyze.ingest import groups, pipeline
 from toranalyze.ingest.discover import InputFile
-from toranalyze.ingest.pipeline import ingest
+from toranalyze.ingest.pipeline import IngestOptions, Workers, ingest
 
 DATA = Path(__file__).parent.parent / "data"
 
@@ -54,11 +55,13 @@ def _reports(result: pipeline.IngestResult) -> list[dict[str, object]]:
 @pytest.mark.parametrize("sink", [False, True], ids=["memory", "streamed"])
 def test_grouped_reading_equals_reading_file_by_file(tmp_path: Path, sink: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     inputs = [str(DATA / d) for d in ("kernel", "slurm", "nccl")]
-    target = (lambda name: tmp_path / f"{name}.parquet") if sink else (lambda name: None)
-    together = ingest(inputs, sink=target("together"))
+    def read(name: str) -> pipeline.IngestResult:
+        return ingest_to(tmp_path / f"{name}.parquet", inputs, IngestOptions(), Workers()) if sink else ingest(inputs)
+
+    together = read("together")
     assert any(len(g) > 1 for g in groups.grouped(pipeline.discover(inputs)[0]))
     monkeypatch.setattr(groups, "GROUP_FILES", 1)
-    alone = ingest(inputs, sink=target("alone"))
+    alone = read("alone")
     events = (lambda r: pl.read_parquet(r.events_path)) if sink else (lambda r: r.events)
     assert_frame_equal(events(together), events(alone))
     assert _reports(together) == _reports(alone)

@@ -36,7 +36,7 @@ def test_every_repaint_of_a_bar_line_longer_than_the_match_limit_is_read(tmp_pat
     steps = 30_000
     _bar_log(tmp_path / "train.log", steps)
     assert (tmp_path / "train.log").stat().st_size > 1.5 * blocks.LONG_LINE
-    result = ingest([str(tmp_path / "train.log")], IngestOptions(), jobs=1)
+    result = ingest([str(tmp_path / "train.log")], IngestOptions())
     ev = result.events.filter(kind="step").sort("step")
     assert ev["step"].to_list() == list(range(1, steps + 1))
     late = ev.select((pl.col("ts") - START).dt.total_seconds() - 2 * pl.col("step")).to_series()
@@ -48,7 +48,7 @@ def test_a_line_longer_than_the_match_limit_is_cut_with_a_warning_naming_it(tmp_
     blob = "x" * (blocks.LONG_LINE + 10)
     xid = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python, GPU has fallen off the bus."
     (tmp_path / "kern.log").write_text(f"{xid}\n{blob}\r{blob}\n{xid}\n")
-    result = ingest([str(tmp_path / "kern.log")], IngestOptions(), jobs=1)
+    result = ingest([str(tmp_path / "kern.log")], IngestOptions())
     assert result.events.filter(failure_class="gpu_hardware")["line"].to_list() == [1, 3]
     (warning,) = result.files[0].warnings
     assert warning.startswith(f"line 2 longer than {blocks.LONG_LINE} bytes")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from toranalyze.ingest.pipeline import IngestOptions, ingest, node_from_path
+from toranalyze.cli.common import ingest_to
+from toranalyze.ingest.pipeline import IngestOptions, Workers, ingest, node_from_path
 from toranalyze.schema import EVENT_SCHEMA
 
 LINES = {
@@ -24,8 +25,8 @@ def _tree(root: Path) -> Path:
 
 def test_parallel_equals_sequential(tmp_path: Path) -> None:
     root = _tree(tmp_path)
-    seq = ingest([str(root)], IngestOptions(), jobs=1)
-    par = ingest([str(root)], IngestOptions(), jobs=2)
+    seq = ingest([str(root)], IngestOptions())
+    par = ingest([str(root)], IngestOptions(), Workers(2))
     assert seq.events.equals(par.events)
     assert [f.as_dict() for f in seq.files] == [f.as_dict() for f in par.files]
 
@@ -49,16 +50,16 @@ def _spiky_trainer_log(path: Path) -> None:
 
 
 def test_streamed_table_equals_the_table_in_memory(tmp_path: Path) -> None:
-    """sink= writes part files and one streaming pass; the table must not change (open years, job
+    """A spool of part files and one streaming pass (``ingest_to``, what ``toranalyze ingest`` does); the table must not change (open years, job
     fills, classes, derived spikes, row order), with one or two workers."""
     root = _tree(tmp_path / "in")
     _spiky_trainer_log(root / "train.log")
     (root / "bad.log.gz").write_bytes(b"not gzip at all")
-    memory = ingest([str(root)], IngestOptions(), jobs=1)
+    memory = ingest([str(root)], IngestOptions())
     assert memory.events.filter(memory.events["rule"] == "derived-loss-spike").height == 1
     for jobs in (1, 2):
         sink = tmp_path / f"out{jobs}" / "events.parquet"
-        streamed = ingest([str(root)], IngestOptions(), jobs=jobs, sink=sink)
+        streamed = ingest_to(sink, [str(root)], IngestOptions(), Workers(jobs))
         assert streamed.events_path == sink and sink.exists()
         assert streamed.n_events == memory.events.height
         assert streamed.events.equals(memory.events)
@@ -69,7 +70,7 @@ def test_streamed_table_equals_the_table_in_memory(tmp_path: Path) -> None:
 def test_streamed_table_of_nothing_readable_is_empty_with_the_schema(tmp_path: Path) -> None:
     (tmp_path / "empty.log").write_text("")
     sink = tmp_path / "out" / "events.parquet"
-    result = ingest([str(tmp_path / "empty.log")], IngestOptions(), sink=sink)
+    result = ingest_to(sink, [str(tmp_path / "empty.log")], IngestOptions(), Workers())
     assert result.n_events == 0 and result.events.schema == EVENT_SCHEMA
 
 
@@ -84,8 +85,8 @@ def test_streamed_table_of_many_blocks_equals_the_table_in_memory(tmp_path: Path
         out.write("".join(f"step {i} of the job\n" for i in range(300)))
         out.write("slurmstepd: error: *** JOB 77 ON gpu-3 CANCELLED AT 2024-03-01T11:00:00 DUE TO TIME LIMIT ***\n")
     monkeypatch.setattr(blocks, "BLOCK_BYTES", 4096)  # dozens of blocks per file
-    memory = ingest([str(root)], IngestOptions(), jobs=1)
-    streamed = ingest([str(root)], IngestOptions(), jobs=1, sink=tmp_path / "out" / "events.parquet")
+    memory = ingest([str(root)], IngestOptions())
+    streamed = ingest_to(tmp_path / "out" / "events.parquet", [str(root)], IngestOptions(), Workers())
     assert streamed.events.equals(memory.events)
     assert [f.as_dict() for f in streamed.files] == [f.as_dict() for f in memory.files]
     assert not [p for p in (tmp_path / "out").iterdir() if p.name != "events.parquet"]
@@ -107,7 +108,7 @@ def test_a_shell_prompt_names_the_host_of_the_output_below_it_in_its_file(tmp_pa
         xid.format(5),
     ]) + "\n")
     (tmp_path / "b.log").write_text(xid.format(6) + "\n")
-    ev = ingest([str(tmp_path)], IngestOptions(), jobs=1).events.filter(failure_class="gpu_hardware")
+    ev = ingest([str(tmp_path)], IngestOptions()).events.filter(failure_class="gpu_hardware")
     nodes = dict(zip(ev["file"].str.split("/").list.last() + ":" + ev["line"].cast(str), ev["node"], strict=True))
     assert nodes == {"a.log:1": None, "a.log:3": "node4", "a.log:5": "gpu-07.cluster", "a.log:7": "cn-234",
                      "a.log:9": "cn-234", "b.log:1": None}

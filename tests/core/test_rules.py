@@ -98,7 +98,7 @@ def unclassified() -> pl.DataFrame:
 
     root = Path(__file__).resolve().parents[2]
     dirs = [root / "tests" / "data" / d for d in ("kernel", "kubernetes", "nccl", "slurm", "torch", "trainer")]
-    ev = ingest([str(d) for d in dirs] + [str(root / "sample_logs")], jobs=1).events
+    ev = ingest([str(d) for d in dirs] + [str(root / "sample_logs")]).events
     odd = _events([
         {"source": None, "message": "uncorrectable ECC error"},
         {"source": "kernel", "kind": None, "code": "79", "message": "fallen off the bus"},

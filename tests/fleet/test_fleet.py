@@ -23,7 +23,6 @@ from toranalyze.fleet.build import build
 from toranalyze.fleet.rates import load_rates
 from toranalyze.fleet.schema import EXPOSURE_SCHEMA, FLEET_ATTEMPTS_SCHEMA, FLEET_INCIDENTS_SCHEMA, JOBS_SCHEMA
 from toranalyze.fleet.tables import TABLES
-from toranalyze.ingest.pipeline import IngestOptions
 
 SCHEMAS = {"jobs": JOBS_SCHEMA, "attempts": FLEET_ATTEMPTS_SCHEMA, "incidents": FLEET_INCIDENTS_SCHEMA,
            "exposure": EXPOSURE_SCHEMA}
@@ -47,7 +46,7 @@ def _digests(d: Path) -> dict[str, str]:
 
 
 def _build(paths: list[Path], out: Path) -> object:
-    return build([str(p) for p in paths], out, IngestOptions(), jobs=1)
+    return build([str(p) for p in paths], out)
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,9 @@ from polars.testing import assert_frame_equal
 
 from toranalyze.cli import cli
 from toranalyze.fleet.build import build
+from toranalyze.fleet.pipeline import OutputOptions, RunOptions
 from toranalyze.fleet.tables import TABLES
-from toranalyze.ingest.pipeline import IngestOptions
+from toranalyze.ingest.pipeline import Workers
 
 HAS_RAY = importlib.util.find_spec("ray") is not None
 
@@ -28,10 +29,11 @@ def test_ray_two_workers_give_the_local_store(tmp_path: Path) -> None:
     res = CliRunner().invoke(cli, ["simulate", "--seed", "7", "--out", str(fleet), "--preset", "fleet",
                                    "--jobs", "4", "--duration", "40m", "--nodes", "1"])
     assert res.exit_code == 0, res.output
-    local = build([str(fleet)], tmp_path / "local", IngestOptions(), jobs=1, report=False)
+    no_report = RunOptions(output=OutputOptions(report=False))
+    local = build([str(fleet)], tmp_path / "local", no_report, Workers(1))
     try:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)  # a local instance, 2 workers
-        dist = build([str(fleet)], tmp_path / "ray", IngestOptions(), jobs=2, report=False, engine="ray")
+        dist = build([str(fleet)], tmp_path / "ray", no_report, Workers(2, "ray"))
     finally:
         ray.shutdown()
     assert dist.analyzed == local.analyzed and len(local.analyzed) == 4

@@ -14,9 +14,20 @@ import polars as pl
 from rich.table import Table
 
 from toranalyze import __version__
-from toranalyze.cli.common import err, ingest_options, out, redact_option, run_ingest, write_ingest
-from toranalyze.errors import ToranalyzeError
-from toranalyze.ingest.pipeline import IngestResult
+from toranalyze.cli.common import (
+    err,
+    ingest_options,
+    ingest_to,
+    out,
+    print_warnings,
+    reading,
+    redact_options,
+    workers_options,
+    write_summary,
+)
+from toranalyze.errors import NothingReadError, ToranalyzeError
+from toranalyze.fleet.pipeline import OutputOptions, ingest_notes
+from toranalyze.ingest.pipeline import IngestOptions, IngestResult, Workers
 from toranalyze.ingest.registry import default_registry
 from toranalyze.storage import output_dir
 
@@ -42,18 +53,26 @@ def cli() -> None:
 @click.option("-o", "--out", "out_dir", required=True, metavar="DIR|URL",
               help="Output directory, or an object-store URL (s3://bucket/prefix, docs/storage.md).")
 @ingest_options
+@workers_options("Worker processes reading files in parallel", "Where files are read: local processes, or Ray tasks")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or tables.")
-@redact_option
-def ingest_cmd(paths: tuple[str, ...], out_dir: str, tz: str, year: int | None, parser: str | None,
-               rules: tuple[str, ...], jobs: int | None, engine: str, ray_address: str | None, quiet: bool,
-               no_redact: bool) -> None:
-    """Parse logs (paths or URLs) into DIR/events.parquet and DIR/summary.json (per-file coverage)."""
+@redact_options
+def ingest_cmd(paths: tuple[str, ...], out_dir: str, ingest: IngestOptions, workers: Workers, quiet: bool,
+               output: OutputOptions) -> None:
+    """Parse logs (paths or URLs) into DIR/events.parquet and DIR/summary.json (per-file coverage).
+
+    Secrets are redacted from all three outputs (the table, the summary and the terminal) unless
+    --no-redact."""
     with output_dir(out_dir) as target:  # a URL: written here, uploaded when complete
-        # Streamed to the table file block by block: memory does not grow with the input.
-        result = run_ingest(paths, tz, year, parser, rules, quiet, jobs, engine, ray_address,
-                            sink=target / "events.parquet")
-        write_ingest(result, target, redact=not no_redact)
-        s = result.summary()  # counts the table's rows: before a staging folder goes
+        with reading(quiet) as on_file:
+            # Streamed to the table file block by block: memory does not grow with the input.
+            result = ingest_to(target / "events.parquet", paths, ingest, workers, redact=output.redact,
+                               on_file=on_file)
+        s, warnings = ingest_notes(result, output)  # counts the table's rows: before a staging folder goes
+        print_warnings(warnings)
+        if result.files_read == 0:
+            raise NothingReadError("no input could be read",
+                                   hint="check the paths; the warnings above say why each failed")
+        write_summary(s, target)
     if not quiet:
         _print_files(result)
     out.print(f"{s['events']} events from {s['files_read']}/{s['files']} files "

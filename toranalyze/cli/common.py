@@ -1,8 +1,13 @@
-"""What every command shares: the consoles, the ingest options and running ingest with progress."""
+"""What every command shares: the consoles, the options (declared once, each group built into its
+options object here), the progress bar of files read and the warnings."""
 
 from __future__ import annotations
 
+import functools
 import json
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -10,43 +15,108 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from toranalyze.errors import NothingReadError
+from toranalyze import storage
+from toranalyze.fleet.pipeline import OutputOptions, RunOptions
 from toranalyze.ingest.engine import default_jobs, import_ray
-from toranalyze.ingest.pipeline import IngestOptions, IngestResult, ingest
+from toranalyze.ingest.pipeline import ROW_GROUP, IngestOptions, IngestResult, Workers, ingest
 from toranalyze.ingest.registry import default_registry
+from toranalyze.reconstruct.analysis import AnalysisOptions
+from toranalyze.report.redact import redact_lazy
 
 err = Console(stderr=True)
 # Wide enough for the incident table when writing to a file or a pipe (rich assumes 80 there).
 out = Console() if Console().is_terminal else Console(width=140)
 
 
-def ingest_options(f: Any) -> Any:
-    f = click.option("--rules", "rules", multiple=True, type=click.Path(dir_okay=False),
-                     help="Extra classification rules (TOML); tried before the built-ins. Repeatable.")(f)
-    f = click.option("--parser", "parser", default=None, help="Use this parser for every file instead of sniffing.")(f)
-    f = click.option("--year", type=int, default=None, help="Year for timestamps that have none (glog, syslog).")(f)
-    f = click.option("-j", "--jobs", type=int, default=None,
-                     help="Worker processes reading files in parallel [default: the CPUs available].")(f)
-    f = click.option("--ray-address", default=None,
-                     help="With --engine ray: an existing Ray cluster (e.g. ray://head:10001, auto) "
-                          "[default: start a local one].")(f)
-    f = click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-                     help="Where files are read (and, for analyze, jobs reconstructed): local processes, or Ray "
-                          "tasks (pip install 'toranalyze[ray]').")(f)
-    f = click.option("--tz", default="UTC", show_default=True,
-                     help="Zone of timestamps that state none (IANA name, e.g. Europe/Paris).")(f)
-    return f
+Decorator = Callable[[Any], Any]
 
 
-def run_ingest(paths: tuple[str, ...], tz: str, year: int | None, parser: str | None,
-                rules: tuple[str, ...], quiet: bool = False, jobs: int | None = None,
-                engine: str = "local", ray_address: str | None = None,
-                sink: Path | None = None) -> IngestResult:
-    options = IngestOptions(tz=tz, year=year, parser=parser, rules=tuple(rules))
+def _grouped(dest: str, make: Callable[..., Any], options: dict[str, Decorator]) -> Decorator:
+    """Click options declared once and handed to the command as one object: the values of
+    ``options`` (parameter name -> click.option) become ``dest=make(**values)``."""
+    def decorate(f: Any) -> Any:
+        @functools.wraps(f)
+        def command(*args: Any, **kw: Any) -> Any:
+            kw[dest] = make(**{name: kw.pop(name) for name in options})
+            return f(*args, **kw)
+
+        for option in reversed(list(options.values())):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def _ingest(tz: str, year: int | None, parser: str | None, rules: tuple[str, ...]) -> IngestOptions:
     if parser:
         default_registry().get(parser)  # fail early on an unknown name
+    return IngestOptions(tz=tz, year=year, parser=parser, rules=tuple(rules))
+
+
+# --tz, --year, --parser, --rules -> ``ingest: IngestOptions``
+ingest_options = _grouped("ingest", _ingest, {
+    "tz": click.option("--tz", default="UTC", show_default=True,
+                       help="Zone of timestamps that state none (IANA name, e.g. Europe/Paris)."),
+    "year": click.option("--year", type=int, default=None, help="Year for timestamps that have none (glog, syslog)."),
+    "parser": click.option("--parser", "parser", default=None,
+                           help="Use this parser for every file instead of sniffing."),
+    "rules": click.option("--rules", "rules", multiple=True, type=click.Path(dir_okay=False),
+                          help="Extra classification rules (TOML); tried before the built-ins. Repeatable."),
+})
+
+
+def _workers(jobs: int | None, engine: str, ray_address: str | None) -> Workers:
     if engine == "ray":
         import_ray()  # fail early when the extra is missing
+    return Workers(jobs or default_jobs(), engine, ray_address)
+
+
+def workers_options(jobs_help: str, engine_help: str) -> Decorator:
+    """-j/--jobs, --engine, --ray-address -> ``workers: Workers`` (what a job is: the command's help)."""
+    return _grouped("workers", _workers, {
+        "jobs": click.option("-j", "--jobs", type=int, default=None,
+                             help=f"{jobs_help} [default: the CPUs available]."),
+        "engine": click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+                               help=f"{engine_help} (pip install 'toranalyze[ray]')."),
+        "ray_address": click.option("--ray-address", default=None,
+                                    help="With --engine ray: an existing Ray cluster (e.g. ray://head:10001, auto) "
+                                         "[default: start a local one with --jobs CPUs]."),
+    })
+
+
+# --ideal-step-time -> ``analysis: AnalysisOptions``
+analysis_options = _grouped("analysis", lambda ideal_step_time: AnalysisOptions(ideal_step_time_s=ideal_step_time), {
+    "ideal_step_time": click.option("--ideal-step-time", type=float, default=None,
+                                    help="Ideal seconds per step; default: the median of the job's healthy steps."),
+})
+
+_NO_REDACT = click.option("--no-redact", "no_redact", is_flag=True,
+                          help="Keep secrets (tokens, keys, passwords) in every output: tables, reports, JSON "
+                               "files and the terminal.")
+
+# --no-redact -> ``output: OutputOptions`` (for commands that write no report)
+redact_options = _grouped("output", lambda no_redact: OutputOptions(report=False, redact=not no_redact),
+                          {"no_redact": _NO_REDACT})
+
+
+def output_options(report_help: str) -> Decorator:
+    """--no-report, --no-redact -> ``output: OutputOptions``."""
+    return _grouped("output", lambda no_report, no_redact: OutputOptions(report=not no_report, redact=not no_redact), {
+        "no_report": click.option("--no-report", is_flag=True, help=report_help),
+        "no_redact": _NO_REDACT,
+    })
+
+
+def run_options(report_help: str) -> Decorator:
+    """The options of a run, built once into ``options: RunOptions``: ingest, analysis and output."""
+    return _grouped("options", lambda ingest, analysis, output: RunOptions(ingest, analysis, output), {
+        "ingest": ingest_options, "analysis": analysis_options, "output": output_options(report_help),
+    })
+
+
+@contextmanager
+def reading(quiet: bool) -> Iterator[Callable[[int, int, str], None]]:
+    """A progress bar of files read (none when ``quiet``); yields the ``on_file`` callback."""
     with Progress(TextColumn("[bold]reading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.description}"), console=err, transient=True, disable=quiet) as progress:
         task = progress.add_task("", total=None)
@@ -54,36 +124,27 @@ def run_ingest(paths: tuple[str, ...], tz: str, year: int | None, parser: str | 
         def on_file(i: int, n: int, path: str) -> None:
             progress.update(task, total=n, completed=i, description=Path(path).name)
 
-        result = ingest(paths, options, on_file=on_file, jobs=jobs or default_jobs(), engine=engine,
-                        address=ray_address, sink=sink)
-    for problem in result.input_errors:
-        hint = f" — {problem.hint}" if problem.hint else ""
-        err.print(f"[yellow]warning[/]: {problem.where()}: {problem.message}{hint}", highlight=False)
-    for f in result.files:
-        if f.error:
-            err.print(f"[yellow]warning[/]: {f.path}: {f.error}")
-        for w in f.warnings:
-            err.print(f"[yellow]warning[/]: {f.path}: {w}")
-    if result.files_read == 0:
-        raise NothingReadError("no input could be read", hint="check the paths; the warnings above say why each failed")
-    return result
+        yield on_file
 
 
-def write_ingest(result: IngestResult, out_dir: Path, redact: bool = True) -> None:
+def ingest_to(table: Path, paths: Sequence[str], options: IngestOptions, workers: Workers, *, redact: bool = True,
+              on_file: Callable[[int, int, str], None] | None = None) -> IngestResult:
+    """The events of ``paths`` streamed into the Parquet file ``table`` (secrets redacted unless
+    ``redact`` is false): the workers spool them as parts beside it, one streaming pass writes
+    the table, so memory does not grow with the input."""
+    table.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".ingest-", dir=table.parent) as spool:
+        result = ingest(paths, options, workers, on_file=on_file, spool=Path(spool))
+        plan = redact_lazy(result.plan) if redact else result.plan
+        storage.sink_parquet(plan, table, ROW_GROUP)
+    return IngestResult(table, result.files, result.input_errors)
+
+
+def print_warnings(lines: list[str]) -> None:
+    for line in lines:
+        err.print(f"[yellow]warning[/]: {line}", highlight=False)
+
+
+def write_summary(summary: dict[str, Any], out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / "events.parquet"
-    if result.events_path is None or result.events_path.resolve() != target.resolve():
-        result.events.write_parquet(target)
-    summary = result.summary()
-    if redact:  # warnings may quote log text
-        from toranalyze.report.redact import redact_json
-
-        summary = redact_json(summary)
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-
-
-def redact_option(f: Any) -> Any:
-    return click.option("--no-redact", "no_redact", is_flag=True,
-                        help="Keep secrets (tokens, keys, passwords) in the report, terminal and JSON summaries.")(f)
-
-

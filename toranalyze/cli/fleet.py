@@ -10,28 +10,27 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from toranalyze import storage
-from toranalyze.cli.common import err, out, redact_option
+from toranalyze.cli.common import err, out, run_options, workers_options
 from toranalyze.cli.reports import write_fleet_report
 from toranalyze.fleet.build import BuildResult, build
+from toranalyze.fleet.pipeline import OutputOptions, RunOptions
 from toranalyze.fleet.rates import build_rates, dumps
 from toranalyze.fleet.store import MANIFEST, write_text
 from toranalyze.fleet.summary import FleetSummary, summarize
 from toranalyze.fleet.tables import TABLES
-from toranalyze.ingest.engine import default_jobs, import_ray
-from toranalyze.ingest.pipeline import IngestOptions
+from toranalyze.ingest.pipeline import Workers
 
 
-def write_fleet_products(store_dir: Path, tables: dict[str, pl.DataFrame], *, report: bool, redact: bool,
+def write_fleet_products(store_dir: Path, tables: dict[str, pl.DataFrame], output: OutputOptions,
                          title: str) -> Path | None:
-    """rates.json (docs/rates.md) and the fleet report over the merged tables, each written to a
-    temporary name and renamed, and only when its text changed (an unchanged re-run writes
-    nothing). Returns the report's path."""
+    """rates.json (docs/rates.md) and the fleet report over the merged tables (redacted in each
+    run's part already, when asked), each written to a temporary name and renamed, and only when
+    its text changed (an unchanged re-run writes nothing). Returns the report's path."""
     doc = build_rates(tables["jobs"], tables["attempts"], tables["incidents"], tables["exposure"])
     write_text(dumps(doc), store_dir / "rates.json")
-    if not report:
+    if not output.report:
         return None
-    return write_fleet_report(store_dir, tables["jobs"], tables["attempts"], tables["incidents"],
-                              tables["exposure"], doc, title=title, redact=redact)
+    return write_fleet_report(store_dir, tables, doc, title=title, redact=output.redact)
 
 
 def _print_summary(s: FleetSummary, result: BuildResult, store_dir: str) -> None:
@@ -66,30 +65,15 @@ def _print_summary(s: FleetSummary, result: BuildResult, store_dir: str) -> None
 @click.argument("paths", nargs=-1, required=True)
 @click.option("-o", "--out", "out_dir", required=True, metavar="DIR|URL",
               help="Fleet store directory or object-store URL (created; updated in place on later runs).")
-@click.option("-j", "--jobs", type=int, default=None,
-              help="Runs analysed in parallel, one worker process (or Ray CPU) each [default: the CPUs available].")
-@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="Where runs are analysed: local processes, or one Ray task per run (pip install 'toranalyze[ray]').")
-@click.option("--ray-address", default=None,
-              help="With --engine ray: an existing Ray cluster (e.g. ray://head:10001, auto) "
-                   "[default: start a local one with --jobs CPUs].")
-@click.option("--tz", default="UTC", show_default=True,
-              help="Zone of timestamps that state none (IANA name, e.g. Europe/Paris).")
-@click.option("--year", type=int, default=None, help="Year for timestamps that have none (glog, syslog).")
-@click.option("--rules", "rules", multiple=True, type=click.Path(dir_okay=False),
-              help="Extra classification rules (TOML); tried before the built-ins. Repeatable.")
-@click.option("--no-report", is_flag=True, help="Write no HTML reports (the fleet's nor each run's).")
-@redact_option
+@workers_options("Runs analysed in parallel, one worker process (or Ray CPU) each",
+                 "Where runs are analysed: local processes, or one Ray task per run")
+@run_options("Write no HTML reports (the fleet's nor each run's).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary; only errors and the report's path.")
-def fleet(paths: tuple[str, ...], out_dir: str, jobs: int | None, engine: str, ray_address: str | None, tz: str,
-          year: int | None, rules: tuple[str, ...], no_report: bool, no_redact: bool, quiet: bool) -> None:
+def fleet(paths: tuple[str, ...], out_dir: str, workers: Workers, options: RunOptions, quiet: bool) -> None:
     """Analyse many runs (each PATH a run directory or a directory of runs) into the fleet tables
     DIR/jobs, attempts, incidents and exposure (.parquet). Runs whose files did not change since
     the last time are not analysed again."""
     out_dir = out_dir.rstrip("/") or out_dir
-    options = IngestOptions(tz=tz, year=year, rules=tuple(rules))
-    if engine == "ray":
-        import_ray()  # fail early when the extra is missing
     # A URL: the store is copied here, updated, and its changes uploaded (the manifest last).
     with storage.output_dir(out_dir, mirror=True, last=(MANIFEST,)) as store_dir:
         with Progress(TextColumn("[bold]{task.fields[stage]}"), BarColumn(), MofNCompleteColumn(),
@@ -100,15 +84,14 @@ def fleet(paths: tuple[str, ...], out_dir: str, jobs: int | None, engine: str, r
             def progress(stage: str, done: int, total: int, run: str) -> None:
                 bar.update(task, stage=stage, total=total, completed=done, description=run)
 
-            result = build(paths, store_dir, options, jobs=jobs or default_jobs(), progress=progress,
-                           report=not no_report, redact=not no_redact, engine=engine, address=ray_address,
+            result = build(paths, store_dir, options, workers, progress=progress,
                            skip=[out_dir] if storage.is_url(out_dir) else [])
         for r in result.runs:
             if r.error:
                 err.print(f"[yellow]warning[/]: run {r.id} ({r.path}): {r.error}")
         tables = {t: pl.read_parquet(store_dir / f"{t}.parquet") for t in TABLES}
         title = storage.name(out_dir) if storage.is_url(out_dir) else store_dir.resolve().name
-        page = write_fleet_products(store_dir, tables, report=not no_report, redact=not no_redact, title=title)
+        page = write_fleet_products(store_dir, tables, options.output, title)
     if not quiet:
         _print_summary(summarize(len(result.runs), *(tables[t] for t in TABLES)), result, out_dir)
     if page is not None:

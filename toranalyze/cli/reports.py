@@ -8,37 +8,34 @@ from typing import Any
 import polars as pl
 
 from toranalyze.fleet.store import write_text
-from toranalyze.report.html import PLOTLY_JS, write_plotly_js
+from toranalyze.report.html import write_plotly_js
+
+
+def write_page(out_dir: Path, html: str, name: str = "report.html") -> Path:
+    """A report page written into ``out_dir``, with plotly.min.js beside it."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_plotly_js(out_dir)
+    path = out_dir / name
+    write_text(html, path)
+    return path
 
 
 def write_job_report(out_dir: Path, analysis: Any, events: pl.DataFrame, summary: dict[str, Any], *,
-                     redact: bool = True, plotly_dir: Path | None = None, jobs: list[str] | None = None,
-                     shapes: pl.DataFrame | None = None) -> Path:
-    """``out_dir/report.html`` for an analysis; plotly.js goes to ``plotly_dir`` (default: beside it)."""
+                     redact: bool = True) -> Path:
+    """``out_dir/report.html`` for an analysis (``analyze`` renders it in ``fleet.pipeline``)."""
     from toranalyze.report.job import JobReportInput, render_job_report
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    js_dir = plotly_dir or out_dir
-    write_plotly_js(js_dir)
-    src = Path(_relpath(js_dir, out_dir)) / PLOTLY_JS
-    page = render_job_report(JobReportInput(analysis, events, summary, shapes), redact=redact,
-                             plotly_src=src.as_posix(), jobs=jobs)
-    path = out_dir / "report.html"
-    write_text(page, path)
-    return path
+    return write_page(out_dir, render_job_report(JobReportInput(analysis, events, summary), redact=redact))
 
 
-def write_fleet_report(out_dir: Path, jobs: pl.DataFrame, attempts: pl.DataFrame, incidents: pl.DataFrame,
-                       exposure: pl.DataFrame, rates: dict[str, Any] | None = None, *, title: str = "fleet",
-                       redact: bool = True) -> Path:
+def write_fleet_report(out_dir: Path, tables: dict[str, pl.DataFrame], rates: dict[str, Any] | None = None, *,
+                       title: str = "fleet", redact: bool = True) -> Path:
     """``out_dir/report.html`` for the fleet tables (``jobs.report`` paths are relative to ``out_dir``)."""
     from toranalyze.report.fleet import render_fleet_report
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_plotly_js(out_dir)
-    path = out_dir / "report.html"
-    write_text(render_fleet_report(jobs, attempts, incidents, exposure, rates, title=title, redact=redact), path)
-    return path
+    html = render_fleet_report(tables["jobs"], tables["attempts"], tables["incidents"], tables["exposure"], rates,
+                               title=title, redact=redact)
+    return write_page(out_dir, html)
 
 
 def uncovered(paths: tuple[str, ...] | list[str]) -> pl.DataFrame | None:
@@ -90,8 +87,3 @@ def unrecognised_shapes(paths: tuple[str, ...], lines: int, top: int = 15) -> pl
         missed = missed.with_columns(pl.col("where").str.strip_prefix(root + "/"))
     return line_shapes(missed, top)
 
-
-def _relpath(target: Path, start: Path) -> str:
-    import os
-
-    return os.path.relpath(target.resolve(), start.resolve())

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from toranalyze.fleet import store
-from toranalyze.fleet.pipeline import REPORT, RunOutcome, RunTask, analyze_run, options_salt
+from toranalyze.fleet.pipeline import REPORT, RunOptions, RunOutcome, RunTask, analyze_task, options_salt
 from toranalyze.fleet.runs import Run, content_hash, find_runs
 from toranalyze.ingest.engine import map_ordered
-from toranalyze.ingest.pipeline import IngestOptions
+from toranalyze.ingest.pipeline import Workers
 
 # (stage, done, total, run id) after each run hashed or analysed
 Progress = Callable[[str, int, int, str], None]
@@ -45,47 +45,42 @@ def _single_threaded_workers() -> Iterator[None]:
             os.environ["POLARS_MAX_THREADS"] = old
 
 
-def _analyze(tasks: Sequence[RunTask], jobs: int, engine: str = "local",
-             address: str | None = None) -> Iterator[RunOutcome]:
-    if engine != "local":
+def _analyze(tasks: Sequence[RunTask], workers: Workers) -> Iterator[RunOutcome]:
+    jobs = workers.jobs
+    if workers.engine != "local":
         # One Ray task per run (engine.map_ordered); a local Ray instance started here inherits
         # the one-thread setting.
         with _single_threaded_workers():
-            yield from map_ordered(analyze_run, tasks, engine, jobs, address)
+            yield from map_ordered(analyze_task, tasks, workers.engine, jobs, workers.address)
         return
     if jobs <= 1 or len(tasks) < 2:
-        yield from map(analyze_run, tasks)
+        yield from map(analyze_task, tasks)
         return
     ctx = multiprocessing.get_context("spawn")  # polars' thread pool does not survive fork
     with _single_threaded_workers(), ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=ctx) as pool:
-        futures = [pool.submit(analyze_run, t) for t in tasks]
+        futures = [pool.submit(analyze_task, t) for t in tasks]
         for fut in as_completed(futures):
             yield fut.result()
 
 
-def build(paths: Sequence[str], out: Path, options: IngestOptions, jobs: int = 1,
-          progress: Progress | None = None, report: bool = True, redact: bool = True,
-          engine: str = "local", address: str | None = None, skip: Sequence[str] = ()) -> BuildResult:
-    """Update the store at ``out`` from the runs under ``paths``. Parts are written as each run
-    finishes, so an interrupted build keeps its finished runs; the manifest is written last.
+def build(paths: Sequence[str], out: Path, options: RunOptions | None = None, workers: Workers | None = None, *,
+          progress: Progress | None = None, skip: Sequence[str] = ()) -> BuildResult:
+    """Update the store at ``out`` from the runs under ``paths``, each analysed by
+    ``pipeline.analyze_run`` with ``options``. Parts are written as each run finishes, so an
+    interrupted build keeps its finished runs; the manifest is written last.
 
-    Runs are analysed in ``jobs`` worker processes (``engine="local"``) or as Ray tasks
-    (``engine="ray"``, on the cluster at ``address`` or a local one with ``jobs`` CPUs); the
-    store is the same either way. ``skip``: more folders or prefixes never searched for runs
-    (the store's URL when ``out`` is its local copy)."""
+    Runs are analysed one per worker process (``workers.engine="local"``, ``workers.jobs`` of
+    them) or as Ray tasks (``"ray"``, on the cluster at ``workers.address`` or a local one with
+    ``jobs`` CPUs); the store is the same either way. ``skip``: more folders or prefixes never
+    searched for runs (the store's URL when ``out`` is its local copy)."""
+    options, workers = options or RunOptions(), workers or Workers()
     out.mkdir(parents=True, exist_ok=True)
     runs = find_runs(paths, skip=[str(out), *skip])
     before = store.read_manifest(out)
-    salt = options_salt(options, report, redact)
-    hashes: dict[str, str] = {}
-    for i, run in enumerate(runs, 1):
-        hashes[run.id] = content_hash(run, salt)
-        if progress:
-            progress("hashing", i, len(runs), run.id)
-    todo = [RunTask(r, hashes[r.id], options, report, redact) for r in runs
-            if not store.has_part(out, hashes[r.id])]
+    hashes = _hashes(runs, options_salt(options), progress)
+    todo = [RunTask(r, hashes[r.id], options) for r in runs if not store.has_part(out, hashes[r.id])]
     result = BuildResult(runs=[], reused=len(runs) - len(todo))
-    for i, outcome in enumerate(_analyze(todo, jobs, engine, address), 1):
+    for i, outcome in enumerate(_analyze(todo, workers), 1):
         status = {"run": outcome.run.id, "error": outcome.error, "notes": list(outcome.notes),
                   "files_failed": outcome.files_failed}
         pages = {REPORT: outcome.report_html} if outcome.report_html is not None else None
@@ -99,6 +94,15 @@ def build(paths: Sequence[str], out: Path, options: IngestOptions, jobs: int = 1
     result.analyzed.sort()
     _, result.rewritten = store.commit(out, result.runs, before)
     return result
+
+
+def _hashes(runs: Sequence[Run], salt: str, progress: Progress | None) -> dict[str, str]:
+    hashes: dict[str, str] = {}
+    for i, run in enumerate(runs, 1):
+        hashes[run.id] = content_hash(run, salt)
+        if progress:
+            progress("hashing", i, len(runs), run.id)
+    return hashes
 
 
 def _stored(out: Path, run: Run, run_hash: str, result: BuildResult) -> store.StoredRun:

@@ -8,7 +8,6 @@ and what exit code follows.
 from __future__ import annotations
 
 import datetime as dt
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -57,6 +56,16 @@ class IngestOptions:
     rules: tuple[str, ...] = ()  # user rules files, tried before the built-ins
 
 
+@dataclass(frozen=True)
+class Workers:
+    """Where the work runs: ``jobs`` worker processes (``engine="local"``) or Ray slots
+    (``engine="ray"``, on the cluster at ``address`` or a local one). It never changes a result."""
+
+    jobs: int = 1
+    engine: str = "local"
+    address: str | None = None
+
+
 @dataclass
 class FileReport:
     path: str
@@ -78,26 +87,38 @@ class FileReport:
 
 
 class IngestResult:
-    """The event table (in memory, or streamed to ``events_path`` and read on first use), the
-    per-file reports and the inputs that could not be found."""
+    """The event table (in memory; or in a Parquet file, read on first use; or the lazy ``plan``
+    over a spool's parts, for the caller to stream to its file), the per-file reports and the
+    inputs that could not be found."""
 
-    def __init__(self, events: pl.DataFrame | Path, files: list[FileReport], input_errors: list[ToranalyzeError]):
+    def __init__(self, events: pl.DataFrame | pl.LazyFrame | Path, files: list[FileReport],
+                 input_errors: list[ToranalyzeError]):
         self.files = files
         self.input_errors = input_errors
         self.events_path = events if isinstance(events, Path) else None
         self._events = events if isinstance(events, pl.DataFrame) else None
+        self._plan = events if isinstance(events, pl.LazyFrame) else None
+
+    @property
+    def plan(self) -> pl.LazyFrame:
+        """The event table as a query: streamed from its parts or its file, never held whole."""
+        if self._plan is not None:
+            return self._plan
+        if self._events is not None:
+            return self._events.lazy()
+        assert self.events_path is not None
+        return pl.scan_parquet(self.events_path)
 
     @property
     def events(self) -> pl.DataFrame:
         if self._events is None:
-            assert self.events_path is not None
-            self._events = pl.read_parquet(self.events_path)
+            self._events = self.plan.collect()
         return self._events
 
     @property
     def n_events(self) -> int:
-        if self._events is None and self.events_path is not None:
-            return int(pl.scan_parquet(self.events_path).select(pl.len()).collect().item())
+        if self._events is None:
+            return int(self.plan.select(pl.len()).collect().item())
         return self.events.height
 
     @property
@@ -504,13 +525,11 @@ def _run_all(
     tasks: list[_FileTask],
     registry: Registry | None,
     on_file: Callable[[int, int, str], None] | None,
-    jobs: int,
-    engine: str,
-    address: str | None,
+    workers: Workers,
 ) -> tuple[list[Any], list[FileReport]]:
     """Every task in input order: what each gave (frames or part paths) and every file's report."""
-    if registry is None and (jobs > 1 or engine != "local"):
-        results = map_ordered(_run_with_installed_parsers, tasks, engine, jobs, address)
+    if registry is None and (workers.jobs > 1 or workers.engine != "local"):
+        results = map_ordered(_run_with_installed_parsers, tasks, workers.engine, workers.jobs, workers.address)
     else:
         reg = registry or default_registry()
         results = (_run(t, reg) for t in tasks)
@@ -530,31 +549,27 @@ def _run_all(
 def ingest(
     paths: Sequence[str],
     options: IngestOptions = IngestOptions(),
-    registry: Registry | None = None,
-    rules: list[Rule] | None = None,
+    workers: Workers = Workers(),
+    *,
     on_file: Callable[[int, int, str], None] | None = None,
-    jobs: int = 1,
-    engine: str = "local",
-    address: str | None = None,
-    sink: Path | None = None,
+    spool: Path | None = None,
+    registry: Registry | None = None,
 ) -> IngestResult:
     """Discover, parse, normalize and classify every input. Never raises for a bad file.
 
-    ``jobs`` > 1 reads files in that many worker processes, ``engine="ray"`` as Ray tasks
-    (``address``: an existing cluster); both with the installed parsers only (see ``engine``).
-    With ``sink`` the events are streamed to that Parquet file instead of being held in memory:
-    each block of a file is written to a part as soon as it is read and its times are settled
-    (see ``spool_file``), and the table is written from the parts in one streaming pass.
+    With ``workers`` (more than one job, or the Ray engine) files are read in worker processes or
+    Ray tasks, with the installed parsers only (see ``engine``); ``registry``: other parsers, read
+    in this process. With ``spool`` (a folder the caller keeps until it has written the table) the
+    events are never held in memory: each block of a file is written there as a Parquet part as
+    soon as it is read and its times are settled (see ``spool_file``), and the result's ``plan``
+    gives the table from the parts in one streaming pass, for the caller to write.
     """
-    rules = rules if rules is not None else load_rules(options.rules)
+    rules = load_rules(options.rules)
     files, input_errors = discover(paths)
-    if sink is not None:
-        sink.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix=".ingest-", dir=sink.parent) as spool:
-            given, reports = _run_all(_tasks(files, options, rules, spool), registry, on_file, jobs, engine, address)
-            _write_events([part for parts in given for part in parts], sink)
-        return IngestResult(sink, reports, list(input_errors))
-    frames, reports = _run_all(_tasks(files, options, rules, None), registry, on_file, jobs, engine, address)
+    if spool is not None:
+        given, reports = _run_all(_tasks(files, options, rules, str(spool)), registry, on_file, workers)
+        return IngestResult(events_plan([part for parts in given for part in parts]), reports, list(input_errors))
+    frames, reports = _run_all(_tasks(files, options, rules, None), registry, on_file, workers)
     if frames:
         events = resolve_open_years(pl.concat(frames, how="vertical"), pl.col("_mtime_year")).drop("_mtime_year")
     else:
@@ -565,17 +580,14 @@ def ingest(
     return IngestResult(events, reports, list(input_errors))
 
 
-def _write_events(parts: list[str], sink: Path) -> None:
-    """Settle open years and add derived events over the (classified) parts, written in one pass."""
-    tmp = sink.with_name(f".{sink.name}.tmp")
+def events_plan(parts: list[str]) -> pl.LazyFrame:
+    """The event table over (classified) spooled parts: open years settled and derived events
+    added, as a query that streams them."""
     if not parts:
-        pl.DataFrame(schema=EVENT_SCHEMA).write_parquet(tmp)
-        tmp.replace(sink)
-        return
+        return pl.LazyFrame(schema=EVENT_SCHEMA)
     lf = pl.scan_parquet(parts)
     resolved = lf.with_columns(open_years(open_year_reference(lf), pl.col("_mtime_year")))
     events = resolved.select(list(EVENT_SCHEMA))
     validate_events(events)
     spikes = loss_spike_events(events)
-    pl.concat([events, spikes.lazy()], how="vertical").sink_parquet(tmp, row_group_size=ROW_GROUP)
-    tmp.replace(sink)
+    return pl.concat([events, spikes.lazy()], how="vertical")

@@ -90,7 +90,7 @@ def _rerender(logs: Path, res: Path) -> None:
 
     from toranalyze.cli.reports import write_job_report
     from toranalyze.reconstruct.analysis import analyze_events
-    from toranalyze.report.names import job_keys, rename_jobs, short_job_names
+    from toranalyze.reconstruct.job_names import job_keys, rename_jobs, short_job_names
 
     an = analyze_events(pl.read_parquet(res / "events.parquet"))
     an = rename_jobs(an, short_job_names(job_keys(an), (str(logs),)))

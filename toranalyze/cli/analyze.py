@@ -14,7 +14,7 @@ from toranalyze.fleet.pipeline import REPORT, NothingRead, RunInput, RunOptions,
 from toranalyze.fleet.rates import dumps
 from toranalyze.fleet.store import write_table, write_text
 from toranalyze.ingest.pipeline import Workers
-from toranalyze.report.names import input_root
+from toranalyze.reconstruct.job_names import input_root
 from toranalyze.report.text import print_summary
 
 TABLES = ("attempts", "incidents", "slow_periods", "tor")
@@ -44,7 +44,7 @@ def analyze_cmd(paths: tuple[str, ...], out_dir: str | None, options: RunOptions
     """Ingest logs, reconstruct incidents, compute each job's TOR ledger and write report.html.
 
     Job names in the tables, the terminal and the report are the short names of
-    toranalyze.report.names (the job's name, prefixed by its folder only when ambiguous)."""
+    toranalyze.reconstruct.job_names (the job's name, prefixed by its folder only when ambiguous)."""
     shown = out_dir.rstrip("/") if out_dir else str(default_out(paths))
     run = RunInput(storage.name(shown), paths, input_root(paths), line_shapes=partial(unrecognised_shapes, paths))
     with storage.output_dir(shown) as target:  # a URL: written here, uploaded when complete

@@ -77,7 +77,7 @@ def unrecognised_shapes(paths: tuple[str, ...], lines: int, top: int = 15) -> pl
     if lines > SHAPES_MAX_LINES:
         return None
     from toranalyze.ingest.coverage import line_shapes
-    from toranalyze.report.names import input_root
+    from toranalyze.reconstruct.job_names import input_root
 
     missed = uncovered(paths)
     if missed is None:

@@ -27,8 +27,8 @@ from toranalyze.fleet.store import PARTS
 from toranalyze.fleet.tables import RunTables, empty_tables, run_tables
 from toranalyze.ingest.pipeline import IngestOptions, IngestResult, Workers, ingest
 from toranalyze.reconstruct.analysis import Analysis, AnalysisOptions, analyze_events
+from toranalyze.reconstruct.job_names import job_keys, rename_jobs, short_job_names
 from toranalyze.report.html import PLOTLY_JS
-from toranalyze.report.names import job_keys, rename_jobs, short_job_names
 from toranalyze.report.redact import redact_frames, redact_json, redact_strings, redact_text
 
 REPORT = "report.html"  # a run's job report, inside its part (runs/<part>/report.html)
@@ -75,7 +75,7 @@ class RunProducts:
     events: pl.DataFrame
     summary: dict[str, Any]  # IngestResult.summary(): summary.json
     warnings: list[str]  # one line per input or file problem ("path: message")
-    analysis: Analysis  # job names short (report.names)
+    analysis: Analysis  # job names short (reconstruct.job_names)
     tables: RunTables  # the run's rows of the fleet tables
     notes: list[str]  # the analysis' notes, naming jobs by their keys (the fleet's status.json)
     report_html: str | None = None

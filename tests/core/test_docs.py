@@ -21,3 +21,17 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert test_cmds, "README must show the test command"
     ci = (ROOT / ".ci" / "run").read_text()
     assert test_cmds[0] in ci, f"{test_cmds[0]!r} is not what .ci/run runs"
+
+
+def test_every_module_the_docs_name_exists() -> None:
+    """A path like ``toranalyze/ingest/clock.py`` or ``reconstruct/contracts.py`` in the README or
+    docs/ names a file of the tree (a moved module leaves no stale pointer behind)."""
+    packages = [p.name for p in (ROOT / "toranalyze").iterdir() if p.is_dir() and not p.name.startswith("_")]
+    pattern = re.compile(r"`((?:toranalyze/|parsers/|(?:%s)/)[\w/]+\.py)" % "|".join(packages))
+    missing = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for path in pattern.findall(doc.read_text()):
+            where = [ROOT / path, ROOT / "toranalyze" / path]
+            if not any(p.exists() for p in where):
+                missing.append(f"{doc.name}: {path}")
+    assert not missing, "docs name modules that do not exist: " + ", ".join(missing)

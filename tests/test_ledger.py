@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from toranalyze.reconstruct.analysis import AnalysisOptions, analyze_events, events_frame
-from toranalyze.reconstruct.ledger import BUCKETS
+from toranalyze.reconstruct.tables import BUCKETS
 
 
 def _sum(row):

@@ -27,7 +27,7 @@ def test_every_module_the_docs_name_exists() -> None:
     """A path like ``toranalyze/ingest/clock.py`` or ``reconstruct/contracts.py`` in the README or
     docs/ names a file of the tree (a moved module leaves no stale pointer behind)."""
     packages = [p.name for p in (ROOT / "toranalyze").iterdir() if p.is_dir() and not p.name.startswith("_")]
-    pattern = re.compile(r"`((?:toranalyze/|parsers/|(?:%s)/)[\w/]+\.py)" % "|".join(packages))
+    pattern = re.compile(r"`((?:toranalyze/|parsers/|(?:" + "|".join(packages) + r")/)[\w/]+\.py)")
     missing = []
     for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         for path in pattern.findall(doc.read_text()):

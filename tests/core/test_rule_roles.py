@@ -173,7 +173,7 @@ def simulated(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     }
     run_simulation(out, 2311, data, None)
     truth = json.loads((out / "truth.json").read_text())["jobs"][0]["incidents"]
-    ev = ingest([str(out)], jobs=1).events
+    ev = ingest([str(out)]).events
     # A scheduler / pod end no rule classified still counts by its state (the [[state]] tables);
     # a container stopped by SIGTERM (exit 143) with no other reason is the incident stage's
     # user cancel.

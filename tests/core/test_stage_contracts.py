@@ -22,7 +22,7 @@ from toranalyze.model import load_preset
 from toranalyze.reconstruct import analysis as A
 from toranalyze.reconstruct import contracts as c
 from toranalyze.reconstruct import stages
-from toranalyze.simulate.command import run_simulation
+from toranalyze.simulate.command import Overrides, run_simulation
 
 SAMPLES = Path(__file__).parents[2] / "sample_logs"
 
@@ -32,13 +32,13 @@ def simulated(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     data = load_preset("small")
     data = {**data, "run": {**data["run"], "duration": "90m", "nodes": 2}}
     out: Path = tmp_path_factory.mktemp("contracts") / request.param
-    run_simulation(out, 11, data, "small", flavor=request.param)
-    return ingest([str(out)], jobs=1).events
+    run_simulation(out, 11, data, "small", Overrides(flavor=request.param))
+    return ingest([str(out)]).events
 
 
 @pytest.fixture(scope="module")
 def samples() -> pl.DataFrame:
-    return ingest([str(SAMPLES)], jobs=1).events
+    return ingest([str(SAMPLES)]).events
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,7 @@ import polars as pl
 from toranalyze.fleet.schema import EXPOSURE_SCHEMA, FLEET_ATTEMPTS_SCHEMA, FLEET_INCIDENTS_SCHEMA, JOBS_SCHEMA
 from toranalyze.ingest.pipeline import ingest
 from toranalyze.reconstruct.analysis import Analysis, analyze_events
-from toranalyze.reconstruct.ledger import BUCKETS
+from toranalyze.reconstruct.tables import BUCKETS
 
 
 def conform(df: pl.DataFrame, schema: pl.Schema) -> pl.DataFrame:

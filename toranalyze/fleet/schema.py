@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from toranalyze.reconstruct.analysis import ATTEMPTS_SCHEMA
-from toranalyze.reconstruct.incidents import INCIDENTS_SCHEMA
-from toranalyze.reconstruct.ledger import BUCKETS
+from toranalyze.reconstruct.tables import ATTEMPTS_SCHEMA, BUCKETS, INCIDENTS_SCHEMA
 from toranalyze.schema import frame_schema
 
 UTC_US = pl.Datetime("us", "UTC")

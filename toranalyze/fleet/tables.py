@@ -12,7 +12,7 @@ import polars as pl
 
 from toranalyze.fleet.schema import EXPOSURE_SCHEMA, FLEET_ATTEMPTS_SCHEMA, FLEET_INCIDENTS_SCHEMA, JOBS_SCHEMA
 from toranalyze.reconstruct.analysis import Analysis
-from toranalyze.reconstruct.ledger import BUCKETS
+from toranalyze.reconstruct.tables import BUCKETS
 from toranalyze.taxonomy import PLANNED
 
 TABLES = ("jobs", "attempts", "incidents", "exposure")

@@ -25,10 +25,8 @@ from toranalyze.ingest.engine import map_ordered
 from toranalyze.reconstruct import incidents as inc_mod
 from toranalyze.reconstruct import ledger, progress, slowness
 from toranalyze.reconstruct import stages as c
-from toranalyze.reconstruct.api import ATTEMPTS_SCHEMA, US, Analysis, AnalysisOptions
-from toranalyze.reconstruct.incidents import INCIDENTS_SCHEMA
+from toranalyze.reconstruct.api import US, Analysis, AnalysisOptions
 from toranalyze.reconstruct.intervals import agg_by, attach, group_keys, in_key_order, in_windows, run_id
-from toranalyze.reconstruct.ledger import TOR_SCHEMA
 from toranalyze.reconstruct.partition import (
     GROUPS_PER_SLOT,
     PHASES,
@@ -45,8 +43,14 @@ from toranalyze.reconstruct.prepare import (
     prepare_jobs,
     relative_times,
 )
-from toranalyze.reconstruct.resources import RESOURCES_SCHEMA, attempt_resources
-from toranalyze.reconstruct.slowness import SLOW_PERIODS_SCHEMA
+from toranalyze.reconstruct.resources import attempt_resources
+from toranalyze.reconstruct.tables import (
+    ATTEMPTS_SCHEMA,
+    INCIDENTS_SCHEMA,
+    RESOURCES_SCHEMA,
+    SLOW_PERIODS_SCHEMA,
+    TOR_SCHEMA,
+)
 
 # The public names, and those of the modules the analysis was split into (its steps, for tests
 # and benchmarks that run them one by one).

@@ -7,31 +7,11 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from toranalyze.reconstruct.resources import RESOURCES_SCHEMA
-from toranalyze.schema import frame_schema
+from toranalyze.reconstruct.tables import RESOURCES_SCHEMA
 
 US = 1_000_000
 UTC_US = pl.Datetime("us", "UTC")
 
-ATTEMPTS_SCHEMA = frame_schema(
-    {
-        "job": pl.String,
-        "attempt": pl.Int32,
-        "job_id": pl.String,
-        "t_start": UTC_US,
-        "t_end": UTC_US,
-        "state": pl.String,
-        "exit_code": pl.String,
-        "first_step": pl.Int64,
-        "last_step": pl.Int64,
-        "resumed_from": pl.Int64,
-        "ckpt_loaded": pl.Int64,
-        "t_first_step_start": UTC_US,
-        "t_last_step_end": UTC_US,
-        "n_step_records": pl.Int64,
-        "steps_lost": pl.Int64,
-    }
-)
 
 
 @dataclass(frozen=True)

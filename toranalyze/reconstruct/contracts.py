@@ -27,11 +27,13 @@ from typing import Any
 import dataframely as dy
 import polars as pl
 
-from toranalyze.reconstruct.api import ATTEMPTS_SCHEMA
-from toranalyze.reconstruct.incidents import INCIDENTS_SCHEMA
-from toranalyze.reconstruct.ledger import TOR_SCHEMA
-from toranalyze.reconstruct.resources import RESOURCES_SCHEMA
-from toranalyze.reconstruct.slowness import SLOW_PERIODS_SCHEMA
+from toranalyze.reconstruct.tables import (
+    ATTEMPTS_SCHEMA,
+    INCIDENTS_SCHEMA,
+    RESOURCES_SCHEMA,
+    SLOW_PERIODS_SCHEMA,
+    TOR_SCHEMA,
+)
 
 
 def _key(dtype: Any = dy.UInt32) -> dy.Column:

@@ -40,37 +40,13 @@ from toranalyze.reconstruct.attribution import DEATH_CLASSES, KILL_RULES, PEER_S
 from toranalyze.reconstruct.intervals import in_windows, min_after
 from toranalyze.reconstruct.progress import CLEAN_STATES, is_clean
 from toranalyze.reconstruct.stages import stage
-from toranalyze.schema import frame_schema
+from toranalyze.reconstruct.tables import INCIDENTS_SCHEMA
 from toranalyze.taxonomy import PLANNED, TAXONOMY, priority
 
 US = 1_000_000
 # Planned stops of the whole job: no node is to blame.
 JOB_WIDE = frozenset({"preemption", "walltime", "user_cancel", "scheduling"})
 
-INCIDENTS_SCHEMA = frame_schema(
-    {
-        "job": pl.String,
-        "incident": pl.Int32,
-        "attempt": pl.Int32,
-        "root_cause": pl.String,
-        "planned": pl.Boolean,
-        "symptoms": pl.List(pl.String),
-        "nodes": pl.List(pl.String),
-        "ranks": pl.List(pl.Int32),
-        "t_last_progress": pl.Datetime("us", "UTC"),
-        "t_first_error": pl.Datetime("us", "UTC"),
-        "t_detected": pl.Datetime("us", "UTC"),
-        "t_restart": pl.Datetime("us", "UTC"),
-        "t_resumed": pl.Datetime("us", "UTC"),
-        "t_caught_up": pl.Datetime("us", "UTC"),
-        "lost_steps": pl.Int64,
-        "lost_time_s": pl.Float64,
-        "downtime_s": pl.Float64,
-        "confidence": pl.String,
-        "reason": pl.String,
-        "evidence": pl.List(pl.String),
-    }
-)
 
 # The rows assembled per interruption before the derived columns: the table's own columns with
 # times still as integer microseconds, plus the helpers the derived columns are computed from.

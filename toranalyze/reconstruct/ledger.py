@@ -18,36 +18,13 @@ import polars as pl
 
 from toranalyze.reconstruct.intervals import agg_by, attach
 from toranalyze.reconstruct.progress import make_disjoint, overlaps, sort_by_key, union_intervals
-from toranalyze.schema import frame_schema
+from toranalyze.reconstruct.tables import BUCKETS, RECOVERY_PARTS
 
 US = 1_000_000
-BUCKETS = ("useful", "slowdown", "rework", "checkpoint", "detection", "recovery", "other")
-RECOVERY_PARTS = ("recovery_queue", "recovery_startup", "recovery_ckpt_load")
 
 # Family name → precedence (lower wins).
 FAMILIES = ("checkpoint", "eval", "step", "detection", "recovery")
 
-TOR_SCHEMA = frame_schema(
-    {
-        "job": pl.String,
-        "path": pl.String,
-        "job_ids": pl.List(pl.String),
-        "identity": pl.String,
-        "t_start": pl.Datetime("us", "UTC"),
-        "t_end": pl.Datetime("us", "UTC"),
-        **{f"{b}_us": pl.Int64 for b in ("t_obs", *BUCKETS, *RECOVERY_PARTS)},
-        **{f"{b}_s": pl.Float64 for b in ("t_obs", *BUCKETS, *RECOVERY_PARTS)},
-        "eval_s": pl.Float64,
-        "tor": pl.Float64,
-        "ideal_step_time_s": pl.Float64,
-        "ideal_step_source": pl.String,
-        "n_attempts": pl.Int32,
-        "n_incidents": pl.Int32,
-        "steps_preserved": pl.Int64,
-        "steps_lost": pl.Int64,
-        "ended_cleanly": pl.Boolean,
-    }
-)
 
 
 def _empty_iv(job: pl.DataType) -> pl.DataFrame:

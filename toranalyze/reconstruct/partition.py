@@ -9,11 +9,9 @@ from dataclasses import dataclass
 import polars as pl
 
 from toranalyze.reconstruct import ledger, progress
-from toranalyze.reconstruct.api import ATTEMPTS_SCHEMA, US, UTC_US, Analysis, AnalysisOptions
-from toranalyze.reconstruct.incidents import INCIDENTS_SCHEMA
-from toranalyze.reconstruct.ledger import TOR_SCHEMA
+from toranalyze.reconstruct.api import US, UTC_US, Analysis, AnalysisOptions
 from toranalyze.reconstruct.prepare import PreparedEvents
-from toranalyze.reconstruct.slowness import SLOW_PERIODS_SCHEMA
+from toranalyze.reconstruct.tables import ATTEMPTS_SCHEMA, INCIDENTS_SCHEMA, SLOW_PERIODS_SCHEMA, TOR_SCHEMA
 
 
 @dataclass(frozen=True)

@@ -12,17 +12,7 @@ from __future__ import annotations
 import polars as pl
 
 from toranalyze.reconstruct.intervals import agg_by
-from toranalyze.schema import frame_schema
-
-RESOURCES_SCHEMA = frame_schema(
-    {
-        "job": pl.String,
-        "attempt": pl.Int32,
-        "gpus": pl.Int32,  # null when no record states a count
-        "nodes": pl.Int32,  # distinct nodes named, or a stated node count when larger
-        "node_list": pl.List(pl.String),  # sorted
-    }
-)
+from toranalyze.reconstruct.tables import RESOURCES_SCHEMA
 
 
 def attempt_resources(ev: pl.DataFrame) -> pl.DataFrame:

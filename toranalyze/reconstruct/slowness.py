@@ -18,26 +18,6 @@ import polars as pl
 
 from toranalyze.reconstruct.intervals import agg_by, attach, flag_sorted, in_windows, run_id
 from toranalyze.reconstruct.progress import sort_by_key
-from toranalyze.schema import frame_schema
-
-SLOW_PERIODS_SCHEMA = frame_schema(
-    {
-        "job": pl.String,
-        "period": pl.Int32,
-        "attempt": pl.Int32,
-        "start": pl.Datetime("us", "UTC"),
-        "end": pl.Datetime("us", "UTC"),
-        "first_step": pl.Int64,
-        "last_step": pl.Int64,
-        "steps": pl.Int64,
-        "factor": pl.Float64,
-        "median_step_time_s": pl.Float64,
-        "slowdown_s": pl.Float64,
-        "node": pl.String,
-        "rank": pl.Int32,
-        "evidence": pl.List(pl.String),
-    }
-)
 
 
 def detect(

@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 from scipy import stats
 
-from toranalyze.reconstruct.ledger import BUCKETS
+from toranalyze.reconstruct.tables import BUCKETS
 from toranalyze.report.html import PALETTE, PLOTLY_JS, Page, cards, esc, esc_plot, fmt_duration, scroll_box, table
 from toranalyze.report.redact import redact_frame
 

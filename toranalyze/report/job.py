@@ -15,8 +15,8 @@ from typing import Any
 import polars as pl
 
 from toranalyze.reconstruct.analysis import Analysis
-from toranalyze.reconstruct.ledger import BUCKETS
 from toranalyze.reconstruct.skew import ClockSkew, clock_skew
+from toranalyze.reconstruct.tables import BUCKETS
 from toranalyze.report import figures
 from toranalyze.report.html import PLOTLY_JS, Page, cards, esc, fmt_duration, scroll_box, table
 from toranalyze.report.redact import redact_frame, redact_json

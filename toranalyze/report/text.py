@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from toranalyze.reconstruct.ledger import BUCKETS
+from toranalyze.reconstruct.tables import BUCKETS
 from toranalyze.report.html import fmt_duration
 
 

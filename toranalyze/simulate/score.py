@@ -28,7 +28,7 @@ from typing import Any
 
 import polars as pl
 
-from toranalyze.reconstruct.ledger import BUCKETS
+from toranalyze.reconstruct.tables import BUCKETS
 
 PHASES = ("t_last_progress", "t_first_error", "t_detected", "t_restart", "t_resumed", "t_caught_up")
 

@@ -15,7 +15,7 @@ from typing import Any
 import polars as pl
 import pytest
 
-from toranalyze.reconstruct.skew import clock_offsets, skewed
+from toranalyze.reconstruct.skew import clock_offsets, clock_skew, skewed
 from toranalyze.report.browser import chromium_path, open_report
 from toranalyze.report.fleet import render_fleet_report
 from toranalyze.report.html import write_plotly_js
@@ -59,7 +59,8 @@ def _assert_clean(opened: Any) -> None:
 
 def test_job_report_draws_and_shows_the_tables_numbers(sample_run: Run, tmp_path: Path, artifacts: Path) -> None:
     an = sample_run.analysis
-    path = _write(tmp_path / "job", render_job_report(JobReportInput(an, sample_run.events, sample_run.summary)))
+    path = _write(tmp_path / "job", render_job_report(JobReportInput(an, sample_run.events, sample_run.summary,
+                                                                       clock_skew=clock_skew(sample_run.events))))
     tor = an.tor.row(0, named=True)
 
     def check(page: Any) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from toranalyze.reconstruct.skew import clock_offsets, skewed
+from toranalyze.reconstruct.skew import clock_offsets, clock_skew, skewed
 from toranalyze.report.job import JobReportInput, render_job_report
 
 from .conftest import Run
@@ -71,12 +71,13 @@ def test_a_planted_skew_on_the_controller_log_is_estimated(sample_run: Run) -> N
 
 def test_the_report_shows_the_skewed_file(sample_run: Run) -> None:
     ev = _shift_file(sample_run.events, "/slurmctld.log", PLANT_S)
-    html = render_job_report(JobReportInput(sample_run.analysis, ev, sample_run.summary))
+    html = render_job_report(JobReportInput(sample_run.analysis, ev, sample_run.summary, clock_skew=clock_skew(ev)))
     section = html[html.index('id="clock-skew"'):]
     assert re.search(r'data-key="skewed-files">1<', section)
     row = re.search(r"<tr><td[^>]*>slurmctld\.log</td>.*?</tr>", section)
     assert row and "+40." in row.group(0) and "skewed" in row.group(0)
-    plain = render_job_report(JobReportInput(sample_run.analysis, sample_run.events, sample_run.summary))
+    plain = render_job_report(JobReportInput(sample_run.analysis, sample_run.events, sample_run.summary,
+                                             clock_skew=clock_skew(sample_run.events)))
     assert re.search(r'data-key="skewed-files">0<', plain)
 
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from toranalyze.report.job import JobReportInput, render_job_report
-from toranalyze.report.redact import MASK, redact_frame, redact_json, redact_text
+from toranalyze.report.redact import MASK, redact_frames, redact_json, redact_strings, redact_text
 from toranalyze.report.text import print_summary
 
 from .conftest import HOSTILE_FILE_PART, HOSTILE_JOB, HOSTILE_NODE, IMG, SCRIPT, SECRETS, SVG, Run
@@ -46,9 +46,9 @@ def test_a_secret_never_survives_whatever_surrounds_it(noise: str, secret: str) 
     assert value not in redact_text(f"{noise} {secret} {noise}")
 
 
-def test_redact_frame_and_json() -> None:
+def test_redact_strings_and_json() -> None:
     df = pl.DataFrame({"message": ["x hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345"], "evidence": [["password=abc123xyz"]]})
-    out = redact_frame(df, ("message", "evidence"))
+    out = redact_strings(df)
     assert out["message"][0] == f"x {MASK}" and out["evidence"][0].to_list() == [f"password={MASK}"]
     doc = redact_json({"a": [{"w": "Bearer abcdefghijklmnop"}], "n": 3})
     assert doc == {"a": [{"w": f"Bearer {MASK}"}], "n": 3}
@@ -56,7 +56,11 @@ def test_redact_frame_and_json() -> None:
 
 @pytest.fixture(scope="module")
 def hostile_html(hostile_run: Run) -> str:
-    return render_job_report(JobReportInput(hostile_run.analysis, hostile_run.events, hostile_run.summary))
+    """The page as ``analyze`` renders it: secrets taken out of its inputs at the one point where a
+    run's outputs are made (redaction on by default), the page labelled so."""
+    r = hostile_run
+    inputs = JobReportInput(redact_frames(r.analysis), redact_strings(r.events), redact_json(r.summary))
+    return render_job_report(inputs, redacted=True)
 
 
 def _script_bodies(page: str) -> list[str]:
@@ -88,15 +92,14 @@ def test_secrets_are_redacted_by_default_and_kept_on_request(hostile_run: Run, h
     for secret in SECRETS:
         assert secret.split("=")[-1].split(" ")[-1] not in hostile_html
     assert MASK in hostile_html
-    raw = render_job_report(JobReportInput(hostile_run.analysis, hostile_run.events, hostile_run.summary),
-                            redact=False)
+    raw = render_job_report(JobReportInput(hostile_run.analysis, hostile_run.events, hostile_run.summary))
     assert "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345" in raw and "hunter2secret" in raw
     assert SCRIPT not in raw  # opting out of redaction never opts out of escaping
 
 
 def test_terminal_summary_shows_markup_as_text(hostile_run: Run) -> None:
     buf = io.StringIO()
-    print_summary(hostile_run.analysis, Console(file=buf, width=400, color_system=None), redact=True)
+    print_summary(hostile_run.analysis, Console(file=buf, width=400, color_system=None))
     text = buf.getvalue()
     assert "gpu-004<img src=x" in text  # rich markup is escaped, the text shown as is
     assert "gpt<svg onload" in text

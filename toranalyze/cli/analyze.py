@@ -57,7 +57,7 @@ def analyze_cmd(paths: tuple[str, ...], out_dir: str | None, options: RunOptions
         print_warnings(products.warnings)
         report = write_run(products, target)
     if not quiet:
-        print_summary(products.analysis, out, redact=False)  # redacted already, if asked
+        print_summary(products.analysis, out)
         out.print(f"tables written to {shown}/")
     if report:
         out.print(f"report: {storage.join(shown, report)}", highlight=False, soft_wrap=True)

@@ -30,7 +30,7 @@ def write_fleet_products(store_dir: Path, tables: dict[str, pl.DataFrame], outpu
     write_text(dumps(doc), store_dir / "rates.json")
     if not output.report:
         return None
-    return write_fleet_report(store_dir, tables, doc, title=title, redact=output.redact)
+    return write_fleet_report(store_dir, tables, doc, title=title, redacted=output.redact)
 
 
 def _print_summary(s: FleetSummary, result: BuildResult, store_dir: str) -> None:

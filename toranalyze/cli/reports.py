@@ -20,21 +20,23 @@ def write_page(out_dir: Path, html: str, name: str = "report.html") -> Path:
     return path
 
 
-def write_job_report(out_dir: Path, analysis: Any, events: pl.DataFrame, summary: dict[str, Any], *,
-                     redact: bool = True) -> Path:
-    """``out_dir/report.html`` for an analysis (``analyze`` renders it in ``fleet.pipeline``)."""
+def write_job_report(out_dir: Path, analysis: Any, events: pl.DataFrame, summary: dict[str, Any]) -> Path:
+    """``out_dir/report.html`` for an analysis as it is (``analyze`` renders its report, redacted
+    when asked, in ``fleet.pipeline``)."""
+    from toranalyze.reconstruct.skew import clock_skew
     from toranalyze.report.job import JobReportInput, render_job_report
 
-    return write_page(out_dir, render_job_report(JobReportInput(analysis, events, summary), redact=redact))
+    page = JobReportInput(analysis, events, summary, clock_skew=clock_skew(events))
+    return write_page(out_dir, render_job_report(page))
 
 
 def write_fleet_report(out_dir: Path, tables: dict[str, pl.DataFrame], rates: dict[str, Any] | None = None, *,
-                       title: str = "fleet", redact: bool = True) -> Path:
+                       title: str = "fleet", redacted: bool = False) -> Path:
     """``out_dir/report.html`` for the fleet tables (``jobs.report`` paths are relative to ``out_dir``)."""
     from toranalyze.report.fleet import render_fleet_report
 
     html = render_fleet_report(tables["jobs"], tables["attempts"], tables["incidents"], tables["exposure"], rates,
-                               title=title, redact=redact)
+                               title=title, redacted=redacted)
     return write_page(out_dir, html)
 
 

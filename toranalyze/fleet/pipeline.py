@@ -28,6 +28,7 @@ from toranalyze.fleet.tables import RunTables, empty_tables, run_tables
 from toranalyze.ingest.pipeline import IngestOptions, IngestResult, Workers, ingest
 from toranalyze.reconstruct.analysis import Analysis, AnalysisOptions, analyze_events
 from toranalyze.reconstruct.job_names import job_keys, rename_jobs, short_job_names
+from toranalyze.reconstruct.skew import clock_skew
 from toranalyze.report.html import PLOTLY_JS
 from toranalyze.report.redact import redact_frames, redact_json, redact_strings, redact_text
 
@@ -146,9 +147,9 @@ def _job_report(products: RunProducts, run: RunInput, output: OutputOptions) -> 
     shapes = run.line_shapes(products.summary["lines"]) if run.line_shapes else None
     if shapes is not None and output.redact:
         shapes = redact_strings(shapes)
-    page = JobReportInput(products.analysis, products.events, products.summary, shapes)
-    # Its inputs are redacted already; ``redact`` here only labels the page.
-    return render_job_report(page, title=run.title, redact=output.redact, plotly_src=run.plotly_src)
+    page = JobReportInput(products.analysis, products.events, products.summary, shapes, clock_skew(products.events))
+    # Its inputs are redacted already, when asked; ``redacted`` only labels the page.
+    return render_job_report(page, title=run.title, redacted=output.redact, plotly_src=run.plotly_src)
 
 
 # ---- the fleet's task: one run in a worker process or a Ray task ----

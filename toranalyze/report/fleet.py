@@ -20,7 +20,6 @@ from scipy import stats
 
 from toranalyze.reconstruct.tables import BUCKETS
 from toranalyze.report.html import PALETTE, PLOTLY_JS, Page, cards, esc, esc_plot, fmt_duration, scroll_box, table
-from toranalyze.report.redact import redact_frame
 
 LEMON_MIN_FAILURES = 2
 LEMON_MAX_P = 0.01
@@ -136,11 +135,11 @@ def _job_gpus(jobs: pl.DataFrame) -> pl.DataFrame:
 
 
 class PageOptions(TypedDict, total=False):
-    """How the fleet page is rendered: its title ("fleet"), whether secrets are redacted (yes) and
-    where the page loads plotly from (next to it)."""
+    """How the fleet page is rendered: its title ("fleet"), whether its tables had their secrets
+    taken out (said in the footer; default no) and where the page loads plotly from (next to it)."""
 
     title: str
-    redact: bool
+    redacted: bool
     plotly_src: str
 
 
@@ -148,10 +147,8 @@ def render_fleet_report(jobs: pl.DataFrame, attempts: pl.DataFrame, incidents: p
                         exposure: pl.DataFrame, rates: dict[str, Any] | None = None,
                         **options: Unpack[PageOptions]) -> str:
     """The fleet page (see the module doc). ``jobs.report`` links each job to its job report."""
-    title, redact = options.get("title", "fleet"), options.get("redact", True)
+    title, redacted = options.get("title", "fleet"), options.get("redacted", False)
     plotly_src = options.get("plotly_src", PLOTLY_JS)
-    if redact:
-        incidents = redact_frame(incidents, ("reason", "evidence"))
     page = Page(f"{title}: fleet reliability", plotly_src)
     page.add(f"<h1>{esc(page.title)}</h1>")
     unexpected = incidents.filter(~pl.col("planned").fill_null(False))
@@ -184,7 +181,7 @@ def render_fleet_report(jobs: pl.DataFrame, attempts: pl.DataFrame, incidents: p
     _planned_section(page, incidents, jobs)
     _jobs_section(page, jobs)
     page.add("<footer>toranalyze fleet report · times in UTC · exposure is running time only"
-             f"{' · secrets redacted' if redact else ''}</footer>")
+             f"{' · secrets redacted' if redacted else ''}</footer>")
     return page.render()
 
 

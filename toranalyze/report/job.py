@@ -2,8 +2,9 @@
 
 ``render_job_report`` is pure: the analysis frames (attempts, incidents, slow periods, tor, and
 the placed step rows), the events (for evidence lines, GPU counts and data quality) and the
-ingest summary in; an HTML string out. Everything shown that came from a log is escaped, and
-secrets are redacted unless ``redact=False``.
+ingest summary in; an HTML string out. Everything shown that came from a log is escaped. Secrets
+are taken out before, where a run's outputs are made (``fleet/pipeline.py::redact_outputs``):
+``redacted`` only says so on the page. Clock offsets come computed (``reconstruct/skew.py``).
 """
 
 from __future__ import annotations
@@ -15,11 +16,10 @@ from typing import Any
 import polars as pl
 
 from toranalyze.reconstruct.analysis import Analysis
-from toranalyze.reconstruct.skew import ClockSkew, clock_skew
+from toranalyze.reconstruct.skew import ClockSkew
 from toranalyze.reconstruct.tables import BUCKETS
 from toranalyze.report import figures
 from toranalyze.report.html import PLOTLY_JS, Page, cards, esc, fmt_duration, scroll_box, table
-from toranalyze.report.redact import redact_frame, redact_json
 
 EVIDENCE_SHOWN = 3
 MAX_INCIDENT_ROWS = 2000
@@ -32,15 +32,15 @@ class JobReportInput:
     events: pl.DataFrame
     summary: dict[str, Any]  # IngestResult.summary()
     shapes: pl.DataFrame | None = None  # unrecognised line shapes: count, shape, first
+    clock_skew: ClockSkew | None = None  # reconstruct/skew.py::clock_skew; None: the section is left out
 
 
-def render_job_report(inp: JobReportInput, *, title: str | None = None, redact: bool = True,
+def render_job_report(inp: JobReportInput, *, title: str | None = None, redacted: bool = False,
                       plotly_src: str = PLOTLY_JS, jobs: list[str] | None = None) -> str:
     """The whole page. ``jobs`` limits it to these jobs (default: every job of the analysis)."""
     an = inp.analysis
     tor = an.tor if jobs is None else an.tor.filter(pl.col("job").is_in(jobs))
-    events = inp.events  # the only log text shown from it, evidence lines, is redacted in the table
-    incidents = redact_frame(an.incidents, ("reason",)) if redact else an.incidents
+    events, incidents = inp.events, an.incidents
     names = tor["job"].to_list()
     page = Page(title or (names[0] if len(names) == 1 else f"{len(names)} jobs"), plotly_src)
     page.add(f"<h1>{esc(page.title)}</h1>")
@@ -54,13 +54,10 @@ def render_job_report(inp: JobReportInput, *, title: str | None = None, redact: 
         frames = JobFrames(an.attempts.filter(pl.col("job") == job), incidents.filter(pl.col("job") == job),
                            an.slow_periods.filter(pl.col("job") == job), _frame_for(an.progress, job),
                            _frame_for(an.checkpoints, job), _job_events(events, row, tor.height))
-        _job_section(page, i, row, frames, redact)
-    summary, notes = (redact_json(inp.summary), redact_json(an.notes)) if redact else (inp.summary, an.notes)
-    shapes = redact_frame(inp.shapes, ("shape", "first")) if redact and inp.shapes is not None else inp.shapes
-    # clock offsets are reconstruct's to compute; asked for here until the analysis carries them
-    _data_quality(page, events, summary, shapes, notes, clock_skew(events))
+        _job_section(page, i, row, frames)
+    _data_quality(page, events, inp.summary, inp.shapes, an.notes, inp.clock_skew)
     page.add('<footer>toranalyze · times in UTC · TOR = optimal / observed training time (arXiv 2408.07482)'
-             f'{" · secrets redacted" if redact else ""}</footer>')
+             f'{" · secrets redacted" if redacted else ""}</footer>')
     return page.render()
 
 
@@ -99,7 +96,7 @@ class JobFrames:
     events: pl.DataFrame
 
 
-def _job_section(page: Page, i: int, row: dict[str, Any], frames: JobFrames, redact: bool) -> None:
+def _job_section(page: Page, i: int, row: dict[str, Any], frames: JobFrames) -> None:
     attempts, incidents, slow, events = frames.attempts, frames.incidents, frames.slow, frames.events
     prog, ckpt = frames.progress, frames.checkpoints
     gpus = gpu_count(events)
@@ -133,7 +130,7 @@ def _job_section(page: Page, i: int, row: dict[str, Any], frames: JobFrames, red
     if incidents.height:
         page.add("<h3>Incidents</h3>")
         page.figure(figures.cost_by_cause(incidents), height=280)
-        page.add(_incident_table(incidents, events, row.get("path"), redact))
+        page.add(_incident_table(incidents, events, row.get("path")))
     else:
         page.add('<p class="note">No incidents.</p>')
     if slow.height:
@@ -168,9 +165,8 @@ def evidence_lines(incidents: pl.DataFrame, events: pl.DataFrame) -> pl.DataFram
         "incident", pl.col("evidence").alias("ref"), pl.col("message").alias("text"))
 
 
-def _incident_table(incidents: pl.DataFrame, events: pl.DataFrame, root: str | None, redact: bool) -> str:
+def _incident_table(incidents: pl.DataFrame, events: pl.DataFrame, root: str | None) -> str:
     lines = evidence_lines(incidents, events)
-    lines = redact_frame(lines, ("text",)) if redact else lines
     by_inc: dict[int, list[tuple[str, str | None]]] = {}
     for inc, ref, text in lines.iter_rows():
         by_inc.setdefault(inc, []).append((ref, text))
@@ -203,7 +199,7 @@ def _incident_table(incidents: pl.DataFrame, events: pl.DataFrame, root: str | N
 
 
 def _data_quality(page: Page, events: pl.DataFrame, summary: dict[str, Any], shapes: pl.DataFrame | None,
-                  notes: list[str], skew: ClockSkew) -> None:
+                  notes: list[str], skew: ClockSkew | None) -> None:
     page.add('<section id="data-quality"><h2>Data quality</h2>')
     files = pl.DataFrame(summary.get("per_file") or [], schema={
         "path": pl.String, "parser": pl.String, "lines": pl.Int64, "events": pl.Int64, "covered": pl.Int64,
@@ -228,7 +224,7 @@ def _data_quality(page: Page, events: pl.DataFrame, summary: dict[str, Any], sha
         page.add("<h3>Timestamps per source</h3>")
         page.add(table(["source", "events", "time inferred from a neighbour", "share", "no time"], trows,
                        [False, True, True, True, True]))
-    if events.height:
+    if events.height and skew is not None:
         _clock_skew(page, skew)
     if shapes is not None and shapes.height:
         page.add("<h3>Most common unrecognised line shapes</h3>")

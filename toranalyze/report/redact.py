@@ -86,20 +86,6 @@ def redact_frames(obj: Any) -> Any:
     return dataclasses.replace(obj, **changes)
 
 
-def redact_frame(df: pl.DataFrame, columns: tuple[str, ...] = ("message",)) -> pl.DataFrame:
-    """Redact the given string (or list-of-string) columns that exist in ``df``."""
-    exprs = []
-    for c in columns:
-        if c not in df.columns:
-            continue
-        dtype = df.schema[c]
-        if dtype == pl.String:
-            exprs.append(redact_expr(pl.col(c)).alias(c))
-        elif dtype == pl.List(pl.String):
-            exprs.append(pl.col(c).list.eval(redact_expr(pl.element())).alias(c))
-    return df.with_columns(exprs) if exprs else df
-
-
 def redact_text(text: str) -> str:
     return str(pl.select(redact_expr(pl.lit(text, pl.String))).item())
 

@@ -21,13 +21,10 @@ def _short_evidence(ref: str, root: str | None) -> str:
     return rel_path(ref, root)
 
 
-def print_summary(analysis: object, console: Console, redact: bool = True) -> None:
+def print_summary(analysis: object, console: Console) -> None:
+    """Each job's ledger and incidents (secrets are taken out before, where the run is made)."""
     tor: pl.DataFrame = analysis.tor  # type: ignore[attr-defined]
     incidents: pl.DataFrame = analysis.incidents  # type: ignore[attr-defined]
-    if redact:
-        from toranalyze.report.redact import redact_frame
-
-        incidents = redact_frame(incidents, ("reason", "evidence", "nodes"))
     if tor.height == 0:
         console.print("[yellow]no training progress was found in the inputs: no TOR to compute[/]")
         return

@@ -165,3 +165,5 @@ def _with_gpu_index(events: pl.DataFrame) -> pl.LazyFrame:
 
 
 parser = KernelParser()
+
+__all__ = ["KernelParser", "parser"]  # the entry point names `parser`

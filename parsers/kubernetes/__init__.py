@@ -166,3 +166,5 @@ class KubernetesParser(Parser):
 
 
 parser = KubernetesParser()
+
+__all__ = ["KubernetesParser", "parser"]  # the entry point names `parser`

@@ -46,3 +46,5 @@ class NcclParser(Parser):
 
 
 parser = NcclParser()
+
+__all__ = ["NcclParser", "parser"]  # the entry point names `parser`

@@ -61,3 +61,5 @@ class SlurmParser(Parser):
 
 
 parser = SlurmParser()
+
+__all__ = ["SlurmParser", "parser"]  # the entry point names `parser`

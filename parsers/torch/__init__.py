@@ -62,3 +62,5 @@ class TorchParser(Parser):
 
 
 parser = TorchParser()
+
+__all__ = ["TorchParser", "parser"]  # the entry point names `parser`

@@ -284,3 +284,5 @@ class TrainerParser(Parser):
 
 
 parser = TrainerParser()
+
+__all__ = ["TrainerParser", "parser"]  # the entry point names `parser`

@@ -31,6 +31,8 @@ from toranalyze.ingest.pipeline import IngestOptions, IngestResult, Workers
 from toranalyze.ingest.registry import default_registry
 from toranalyze.storage import output_dir
 
+__all__ = ["cli"]  # the command group; launch.py runs it
+
 
 def _print_files(result: IngestResult) -> None:
     table = Table(title="inputs", show_lines=False)

@@ -67,13 +67,16 @@ class RunInput:
     title: str | None = None  # the report's title (default: its jobs')
     plotly_src: str = PLOTLY_JS  # plotly.js, relative to the report
     line_shapes: LineShapes | None = None
+    # The caller keeps the run's events (analyze writes them); a fleet keeps only its rows, so its
+    # runs without a job report hand back no events (and spend nothing redacting them).
+    keeps_events: bool = True
 
 
 @dataclass
 class RunProducts:
     """What one run gives, redacted when the options say so."""
 
-    events: pl.DataFrame
+    events: pl.DataFrame  # empty when the run input keeps none (a fleet run without a job report)
     summary: dict[str, Any]  # IngestResult.summary(): summary.json
     warnings: list[str]  # one line per input or file problem ("path: message")
     analysis: Analysis  # job names short (reconstruct.job_names)
@@ -114,7 +117,8 @@ def analyze_run(run: RunInput, options: RunOptions, workers: Workers | None = No
     analysis = analyze_events(result.events, options.analysis, engine=workers.engine, jobs=workers.jobs,
                               address=workers.address)
     named = rename_jobs(analysis, short_job_names(job_keys(analysis), run.inputs))
-    products = RunProducts(result.events, result.summary(), _warnings(result), named,
+    events = result.events if run.keeps_events or options.output.report else result.events.clear()
+    products = RunProducts(events, result.summary(), _warnings(result), named,
                            run_tables(run.name, run.root, analysis), list(analysis.notes))
     if options.output.redact:
         products = redact_outputs(products)
@@ -192,7 +196,7 @@ def analyze_task(task: RunTask) -> RunOutcome:
     outcome carries the error and empty tables, so one run cannot stop a fleet."""
     run = task.run
     inp = RunInput(run.id, (run.path,), run.path, tuple(run_files(run)), title=run.id,
-                   plotly_src=f"../../{PLOTLY_JS}")  # the store's one plotly.js, two folders up
+                   plotly_src=f"../../{PLOTLY_JS}", keeps_events=False)  # plotly.js: the store's one, two folders up
     try:
         products = analyze_run(inp, task.options)
     except NothingRead as exc:

@@ -17,6 +17,8 @@ import pytest
 from toranalyze.ingest.pipeline import ingest
 from toranalyze.reconstruct.analysis import Analysis, analyze_events
 from toranalyze.reconstruct.job_names import rename_jobs
+from toranalyze.report.job import JobReportInput
+from toranalyze.report.redact import redact_frames, redact_json, redact_strings
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "sample_logs"
@@ -91,3 +93,9 @@ def hostile_run(sample_run: Run) -> Run:
     summary = dict(sample_run.summary)
     summary["input_errors"] = [f"bad line {SCRIPT} with token {next(iter(SECRETS))}"]
     return Run(an, ev, summary)
+
+
+def redacted_input(run: Run) -> JobReportInput:
+    """The report's input as ``analyze`` hands it over with redaction on (the default): secrets
+    taken out of every frame and the summary at the one point where a run's outputs are made."""
+    return JobReportInput(redact_frames(run.analysis), redact_strings(run.events), redact_json(run.summary))

@@ -21,7 +21,7 @@ from toranalyze.report.fleet import render_fleet_report
 from toranalyze.report.html import write_plotly_js
 from toranalyze.report.job import JobReportInput, render_job_report
 
-from .conftest import HOSTILE_JOB, HOSTILE_NODE, Run
+from .conftest import HOSTILE_JOB, HOSTILE_NODE, Run, redacted_input
 from .fleet_helper import fleet_tables, replicate
 
 pytest.importorskip("playwright.sync_api", reason="playwright is in the test extra")
@@ -83,7 +83,7 @@ def test_job_report_draws_and_shows_the_tables_numbers(sample_run: Run, tmp_path
 
 
 def test_hostile_text_shows_as_text_and_runs_nothing(hostile_run: Run, tmp_path: Path, artifacts: Path) -> None:
-    html = render_job_report(JobReportInput(hostile_run.analysis, hostile_run.events, hostile_run.summary))
+    html = render_job_report(redacted_input(hostile_run), redacted=True)  # as analyze renders it
     path = _write(tmp_path / "hostile", html)
 
     def check(page: Any) -> dict[str, Any]:

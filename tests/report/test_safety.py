@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from toranalyze.report.job import JobReportInput, render_job_report
-from toranalyze.report.redact import MASK, redact_frames, redact_json, redact_strings, redact_text
+from toranalyze.report.redact import MASK, redact_json, redact_strings, redact_text
 from toranalyze.report.text import print_summary
 
-from .conftest import HOSTILE_FILE_PART, HOSTILE_JOB, HOSTILE_NODE, IMG, SCRIPT, SECRETS, SVG, Run
+from .conftest import HOSTILE_FILE_PART, HOSTILE_JOB, HOSTILE_NODE, IMG, SCRIPT, SECRETS, SVG, Run, redacted_input
 
 
 @pytest.mark.parametrize("secret", list(SECRETS))
@@ -58,9 +58,7 @@ def test_redact_strings_and_json() -> None:
 def hostile_html(hostile_run: Run) -> str:
     """The page as ``analyze`` renders it: secrets taken out of its inputs at the one point where a
     run's outputs are made (redaction on by default), the page labelled so."""
-    r = hostile_run
-    inputs = JobReportInput(redact_frames(r.analysis), redact_strings(r.events), redact_json(r.summary))
-    return render_job_report(inputs, redacted=True)
+    return render_job_report(redacted_input(hostile_run), redacted=True)
 
 
 def _script_bodies(page: str) -> list[str]:

@@ -255,7 +255,8 @@ def cost_by_cause(incidents: pl.DataFrame) -> dict[str, Any]:
     c = (incidents.group_by("root_cause").agg((pl.col("downtime_s").fill_null(0).sum() / 3600).alias("down"),
                                               (pl.col("lost_time_s").fill_null(0).sum() / 3600).alias("lost"),
                                               pl.len().alias("n"))
-         .with_columns((pl.col("down") + pl.col("lost")).alias("tot")).sort("tot", descending=True))
+         .with_columns((pl.col("down") + pl.col("lost")).alias("tot"))
+         .sort(["tot", "root_cause"], descending=[True, False]))
     names = esc_plot(c["root_cause"].to_list())
     return {"data": [
         {"type": "bar", "name": "downtime", "x": names, "y": c["down"].to_list(), "marker": {"color": PALETTE[1]},

@@ -19,7 +19,18 @@ import polars as pl
 from scipy import stats
 
 from toranalyze.reconstruct.tables import BUCKETS
-from toranalyze.report.html import PALETTE, PLOTLY_JS, Page, cards, esc, esc_plot, fmt_duration, scroll_box, table
+from toranalyze.report.html import (
+    PALETTE,
+    PLOTLY_JS,
+    Page,
+    cards,
+    clip_times,
+    esc,
+    esc_plot,
+    fmt_duration,
+    scroll_box,
+    table,
+)
 
 LEMON_MIN_FAILURES = 2
 LEMON_MAX_P = 0.01
@@ -29,7 +40,8 @@ MAX_JOB_ROWS = 5000
 def class_rates(incidents: pl.DataFrame, exposure: pl.DataFrame) -> pl.DataFrame:
     """Failures per root cause per 1000 GPU-hours with exact 95% Poisson intervals."""
     gpu_h = float(exposure["gpu_hours"].sum() or 0.0)
-    c = incidents.group_by("root_cause").agg(pl.len().alias("n"), pl.col("planned").first()).sort("n", descending=True)
+    c = incidents.group_by("root_cause").agg(pl.len().alias("n"), pl.col("planned").first())
+    c = c.sort(["n", "root_cause"], descending=[True, False])
     k = c["n"].to_numpy().astype(float)
     lo = np.where(k > 0, stats.chi2.ppf(0.025, 2 * k) / 2, 0.0)
     hi = stats.chi2.ppf(0.975, 2 * k + 2) / 2
@@ -127,7 +139,7 @@ def lemon_nodes(incidents: pl.DataFrame, exposure: pl.DataFrame) -> pl.DataFrame
     p = stats.poisson.sf(k - 1, np.maximum(mu, 1e-12))
     return (per.with_columns(pl.Series("expected", mu), pl.Series("p", p))
             .filter((pl.col("failures") >= LEMON_MIN_FAILURES) & (pl.col("p") <= LEMON_MAX_P))
-            .sort("p", "failures", descending=[False, True]))
+            .sort("p", "failures", "node", descending=[False, True, False]))
 
 
 def _job_gpus(jobs: pl.DataFrame) -> pl.DataFrame:
@@ -151,6 +163,7 @@ def render_fleet_report(jobs: pl.DataFrame, attempts: pl.DataFrame, incidents: p
     plotly_src = options.get("plotly_src", PLOTLY_JS)
     page = Page(f"{title}: fleet reliability", plotly_src)
     page.add(f"<h1>{esc(page.title)}</h1>")
+    jobs, attempts, incidents, exposure = (clip_times(t) for t in (jobs, attempts, incidents, exposure))
     unexpected = incidents.filter(~pl.col("planned").fill_null(False))
     span = float(jobs["span_s"].sum() or 0.0)
     fleet_tor = float(jobs["useful_s"].sum() or 0.0) / span if span else None
@@ -206,7 +219,7 @@ def _rates_section(page: Page, incidents: pl.DataFrame, exposure: pl.DataFrame, 
     if r.height == 0:
         page.add('<p class="note">No incidents.</p>')
         return
-    r = r.sort("rate")
+    r = r.sort("rate", "root_cause", descending=[False, True])  # drawn bottom-up: the table's order reversed
     names = esc_plot(r["root_cause"].to_list())
     page.figure({"data": [{"type": "scatter", "mode": "markers", "x": r["rate"].to_list(), "y": names,
                            "error_x": {"type": "data", "symmetric": False,
@@ -218,7 +231,8 @@ def _rates_section(page: Page, incidents: pl.DataFrame, exposure: pl.DataFrame, 
                             "margin": {"l": 130}}}, height=max(240, 26 * r.height + 80))
     if "weibull_shape" not in r.columns:
         r = r.with_columns(pl.lit(None, pl.Float64).alias("weibull_shape"))
-    cols = r.sort("rate", descending=True).select("root_cause", "n", "rate", "lo", "hi", "weibull_shape")
+    cols = (r.sort("rate", "root_cause", descending=[True, False])
+            .select("root_cause", "n", "rate", "lo", "hi", "weibull_shape"))
     rows = [(esc(c), str(n), f"{x:.3g}", f"{lo:.3g} – {hi:.3g}", "-" if k is None else f"{k:.2f}")
             for c, n, x, lo, hi, k in cols.iter_rows()]
     page.add(table(["class", "failures", "rate", "95% interval", "Weibull shape"], rows,
@@ -270,7 +284,8 @@ def _recovery_section(page: Page, incidents: pl.DataFrame) -> None:
     if d.height == 0:
         page.add('<p class="note">No recoveries.</p>')
         return
-    order = d.group_by("root_cause").agg(pl.col("downtime_s").median().alias("m")).sort("m", descending=True)
+    order = d.group_by("root_cause").agg(pl.col("downtime_s").median().alias("m"))
+    order = order.sort(["m", "root_cause"], descending=[True, False])
     data = []
     for i, cause in enumerate(order["root_cause"].to_list()):
         mins = d.filter(pl.col("root_cause") == cause)["downtime_s"] / 60.0
@@ -284,7 +299,7 @@ def _pareto_section(page: Page, incidents: pl.DataFrame, jobs: pl.DataFrame) -> 
     lost = (incidents.join(_job_gpus(jobs), on=["run", "job"], how="left")
             .with_columns(((pl.col("downtime_s").fill_null(0) + pl.col("lost_time_s").fill_null(0))
                            * pl.col("_g").fill_null(0) / 3600).alias("gh"))
-            .group_by("root_cause").agg(pl.col("gh").sum()).sort("gh", descending=True))
+            .group_by("root_cause").agg(pl.col("gh").sum()).sort(["gh", "root_cause"], descending=[True, False]))
     if lost.height == 0:
         page.add('<p class="note">No incidents.</p>')
         return
@@ -379,7 +394,7 @@ def _link(text: str, href: str | None) -> str:
 
 def _jobs_section(page: Page, jobs: pl.DataFrame) -> None:
     page.add('<h2 id="jobs">Jobs (lowest TOR first)</h2>')
-    j = jobs.sort("tor", nulls_last=True).head(MAX_JOB_ROWS)
+    j = jobs.sort("tor", "run", "job", nulls_last=True).head(MAX_JOB_ROWS)
     rows = []
     for r in j.iter_rows(named=True):
         name = r["job"] if not r["run"] or r["run"] == r["job"] else f"{r['run']} · {r['job']}"

@@ -13,6 +13,7 @@ import base64
 import hashlib
 import html
 import json
+import math
 import shutil
 from collections.abc import Iterable, Sequence
 from importlib import resources
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import plotly
+import polars as pl
 
 PLOTLY_JS = "plotly.min.js"
 
@@ -196,8 +198,27 @@ def cards(items: Sequence[tuple[str, str]]) -> str:
     return f'<div class="cards">{inner}</div>'
 
 
+# Python's datetime holds years 1 to 9999; polars holds more, and a log may state year 0 or a
+# time past 9999 (or an analysis add a duration to one). Pages show such times at the nearest edge.
+_EDGE_US = (-62_135_596_800_000_000, 253_402_300_799_999_999)  # 0001-01-01, 9999-12-31T23:59:59.999999
+_PER_US = {"ms": (1, 1000), "us": (1, 1), "ns": (1000, 1)}  # (multiply, divide) µs into the unit
+_I64 = (-(2**63), 2**63 - 1)
+
+
+def clip_times(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with every datetime column clipped to what Python's datetime holds (a no-op for the
+    usual frame), so rows can be read as Python values."""
+    exprs = []
+    for name, dtype in df.schema.items():
+        if isinstance(dtype, pl.Datetime):
+            mul, div = _PER_US[dtype.time_unit or "us"]
+            lo, hi = (min(max(e * mul // div, _I64[0]), _I64[1]) for e in _EDGE_US)
+            exprs.append(pl.col(name).cast(pl.Int64).clip(lo, hi).cast(dtype))
+    return df.with_columns(exprs) if exprs else df
+
+
 def fmt_duration(seconds: float | None) -> str:
-    if seconds is None:
+    if seconds is None or not math.isfinite(seconds):
         return "-"
     s = int(round(seconds))
     d, s = divmod(s, 86400)

@@ -9,6 +9,7 @@ are taken out before, where a run's outputs are made (``fleet/pipeline.py::redac
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -19,7 +20,7 @@ from toranalyze.reconstruct.analysis import Analysis
 from toranalyze.reconstruct.skew import ClockSkew
 from toranalyze.reconstruct.tables import BUCKETS
 from toranalyze.report import figures
-from toranalyze.report.html import PLOTLY_JS, Page, cards, esc, fmt_duration, scroll_box, table
+from toranalyze.report.html import PLOTLY_JS, Page, cards, clip_times, esc, fmt_duration, scroll_box, table
 
 EVIDENCE_SHOWN = 3
 MAX_INCIDENT_ROWS = 2000
@@ -38,9 +39,9 @@ class JobReportInput:
 def render_job_report(inp: JobReportInput, *, title: str | None = None, redacted: bool = False,
                       plotly_src: str = PLOTLY_JS, jobs: list[str] | None = None) -> str:
     """The whole page. ``jobs`` limits it to these jobs (default: every job of the analysis)."""
-    an = inp.analysis
+    an = _clipped(inp.analysis)
     tor = an.tor if jobs is None else an.tor.filter(pl.col("job").is_in(jobs))
-    events, incidents = inp.events, an.incidents
+    events, incidents = clip_times(inp.events), an.incidents
     names = tor["job"].to_list()
     page = Page(title or (names[0] if len(names) == 1 else f"{len(names)} jobs"), plotly_src)
     page.add(f"<h1>{esc(page.title)}</h1>")
@@ -59,6 +60,13 @@ def render_job_report(inp: JobReportInput, *, title: str | None = None, redacted
     page.add('<footer>toranalyze · times in UTC · TOR = optimal / observed training time (arXiv 2408.07482)'
              f'{" · secrets redacted" if redacted else ""}</footer>')
     return page.render()
+
+
+def _clipped(an: Analysis) -> Analysis:
+    """The analysis with its times clipped to what the page can show (``html.clip_times``)."""
+    frames: dict[str, Any] = {f.name: clip_times(v) for f in dataclasses.fields(an)
+                              if isinstance(v := getattr(an, f.name), pl.DataFrame)}
+    return dataclasses.replace(an, **frames)
 
 
 def _frame_for(df: pl.DataFrame | None, job: str) -> pl.DataFrame | None:
@@ -81,7 +89,8 @@ def gpu_count(events: pl.DataFrame) -> int | None:
 
 
 def _when(t: datetime | None) -> str:
-    return t.strftime("%Y-%m-%d %H:%M:%S") if t else "-"
+    # isoformat, not strftime: strftime writes year 1 as "1", isoformat as "0001"
+    return t.replace(tzinfo=None).isoformat(" ", "seconds") if t else "-"
 
 
 @dataclass(frozen=True)
@@ -158,9 +167,11 @@ def evidence_lines(incidents: pl.DataFrame, events: pl.DataFrame) -> pl.DataFram
           .with_columns(pl.int_range(pl.len()).over("incident").alias("_k"),
                         pl.col("evidence").str.extract(r"^(.*):(\d+)$", 1).alias("file"),
                         pl.col("evidence").str.extract(r"^(.*):(\d+)$", 2).cast(pl.Int64).alias("line")))
+    # Several records of one line: the first message in text order, whatever the events' order.
     text = (events.select("file", "line", "message").join(ev.select("file", "line").unique(), on=["file", "line"],
                                                           how="semi")
-            .unique(["file", "line"], keep="first"))
+            .sort("file", "line", "message", nulls_last=True)
+            .unique(["file", "line"], keep="first", maintain_order=True))
     return ev.join(text, on=["file", "line"], how="left").sort("incident", "_k").select(
         "incident", pl.col("evidence").alias("ref"), pl.col("message").alias("text"))
 
@@ -208,7 +219,7 @@ def _data_quality(page: Page, events: pl.DataFrame, summary: dict[str, Any], sha
         per = (files.with_columns(pl.col("parser").fill_null("(unread)"))
                .group_by("parser").agg(pl.len().alias("files"), pl.col("lines").sum(), pl.col("covered").sum(),
                                        pl.col("events").sum(), pl.col("error").is_not_null().sum().alias("failed"))
-               .sort("lines", descending=True))
+               .sort(["lines", "parser"], descending=[True, False]))  # ties by name: the same page each run
         cols = per.select("parser", "files", "lines", "covered", "events", "failed")
         rows = [(esc(p), str(f), str(n), str(e), f"{c / n:.1%}" if n else "-", str(x))
                 for p, f, n, c, e, x in cols.iter_rows()]
@@ -219,7 +230,7 @@ def _data_quality(page: Page, events: pl.DataFrame, summary: dict[str, Any], sha
         inf = (events.group_by("source")
                .agg(pl.len().alias("n"), pl.col("ts_inferred").fill_null(False).sum().alias("i"),
                     pl.col("ts").is_null().sum().alias("u"))
-               .sort("n", descending=True))
+               .sort(["n", "source"], descending=[True, False]))  # ties by name: the same page each run
         trows = [(esc(s), str(n), str(i), f"{i / n:.1%}", str(u)) for s, n, i, u in inf.iter_rows()]
         page.add("<h3>Timestamps per source</h3>")
         page.add(table(["source", "events", "time inferred from a neighbour", "share", "no time"], trows,

@@ -32,6 +32,9 @@ _US_PER_H = 3_600_000_000
 # A job whose records carry no timestamp runs on a relative clock from the Unix epoch
 # (reconstruct.prepare.relative_times): its hours count, but they fall in no calendar window.
 _CALENDAR_FROM = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+# A time past this is a clock or parse error (a log stating year 9999), not a date a job ran on: the
+# windows stop here, so an impossible date neither overflows Python's datetime nor adds 400,000 weeks.
+_CALENDAR_UNTIL = dt.datetime(2200, 1, 1, tzinfo=dt.UTC)
 
 
 def poisson_interval(k: np.ndarray | int, exposure: np.ndarray | float, conf: float = CONF) -> tuple[Any, Any, Any]:
@@ -269,7 +272,9 @@ def window_rates(fail: pl.DataFrame, exposure: pl.DataFrame, window: str = "1w")
     running time of every attempt clipped to the window."""
     att = exposure.group_by("run", "job", "attempt").agg(
         pl.col("t_start").min(), pl.col("t_end").max(), pl.col("gpus").sum(), pl.col("nodes").sum())
-    att = att.filter(pl.col("t_start") >= _calendar_from(att["t_start"].dtype))
+    start, until = _calendar_from(att["t_start"].dtype), _calendar_from(att["t_start"].dtype, _CALENDAR_UNTIL)
+    att = (att.filter((pl.col("t_start") >= start) & (pl.col("t_start") < until))
+           .with_columns(pl.col("t_end").cast(att["t_start"].dtype).clip(upper_bound=until)))
     if att.is_empty():
         return pl.DataFrame(schema={"scope": pl.String, "key": pl.String, "failures": pl.Int64,
                                     **{u: pl.Float64 for u in UNITS}})
@@ -283,18 +288,19 @@ def window_rates(fail: pl.DataFrame, exposure: pl.DataFrame, window: str = "1w")
     ex = over.group_by("w0").agg((pl.col("h") * pl.col("gpus")).sum().alias("gpu_hour"),
                                  (pl.col("h") * pl.col("nodes")).sum().alias("node_hour"),
                                  pl.col("h").sum().alias("job_hour"))
-    f = (fail.drop_nulls("t_onset").filter(pl.col("t_onset") >= _calendar_from(fail["t_onset"].dtype))
+    onset = fail["t_onset"].dtype
+    f = (fail.drop_nulls("t_onset")
+         .filter(pl.col("t_onset").is_between(_calendar_from(onset), _calendar_from(onset, _CALENDAR_UNTIL), "left"))
          .group_by(pl.col("t_onset").dt.truncate(window).alias("w0")).len("failures"))
     return ex.join(f, on="w0", how="left").sort("w0").select(
         pl.lit("window").alias("scope"), pl.col("w0").dt.strftime("%Y-%m-%d").alias("key"),
         pl.col("failures").fill_null(0).cast(pl.Int64), *UNITS)
 
 
-def _calendar_from(dtype: pl.DataType) -> pl.Expr:
-    """``_CALENDAR_FROM`` as a literal of ``dtype`` (naive or zoned, any unit)."""
+def _calendar_from(dtype: pl.DataType, at: dt.datetime = _CALENDAR_FROM) -> pl.Expr:
+    """``at`` (default ``_CALENDAR_FROM``) as a literal of ``dtype`` (naive or zoned, any unit)."""
     zone = getattr(dtype, "time_zone", None)
-    at = _CALENDAR_FROM if zone else _CALENDAR_FROM.replace(tzinfo=None)
-    return pl.lit(at).cast(dtype)
+    return pl.lit(at if zone else at.replace(tzinfo=None)).cast(dtype)
 
 
 # --------------------------------------------------------------------------- durations

@@ -4,14 +4,17 @@ time past 9999, and a run may span both. Both reports render, showing such times
 from __future__ import annotations
 
 import datetime as dt
+import io
 
 import polars as pl
 import pytest
+from rich.console import Console
 
 from toranalyze.reconstruct.analysis import analyze_events
 from toranalyze.report.fleet import render_fleet_report
 from toranalyze.report.html import clip_times, fmt_duration
 from toranalyze.report.job import JobReportInput, render_job_report
+from toranalyze.report.text import print_summary
 
 from .conftest import SAMPLES, Run
 from .fleet_helper import fleet_tables
@@ -45,6 +48,13 @@ def test_both_reports_render_times_beyond_python_datetime_clipped(sample_run: Ru
         assert (early in html) == (case != "year 9999")
         assert (late in html) == (case != "year 0")
     assert "No training progress" not in page
+
+
+@pytest.mark.parametrize("case", ["year 0", "years 0 to 9999"])
+def test_the_terminal_summary_shows_times_beyond_python_datetime_clipped(sample_run: Run, case: str) -> None:
+    buf = io.StringIO()
+    print_summary(analyze_events(_moved(sample_run, case)), Console(file=buf, width=200, color_system=None))
+    assert "0001-01-01 00:00:00" in buf.getvalue()  # the incidents' times, at Python's first year
 
 
 def test_clip_times_leaves_ordinary_times_and_other_columns_alone() -> None:

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from toranalyze.reconstruct.tables import BUCKETS
-from toranalyze.report.html import fmt_duration
+from toranalyze.report.html import clip_times, fmt_duration
 
 
 def _short_evidence(ref: str, root: str | None) -> str:
@@ -23,8 +23,9 @@ def _short_evidence(ref: str, root: str | None) -> str:
 
 def print_summary(analysis: object, console: Console) -> None:
     """Each job's ledger and incidents (secrets are taken out before, where the run is made)."""
-    tor: pl.DataFrame = analysis.tor  # type: ignore[attr-defined]
-    incidents: pl.DataFrame = analysis.incidents  # type: ignore[attr-defined]
+    # times past what Python's datetime holds (a log may state year 0) shown at its edge, as in the report
+    tor: pl.DataFrame = clip_times(analysis.tor)  # type: ignore[attr-defined]
+    incidents: pl.DataFrame = clip_times(analysis.incidents)  # type: ignore[attr-defined]
     if tor.height == 0:
         console.print("[yellow]no training progress was found in the inputs: no TOR to compute[/]")
         return
@@ -54,7 +55,7 @@ def print_summary(analysis: object, console: Console) -> None:
                 evidence = [_short_evidence(e, job.get("path")) for e in (inc.get("evidence") or [])]
                 it.add_row(
                     str(i),
-                    when.strftime("%Y-%m-%d %H:%M:%S") if when else "-",
+                    when.replace(tzinfo=None).isoformat(" ", "seconds") if when else "-",
                     escape(str(inc.get("root_cause"))),
                     "yes" if inc.get("planned") else "",
                     escape(",".join(inc.get("nodes") or [])) or "-",

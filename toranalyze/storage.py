@@ -287,6 +287,19 @@ def _local_files(root: Path) -> dict[str, tuple[int, int]]:
     return out
 
 
+def _writable(folder: Path) -> None:
+    """Create ``folder`` and write a scratch file in it, so a destination that cannot be written
+    fails before the work starts, not after it."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        reason = (exc.strerror or str(exc)).lower()
+        raise ConfigError(f"cannot write the output here: {reason}", path=str(folder),
+                          hint="give a folder you can write to with -o") from exc
+
+
 @contextmanager
 def output_dir(spec: str, *, mirror: bool = False, last: tuple[str, ...] = ()) -> Iterator[Path]:
     """A local folder to write a command's outputs into.
@@ -300,7 +313,7 @@ def output_dir(spec: str, *, mirror: bool = False, last: tuple[str, ...] = ()) -
     if not is_url(spec):
         if Path(spec).exists() and not Path(spec).is_dir():
             raise ConfigError("the output is a file, not a directory", path=spec, hint="give a directory with -o")
-        Path(spec).mkdir(parents=True, exist_ok=True)
+        _writable(Path(spec))
         yield Path(spec)
         return
     spec = normalize(spec)

@@ -19,6 +19,7 @@ from toranalyze.cli.common import (
     ingest_options,
     ingest_to,
     out,
+    plain,
     print_warnings,
     reading,
     redact_options,
@@ -40,7 +41,7 @@ def _print_files(result: IngestResult) -> None:
         table.add_column(col, overflow="fold")
     for f in result.files:
         cov = "-" if f.coverage is None else f"{f.coverage:.1%}"
-        table.add_row(f.path, f.error and "[red]failed[/]" or f.parser, str(f.lines), str(f.events), cov)
+        table.add_row(plain(f.path), f.error and "[red]failed[/]" or plain(f.parser), str(f.lines), str(f.events), cov)
     out.print(table)
 
 
@@ -78,7 +79,8 @@ def ingest_cmd(paths: tuple[str, ...], out_dir: str, ingest: IngestOptions, work
     if not quiet:
         _print_files(result)
     out.print(f"{s['events']} events from {s['files_read']}/{s['files']} files "
-              f"(coverage {s['coverage']:.1%}) -> {out_dir}" if s["coverage"] is not None else f"-> {out_dir}")
+              f"(coverage {s['coverage']:.1%}) -> {plain(out_dir)}" if s["coverage"] is not None
+              else f"-> {plain(out_dir)}", soft_wrap=True)
 
 
 @cli.command("coverage")
@@ -180,9 +182,9 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except ToranalyzeError as exc:
         where = exc.where()
-        err.print(f"[red]error[/]: {where + ': ' if where else ''}{exc.message}")
+        err.print(f"[red]error[/]: {plain(where + ': ' if where else '')}{plain(exc.message)}", soft_wrap=True)
         if exc.hint:
-            err.print(f"  next: {exc.hint}")
+            err.print(f"  next: {plain(exc.hint)}", soft_wrap=True)
         sys.exit(2)
     except pl.exceptions.PolarsError as exc:  # should not happen; say so plainly
         err.print(f"[red]internal error[/] (please report): {type(exc).__name__}: {exc}")

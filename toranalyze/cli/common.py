@@ -13,10 +13,12 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from toranalyze import storage
 from toranalyze.fleet.pipeline import OutputOptions, RunOptions
+from toranalyze.ingest.discover import printable
 from toranalyze.ingest.engine import default_jobs, import_ray
 from toranalyze.ingest.pipeline import ROW_GROUP, IngestOptions, IngestResult, Workers, ingest
 from toranalyze.ingest.registry import default_registry
@@ -140,9 +142,15 @@ def ingest_to(table: Path, paths: Sequence[str], options: IngestOptions, workers
     return IngestResult(table, result.files, result.input_errors)
 
 
+def plain(text: object) -> str:
+    """Text for rich markup that is shown as it is: brackets in a path (``in/[/].log``) are not
+    tags, and the bytes of a non-UTF-8 file name are spelt ``\\xff``."""
+    return escape(printable(str(text)))
+
+
 def print_warnings(lines: list[str]) -> None:
-    for line in lines:
-        err.print(f"[yellow]warning[/]: {line}", highlight=False)
+    for line in lines:  # one line each, however long: the path must stay whole
+        err.print(f"[yellow]warning[/]: {plain(line)}", highlight=False, soft_wrap=True)
 
 
 def write_summary(summary: dict[str, Any], out_dir: Path) -> None:

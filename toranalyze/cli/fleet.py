@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from toranalyze import storage
-from toranalyze.cli.common import err, out, run_options, workers_options
+from toranalyze.cli.common import err, out, plain, print_warnings, run_options, workers_options
 from toranalyze.cli.reports import write_fleet_report
 from toranalyze.fleet.build import BuildResult, build
 from toranalyze.fleet.pipeline import OutputOptions, RunOptions
@@ -48,7 +48,7 @@ def _print_summary(s: FleetSummary, result: BuildResult, store_dir: str) -> None
         for col in ("root cause", "unexpected", "planned"):
             t.add_column(col, justify="left" if col == "root cause" else "right")
         for cls, unexpected, planned in s.by_class.iter_rows():
-            t.add_row(str(cls), str(unexpected or ""), str(planned or ""))
+            t.add_row(plain(cls), str(unexpected or ""), str(planned or ""))
         total = s.by_class.select(pl.col("unexpected", "planned").sum()).row(0)
         t.add_row("[bold]total[/]", *(f"[bold]{n}[/]" for n in total))
         out.print(t)
@@ -57,8 +57,8 @@ def _print_summary(s: FleetSummary, result: BuildResult, store_dir: str) -> None
     if s.tor_quantiles:
         qs = "  ".join(f"p{round(q * 100)} {v:.4f}" for q, v in s.tor_quantiles.items())
         out.print(f"TOR over jobs: {qs}  mean {s.tor_mean:.4f}")
-    out.print(f"tables written to {store_dir}/ ({', '.join(f'{t}.parquet' for t in TABLES)})"
-              if result.rewritten else f"nothing changed in {store_dir}/")
+    out.print(f"tables written to {plain(store_dir)}/ ({', '.join(f'{t}.parquet' for t in TABLES)})"
+              if result.rewritten else f"nothing changed in {plain(store_dir)}/", soft_wrap=True)
 
 
 @click.command("fleet")
@@ -86,13 +86,12 @@ def fleet(paths: tuple[str, ...], out_dir: str, workers: Workers, options: RunOp
 
             result = build(paths, store_dir, options, workers, progress=progress,
                            skip=[out_dir] if storage.is_url(out_dir) else [])
-        for r in result.runs:
-            if r.error:
-                err.print(f"[yellow]warning[/]: run {r.id} ({r.path}): {r.error}")
+        print_warnings(result.warnings)
+        print_warnings([f"run {r.id} ({r.path}): {r.error}" for r in result.runs if r.error])
         tables = {t: pl.read_parquet(store_dir / f"{t}.parquet") for t in TABLES}
         title = storage.name(out_dir) if storage.is_url(out_dir) else store_dir.resolve().name
         page = write_fleet_products(store_dir, tables, options.output, title)
     if not quiet:
         _print_summary(summarize(len(result.runs), *(tables[t] for t in TABLES)), result, out_dir)
     if page is not None:
-        out.print(f"report: {storage.join(out_dir, page.name)}", highlight=False, soft_wrap=True)
+        out.print(f"report: {plain(storage.join(out_dir, page.name))}", highlight=False, soft_wrap=True)

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from toranalyze.errors import InputError
 from toranalyze.fleet import store
 from toranalyze.fleet.pipeline import REPORT, RunOptions, RunOutcome, RunTask, analyze_task, options_salt
 from toranalyze.fleet.runs import Run, content_hash, find_runs
@@ -29,6 +30,7 @@ class BuildResult:
     removed: list[str] = field(default_factory=list)  # run ids dropped from the store
     notes: dict[str, list[str]] = field(default_factory=dict)  # run id -> notes of its analysis
     rewritten: bool = False  # were the merged tables and manifest written
+    warnings: list[str] = field(default_factory=list)  # inputs skipped or unreadable ("path: reason — next step")
 
 
 @contextmanager
@@ -75,11 +77,13 @@ def build(paths: Sequence[str], out: Path, options: RunOptions | None = None, wo
     searched for runs (the store's URL when ``out`` is its local copy)."""
     options, workers = options or RunOptions(), workers or Workers()
     out.mkdir(parents=True, exist_ok=True)
-    runs = find_runs(paths, skip=[str(out), *skip])
+    problems: list[InputError] = []
+    runs = find_runs(paths, skip=[str(out), *skip], problems=problems)
     before = store.read_manifest(out)
-    hashes = _hashes(runs, options_salt(options), progress)
+    hashes = _hashes(runs, options_salt(options), progress, problems)
     todo = [RunTask(r, hashes[r.id], options) for r in runs if not store.has_part(out, hashes[r.id])]
-    result = BuildResult(runs=[], reused=len(runs) - len(todo))
+    result = BuildResult(runs=[], reused=len(runs) - len(todo),
+                         warnings=[f"{e.where()}: {e.message}" + (f" — {e.hint}" if e.hint else "") for e in problems])
     for i, outcome in enumerate(_analyze(todo, workers), 1):
         status = {"run": outcome.run.id, "error": outcome.error, "notes": list(outcome.notes),
                   "files_failed": outcome.files_failed}
@@ -96,10 +100,11 @@ def build(paths: Sequence[str], out: Path, options: RunOptions | None = None, wo
     return result
 
 
-def _hashes(runs: Sequence[Run], salt: str, progress: Progress | None) -> dict[str, str]:
+def _hashes(runs: Sequence[Run], salt: str, progress: Progress | None,
+            problems: list[InputError]) -> dict[str, str]:
     hashes: dict[str, str] = {}
     for i, run in enumerate(runs, 1):
-        hashes[run.id] = content_hash(run, salt)
+        hashes[run.id] = content_hash(run, salt, problems)
         if progress:
             progress("hashing", i, len(runs), run.id)
     return hashes

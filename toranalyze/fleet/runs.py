@@ -21,7 +21,7 @@ from pathlib import Path
 
 from toranalyze import storage
 from toranalyze.errors import InputError
-from toranalyze.ingest.discover import _wanted
+from toranalyze.ingest.discover import _wanted, folder_error, printable, refused
 
 CHUNK = 1 << 20
 
@@ -33,29 +33,72 @@ class Run:
     files: tuple[str, ...]  # paths relative to ``path``, sorted
 
 
-def _log_files(d: Path, skip: frozenset[Path]) -> list[str]:
+def _log_files(d: Path, skip: frozenset[Path], problems: list[InputError]) -> list[str]:
     out = []
-    for dirpath, dirnames, filenames in os.walk(d):
+    for dirpath, dirnames, filenames in os.walk(d, onerror=lambda e: problems.append(folder_error(e))):
         dirnames[:] = sorted(
-            x for x in dirnames if not x.startswith(".") and (Path(dirpath) / x).resolve() not in skip
+            x for x in dirnames if not x.startswith(".") and Path(os.path.realpath(Path(dirpath) / x)) not in skip
         )
         for name in sorted(filenames):
             p = Path(dirpath) / name
-            if _wanted(p) and p.is_file():
+            if _wanted(p) and _readable(p, problems):
                 out.append(p.relative_to(d).as_posix())
     return sorted(out)
 
 
-def _runs_under(d: Path, rel: str, skip: frozenset[Path]) -> Iterable[tuple[str, Path]]:
-    if d.resolve() in skip:
+def _readable(p: Path, problems: list[InputError]) -> bool:
+    """Whether ``p`` is a regular file with a UTF-8 name; else the reason is recorded."""
+    try:
+        problem = refused(str(p), p.stat().st_mode)
+    except OSError as exc:  # a symlink loop, a dangling link, a file gone
+        problem = InputError(f"cannot read: {(exc.strerror or str(exc)).lower()}; skipped", path=printable(str(p)))
+    if problem is not None:
+        problems.append(problem)
+    return problem is None
+
+
+def _kind(e: os.DirEntry[str], problems: list[InputError]) -> str | None:
+    """"file" or "dir" for an entry of a folder of runs, or None (hidden, special, broken: the
+    reason recorded when it is not merely hidden)."""
+    if e.name.startswith("."):
+        return None
+    try:
+        if e.is_dir():
+            if printable(e.path) == e.path:
+                return "dir"
+            problems.append(InputError("the folder name is not valid UTF-8; skipped", path=printable(e.path),
+                                       hint="rename the folder (e.g. with convmv) and run again"))
+            return None
+    except OSError as exc:
+        problems.append(InputError(f"cannot read: {(exc.strerror or str(exc)).lower()}; skipped",
+                                   path=printable(e.path)))
+        return None
+    return "file" if _wanted(Path(e.path)) and _readable(Path(e.path), problems) else None
+
+
+def _runs_under(d: Path, rel: str, skip: frozenset[Path], problems: list[InputError],
+                above: frozenset[Path] = frozenset()) -> Iterable[tuple[str, Path]]:
+    real = Path(os.path.realpath(d))
+    if real in skip:
         return
-    entries = sorted(os.scandir(d), key=lambda e: e.name)
-    if any(e.is_file() and not e.name.startswith(".") and _wanted(Path(e.path)) for e in entries):
+    if real in above:  # a symlink back to a folder being searched: following it never ends
+        problems.append(InputError("a symlink loop (it leads back to a folder above it); skipped",
+                                   path=printable(str(d))))
+        return
+    try:
+        entries = sorted(os.scandir(d), key=lambda e: e.name)
+    except OSError as exc:
+        problems.append(folder_error(exc))
+        return
+    unread: list[InputError] = []  # a run's own files are checked again, with the rest of it
+    kinds = [(e, _kind(e, unread)) for e in entries]
+    if any(k == "file" for _, k in kinds):
         yield rel, d
         return
-    for e in entries:
-        if e.is_dir() and not e.name.startswith("."):
-            yield from _runs_under(Path(e.path), f"{rel}/{e.name}", skip)
+    problems.extend(unread)
+    for e, k in kinds:
+        if k == "dir":
+            yield from _runs_under(Path(e.path), f"{rel}/{e.name}", skip, problems, above | {real})
 
 
 def _url_runs(spec: str, skip: Sequence[str]) -> list[Run]:
@@ -89,12 +132,15 @@ def _group_runs(rels: list[str], rel: str, here: str = "") -> Iterable[tuple[str
         yield from _group_runs(subs[sub], f"{rel}/{sub}", f"{here}/{sub}".lstrip("/"))
 
 
-def find_runs(paths: Sequence[str], skip: Iterable[str] = ()) -> list[Run]:
+def find_runs(paths: Sequence[str], skip: Iterable[str] = (),
+              problems: list[InputError] | None = None) -> list[Run]:
     """Expand input paths (or URLs) into runs, sorted by id. ``skip``: directories never entered
-    (the store).
+    (the store). Entries that cannot be read (folders denied, symlink loops, special files,
+    names that are not UTF-8) are skipped, each with its reason appended to ``problems``.
 
     Raises InputError for a path that does not exist or holds no run, and for two runs that
     would get one id."""
+    problems = [] if problems is None else problems
     skip = list(skip)
     skipped = frozenset(Path(s).resolve() for s in skip if not storage.is_url(s))
     runs: dict[str, Run] = {}
@@ -114,11 +160,11 @@ def find_runs(paths: Sequence[str], skip: Iterable[str] = ()) -> list[Run]:
         if p.is_file():
             found = [(name, p)]
         else:
-            found = list(_runs_under(p, name, skipped))
+            found = list(_runs_under(p, name, skipped, problems))
         if not found:
             raise InputError("holds no log file", path=spec, hint="give a run directory or a directory of runs")
         for rid, d in found:
-            files = (d.name,) if d.is_file() else tuple(_log_files(d, skipped))
+            files = (d.name,) if d.is_file() else tuple(_log_files(d, skipped, problems))
             _add(runs, Run(rid, str(d.parent if d.is_file() else d), files), spec)
     return [runs[k] for k in sorted(runs)]
 
@@ -143,17 +189,30 @@ def run_files(run: Run) -> list[str]:
     return [storage.join(run.path, f) for f in run.files]
 
 
-def content_hash(run: Run, salt: str = "") -> str:
+def content_hash(run: Run, salt: str = "", problems: list[InputError] | None = None) -> str:
     """A digest of the run's id, every file's relative path, size and bytes, and ``salt`` (the
-    analysis options and version): equal digests mean the analysis would give equal tables."""
+    analysis options and version): equal digests mean the analysis would give equal tables.
+    A file that cannot be read counts by its reason (the run is analysed again once it can be),
+    recorded in ``problems``."""
     h = hashlib.blake2b(digest_size=16)
     h.update(f"{salt}\0{run.id}\0".encode())
     for rel in run.files:
-        fh = hashlib.blake2b(digest_size=16)
-        size = 0
-        with storage.open_input(storage.join(run.path, rel)) as f:
-            while chunk := f.read(CHUNK):
-                fh.update(chunk)
-                size += len(chunk)
-        h.update(f"{rel}\0{size}\0".encode() + fh.digest())
+        try:
+            h.update(f"{rel}\0".encode() + _file_digest(storage.join(run.path, rel)))
+        except OSError as exc:
+            reason = (exc.strerror or str(exc)).lower()
+            h.update(f"{rel}\0unreadable\0{reason}".encode())
+            if problems is not None:
+                problems.append(InputError(f"cannot read: {reason}", path=printable(storage.join(run.path, rel)),
+                                           hint="check the file's permissions"))
     return h.hexdigest()
+
+
+def _file_digest(path: str) -> bytes:
+    fh = hashlib.blake2b(digest_size=16)
+    size = 0
+    with storage.open_input(path) as f:
+        while chunk := f.read(CHUNK):
+            fh.update(chunk)
+            size += len(chunk)
+    return f"{size}\0".encode() + fh.digest()

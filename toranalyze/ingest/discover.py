@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Iterable
+import stat
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,46 @@ class InputFile:
     mtime: float
 
 
+def printable(text: str) -> str:
+    """``text`` with the bytes of a non-UTF-8 file name (surrogate escapes) spelt ``\\xff``, so it
+    can be printed, stored in a table or written to JSON."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a lone surrogate that is no escaped byte
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+_SPECIAL = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+            (stat.S_ISBLK, "a block device"))
+
+
+def special_file(mode: int) -> str | None:
+    """What a file that is neither regular nor a folder is ("a FIFO"...), or None. Such files are
+    never read: a FIFO blocks until someone writes, a device never ends."""
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return next((name for test, name in _SPECIAL if test(mode)), "not a regular file")
+
+
+def refused(path: str, mode: int) -> InputError | None:
+    """The reason a file found or named is not read (a special file, a name that is not UTF-8), or None."""
+    kind = special_file(mode)
+    if kind is not None:
+        return InputError(f"not a regular file ({kind}); skipped", path=printable(path),
+                          hint="copy what it holds into a regular file and give that")
+    if printable(path) != path:
+        return InputError("the file name is not valid UTF-8; skipped", path=printable(path),
+                          hint="rename the file (e.g. with convmv) and run again")
+    return None
+
+
+def folder_error(exc: OSError) -> InputError:
+    """A folder that could not be listed, as the input problem to record."""
+    reason = (exc.strerror or str(exc)).lower()
+    return InputError(f"cannot read the folder: {reason}; skipped", path=printable(str(exc.filename)),
+                      hint="check the folder's permissions")
+
+
 def _wanted(path: Path) -> bool:
     name = path.name
     if name in SKIP_NAMES or name.startswith("."):
@@ -30,8 +71,8 @@ def _wanted(path: Path) -> bool:
     return not name.lower().endswith(SKIP_SUFFIXES)
 
 
-def _walk(root: Path) -> Iterable[Path]:
-    for dirpath, dirnames, filenames in os.walk(root):
+def _walk(root: Path, on_error: Callable[[OSError], None]) -> Iterable[Path]:
+    for dirpath, dirnames, filenames in os.walk(root, onerror=on_error):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in sorted(filenames):
             yield Path(dirpath) / name
@@ -69,29 +110,43 @@ def discover(paths: Iterable[str]) -> tuple[list[InputFile], list[InputError]]:
             files.extend(f for f in found if f.path not in seen)
             seen.update(f.path for f in found)
             continue
-        matches: list[Path]
-        p = Path(spec)
-        if p.is_dir():
-            matches = [f for f in _walk(p) if _wanted(f)]
-        elif p.exists():
-            matches = [p]
-        elif glob.has_magic(spec):
-            matches = [Path(m) for m in sorted(glob.glob(spec, recursive=True))]
-            matches = [f for m in matches for f in (_walk(m) if m.is_dir() else [m]) if _wanted(f)]
-        else:
-            problems.append(InputError("no such file or directory", path=spec, hint="check the path"))
+        found, failed = _discover_local(spec, seen)
+        files.extend(found)
+        problems.extend(failed)
+    return files, problems
+
+
+def _discover_local(spec: str, seen: set[str]) -> tuple[list[InputFile], list[InputError]]:
+    """The regular files a local path, folder or glob names (``seen`` ones left out); special
+    files, folders that cannot be listed and names that are not UTF-8 are recorded and skipped."""
+    problems: list[InputError] = []
+    matches: list[Path]
+    p = Path(spec)
+    if p.is_dir():
+        matches = [f for f in _walk(p, lambda e: problems.append(folder_error(e))) if _wanted(f)]
+    elif p.exists():
+        matches = [p]
+    elif glob.has_magic(spec):
+        matches = [Path(m) for m in sorted(glob.glob(spec, recursive=True))]
+        matches = [f for m in matches for f in (_walk(m, lambda e: problems.append(folder_error(e)))
+                                                if m.is_dir() else [m]) if _wanted(f)]
+    else:
+        return [], [InputError("no such file or directory", path=printable(spec), hint="check the path")]
+    if not matches and not problems:
+        problems.append(InputError("matched no files", path=printable(spec), hint="check the glob or directory"))
+    files: list[InputFile] = []
+    for m in matches:
+        key = os.path.normpath(str(m))
+        if key in seen:
             continue
-        if not matches:
-            problems.append(InputError("matched no files", path=spec, hint="check the glob or directory"))
-        for m in matches:
-            key = os.path.normpath(str(m))
-            if key in seen:
-                continue
-            seen.add(key)
-            try:
-                st = m.stat()
-            except OSError as exc:
-                problems.append(InputError(f"cannot stat: {exc.strerror}", path=str(m)))
-                continue
-            files.append(InputFile(str(m), st.st_size, st.st_mtime))
+        seen.add(key)
+        try:
+            st = m.stat()
+        except OSError as exc:
+            problems.append(InputError(f"cannot stat: {exc.strerror}", path=printable(str(m))))
+            continue
+        if (problem := refused(str(m), st.st_mode)) is not None:
+            problems.append(problem)
+            continue
+        files.append(InputFile(str(m), st.st_size, st.st_mtime))
     return files, problems

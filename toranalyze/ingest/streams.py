@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import bz2
 import io
+import os
+import stat
 import zlib
 from typing import IO
 
@@ -68,10 +70,28 @@ class _GzipReader(io.RawIOBase):
 COMPRESSED = (".gz", ".bz2", ".zst", ".zstd")  # the suffixes open_stream decompresses
 
 
+def _no_wait(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NONBLOCK)  # a FIFO with no writer must not block the open
+
+
+def _open_regular(path: str) -> IO[bytes]:
+    """A local file opened for reading, refused unless it is a regular file (checked on the open
+    file, so it cannot be swapped for a FIFO or a device between the check and the read)."""
+    raw = open(path, "rb", opener=_no_wait)  # noqa: SIM115 - the caller closes it
+    mode = os.fstat(raw.fileno()).st_mode
+    if not stat.S_ISREG(mode):
+        raw.close()
+        raise InputError("not a regular file (a FIFO, socket or device); skipped", path=path,
+                         hint="copy what it holds into a regular file and give that")
+    os.set_blocking(raw.fileno(), True)
+    return raw
+
+
 def open_stream(path: str) -> IO[bytes]:
-    """The file's decompressed bytes as a stream; a URL is read in ranged requests (storage.py)."""
+    """The file's decompressed bytes as a stream; a URL is read in ranged requests (storage.py).
+    A local file that is not regular is refused (InputError)."""
     name = path.lower()
-    raw = storage.open_input(path)
+    raw = storage.open_input(path) if storage.is_url(path) else _open_regular(path)
     if name.endswith(".gz"):
         return _GzipReader(raw)  # type: ignore[return-value]
     if name.endswith(".bz2"):

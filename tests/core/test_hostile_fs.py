@@ -212,3 +212,26 @@ def test_markup_in_a_path_is_printed_as_is(tmp_path: Path, monkeypatch: pytest.M
     line_naming(text, "warning", "in/[/]missing.log")
     line_naming(text, "in/[/].log")
     assert events_of(tmp_path / "out") == ["].log"]
+
+
+def test_a_file_unreadable_when_re_read_for_the_data_quality_pass_costs_only_its_shapes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """analyze re-reads the text logs for the report's unrecognised line shapes (and `coverage` reads
+    them): a file that cannot be read then is skipped there with one warning, never the run."""
+    import toranalyze.ingest.coverage as coverage
+
+    run_dir = good_run(tmp_path / "run")
+    (run_dir / "other.log").write_text("a line no parser knows\n" + GOOD.format(job=43))
+    real = coverage.uncovered_lines
+
+    def flaky(path: str, parsers: Any) -> pl.DataFrame:
+        if path.endswith("other.log"):
+            raise PermissionError(13, "Permission denied", path)
+        return real(path, parsers)
+
+    monkeypatch.setattr(coverage, "uncovered_lines", flaky)
+    code, text = run("analyze", str(run_dir), "-o", str(tmp_path / "out"), "-q")
+    assert code == 0 and (tmp_path / "out" / "report.html").exists()
+    assert sorted(set(events_of(tmp_path / "out"))) == ["good.log", "other.log"]
+    code, text = run("coverage", str(run_dir))
+    assert code == 0 and "Permission denied" in line_naming(text, "other.log", "warning")

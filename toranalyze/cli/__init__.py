@@ -90,7 +90,8 @@ def coverage_cmd(paths: tuple[str, ...], top: int) -> None:
     """Show the lines of text logs that no parser recognised, grouped by shape."""
     from toranalyze.cli.reports import uncovered
 
-    missed = uncovered(paths)
+    missed, problems = uncovered(paths)
+    print_warnings(problems)
     if missed is None:
         out.print("every non-blank line of the text logs was recognised")
         return

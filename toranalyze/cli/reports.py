@@ -40,35 +40,38 @@ def write_fleet_report(out_dir: Path, tables: dict[str, pl.DataFrame], rates: di
     return write_page(out_dir, html)
 
 
-def uncovered(paths: tuple[str, ...] | list[str]) -> pl.DataFrame | None:
-    """Every unrecognised line of the text logs under ``paths`` (with ``where`` = file:line), or None."""
-    from toranalyze.cli.common import err
-    from toranalyze.errors import NothingReadError
+def uncovered(paths: tuple[str, ...] | list[str]) -> tuple[pl.DataFrame | None, list[str]]:
+    """Every unrecognised line of the text logs under ``paths`` (with ``where`` = file:line), or
+    None, and one line per input that could not be read (skipped: the rest is still checked)."""
+    from toranalyze.errors import NothingReadError, ToranalyzeError
     from toranalyze.ingest.coverage import uncovered_lines
     from toranalyze.ingest.discover import discover
     from toranalyze.ingest.registry import default_registry
     from toranalyze.ingest.streams import looks_binary, read_head
 
     registry = default_registry()
-    files, problems = discover(paths)
-    for p in problems:
-        err.print(f"[yellow]warning[/]: {p.where()}: {p.message}")
+    files, found = discover(paths)
+    problems = [f"{p.where()}: {p.message}" for p in found]
     if not files:  # nothing was checked: saying every line was recognised would be false
         raise NothingReadError("no input could be read", hint="check the paths; the warnings above say why each failed")
     frames = []
     for f in files:
-        head = read_head(f.path)
-        if not head or looks_binary(head):
+        try:
+            head = read_head(f.path)
+            if not head or looks_binary(head):
+                continue
+            mode, parsers = registry.choose(f.path, head.decode("utf-8", "replace"))
+            if mode != "text":
+                continue  # documents are read whole by the parser that claims them
+            missed = uncovered_lines(f.path, parsers)
+        except (OSError, ToranalyzeError) as exc:  # unreadable now: skipped, said once by the caller
+            problems.append(f"{f.path}: {getattr(exc, 'message', None) or exc}")
             continue
-        mode, parsers = registry.choose(f.path, head.decode("utf-8", "replace"))
-        if mode != "text":
-            continue  # documents are read whole by the parser that claims them
-        missed = uncovered_lines(f.path, parsers)
         if missed.height:
             frames.append(missed.with_columns(pl.lit(f.path).alias("file")))
     if not frames:
-        return None
-    return pl.concat(frames).with_columns(pl.format("{}:{}", "file", "line").alias("where"))
+        return None, problems
+    return pl.concat(frames).with_columns(pl.format("{}:{}", "file", "line").alias("where")), problems
 
 
 SHAPES_MAX_LINES = 2_000_000  # re-reading bigger inputs for the data-quality table is not worth the wait
@@ -81,7 +84,7 @@ def unrecognised_shapes(paths: tuple[str, ...], lines: int, top: int = 15) -> pl
     from toranalyze.ingest.coverage import line_shapes
     from toranalyze.reconstruct.job_names import input_root
 
-    missed = uncovered(paths)
+    missed, _ = uncovered(paths)  # (its problems were reported by the ingest that came first)
     if missed is None:
         return None
     root = input_root(paths).rstrip("/")

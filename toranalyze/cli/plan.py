@@ -10,7 +10,7 @@ import click
 from rich.table import Table
 
 from toranalyze.cli.common import out
-from toranalyze.fleet.rates import load_rates
+from toranalyze.fleet.rates import read_rates
 from toranalyze.model import parse_duration
 from toranalyze.plan.core import PlanOptions, plan
 
@@ -75,7 +75,7 @@ def _print(p: dict[str, Any]) -> None:
 def plan_cmd(rates_path: Path, gpus: int, ckpt_interval: float | None, ckpt_save: float, restart: float | None,
              ideal_days: float, runs: int, seed: int, as_json: bool) -> None:
     """Predict a future run's TOR (closed form and Monte Carlo) and its best checkpoint interval."""
-    rates = load_rates(rates_path.read_text(encoding="utf-8"), path=str(rates_path))
+    rates = read_rates(rates_path)
     p = plan(rates, PlanOptions(gpus, ckpt_interval, ckpt_save, restart, ideal_days, runs, seed))
     if as_json:
         click.echo(json.dumps(p, indent=1, sort_keys=True))

@@ -3,21 +3,27 @@
 ``build_rates`` is pure (the four fleet frames in, a JSON-ready dict out); ``dumps`` is
 deterministic (sorted keys, fixed rounding); ``check_rates`` validates a loaded document against
 the shipped JSON Schema with a small walker of the keywords it uses, so reading needs no extra
-dependency, and raises :class:`RatesError` naming the first offending field.
+dependency, and raises :class:`RatesError` naming the first offending field. ``read_rates`` reads a
+file with bounds on its size and on the wait for a pipe, so no device or FIFO can hang or fill memory.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import re
+import selectors
+import stat
 from functools import cache
 from importlib import resources
-from typing import Any
+from pathlib import Path
+from typing import Any, NoReturn
 
 import polars as pl
 
 from toranalyze import __version__
-from toranalyze.errors import RatesError
+from toranalyze.errors import InputError, RatesError
 from toranalyze.fleet import fit
 from toranalyze.fleet.lemons import lemon_nodes
 
@@ -138,6 +144,8 @@ def _walk(value: Any, sch: dict[str, Any], where: str, root: dict[str, Any]) -> 
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if not math.isfinite(value) or ("minimum" in sch and value < sch["minimum"]):
             raise RatesError(f"must be a finite number >= {sch.get('minimum', '-inf')}, got {value!r}", field=where)
+        if "exclusiveMinimum" in sch and value <= sch["exclusiveMinimum"]:
+            raise RatesError(f"must be a number > {sch['exclusiveMinimum']}, got {value!r}", field=where)
     if isinstance(value, dict):
         for key in sch.get("required", []):
             if key not in value:
@@ -166,14 +174,132 @@ def check_rates(doc: Any) -> dict[str, Any]:
     return doc
 
 
-def load_rates(text: str, path: str | None = None) -> dict[str, Any]:
-    """Parse and check rates.json text (``path`` only names it in errors)."""
+MAX_RATES_BYTES = 16 * 2**20  # a rates.json is at most a few MB; the bound keeps devices out of memory
+PIPE_IDLE_S = 3.0  # how long a pipe or device may stay silent (a FIFO no one writes to)
+MAX_INT = 2**63  # counts beyond 64-bit integers are no counts (and overflow floats further on)
+_RATES_HINT = "write it again with `toranalyze fleet` or `toranalyze analyze` (docs/rates.md)"
+
+
+def _refuse(message: str, path: str | None, line: int | None = None, hint: str | None = None) -> NoReturn:
+    err = RatesError(message, field="$", path=path, hint=hint)
+    err.line = line
+    raise err
+
+
+# poll, not epoll: epoll refuses devices that are always readable (/dev/zero)
+_Selector = getattr(selectors, "PollSelector", selectors.SelectSelector)
+
+
+def _read_stream(path: str) -> bytes:
+    """A pipe or device, read without blocking: up to one byte past the size bound, giving up
+    when it stays silent for ``PIPE_IDLE_S`` (opening a FIFO non-blocking does not wait for a writer)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    chunks: list[bytes] = []
+    size = 0
     try:
-        doc = json.loads(text)
+        with _Selector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while size <= MAX_RATES_BYTES:
+                if not sel.select(PIPE_IDLE_S):
+                    raise InputError(f"nothing to read for {PIPE_IDLE_S:g} s (a FIFO no one writes to?)", path=path,
+                                     hint="give the rates.json file itself")
+                try:
+                    chunk = os.read(fd, min(2**20, MAX_RATES_BYTES + 1 - size))
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+def _read_bounded(path: str) -> bytes:
+    too_big = InputError(f"larger than {MAX_RATES_BYTES // 2**20} MB: not a rates.json", path=path,
+                         hint="give the rates.json written by `toranalyze fleet` or `toranalyze analyze`")
+    try:
+        st = os.stat(path)
+        if stat.S_ISDIR(st.st_mode):
+            raise InputError("is a folder", path=path, hint="give the rates.json inside it")
+        if not stat.S_ISREG(st.st_mode):
+            data = _read_stream(path)
+        elif st.st_size > MAX_RATES_BYTES:
+            raise too_big
+        else:
+            with open(path, "rb") as f:
+                data = f.read(MAX_RATES_BYTES + 1)  # (it may have grown since)
+    except OSError as e:
+        raise InputError(f"cannot read it ({e.strerror or e})", path=path,
+                         hint="check the path and its permissions") from e
+    if len(data) > MAX_RATES_BYTES:
+        raise too_big
+    return data
+
+
+def _decode(data: bytes, path: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        where = data.count(b"\n", 0, e.start) + 1
+        if data.startswith(b"\x1f\x8b"):
+            _refuse("not UTF-8 text: a gzip file", path, hint="decompress it first (gunzip)")
+        if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+            _refuse("not UTF-8 text: UTF-16", path, hint="save it as UTF-8 (iconv -f UTF-16 -t UTF-8)")
+        _refuse(f"not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})", path, where,
+                hint=f"save it as UTF-8, or {_RATES_HINT}")
+
+
+class _BadNumber(ValueError):
+    def __init__(self, token: str, why: str):
+        super().__init__(why)
+        self.token, self.why = token, why
+
+
+def _int(token: str) -> int:
+    digits = len(token.lstrip("-"))
+    v = int(token) if digits <= 19 else MAX_INT  # (int() itself refuses over 4300 digits)
+    if abs(v) >= MAX_INT:
+        raise _BadNumber(token, f"integer of {digits} digits out of range")
+    return v
+
+
+def _float(token: str) -> float:
+    if not math.isfinite(v := float(token)):
+        raise _BadNumber(token, f"number {token} out of range")
+    return v
+
+
+def _constant(token: str) -> float:
+    raise _BadNumber(token, f"{token} is not a number JSON allows")
+
+
+def _line_of(text: str, token: str) -> int | None:
+    m = re.search(r"[:\[,]\s*" + re.escape(token), text)
+    return text.count("\n", 0, m.start()) + 1 if m else None
+
+
+def load_rates(text: str, path: str | None = None) -> dict[str, Any]:
+    """Parse and check rates.json text (``path`` only names it in errors). Integers beyond 64
+    bits, numbers that overflow a float, NaN and deep nesting are refused like any other bad field."""
+    try:
+        doc = json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant)
     except json.JSONDecodeError as e:
-        raise RatesError(f"not JSON ({e.msg} at line {e.lineno})", field="$", path=path) from e
+        _refuse(f"not JSON ({e.msg}, column {e.colno})", path, e.lineno)
+    except _BadNumber as e:
+        _refuse(e.why, path, _line_of(text, e.token))
+    except RecursionError:
+        _refuse("nested too deeply to be a rates.json", path)
     try:
         return check_rates(doc)
     except RatesError as e:
         e.path = path
         raise
+
+
+def read_rates(path: str | Path) -> dict[str, Any]:
+    """Read and check a rates.json file: at most ``MAX_RATES_BYTES``, UTF-8. Every fault is an
+    :class:`InputError` (the file cannot be read) or a :class:`RatesError` (its content)."""
+    p = str(path)
+    return load_rates(_decode(_read_bounded(p), p), path=p)

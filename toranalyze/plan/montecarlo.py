@@ -52,8 +52,19 @@ def _gaps(rng: np.random.Generator, procs: list[Process], n: int) -> np.ndarray:
     out = np.full((n, len(procs)), np.inf)
     for j, p in enumerate(procs):
         if math.isfinite(p.mean_h) and p.mean_h > 0:
-            out[:, j] = p.mean_h / math.gamma(1.0 + 1.0 / p.shape) * rng.weibull(p.shape, n)
+            out[:, j] = _weibull(rng, p, n)
     return out
+
+
+def _weibull(rng: np.random.Generator, p: Process, n: int) -> np.ndarray:
+    """``n`` Weibull gaps of the process' mean and shape."""
+    if 1.0 / p.shape < 170.0:  # gamma(1 + 1/shape) is a finite float
+        return p.mean_h / math.gamma(1.0 + 1.0 / p.shape) * rng.weibull(p.shape, n)
+    # shapes under ~0.006: in logs, where the scale (underflowing to 0) times a draw (overflowing
+    # to inf) would give NaN; numpy's Weibull draw is E ** (1/shape) of the same exponential E
+    e = rng.standard_exponential(n)
+    with np.errstate(divide="ignore", over="ignore"):
+        return np.exp(math.log(p.mean_h) - math.lgamma(1.0 + 1.0 / p.shape) + np.log(e) / p.shape)
 
 
 MAX_FAILURES = 20_000  # per run; beyond it the ratio has long converged (see simulate_tor)

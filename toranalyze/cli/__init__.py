@@ -27,7 +27,7 @@ from toranalyze.cli.common import (
     write_summary,
 )
 from toranalyze.errors import NothingReadError, ToranalyzeError
-from toranalyze.fleet.pipeline import OutputOptions, ingest_notes
+from toranalyze.fleet.pipeline import NothingRead, OutputOptions, ingest_notes
 from toranalyze.ingest.pipeline import IngestOptions, IngestResult, Workers
 from toranalyze.ingest.registry import default_registry
 from toranalyze.storage import output_dir
@@ -90,7 +90,11 @@ def coverage_cmd(paths: tuple[str, ...], top: int) -> None:
     """Show the lines of text logs that no parser recognised, grouped by shape."""
     from toranalyze.cli.reports import uncovered
 
-    missed, problems = uncovered(paths)
+    try:
+        missed, problems = uncovered(paths)
+    except NothingRead as exc:
+        print_warnings(exc.warnings)
+        raise
     print_warnings(problems)
     if missed is None:
         out.print("every non-blank line of the text logs was recognised")

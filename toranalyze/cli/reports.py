@@ -43,7 +43,8 @@ def write_fleet_report(out_dir: Path, tables: dict[str, pl.DataFrame], rates: di
 def uncovered(paths: tuple[str, ...] | list[str]) -> tuple[pl.DataFrame | None, list[str]]:
     """Every unrecognised line of the text logs under ``paths`` (with ``where`` = file:line), or
     None, and one line per input that could not be read (skipped: the rest is still checked)."""
-    from toranalyze.errors import NothingReadError, ToranalyzeError
+    from toranalyze.errors import ToranalyzeError
+    from toranalyze.fleet.pipeline import NothingRead
     from toranalyze.ingest.coverage import uncovered_lines
     from toranalyze.ingest.discover import discover
     from toranalyze.ingest.registry import default_registry
@@ -53,7 +54,7 @@ def uncovered(paths: tuple[str, ...] | list[str]) -> tuple[pl.DataFrame | None, 
     files, found = discover(paths)
     problems = [f"{p.where()}: {p.message}" for p in found]
     if not files:  # nothing was checked: saying every line was recognised would be false
-        raise NothingReadError("no input could be read", hint="check the paths; the warnings above say why each failed")
+        raise NothingRead(problems, {})
     frames = []
     for f in files:
         try:
@@ -81,10 +82,14 @@ def unrecognised_shapes(paths: tuple[str, ...], lines: int, top: int = 15) -> pl
     """The most common unrecognised line shapes, when the inputs are small enough to re-read."""
     if lines > SHAPES_MAX_LINES:
         return None
+    from toranalyze.fleet.pipeline import NothingRead
     from toranalyze.ingest.coverage import line_shapes
     from toranalyze.reconstruct.job_names import input_root
 
-    missed, _ = uncovered(paths)  # (its problems were reported by the ingest that came first)
+    try:  # (its problems were reported by the ingest that came first)
+        missed, _ = uncovered(paths)
+    except NothingRead:  # gone since they were read: no shapes to show
+        return None
     if missed is None:
         return None
     root = input_root(paths).rstrip("/")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from toranalyze import storage
 from toranalyze.errors import InputError
-from toranalyze.ingest.discover import _wanted, folder_error, printable, refused
+from toranalyze.ingest.discover import folder_error, printable, refused, unreadable, wanted
 
 CHUNK = 1 << 20
 
@@ -41,7 +41,7 @@ def _log_files(d: Path, skip: frozenset[Path], problems: list[InputError]) -> li
         )
         for name in sorted(filenames):
             p = Path(dirpath) / name
-            if _wanted(p) and _readable(p, problems):
+            if wanted(p) and _readable(p, problems):
                 out.append(p.relative_to(d).as_posix())
     return sorted(out)
 
@@ -51,7 +51,7 @@ def _readable(p: Path, problems: list[InputError]) -> bool:
     try:
         problem = refused(str(p), p.stat().st_mode)
     except OSError as exc:  # a symlink loop, a dangling link, a file gone
-        problem = InputError(f"cannot read: {(exc.strerror or str(exc)).lower()}; skipped", path=printable(str(p)))
+        problem = unreadable(str(p), exc)
     if problem is not None:
         problems.append(problem)
     return problem is None
@@ -70,10 +70,9 @@ def _kind(e: os.DirEntry[str], problems: list[InputError]) -> str | None:
                                        hint="rename the folder (e.g. with convmv) and run again"))
             return None
     except OSError as exc:
-        problems.append(InputError(f"cannot read: {(exc.strerror or str(exc)).lower()}; skipped",
-                                   path=printable(e.path)))
+        problems.append(unreadable(e.path, exc))
         return None
-    return "file" if _wanted(Path(e.path)) and _readable(Path(e.path), problems) else None
+    return "file" if wanted(Path(e.path)) and _readable(Path(e.path), problems) else None
 
 
 def _runs_under(d: Path, rel: str, skip: frozenset[Path], problems: list[InputError],
@@ -112,7 +111,7 @@ def _url_runs(spec: str, skip: Sequence[str]) -> list[Run]:
         return [Run(name, storage.parent(url), (name,))]
     prefixes = tuple(storage.normalize(s) + "/" for s in skip if storage.is_url(s))
     rels = [e.path[len(url) + 1:] for e in storage.list_files(url)
-            if not (e.path + "/").startswith(prefixes) and _wanted(Path(storage.key_of(e.path)))]
+            if not (e.path + "/").startswith(prefixes) and wanted(Path(storage.key_of(e.path)))]
     return [Run(rid, storage.join(url, d) if d else url, tuple(sorted(files)))
             for rid, d, files in _group_runs(rels, name)]
 

@@ -57,6 +57,11 @@ def refused(path: str, mode: int) -> InputError | None:
     return None
 
 
+def unreadable(path: str, exc: OSError) -> InputError:
+    """A file or folder entry that could not be read (a symlink loop, a dangling link, a file gone)."""
+    return InputError(f"cannot read: {(exc.strerror or str(exc)).lower()}; skipped", path=printable(path))
+
+
 def folder_error(exc: OSError) -> InputError:
     """A folder that could not be listed, as the input problem to record."""
     reason = (exc.strerror or str(exc)).lower()
@@ -64,7 +69,7 @@ def folder_error(exc: OSError) -> InputError:
                       hint="check the folder's permissions")
 
 
-def _wanted(path: Path) -> bool:
+def wanted(path: Path) -> bool:
     name = path.name
     if name in SKIP_NAMES or name.startswith("."):
         return False
@@ -92,7 +97,7 @@ def _discover_url(spec: str) -> tuple[list[InputFile], list[InputError]]:
         entries = storage.list_files(storage.normalize(spec))
     except ToranalyzeError as exc:
         return [], [InputError(exc.message, path=spec, hint=exc.hint)]
-    files = [InputFile(e.path, e.size, e.mtime) for e in entries if _wanted(Path(storage.key_of(e.path)))]
+    files = [InputFile(e.path, e.size, e.mtime) for e in entries if wanted(Path(storage.key_of(e.path)))]
     if not files:
         return [], [InputError("matched no files", path=spec, hint="check the prefix")]
     return files, []
@@ -122,14 +127,17 @@ def _discover_local(spec: str, seen: set[str]) -> tuple[list[InputFile], list[In
     problems: list[InputError] = []
     matches: list[Path]
     p = Path(spec)
+
+    def on_error(exc: OSError) -> None:
+        problems.append(folder_error(exc))
+
     if p.is_dir():
-        matches = [f for f in _walk(p, lambda e: problems.append(folder_error(e))) if _wanted(f)]
+        matches = [f for f in _walk(p, on_error) if wanted(f)]
     elif p.exists():
         matches = [p]
     elif glob.has_magic(spec):
         matches = [Path(m) for m in sorted(glob.glob(spec, recursive=True))]
-        matches = [f for m in matches for f in (_walk(m, lambda e: problems.append(folder_error(e)))
-                                                if m.is_dir() else [m]) if _wanted(f)]
+        matches = [f for m in matches for f in (_walk(m, on_error) if m.is_dir() else [m]) if wanted(f)]
     else:
         return [], [InputError("no such file or directory", path=printable(spec), hint="check the path")]
     if not matches and not problems:

@@ -20,6 +20,7 @@ from toranalyze.model import (
 )
 from toranalyze.simulate.timeline import Timeline, simulate_timeline
 from toranalyze.simulate.truth import dumps, job_truth, truth_document
+from toranalyze.simulate.wild import PLAIN, WildSpec
 
 
 def _replayer(stream: list[int]) -> Callable[[], np.random.Generator]:
@@ -97,6 +98,7 @@ def run_simulation(out: Path, seed: int, data: dict[str, Any], preset: str | Non
     from toranalyze.simulate.writer import RunWriter
 
     cfgs = job_configs(data, seed, overrides)
+    wild = WildSpec.from_data(data)
     multi = len(cfgs) > 1
     tls: list[Timeline] = []
     sizes: dict[str, int] = {}
@@ -109,13 +111,18 @@ def run_simulation(out: Path, seed: int, data: dict[str, Any], preset: str | Non
         tl.seed = seed
         tls.append(tl)
         d = out / cfg.name if multi else out
+        wj = wild.draw(seed, k, cfg.flavor, cfg.gpus_per_node) if wild is not None else PLAIN
         if cfg.flavor == "kubernetes":
-            s = KubeWriter(tl, seed, k).write(d)
+            s = KubeWriter(tl, seed, k, wj).write(d)
         else:
-            s = RunWriter(tl, seed, k).write_slurm(d)
+            s = RunWriter(tl, seed, k, wj).write_slurm(d)
         prefix = f"{cfg.name}/" if multi else ""
         sizes.update({prefix + name: v for name, v in s.items()})
-        truths.append(job_truth(tl))
+        jt = job_truth(tl)
+        if wj.active:  # only with a [wild] table: other truth files stay as they were
+            jt["size_stated"] = wj.size_stated(cfg.flavor)
+            jt["wild"] = wj.truth(cfg.flavor)
+        truths.append(jt)
     params = cfgs[0].to_params() if not multi else {"jobs": [c.to_params() for c in cfgs]}
     doc = truth_document(seed, preset, params, truths)
     text = dumps(doc)
@@ -146,7 +153,8 @@ def _bad_node(spec: str) -> tuple[str, float]:
 @click.option("--config", "config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A TOML run configuration (see docs/simulate.md); overrides --preset.")
 @click.option("--preset", default="small", show_default=True,
-              help="A packaged preset: " + ", ".join(["small", "llama3-like", "fleet", "exp-closed-form"]) + ".")
+              help="A packaged preset: "
+                   + ", ".join(["small", "llama3-like", "fleet", "fleet-wild", "exp-closed-form"]) + ".")
 @click.option("--duration", help="Ideal training time of each job, e.g. 6h, 2d (train_iters = duration / step time).")
 @click.option("--nodes", type=int, help="Nodes per job.")
 @click.option("--flavor", type=click.Choice(["slurm", "kubernetes"]), help="Scheduler flavour of the logs.")

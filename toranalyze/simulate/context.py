@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from toranalyze.simulate.timeline import Attempt, Timeline
+from toranalyze.simulate.wild import PLAIN, WildJob
 
 BUS_IDS = ("18:00", "2a:00", "3a:00", "5d:00", "9a:00", "ab:00", "ba:00", "db:00")
 HCA_BUS = ("0c:00.0", "12:00.0", "48:00.0", "54:00.0", "8a:00.0", "94:00.0", "c8:00.0", "d2:00.0")
@@ -25,6 +26,7 @@ class RunContext:
     workdir: str = "/workspace/megatron"
     uid: int = 1000
     user: str = "mlteam"
+    wild: WildJob = PLAIN  # what this job draws from a [wild] table (plain output without one)
     _host_ip: dict[str, str] = field(default_factory=dict)
     _boot_us: dict[str, int] = field(default_factory=dict)
     _pids: dict[tuple[int, int], int] = field(default_factory=dict)

@@ -7,12 +7,16 @@ from dataclasses import dataclass
 
 from toranalyze.simulate import fmt
 from toranalyze.simulate.context import RunContext
+from toranalyze.simulate.wild import kernel_line
 
 Line = tuple[int, str]
 
 
 def line(ctx: RunContext, host: str, t_us: int, text: str) -> Line:
-    """``Mon DD HH:MM:SS host kernel: [uptime] text`` on the host's (skewed) clock."""
+    """``Mon DD HH:MM:SS host kernel: [uptime] text`` on the host's (skewed) clock (or the job's
+    other kernel-log format: ``journalctl -k -o short-iso``, ``dmesg -T``)."""
+    if ctx.wild.kernel != "syslog":
+        return t_us, kernel_line(ctx.wild.kernel, host, t_us + ctx.skew(host), ctx.uptime_s(host, t_us), text)
     return t_us, f"{fmt.syslog(t_us + ctx.skew(host))} {host} kernel: [{ctx.uptime_s(host, t_us):12.6f}] {text}"
 
 

@@ -38,6 +38,7 @@ from toranalyze.simulate.evidence import Evidence, attempt_evidence
 from toranalyze.simulate.k8s_objects import NS, US, Note, Seen, Source, ts
 from toranalyze.simulate.kyaml import list_json_chunks, to_yaml
 from toranalyze.simulate.timeline import REPLACES_NODE, Attempt, Incident, Timeline
+from toranalyze.simulate.wild import KERNEL_FILE, PLAIN, WildJob, pod_view
 from toranalyze.simulate.writer import PY_WARNINGS, Line, RunWriter, merged, write_lines
 
 # how an attempt's end reaches the pods
@@ -106,8 +107,15 @@ class Run:
 class KubeWriter(RunWriter):
     """Writes one job's Kubernetes flavour (extends the Slurm writer's console and kernel parts)."""
 
-    def __init__(self, tl: Timeline, seed: int, job_index: int = 0):
-        super().__init__(tl, seed, job_index)
+    def __init__(self, tl: Timeline, seed: int, job_index: int = 0, wild: WildJob = PLAIN):
+        # several pods per node: the writer sees every node as pods of fewer GPUs (same ranks,
+        # same hosts); the steps are replayed from the real timeline
+        real = tl
+        if wild.pods_per_node > 1:
+            tl = pod_view(tl, wild.pods_per_node)
+        super().__init__(tl, seed, job_index, wild)
+        if tl is not real:
+            self.steps = real.steps()
         self.job = tl.config.name
         self.ids = KO.Ids(self.ctx, tl.t_start)
         self.events = KO.EventLog(self.ids)
@@ -122,6 +130,17 @@ class KubeWriter(RunWriter):
         if ni == 0:
             return f"{self.job}-master-0", "master", 0
         return f"{self.job}-worker-{ni - 1}", "worker", ni - 1
+
+    def pod_of(self, ni: int | None) -> str | None:
+        return self.pod_name(ni)[0] if ni is not None else None
+
+    def fail_index(self, a: Attempt, inc: Incident) -> int | None:
+        """The pod (index) of the failure: the failed rank's when pods share nodes."""
+        if inc.node is None:
+            return None
+        if self.ctx.wild.pods_per_node > 1 and inc.rank is not None:
+            return inc.rank // self.tl.config.gpus_per_node
+        return a.nodes.index(inc.node)
 
     def _u(self, lo: float, hi: float) -> int:
         return int(round(float(self.rng.uniform(lo, hi)) * US))
@@ -278,7 +297,7 @@ class KubeWriter(RunWriter):
             self._completed(a, runs, job)
             return
         cls, td = inc.root_cause, inc.t_detected
-        fail_ni = a.nodes.index(inc.node) if inc.node is not None else None
+        fail_ni = self.fail_index(a, inc)
         if inc.killed_by_walltime or cls == "walltime":
             self._deadline(td, nxt, runs, job)
         elif cls == "preemption":
@@ -292,7 +311,7 @@ class KubeWriter(RunWriter):
                 self._create_job(PyJob(self.ids.uid("pytorchjob", k + 1), self._submit[k + 1], k + 1))
         elif cls in NODE_LOST:
             assert fail_ni is not None  # a lost node is always named
-            self._node_lost(inc, runs[fail_ni], runs)
+            self._node_lost(inc, [r for r in runs if r.pod.node == runs[fail_ni].pod.node], runs)
         elif cls in CONTAINER_FAILS:
             replaced = nxt is not None and fail_ni is not None and nxt.nodes[fail_ni] != a.nodes[fail_ni]
             self._container_failed(cls, td, fail_ni, replaced, runs)
@@ -351,23 +370,25 @@ class KubeWriter(RunWriter):
                              Note("NodeSchedulable", f"Node {head} status is now: NodeSchedulable"),
                              Source(host=head))
 
-    def _node_lost(self, inc: Incident, lost: Run, runs: list[Run]) -> None:
-        """The node goes NotReady, the taint manager deletes its pod, the others' containers fail."""
+    def _node_lost(self, inc: Incident, lost_runs: list[Run], runs: list[Run]) -> None:
+        """The node goes NotReady, the taint manager deletes its pods, the others' containers fail."""
         te, td = inc.t_fail, inc.t_detected
         t_nr = te + (td - te) // 2
-        self.events.core(t_nr, KO.node_ref(lost.pod.node),
-                         Note("NodeNotReady", f"Node {lost.pod.node} status is now: NodeNotReady"),
+        node = lost_runs[0].pod.node
+        self.events.core(t_nr, KO.node_ref(node),
+                         Note("NodeNotReady", f"Node {node} status is now: NodeNotReady"),
                          Source("node-controller"))
-        self.events.core(t_nr + 50_000, self._pref(lost.pod, t_nr), Note("NodeNotReady", "Node is not ready",
-                         "Warning"), Source("node-controller"))
-        self.events.core(td, self._pref(lost.pod, td),
-                         Note("TaintManagerEviction", f"Marking for deletion Pod {NS}/{lost.pod.name}"),
-                         Source("taint-eviction-controller"))
-        lost.not_ready = t_nr
-        lost.disruption = ("DeletionByTaintManager", "Taint manager: deleting due to NoExecute taint", td)
-        lost.end, lost.deleted = "lost", td
+        for lost in lost_runs:
+            self.events.core(t_nr + 50_000, self._pref(lost.pod, t_nr), Note("NodeNotReady", "Node is not ready",
+                             "Warning"), Source("node-controller"))
+            self.events.core(td, self._pref(lost.pod, td),
+                             Note("TaintManagerEviction", f"Marking for deletion Pod {NS}/{lost.pod.name}"),
+                             Source("taint-eviction-controller"))
+            lost.not_ready = t_nr
+            lost.disruption = ("DeletionByTaintManager", "Taint manager: deleting due to NoExecute taint", td)
+            lost.end, lost.deleted = "lost", td
         for run in runs:
-            if run is not lost:
+            if all(run is not x for x in lost_runs):
                 self._exit(run, td + self._u(1.0, 5.0), "Error", 1)
                 run.end = "inplace"
 
@@ -384,14 +405,15 @@ class KubeWriter(RunWriter):
                 self._exit(run, td + self._u(0.3, 3.0), "Error", 1)
             run.end = "inplace"
         if replaced and cls in REPLACES_NODE and fail_ni is not None:
-            bad = runs[fail_ni]
-            node = bad.pod.node
+            node = runs[fail_ni].pod.node
             self.events.core(td + 2 * US, KO.node_ref(node),
                              Note("NodeNotSchedulable", f"Node {node} status is now: NodeNotSchedulable"),
                              Source(host=node))
-            bad.disruption = ("EvictionByEvictionAPI", "Eviction API: evicting", td + 5 * US)
-            bad.extra["cordoned"] = True
-            bad.end, bad.deleted = "deleted", td + 5 * US
+            for bad in runs:  # every pod on the cordoned node is evicted
+                if bad.pod.node == node:
+                    bad.disruption = ("EvictionByEvictionAPI", "Eviction API: evicting", td + 5 * US)
+                    bad.extra["cordoned"] = True
+                    bad.end, bad.deleted = "deleted", td + 5 * US
 
     def _after_failure(self, td: int, nxt: Attempt | None, runs: list[Run], job: PyJob) -> None:
         """The job fails for good after the last attempt; otherwise in-place containers restart."""
@@ -576,8 +598,9 @@ class KubeWriter(RunWriter):
             self.plan()
             inc = self.tl.incidents[a.incident] if a.incident is not None else None
             cg = None
-            if inc is not None and inc.node is not None:
-                run = self.runs[a.index][a.nodes.index(inc.node)]
+            fi = self.fail_index(a, inc) if inc is not None else None
+            if inc is not None and fi is not None:
+                run = self.runs[a.index][fi]
                 scope = f"cri-containerd-{run.cid}.scope"
                 memcg = f"/kubepods.slice/kubepods-pod{run.pod.uid.replace('-', '_')}.slice/{scope}"
                 cg = (scope, memcg, memcg)
@@ -589,6 +612,9 @@ class KubeWriter(RunWriter):
         output; the master's also holds rank 0's trainer lines."""
         ctx = self.ctx
         for a in self.tl.attempts:
+            if ctx.wild.active:
+                yield from self.wild_lines(a, ni)
+                continue
             t_l = a.start + min(3 * US, (a.load_begin - a.start) // 10) + ni * 1000
             warn_t = a.start + (a.load_begin - a.start) // 2 + ni * 1000
             ev = self.evidence(a)
@@ -654,8 +680,10 @@ class KubeWriter(RunWriter):
         # namespaces default and ml-train (the job's, held) sort before research (streamed)
         items = itertools.chain(self.events.sorted_items(), self.noise_events())
         sizes["events.json"] = write_text(out / "events.json", list_json_chunks(items))
-        sizes["pytorchjob.yaml"] = write_text(out / "pytorchjob.yaml", to_yaml(self.job_yaml()))
-        for k, runs in enumerate(self.runs):
+        spec = self.ctx.wild.size_source == "spec"  # otherwise only logs and events were kept
+        if spec:
+            sizes["pytorchjob.yaml"] = write_text(out / "pytorchjob.yaml", to_yaml(self.job_yaml()))
+        for k, runs in enumerate(self.runs if spec else []):
             for run in runs:
                 rel = os.path.join("pods", f"{run.pod.name}.attempt-{k}.yaml")
                 sizes[rel] = write_text(out / rel, to_yaml(self.pod_yaml(k, run)))
@@ -663,7 +691,7 @@ class KubeWriter(RunWriter):
             rel = os.path.join("logs", f"{self.pod_name(ni)[0]}.log")
             sizes[rel] = write_lines(out / rel, self.pod_log(ni))
         for h in self.used_hosts():
-            rel = os.path.join("nodes", h, "kern.log")
+            rel = os.path.join("nodes", h, KERNEL_FILE[self.ctx.wild.kernel])
             sizes[rel] = write_lines(out / rel, self.kern(h))
         return sizes
 

@@ -190,3 +190,35 @@ def launcher_start(ctx: RunContext, a: Attempt, node_i: int, t_us: int) -> list[
         "needed. ",
         pre + "*****************************************",
     ]
+
+
+def user_error(rank: int, pick: int) -> list[str]:
+    """A bug in the user's code surfacing on one rank: a missing key, a shape mismatch, a failed
+    assertion or the dataset's index error (``pick`` chooses)."""
+    p = f"[rank{rank}]:"
+    kind = pick % 4
+    if kind == 3:
+        return software_error(rank)
+    stack = _stack(rank)
+    if kind == 0:
+        return stack + [
+            f'{p}   File "{WORKDIR}/pretrain_gpt.py", line 158, in forward_step',
+            f"{p}     tokens, labels, loss_mask, attention_mask, position_ids = get_batch(data_iterator)",
+            f'{p}   File "{WORKDIR}/pretrain_gpt.py", line 97, in get_batch',
+            f'{p}     batch = {{k: v.cuda(non_blocking=True) for k, v in data["tokens_and_mask"].items()}}',
+            f"{p}                                                         ~~~~^^^^^^^^^^^^^^^^^^^",
+            f"{p} KeyError: 'tokens_and_mask'",
+        ]
+    if kind == 1:
+        return stack + [
+            f'{p}   File "{WORKDIR}/megatron/core/transformer/attention.py", line 352, in forward',
+            f"{p}     query = query.view(*query.shape[:2], self.num_attention_heads_per_partition, -1)",
+            f"{p}             ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+            f"{p} RuntimeError: shape '[4096, 1, 16, -1]' is invalid for input of size {4096 * 2048 + 1024 * (pick % 7 + 1)}",
+        ]
+    return stack + [
+        f'{p}   File "{WORKDIR}/megatron/core/pipeline_parallel/schedules.py", line 387, in forward_backward_no_pipelining',
+        f"{p}     assert len(model) == 1, \"non-pipeline-parallel schedule does not support model chunking\"",
+        f"{p}            ^^^^^^^^^^^^^^^",
+        f"{p} AssertionError: non-pipeline-parallel schedule does not support model chunking",
+    ]

@@ -18,6 +18,7 @@ from toranalyze.simulate import emit_torch as TT
 from toranalyze.simulate import fmt
 from toranalyze.simulate.context import RunContext
 from toranalyze.simulate.emit_nccl import ib_error
+from toranalyze.simulate.emit_nccl import prefix as nccl_prefix
 from toranalyze.simulate.timeline import US, Attempt, Incident
 
 Line = tuple[int, str]
@@ -102,6 +103,8 @@ class _Failure:
         self.head = a.nodes[0]
         self.te, self.td = inc.t_fail, inc.t_detected
         self.node_i = a.nodes.index(inc.node) if inc.node is not None else None
+        if ctx.wild.pods_per_node > 1 and inc.node is not None and inc.rank is not None:
+            self.node_i = inc.rank // ctx.G  # the failed rank's pod, on the failed node
         self.rank = inc.rank if inc.rank is not None else 0
         self.gpu = inc.gpu if inc.gpu is not None else 0
         self.host = inc.node
@@ -129,6 +132,58 @@ class _Failure:
             ran = self.W // 1000 + int(self.rng.integers(5, 900))
             lines = TT.watchdog_timeout(ctx, r, seq, 25165824, ran)
             self.ev.out.extend(_at(self.watchdog_t + (r % 97) * 3000, lines, r // G))
+
+    def peers(self, t_death: int) -> bool:
+        """A rank died at ``t_death`` (``[wild] peer_errors``): its peers on the other nodes learn
+        it in the seconds after, in causal order. The ranks that exchange data with the dead node
+        see the IB completion error or the socket reset first; every surviving rank's process
+        group then fails with ``ncclRemoteError``; those no error reached wait for the watchdog
+        timeout, when it comes before the job is torn down. True when the peers were written
+        (their torchrun then reports their workers failed too)."""
+        ctx, a, G = self.ctx, self.a, self.ctx.G
+        if not ctx.wild.peer_errors or self.node_i is None or len(a.nodes) < 2 or self.killed:
+            return False
+        rng = ctx.rng("peers", a.index)
+        dead = self.node_i
+        dead_host = a.nodes[dead]
+        dead_ip = ctx.ip(dead_host)
+        room = self.td - t_death - 300_000  # the errors come before the job is torn down
+        if room <= 0:
+            return False
+        span = min(room, 12 * US)
+        n = len(a.nodes)
+        near = {(dead + 1) % n, (dead - 1) % n}  # ring neighbours talk to the dead node
+        far_watchdog = t_death + self.W < self.td - 300_000
+        seq = _seq(self.inc)
+        for ni in range(n):
+            if ni == dead or a.nodes[ni] == dead_host:
+                continue
+            told = ni in near or not far_watchdog or rng.random() < 0.4
+            if not told:  # blocked in a collective: the watchdog ends it
+                for lr in range(G):
+                    r = ni * G + lr
+                    ran = self.W // 1000 + int(rng.integers(5, 900))
+                    lines = TT.watchdog_timeout(ctx, r, seq, 25165824, ran)
+                    self.ev.out.extend(_at(t_death + self.W + (r % 97) * 3000, lines, ni))
+                continue
+            t1 = t_death + int(span * float(rng.uniform(0.05, 0.45)))
+            first = ni * G + int(rng.integers(0, G))
+            port = 40000 + int(rng.integers(0, 20000))
+            if rng.random() < 0.6:
+                warn = (f"NET/IB : Got completion from peer {dead_ip}<{port}> with status=12 opcode=0 len=0 "
+                        f"vendor err 129 (Recv) localGid ::ffff:{ctx.ip(a.nodes[ni])} remoteGids::ffff:{dead_ip}")
+                lines = [f"{nccl_prefix(ctx, a, first, 135)} transport/net_ib.cc:1696 NCCL WARN {warn}",
+                         f"{nccl_prefix(ctx, a, first, 135)} NCCL INFO transport/net.cc:1134 -> 6"]
+            else:
+                warn = f"socketProgressOpt: Call to recv from {dead_ip}<{port}> failed : Connection reset by peer"
+                lines = [f"{nccl_prefix(ctx, a, first, 131)} misc/socket.cc:50 NCCL WARN {warn}",
+                         f"{nccl_prefix(ctx, a, first, 131)} NCCL INFO misc/socket.cc:752 -> 6"]
+            self.ev.out.extend(_at(t1, lines, ni))
+            t2 = t1 + int(rng.integers(200_000, 2_000_000))
+            for lr in range(G):
+                r = ni * G + lr
+                self.ev.out.extend(_at(t2 + lr * 7_000, TT.nccl_remote_error(r, warn), ni))
+        return True
 
     def crash(self, code: int, root_t: int, code_other: int | None) -> None:
         """torchrun reports the failed ranks at detection, srun the failed tasks (every node's
@@ -164,7 +219,8 @@ def _gpu_hardware(f: _Failure) -> None:
         if r != rank:
             abort = TT.terminate_abort(r, "CUDA error: unknown error")
             f.ev.out.extend(_at(te + 1_200_000 + lr * 10_000, abort, node_i))
-    f.watchdogs(node_i)
+    if not f.peers(te + 1_200_000):
+        f.watchdogs(node_i)
     f.crash(1, te + 800_000, -6)
     f.drain("Xid 79 GPU fell off the bus")
     f.outcome("Error", 1)
@@ -174,7 +230,7 @@ def _gpu_memory(f: _Failure) -> None:
     host, node_i = f.node()
     f.ev.add_kern(host, K.xid(f.ctx, host, f.te, f.gpu, f.pid, K.Xid(94, "Contained: SM (0x1). RST: No, D-RST: No")))
     f.ev.out.extend(_at(f.te + 500_000, TT.cuda_error(f.rank, "uncorrectable ECC error encountered"), node_i))
-    f.crash(1, f.te + 500_000, None)
+    f.crash(1, f.te + 500_000, -6 if f.peers(f.te + 600_000) else None)
     f.drain("Xid 94 uncorrectable ECC")
     f.outcome("Error", 1)
 
@@ -248,7 +304,7 @@ def _storage(f: _Failure) -> None:
 def _oom_gpu(f: _Failure) -> None:
     _, node_i = f.node()
     f.ev.out.extend(_at(f.te + 300_000, TT.cuda_oom(f.rank, f.gpu), node_i))
-    f.crash(1, f.te + 300_000, None)
+    f.crash(1, f.te + 300_000, -6 if f.peers(f.te + 400_000) else None)
     f.outcome("Error", 1)
 
 
@@ -258,7 +314,7 @@ def _oom_host(f: _Failure) -> None:
     cgroup = f.oom_cgroup if f.oom_cgroup is not None else K.slurm_step_cgroup(f.ctx.uid, j)
     ev.add_kern(host, K.oom_kill(f.ctx, host, f.te, f.pid, f.ctx.uid, cgroup))
     if not f.killed:
-        ev.out += _torchrun_all(f.ctx, f.a, td, (f.rank, -9, f.te), node_i, None)
+        ev.out += _torchrun_all(f.ctx, f.a, td, (f.rank, -9, f.te), node_i, -6 if f.peers(f.te + 50_000) else None)
         ev.out.append(
             (
                 td + 400_000,
@@ -277,8 +333,10 @@ def _software(f: _Failure) -> None:
     """software and unknown: a crash, with a traceback only for software."""
     _, node_i = f.node()
     if f.cls == "software":
-        f.ev.out.extend(_at(f.te + 200_000, TT.software_error(f.rank), node_i))
-    f.crash(1, f.te + 200_000, None)
+        lines = (TT.software_error(f.rank) if not f.ctx.wild.active
+                 else TT.user_error(f.rank, int(f.ctx.rng("user-error", f.a.index).integers(0, 1 << 30))))
+        f.ev.out.extend(_at(f.te + 200_000, lines, node_i))
+    f.crash(1, f.te + 200_000, -6 if f.peers(f.te + 300_000) else None)
     f.outcome("Error", 1)
 
 

@@ -15,11 +15,23 @@ from pathlib import Path
 from toranalyze.simulate import emit_kernel as K
 from toranalyze.simulate import emit_slurm as S
 from toranalyze.simulate import emit_trainer as TR
+from toranalyze.simulate import fmt
 from toranalyze.simulate.context import RunContext
 from toranalyze.simulate.emit_nccl import init_chatter
 from toranalyze.simulate.emit_torch import launcher_start
 from toranalyze.simulate.evidence import Evidence, attempt_evidence
 from toranalyze.simulate.timeline import US, Attempt, Timeline
+from toranalyze.simulate.wild import (
+    KERNEL_FILE,
+    PLAIN,
+    Tagged,
+    WildJob,
+    Wrapper,
+    env_dump,
+    tag,
+    torchrun_rendezvous,
+    wrapped,
+)
 
 Line = tuple[int, str]
 BUF = 1 << 20
@@ -67,9 +79,9 @@ def merged(*streams: Iterable[Line]) -> Iterator[str]:
 
 
 class RunWriter:
-    def __init__(self, tl: Timeline, seed: int, job_index: int = 0):
+    def __init__(self, tl: Timeline, seed: int, job_index: int = 0, wild: WildJob = PLAIN):
         self.tl = tl
-        self.ctx = RunContext(tl, seed, job_index)
+        self.ctx = RunContext(tl, seed, job_index, wild=wild)
         self.requeue = tl.config.job_id_mode == "requeue"
         self._ev: dict[int, Evidence] = {}
         self.steps = tl.steps()  # step chunks, attempt by attempt (replayed when not kept)
@@ -91,6 +103,8 @@ class RunWriter:
     # ---------------------------------------------------------------- console (rank 0 node)
     def console(self, a: Attempt) -> Iterator[str]:
         ctx = self.ctx
+        if ctx.wild.active:
+            return self.wild_lines(a, None)
         t_l = a.start + min(3 * US, (a.load_begin - a.start) // 10)
         launch: list[Line] = []
         for ni in range(len(a.nodes)):
@@ -111,6 +125,58 @@ class RunWriter:
         if a.incident is None:
             streams.append(TR.final(ctx, a))
         return merged(*streams)
+
+    def wild_lines(self, a: Attempt, only_node: int | None) -> Iterator[str]:
+        """One attempt's console (``only_node`` None) or one pod's log lines as the job's
+        ``[wild]`` draw prints them: its size statements, its NCCL debug level, its wrapper."""
+        ctx, wild = self.ctx, self.ctx.wild
+        nodes = range(len(a.nodes)) if only_node is None else [only_node]
+        master = self.pod_of(0) or a.nodes[0]
+        t_l = a.start + min(3 * US, (a.load_begin - a.start) // 10)
+        warn_t = a.start + (a.load_begin - a.start) // 2
+        launch: list[Line] = []
+        warns: list[Line] = []
+        for ni in nodes:
+            tn = t_l + ni * 1000
+            launch += [(tn, s) for s in launcher_start(ctx, a, ni, tn)]
+            if wild.size_source == "torchrun":
+                host = a.nodes[ni]
+                g = fmt.glog(tn + 400_000 + ctx.skew(host))
+                head = (f"I{g} {ctx.launcher_pid(a, ni)} "
+                        f"torch/distributed/elastic/agent/server/api.py:568] ")
+                launch += [(tn + 400_000, head + s if s.startswith("[") else s)
+                           for s in torchrun_rendezvous(master, ni, len(a.nodes), ctx.G)]
+            if only_node is not None or ni < 4:
+                warns += [(warn_t + ni * 1000, s) for s in PY_WARNINGS]
+        launch.sort(key=lambda x: x[0])
+        ev = self.evidence(a)
+        out = [(t, s) for t, s, node in ev.out if only_node is None or node == only_node]
+        streams: list[Iterable[Tagged]] = [tag(launch, "stderr")]
+        head0 = only_node is None or only_node == 0
+        if head0:
+            banner: Iterable[Line] = TR.banner(ctx, a)
+            if not wild.megatron_size:
+                banner = ((t, s) for t, s in banner if not s.startswith("using world size:"))
+            if wild.size_source == "env":
+                te = a.start + (a.load_begin - a.start) // 6
+                banner = heapq.merge([(te, s) for s in env_dump(master, ctx.world, ctx.G)], banner,
+                                     key=lambda x: x[0])
+            streams.append(tag(banner, "stdout"))
+        if wild.nccl_info:
+            streams.append(tag(init_chatter(ctx, a, only_node=only_node), "stderr"))
+        streams.append(tag(warns, "stderr"))
+        if head0:
+            streams.append(tag(TR.progress(ctx, a, self.steps.attempt(a.index)), "stdout"))
+        streams.append(tag(out, "stderr"))
+        if head0 and a.incident is None:
+            streams.append(tag(TR.final(ctx, a), "stdout"))
+        host = a.nodes[0 if only_node is None else only_node]
+        w = Wrapper(wild.wrapper, host, ctx.skew(host), self.pod_of(only_node), pid=ctx.pid(a, 0))
+        return wrapped(w, streams)
+
+    def pod_of(self, ni: int | None) -> str | None:
+        """The pod that prints node ``ni``'s lines (none under Slurm)."""
+        return None
 
     def console_files(self) -> Iterator[tuple[str, Iterator[str]]]:
         """(file name, lines) of the Slurm console files."""
@@ -195,6 +261,6 @@ class RunWriter:
                 if (self.requeue or name == f"slurm-{a.job_id}.out") and a.index in self._ev:
                     self._ev[a.index].out = []
         for h in self.used_hosts():
-            rel = os.path.join("nodes", h, "kern.log")
+            rel = os.path.join("nodes", h, KERNEL_FILE[self.ctx.wild.kernel])
             sizes[rel] = write_lines(out / rel, self.kern(h))
         return sizes

@@ -17,14 +17,19 @@ QUIET: dict[str, Any] = {
     "first_strong_cls": None, "first_own_strong_cls": None, "any_hang": False, "any_collective_timeout": False,
     "outside_stop_cls": None, "first_planned_cls": None, "any_failure": False, "any_weak": False,
     "any_weak_nonsignal": False, "long_stall": False,
+    "t_cause": None, "cause_file": None, "cause_line": None, "cause_cls": None,
+    "cause_where": None, "t_net_echo": None, "net_file": None, "net_line": None, "t_link": None,
+    "net_explained": False, "in_time_order": False,
 }
+INTS = {"t_cause", "cause_line", "t_net_echo", "net_line", "t_link"}
 
 
 def facts(**changes: Any) -> pl.DataFrame:
     """One interruption's facts: QUIET's with ``changes`` (flags Boolean, the rest text)."""
     row = {**QUIET, **changes}
     flags = {k for k, v in row.items() if isinstance(v, bool) or isinstance(QUIET.get(k), bool)}
-    return pl.DataFrame([row], schema={k: pl.Boolean if k in flags else pl.String for k in row})
+    return pl.DataFrame([row], schema={k: pl.Boolean if k in flags else pl.Int64 if k in INTS else pl.String
+                                       for k in row})
 
 
 def value(frame: pl.DataFrame, expr: pl.Expr) -> Any:
@@ -112,3 +117,50 @@ def test_rung6_weak_records_and_stalls(changes: dict[str, Any], want: str) -> No
 ])
 def test_the_ladder_takes_the_first_rung_that_applies(changes: dict[str, Any], rung: str) -> None:
     assert inc._with_rung(facts(**changes))["rung"].item() == rung
+
+
+S = 1_000_000
+
+
+def test_a_failure_before_the_network_errors_explains_them() -> None:
+    """One rank raises, then its peers report NCCL/IB errors: the errors are echoes (other files
+    within a second count as the same moment; in one file the line order decides)."""
+    f = facts(t_cause=10 * S, cause_file="a.log", cause_line=5, cause_cls="software", t_net_echo=11 * S,
+              net_file="b.log", net_line=9)
+    assert value(f, inc.net_explained())
+    assert value(f.with_columns(t_net_echo=pl.lit(10 * S + S // 2)), inc.net_explained())  # same moment
+    assert not value(f.with_columns(t_net_echo=pl.lit(8 * S)), inc.net_explained())  # network first
+    same = f.with_columns(net_file=pl.lit("a.log"), t_net_echo=pl.lit(10 * S))
+    assert value(same.with_columns(net_line=pl.lit(7)), inc.net_explained())
+    assert not value(same.with_columns(net_line=pl.lit(3)), inc.net_explained())
+
+
+def test_a_port_failing_before_the_death_keeps_the_network_as_cause() -> None:
+    f = facts(t_cause=10 * S, cause_file="a.log", cause_line=5, cause_cls="software", t_net_echo=11 * S,
+              net_file="b.log", net_line=9, t_link=5 * S)
+    assert not value(f, inc.net_explained())
+    assert value(f.with_columns(t_link=pl.lit(12 * S)), inc.net_explained())  # the link went down after
+
+
+def test_no_network_error_at_all_is_no_explanation() -> None:
+    assert not value(facts(t_cause=10 * S, cause_file="a.log", cause_line=1, cause_cls="oom_gpu"), inc.net_explained())
+
+
+def test_the_explaining_failure_decides_only_when_the_network_is_explained() -> None:
+    explained = facts(cause_cls="software", net_explained=True, t_net_echo=3 * S)
+    assert value(explained, inc.in_time_order())
+    assert not value(facts(cause_cls="storage"), inc.in_time_order())  # no network record: the ladder
+    assert not value(facts(cause_cls="software", t_net_echo=3 * S), inc.in_time_order())  # network first
+    assert not value(facts(net_explained=True), inc.in_time_order())  # no cause
+
+
+def test_rung1_takes_the_first_failure_in_time_when_in_time_order() -> None:
+    f = facts(any_error=True, first_error_cls="network", first_own_error_cls="gpu_memory", cause_cls="software",
+              in_time_order=True, peers_demoted=True)
+    assert value(f, inc.rung1_error_class()) == "software"
+    assert value(f.with_columns(in_time_order=pl.lit(False)), inc.rung1_error_class()) == "gpu_memory"
+
+
+def test_explained_network_errors_are_demoted_like_peers_symptoms() -> None:
+    f = facts(any_error=True, any_own_error=True, net_explained=True)
+    assert value(f, inc.peers_demoted())

@@ -41,7 +41,8 @@ def test_no_rule_id_in_reconstruct_or_simulate() -> None:
 def test_roles_name_existing_rules_and_every_role_is_used() -> None:
     roles = attribution_roles()
     rules = {r.id: r for r in builtin_rules()}
-    by_role = {"weak": roles.weak, "generic_gpu": roles.generic_gpu, "signal": roles.signal, "kill": roles.kill}
+    by_role = {"weak": roles.weak, "generic_gpu": roles.generic_gpu, "signal": roles.signal, "kill": roles.kill,
+               "link": roles.link}
     assert set(by_role) == set(ROLES)
     for role, ids in by_role.items():
         assert ids, f"no built-in rule has role {role!r}"
@@ -50,6 +51,8 @@ def test_roles_name_existing_rules_and_every_role_is_used() -> None:
     # signal and kill qualify weak records; generic_gpu qualifies GPU classes
     assert set(roles.signal) | set(roles.kill) <= set(roles.weak)
     assert {TAXONOMY[rules[i].failure_class].category for i in roles.generic_gpu} == {"gpu"}
+    # link marks first-hand network evidence
+    assert {rules[i].failure_class for i in roles.link} == {"network"}
 
 
 def test_reconstruct_reads_the_declared_roles() -> None:
@@ -60,6 +63,7 @@ def test_reconstruct_reads_the_declared_roles() -> None:
     assert incidents.GENERIC_GPU_RULES == roles.generic_gpu
     assert incidents.SIGNAL_RULES == roles.signal
     assert attribution.KILL_RULES == roles.kill
+    assert attribution.LINK_RULES == roles.link
     assert attribution.PEER_SYMPTOM == roles.peer_symptom
     assert incidents.STATE_CLASS == dict(roles.state_class)
 

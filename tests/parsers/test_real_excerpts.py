@@ -36,12 +36,6 @@ KNOWN_MISSES = {
         "jsonpath output ('name<TAB><TAB>Evicted<TAB><TAB>message') is not a layout the parser knows",
     "real_excerpts_heldout/slurm/sinfo_R_cyclecloud_node_fail.log": "a site-defined drain reason (cyclecloud_node_fail)",
     "real_excerpts_heldout/slurm/salloc_prolog_failure_revoked.log": "salloc 'Prolog failure on node' is not a rule",
-    "real_excerpts_heldout/nccl/nccl_ibp_completion_status12_send.log":
-        "the 'NET/IBP:' plugin prefix without a NCCL head",
-    "real_excerpts_heldout/nccl/nccl_mpirun_prefix_cuda_failure_invalid_argument.log":
-        "a ctime stamp glued to mpirun's '[1,0]<stdout>:' tag",
-    "real_excerpts_heldout/nccl/nccl_fatal_event_qp_status4_collector_ts.log":
-        "a collector stamp with a zone name ('+08:00') before the bracketed one",
     "real_excerpts/kernel/pcieport_aer_fatal_sdes_without_clock.log":
         "a kernel AER record pasted without its dmesg clock or syslog head",
     "real_excerpts/gpu/dmesg_level_prefix_nvswitch_sxid_and_json_scan.log":

@@ -81,16 +81,21 @@ def _conform(df: pl.DataFrame, name: str, run: str) -> pl.DataFrame:
     return df.select(cols).sort(SORT_KEYS[name], nulls_last=True)
 
 
+# Root causes whose attempt stopped making progress long before anything was logged.
+STALLS = ("hang", "collective_timeout")
+
 def exposure_rows(attempts: pl.DataFrame, incidents: pl.DataFrame, job_gpus: pl.DataFrame) -> pl.DataFrame:
     """Running time per attempt and node. An attempt runs from its start to its end, or, when it
-    was interrupted, to the incident's first error (else its last progress): detection and
+    was interrupted, to the incident's first error (else, and for a hang, its last progress): detection and
     down time are not exposure, and neither is queueing (an attempt starts on its nodes).
 
     ``attempts``: job, attempt, t_start, t_end, gpus, nodes, node_list. ``job_gpus``: job, job_gpus.
     """
-    stop = incidents.group_by("job", "attempt").agg(
-        pl.coalesce("t_first_error", "t_last_progress").min().alias("_stop")
-    )
+    # A hang stopped running at its last progress: what follows (its detector's timeout, the kill) is
+    # detection, not exposure.
+    stalled = pl.col("root_cause").is_in(STALLS)
+    end = pl.when(stalled).then(pl.col("t_last_progress")).otherwise(pl.coalesce("t_first_error", "t_last_progress"))
+    stop = incidents.group_by("job", "attempt").agg(end.min().alias("_stop"))
     a = attempts.join(stop, on=["job", "attempt"], how="left").with_columns(
         pl.min_horizontal("t_end", "_stop").alias("_end")
     )

@@ -18,9 +18,11 @@ from toranalyze.ingest.noise import NoiseLines
 from toranalyze.ingest.numbering import FILE_LINES, file_key
 from toranalyze.ingest.parser_rows import empty_parsed, parsing
 from toranalyze.ingest.reader import FileResult, read_text_events
+from toranalyze.ingest.vocabulary import Vocabulary
 
 
-def read_text_batch(paths: Sequence[str], parsers: Sequence[Any], block_bytes: int | None = None) -> list[FileResult]:
+def read_text_batch(paths: Sequence[str], parsers: Sequence[Any], block_bytes: int | None = None,
+                    vocab: Vocabulary | None = None) -> list[FileResult]:
     """Small text files read by the same parsers, as one block: what ``read_text_events`` gives
     for each file, with the fixed cost of planning every query paid once for all of them.
 
@@ -36,7 +38,7 @@ def read_text_batch(paths: Sequence[str], parsers: Sequence[Any], block_bytes: i
     # alone: the parsers' rules work within a block, so its blocks must stay apart.
     for k, frame in enumerate(frames):
         if frame is None:
-            results[k] = read_text_events(paths[k], parsers, block_bytes)
+            results[k] = read_text_events(paths[k], parsers, block_bytes, vocab)
     batch = [
         f.with_columns(pl.col("line") + k * FILE_LINES) for k, f in enumerate(frames) if f is not None and f.height
     ]
@@ -46,7 +48,7 @@ def read_text_batch(paths: Sequence[str], parsers: Sequence[Any], block_bytes: i
         prepared = on_thread("lines", lambda: prepare_lines(pl.concat(batch).rechunk()))
         extracted = _extract_batch(prepared, parsers, paths)
         priority = {p.name: i for i, p in enumerate(parsers)}
-        events, covered = block_events(prepared, extracted, NoiseLines.of(parsers), priority)
+        events, covered = block_events(prepared, extracted, NoiseLines.of(parsers), priority, vocab)
     return _split_batch(events, covered, results)
 
 

@@ -14,7 +14,8 @@ from toranalyze.ingest.carry import CarriedLines
 from toranalyze.ingest.line_context import with_prefix_context, with_prompt_hosts
 from toranalyze.ingest.noise import NoiseLines
 from toranalyze.ingest.parser_rows import BadSchema, covered_lines, empty_parsed, run_parser
-from toranalyze.schema import validate_kinds
+from toranalyze.ingest.vocabulary import Vocabulary, vocabulary_rows
+from toranalyze.schema import conform_to, validate_kinds
 
 
 def run_parsers(
@@ -44,16 +45,26 @@ def run_parsers(
 
 
 def block_events(
-    prepared: pl.DataFrame, extracted: pl.DataFrame, noise: NoiseLines, priority: dict[str, int]
+    prepared: pl.DataFrame, extracted: pl.DataFrame, noise: NoiseLines, priority: dict[str, int],
+    vocab: Vocabulary | None = None, claimed: pl.Series | None = None,
 ) -> tuple[pl.DataFrame, pl.Series]:
     """A block's parser rows -> its events (prefix context, one row per line, kind and step, the
-    parser listed first kept) and the distinct lines events or noise cover."""
-    events = with_prompt_hosts(with_prefix_context(extracted, prepared), prepared)
-    covered = covered_lines(events)
+    parser listed first kept) and the distinct lines events or noise cover. Lines neither covers
+    go through the framer and the failure vocabulary (ingest/vocabulary.py), but for ``claimed``: the
+    lines of a record an earlier block began, which a parser goes on reading in this one."""
+    covered = covered_lines(extracted)
     if noise.tests:
         # Noise can add only lines no event covers: the alternations search those only.
         rest = prepared.filter(~pl.col("line").is_in(covered.implode()))
         covered = pl.concat([covered, on_thread("noise", lambda: noise(rest))])
+    if vocab:
+        taken = covered if claimed is None else pl.concat([covered, claimed])
+        rest = prepared.filter(~pl.col("line").is_in(taken.implode())).select("line", "text")
+        words = on_thread("vocabulary", lambda: vocabulary_rows(rest, vocab))
+        if words is not None:
+            extracted = pl.concat([extracted, conform_to(words, extracted.schema).collect()], how="vertical")
+            covered = pl.concat([covered, words["line"]])
+    events = with_prompt_hosts(with_prefix_context(extracted, prepared), prepared)
     events = (
         events.lazy()
         .with_columns(pl.col("parser").replace_strict(priority, default=len(priority)).alias("_prio"))

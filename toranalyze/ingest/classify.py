@@ -14,6 +14,8 @@ are tried *before* the built-ins so a user can override them). A rule::
     match = '(?i)fallen off the bus'  # optional: regex searched in message
     severity = "critical"          # optional: overrides the row's severity
     role = ["weak"]                # optional: its part in root-cause attribution (ROLES)
+    anywhere = true                # optional: its match alone names the failure, in any file:
+                                   # searched on lines no parser claimed (ingest/vocabulary.py)
 
 Every condition given must hold; a rule needs at least one of match/code/state.
 The first matching rule wins. Rows no rule matches keep failure_class null.
@@ -24,7 +26,9 @@ the built-in files, through ``attribution_roles()``, never by naming a rule in P
 * ``role`` of a rule: ``weak`` (only says the job or a worker ended badly: the ladder's lowest
   rung), ``generic_gpu`` (a GPU-class rule on a generic CUDA failure text, no Xid or counter),
   ``signal`` (a weak record of processes killed from outside by a signal), ``kill`` (a weak
-  record of a process killed on one node: the death when only peers' symptoms are left);
+  record of a process killed on one node: the death when only peers' symptoms are left),
+  ``link`` (a network-class rule on first-hand evidence of a link, port or adapter failing: a
+  port down, a link flap, an adapter's fatal event; never a peer's echo of a death elsewhere);
 * ``[[state]]`` tables (``state = "NODE_FAIL"``, ``class = "node_failure"``): a scheduler or pod
   end state that is evidence of that class when no rule classified its row;
 * one ``[peer_symptom]`` table (``match = '...'``): the text of network records that only say a
@@ -50,12 +54,12 @@ from toranalyze.errors import RulesError
 from toranalyze.schema import SEVERITIES
 from toranalyze.taxonomy import TAXONOMY
 
-_KEYS = {"id", "class", "source", "kind", "code", "state", "match", "severity", "note", "role"}
+_KEYS = {"id", "class", "source", "kind", "code", "state", "match", "severity", "note", "role", "anywhere"}
 _STATE_KEYS = {"state", "class", "note"}
 _PEER_KEYS = {"match", "note"}
 _TOP_KEYS = {"rule", "state", "peer_symptom"}
 # A rule's possible parts in root-cause attribution (see the module docstring).
-ROLES = ("weak", "generic_gpu", "signal", "kill")
+ROLES = ("weak", "generic_gpu", "signal", "kill", "link")
 # Roles that only qualify weak records: without 'weak' they would change nothing.
 _WEAK_ONLY = ("signal", "kill")
 
@@ -72,6 +76,7 @@ class Rule:
     match: str | None = None
     severity: str | None = None
     roles: tuple[str, ...] = ()
+    anywhere: bool = False
 
     def condition(self) -> pl.Expr:
         cond = pl.lit(True)
@@ -127,9 +132,20 @@ def _roles(item: dict, rid: str, cls: str, where: str) -> tuple[str, ...]:
             raise RulesError(f"rule {rid!r}: unknown role {role!r}", path=where, hint=f"use one of: {', '.join(ROLES)}")
         if role in _WEAK_ONLY and "weak" not in roles:
             raise RulesError(f"rule {rid!r}: role {role!r} qualifies weak records; add role 'weak'", path=where)
+    if "link" in roles and cls != "network":
+        raise RulesError(f"rule {rid!r}: role 'link' needs class 'network', not {cls!r}", path=where)
     if "generic_gpu" in roles and TAXONOMY[cls].category != "gpu":
         raise RulesError(f"rule {rid!r}: role 'generic_gpu' needs a GPU class, not {cls!r}", path=where)
     return roles
+
+
+def _anywhere(item: dict, rid: str, where: str) -> bool:
+    value = item.get("anywhere", False)
+    if not isinstance(value, bool):
+        raise RulesError(f"rule {rid!r}: anywhere must be true or false", path=where)
+    if value and not item.get("match"):
+        raise RulesError(f"rule {rid!r}: anywhere needs a match pattern (it is searched in text)", path=where)
+    return value
 
 
 def _rule(item: dict, origin: str, where: str) -> Rule:
@@ -159,6 +175,7 @@ def _rule(item: dict, origin: str, where: str) -> Rule:
         match=match,
         severity=sev,
         roles=_roles(item, rid, cls, where),
+        anywhere=_anywhere(item, rid, where),
     )
     if not (rule.match or rule.code or rule.state):
         raise RulesError(f"rule {rid!r} needs at least one of match, code, state", path=where)
@@ -248,6 +265,7 @@ class AttributionRoles:
     generic_gpu: tuple[str, ...]
     signal: tuple[str, ...]
     kill: tuple[str, ...]
+    link: tuple[str, ...]
     peer_symptom: str
     state_class: Mapping[str, str]
 
@@ -273,7 +291,8 @@ def roles_of(files: Sequence[RulesFile]) -> AttributionRoles:
         return tuple(r.id for r in rules if role in r.roles)
 
     return AttributionRoles(weak=having("weak"), generic_gpu=having("generic_gpu"), signal=having("signal"),
-                            kill=having("kill"), peer_symptom=peers[0][1], state_class=MappingProxyType(states))
+                            kill=having("kill"), link=having("link"), peer_symptom=peers[0][1],
+                            state_class=MappingProxyType(states))
 
 
 @lru_cache(maxsize=1)

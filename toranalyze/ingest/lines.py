@@ -50,6 +50,15 @@ LINE_SCHEMA = pl.Schema(
 #  mpi  : '[1,12]<stdout>:' (mpirun --tag-output: job, rank)
 #  task : '[177/train/578 (pid 28936)] ' (a workflow runner's task and process), and a run id in
 #         brackets '[09c561ee-a44c-4795-967c-7183a83b3160] ' (a UUID; nothing else looks like one)
+#  cri  : 'stdout F ' / 'stderr P ' (the CRI log format's stream and tag, after its stamp)
+#  log  : '- INFO - ', '- trainer - WARNING - ' (Python logging's default layout, after its stamp)
+#  glog : 'I0601 00:00:01.123456  1234 train.py:12] ' (absl/glog of Python or C++, not klog's
+#         '.go' files, which the Kubernetes parser reads whole; its stamp has no year: not kept)
+#  host : 'gpu-001 | ' (a collector's host column)
+# A host right after a peeled stamp ('2024-06-01T00:00:01Z gpu-001 msg') is taken by _after_stamp,
+# and a JSON envelope ('{"log": ..., "time": ...}', fluent-bit's record) by _unwrapped.
+# A host name here: a letter first, a digit and a '-' or '.' in it ('gpu-001', 'ip-10-0-0-1'), or an IPv4.
+_HOST = r"[A-Za-z][A-Za-z0-9]*(?:[-.][A-Za-z0-9]+)*[-.][A-Za-z]*\d[\w.\-]*|(?:\d{1,3}\.){3}\d{1,3}"
 _PREFIX = (
     r"^(?:"
     rf"\|?\s*\[?({ISO_PATTERN})\]?:?\s*\|?\s+"
@@ -61,6 +70,10 @@ _PREFIX = (
     r"|\[\d+,(\d+)\]<std(?:out|err)>:"
     r"|\[[\w/.\-]+ \(pid \d+\)\] ?"
     r"|\[[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\] ?"
+    r"|(?:stdout|stderr) [FP] "
+    r"|- (?:[\w.]+ - )?(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL) - "
+    r"|[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d{6}\s+\d+ [\w.\-]+\.py:\d+\] "
+    rf"|({_HOST}) \| "
     r")"
 )
 _PASSES = 4
@@ -88,14 +101,64 @@ def prepare_lines(chunk: pl.DataFrame) -> pl.DataFrame:
         .select(LINE_SCHEMA.names())
         .collect()
     )
+    if base.select(pl.col("text").str.contains(r"^\s*\{", literal=False).any()).item():
+        base = _unwrapped(base)
     prefixed = base.select(pl.col("text").str.contains(_PREFIX)).to_series()
     if not prefixed.any():
         return base
     if prefixed.all():
-        return _peel(base)
+        return _after_stamp(_peel(base))
     base = base.with_columns(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_r"))
-    peeled = _peel(base.filter(prefixed))
+    peeled = _after_stamp(_peel(base.filter(prefixed)))
     return pl.concat([base.filter(~prefixed), peeled]).sort("_r").drop("_r")
+
+
+# A JSON log envelope: docker's json-file ('{"log":"...\\n","stream":"stderr","time":"..."}'), a
+# fluent-bit or cloud logging record ('"message"', '"textPayload"', a "kubernetes" host).
+_ENVELOPE = r'^\s*\{.*?"(?:log|message|textPayload)"\s*:\s*"((?:[^"\\]|\\.)*)"'
+_ENVELOPE_TIME = rf'"(?:time|timestamp|@timestamp)"\s*:\s*"({ISO_PATTERN})"'
+_ENVELOPE_HOST = r'"(?:host|hostname|node_name|nodename)"\s*:\s*"([\w.\-]+)"'
+_ENVELOPE_EPOCH = r'"(?:date|time|ts|timestamp)"\s*:\s*(1\d{9}(?:\.\d+)?)\b'
+
+
+def _unwrapped(frame: pl.DataFrame) -> pl.DataFrame:
+    """Lines that are JSON log envelopes become the message they carry, with its stamp and host."""
+    msg = pl.col("text").str.extract(_ENVELOPE, 1)
+    stamp = pl.col("text").str.extract(_ENVELOPE_TIME, 1)
+    seconds = pl.col("text").str.extract(_ENVELOPE_EPOCH, 1).cast(pl.Float64, strict=False)
+    epoch = pl.from_epoch((seconds * 1e6).cast(pl.Int64), time_unit="us").cast(NAIVE_US)
+    text = (msg.str.replace(r"(?:\\[rn])+$", "").str.replace_all(r"\\[nrt]", " ").str.replace_all(r'\\"', '"')
+            .str.replace_all(r"\\\\", "\\", literal=True))
+    return frame.with_columns(
+        pl.when(msg.is_not_null()).then(text).otherwise(pl.col("text")).alias("text"),
+        pl.when(msg.is_not_null()).then(pl.coalesce(ts_iso(stamp), epoch)).otherwise(pl.col("p_ts")).alias("p_ts"),
+        pl.when(msg.is_not_null()).then(pl.coalesce(offset_iso(stamp), pl.when(epoch.is_not_null()).then(0)))
+        .otherwise(pl.col("p_off")).cast(pl.Int32).alias("p_off"),
+        pl.when(msg.is_not_null()).then(pl.col("text").str.extract(_ENVELOPE_HOST, 1)).otherwise(pl.col("p_node"))
+        .alias("p_node"),
+    )
+
+
+_STAMP_HOST = rf"^({_HOST}) "
+# ... unless a parser reads the host itself: a syslog head ('gpu-001 kernel: '), an NCCL head ('gpu-001 [5] NCCL')
+_HOST_READ = rf"^(?:{_HOST}) (?:[\w\-./]+(?:\[\d+\])?: |\[\d+\] )"
+
+
+def _after_stamp(frame: pl.DataFrame) -> pl.DataFrame:
+    """A collector's host right after its RFC 3339 stamp ('2024-06-01T00:00:01Z gpu-001 msg') is the
+    line's host; a syslog or NCCL head's ('... gpu-001 kernel: msg') is left to the parsers that
+    read it, and a name after a logger's stamp ('[2021-08-08 03:56:54] tr1-13B is ...') is text."""
+    text = pl.col("text")
+    rfc3339 = pl.col("raw").str.contains(r"^\d{4}-\d{2}-\d{2}T")
+    host = (pl.col("p_ts").is_not_null() & pl.col("p_node").is_null() & rfc3339
+            & text.str.contains(_STAMP_HOST) & ~text.str.contains(_HOST_READ))
+    if not frame.select(host.any()).item():
+        return frame
+    name = text.str.extract(_STAMP_HOST, 1)
+    return frame.with_columns(
+        pl.when(host).then(text.str.slice(name.str.len_chars() + 1)).otherwise(text).alias("text"),
+        pl.when(host).then(name).otherwise(pl.col("p_node")).alias("p_node"),
+    )
 
 
 def _peel(frame: pl.DataFrame) -> pl.DataFrame:
@@ -130,7 +193,7 @@ def _peel_once(lf: pl.LazyFrame) -> pl.LazyFrame:
         pl.coalesce(g("4").cast(pl.Int32), g("5").cast(pl.Int32), g("8").cast(pl.Int32), pl.col("p_rank")).alias(
             "p_rank"
         ),
-        pl.coalesce(g("6"), g("7"), pl.col("p_node")).alias("p_node"),
+        pl.coalesce(g("6"), g("7"), g("9"), pl.col("p_node")).alias("p_node"),
         pl.when(g("1").is_not_null())
         .then(pl.col("text").str.slice(g("1").str.len_chars()))
         .otherwise(pl.col("text"))

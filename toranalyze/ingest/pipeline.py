@@ -42,6 +42,7 @@ from toranalyze.ingest.reader import FileResult, TextEvents, read_document_event
 from toranalyze.ingest.registry import Registry, default_registry
 from toranalyze.ingest.rule_tools import fill_where
 from toranalyze.ingest.streams import looks_binary, read_head
+from toranalyze.ingest.vocabulary import Vocabulary, vocabulary_for
 from toranalyze.schema import EVENT_SCHEMA, validate_events
 
 NODE_DIRS = frozenset({"nodes", "hosts", "node", "host"})
@@ -267,11 +268,18 @@ def _read_file(file: InputFile, registry: Registry, options: IngestOptions) -> t
     try:
         document, parsers = _open(file, registry, options, report)
         if parsers and not document:
-            return _text(read_text_events(file.path, parsers), file, options, report), report
+            result = read_text_events(file.path, parsers, vocab=_vocabulary(options))
+            return _text(result, file, options, report), report
     except Exception as exc:
         _failed(report, exc)
         return None, report
     return _read_opened(file, parsers, options, report)
+
+
+def _vocabulary(options: IngestOptions) -> Vocabulary | None:
+    """The failure vocabulary searched on lines no parser claims: the built-in and user rules marked
+    ``anywhere``; none when one parser is forced on every file (its rows alone are wanted)."""
+    return None if options.parser else vocabulary_for(options.rules)
 
 
 def _text(result: FileResult, file: InputFile, options: IngestOptions, report: FileReport) -> pl.DataFrame:
@@ -304,7 +312,7 @@ def _read_group(files: Sequence[InputFile], registry: Registry, options: IngestO
             out.append(_read_opened(file, parsers, options, report))
     for parsers, at in batches.values():
         try:
-            results = read_text_batch([files[i].path for i in at], parsers)
+            results = read_text_batch([files[i].path for i in at], parsers, vocab=_vocabulary(options))
             for i, result in zip(at, results, strict=True):
                 out[i] = (_text(result, files[i], options, out[i][1]), out[i][1])
         except Exception:

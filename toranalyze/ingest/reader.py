@@ -27,6 +27,7 @@ from toranalyze.ingest.lines import prepare_lines
 from toranalyze.ingest.noise import NoiseLines
 from toranalyze.ingest.parser_rows import covered_lines, empty_parsed, parsing
 from toranalyze.ingest.streams import document_lines
+from toranalyze.ingest.vocabulary import Vocabulary
 from toranalyze.schema import validate_kinds, validate_raw
 
 
@@ -53,6 +54,7 @@ class TextEvents:
     path: str
     parsers: Sequence[Any]
     block_bytes: int | None = None  # default: blocks.BLOCK_BYTES
+    vocab: Vocabulary | None = None  # searched on the lines no parser claims (vocabulary.py)
     lines: int = 0
     covered: int = 0
     used: set[str] = field(default_factory=set)
@@ -103,7 +105,9 @@ class TextEvents:
             if parser not in chosen:  # what it carried lies above a block it does not read
                 on_thread(f"parser-{parser.name}", partial(self.carried.skip, parser, prepared))
         extracted = run_parsers(prepared, chosen, self.path, self.carried)
-        events, covered = block_events(prepared, extracted, noise, priority)
+        going_on = [covered_lines(rows) for rows in self.carried.extended]
+        claimed = pl.concat(going_on) if going_on else None
+        events, covered = block_events(prepared, extracted, noise, priority, self.vocab, claimed)
         self.used.update(events["parser"].unique().to_list())
         return events, covered
 
@@ -126,9 +130,10 @@ class TextEvents:
             self.last_covered = int(covered.max())  # type: ignore[arg-type]
 
 
-def read_text_events(path: str, parsers: Sequence[Any], block_bytes: int | None = None) -> FileResult:
-    """Run line parsers over a text file, chunk by chunk."""
-    blocks = TextEvents(path, parsers, block_bytes)
+def read_text_events(path: str, parsers: Sequence[Any], block_bytes: int | None = None,
+                     vocab: Vocabulary | None = None) -> FileResult:
+    """Run line parsers over a text file, chunk by chunk (and ``vocab`` over the lines none claims)."""
+    blocks = TextEvents(path, parsers, block_bytes, vocab)
     frames = list(blocks)
     events = pl.concat(frames, how="vertical") if frames else empty_parsed()
     late = blocks.late_revisions()

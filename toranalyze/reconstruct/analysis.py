@@ -93,7 +93,7 @@ def analyze_events(events: pl.DataFrame, options: AnalysisOptions | None = None,
     opts = options or AnalysisOptions()
     prepared = prepare_jobs(events)
     if engine == "local" and (jobs <= 1 or prepared.jobs.height < 2):  # no partition, no copy
-        parts = [reconstruct_jobs(JobGroup(prepared.events, prepared.jobs, opts))]
+        parts = [reconstruct_jobs(JobGroup(prepared.events, prepared.jobs, opts, prepared.file_offsets_us))]
     elif engine == "local":
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             parts = list(pool.map(reconstruct_jobs, job_groups(prepared, opts, jobs)))
@@ -124,7 +124,10 @@ def reconstruct_jobs(group: JobGroup) -> PartialAnalysis:
     ideal_us = ideal.select("job", "ideal_us")
     rows, att = _placed_steps(p.rows, p.att, ideal_us)
     window, clipped_windows = _job_windows(att, ev)
-    inc = _incidents(att, ev, p.steps, ideal_us, window, opts)
+    limits = inc_mod.IncidentLimits(pre_s=opts.incident_pre_s, post_s=opts.incident_post_s,
+                                    hang_stall_factor=opts.hang_stall_factor, hang_min_stall_s=opts.hang_min_stall_s,
+                                    file_offsets_us=group.file_offsets_us)
+    inc = _incidents(att, ev, p.steps, ideal_us, window, limits)
     buckets, rows = ledger.compute(window, rows, ideal_us, ledger.Blocking(p.ckpt, p.evals), inc, jitter)
     c.check(buckets, "LedgerBuckets", "ledger.compute")
     c.check(rows, "LedgerStepRows", "ledger.compute")
@@ -298,12 +301,10 @@ def _job_windows(att: pl.DataFrame, ev: pl.DataFrame) -> tuple[pl.DataFrame, lis
 
 @c.stage("IncidentRows")
 def _incidents(att: pl.DataFrame, ev: pl.DataFrame, steps: pl.DataFrame, ideal_us: pl.DataFrame,
-               window: pl.DataFrame, opts: AnalysisOptions) -> pl.DataFrame:
+               window: pl.DataFrame, limits: inc_mod.IncidentLimits) -> pl.DataFrame:
     """The incidents, with the next attempt's checkpoint load (the recovery split needs it)."""
     ideal_map = {k: v for k, v in ideal_us.iter_rows() if v is not None}
     end_map = dict(window.select("job", "T1").iter_rows())
-    limits = inc_mod.IncidentLimits(pre_s=opts.incident_pre_s, post_s=opts.incident_post_s,
-                                    hang_stall_factor=opts.hang_stall_factor, hang_min_stall_s=opts.hang_min_stall_s)
     inc = inc_mod.build_incidents(att, ev, steps, ideal_map, end_map, limits)
     load = att.select(
         "job",

@@ -94,3 +94,6 @@ def attribute_nodes(ev: pl.DataFrame, pods: dict[str, str] | None = None) -> pl.
 # (whose cause the logs do not give); when node-local death evidence exists, the symptoms are set
 # aside (incidents.py applies both to every incident at once).
 KILL_RULES = attribution_roles().kill
+# Network-class rules on first-hand evidence (a port, link or adapter failing): never a peer's
+# echo of a death elsewhere, so a network failure they show before any death is the cause.
+LINK_RULES = attribution_roles().link

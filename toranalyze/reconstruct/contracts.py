@@ -82,7 +82,9 @@ class PreparedEventRows(dy.Schema):
     "The scheduler id without its array or step suffix (the attempt's ``job_id``)."
     peer_symptom = _key(dy.Bool)
     sched_step_row = _key(dy.Bool)
-    "Flags read from the message: a peer's symptom of a network failure; a scheduler job step's row."
+    collective_seq = _opt(dy.Int64)
+    """Flags read from the message: a peer's symptom of a network failure; a scheduler job step's row;
+    the sequence number of the collective a watchdog timed out on."""
 
 
 class Jobs(dy.Schema):
@@ -409,6 +411,8 @@ class OnsetRecords(dy.Schema):
     weak_rule = _opt(dy.Bool)
     soft = _opt(dy.Bool)
     "A peer's symptom; a job-level termination rule (WEAK_RULES); a warning-level record."
+    collective_seq = _opt(dy.Int64)
+    "The collective a watchdog timed out on (its sequence number)."
     is_planned = _opt(dy.Bool)
     is_failure = _opt(dy.Bool)
     is_strong = _opt(dy.Bool)
@@ -416,6 +420,16 @@ class OnsetRecords(dy.Schema):
     is_weak = _opt(dy.Bool)
     is_kill = _opt(dy.Bool)
     "Ladder flags: planned stop, failure, specific failure (and error-level), weak, kill on a node."
+    file = _opt(dy.String)
+    line = _opt(dy.Int64)
+    t_c = _opt(dy.Int64)
+    inferred = _opt(dy.Bool)
+    """Its file and line, its time on the reference clock (a skewed file's offset removed), and whether
+    that time was placed from a neighbouring line."""
+    is_link = _opt(dy.Bool)
+    is_net_echo = _opt(dy.Bool)
+    is_cause = _opt(dy.Bool)
+    "Causal order: first-hand network evidence, other network errors, errors of other specific classes."
 
 
 class InterruptionFacts(dy.Schema):
@@ -459,6 +473,19 @@ class InterruptionFacts(dy.Schema):
     any_weak = _opt(dy.Bool)
     any_weak_nonsignal = _opt(dy.Bool)
     "Rung 6: records of unknown cause, job-level termination records, such records other than signals."
+    t_cause = _opt(dy.Int64)
+    cause_file = _opt(dy.String)
+    cause_line = _opt(dy.Int64)
+    cause_cls = _opt(dy.String)
+    cause_where = _opt(dy.String)
+    """Causal order: the first failure of a specific non-network class and where it was logged, the
+    class that explains the failures (first on the priority ladder) and its first record's rank and node."""
+    t_net_echo = _opt(dy.Int64)
+    net_file = _opt(dy.String)
+    net_line = _opt(dy.Int64)
+    n_net_echo = _opt(dy.UInt32)
+    t_link = _opt(dy.Int64)
+    "The first network error that is not first-hand, where, how many; the first port or link failing."
 
 
 def _table(name: str, schema: pl.Schema, doc: str) -> type[dy.Schema]:

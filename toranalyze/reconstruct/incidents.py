@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from toranalyze.ingest.classify import attribution_roles
-from toranalyze.reconstruct.attribution import DEATH_CLASSES, KILL_RULES, PEER_SYMPTOM
+from toranalyze.reconstruct.attribution import DEATH_CLASSES, KILL_RULES, LINK_RULES, PEER_SYMPTOM
 from toranalyze.reconstruct.intervals import in_windows, min_after
 from toranalyze.reconstruct.progress import CLEAN_STATES, is_clean
 from toranalyze.reconstruct.stages import stage
@@ -77,6 +77,8 @@ GENERIC_GPU_RULES = attribution_roles().generic_gpu
 # Weak records that say the processes were killed from outside (SIGKILL/SIGTERM, a signal
 # exception): after a silent stall that is how a hang ends.
 SIGNAL_RULES = attribution_roles().signal
+# Records of two files stamped this close may be in either order (second-resolution stamps).
+SAME_MOMENT_US = 1_000_000
 OOM = ("oom_gpu", "oom_host")
 _PRIO = {name: priority(name) for name in TAXONOMY}
 _PLANNED_OF = {name: bool(c.planned) for name, c in TAXONOMY.items()}
@@ -84,8 +86,16 @@ KEY = ["job", "attempt_idx"]
 
 
 # Flags of an event computed from its message text (with_flags), so that the text itself need
-# not travel through the stages: a peer's symptom, and a scheduler job step's row.
-FLAG_COLUMNS = ("peer_symptom", "sched_step_row")
+# not travel through the stages: a peer's symptom, a scheduler job step's row, and the sequence
+# number of the collective a watchdog timed out on (or the last one its rank enqueued).
+FLAG_COLUMNS = ("peer_symptom", "sched_step_row", "collective_seq")
+_SEQ = r"SeqNum=(\d+)|last enqueued (?:NCCL )?work: (\d+)"
+
+
+def flag_defaults() -> list[pl.Expr]:
+    """FLAG_COLUMNS of a record without a message."""
+    return [pl.lit(False).alias("peer_symptom"), pl.lit(False).alias("sched_step_row"),
+            pl.lit(None, pl.Int64).alias("collective_seq")]
 
 
 def with_flags(ev: pl.DataFrame) -> pl.DataFrame:
@@ -108,7 +118,10 @@ def flag_exprs() -> list[pl.Expr]:
     )
     network = pl.col("failure_class") == "network"
     sym = network & pl.when(network).then(msg).str.contains(PEER_SYMPTOM)
-    return [sym.fill_null(False).alias("peer_symptom"), step_row.fill_null(False).alias("sched_step_row")]
+    timeout = pl.when(pl.col("failure_class") == "collective_timeout").then(msg)
+    seq = pl.coalesce(timeout.str.extract(_SEQ, 1), timeout.str.extract(_SEQ, 2)).cast(pl.Int64, strict=False)
+    return [sym.fill_null(False).alias("peer_symptom"), step_row.fill_null(False).alias("sched_step_row"),
+            seq.alias("collective_seq")]
 
 
 def interrupted_attempts(att: pl.DataFrame, ev: pl.DataFrame, stall_us: dict[str, int] | None = None) -> pl.DataFrame:
@@ -207,6 +220,9 @@ class IncidentLimits:
     post_s: float = 120.0
     hang_stall_factor: float = 10.0
     hang_min_stall_s: float = 120.0
+    # file -> its clock's offset (µs) from the reference clock, for files whose clock is skewed
+    # (reconstruct/skew.py): records are put in causal order on the corrected times.
+    file_offsets_us: tuple[tuple[str, int], ...] = ()
 
 
 def build_incidents(
@@ -226,11 +242,12 @@ def build_incidents(
         return _empty(att.schema["job"])
     ia = _with_detection(ia, ev)
     ev = with_flags(ev)
-    hits = _evidence(ia, ev, pre_s, post_s)
+    hits = _evidence(ia, ev, pre_s, post_s, dict(limits.file_offsets_us))
     ia = _with_stall(ia, ideal_us, job_end_us, hang_stall_factor, hang_min_stall_s)
     g = _onset_records(hits, ia, pre_s)
     inc = _root_causes(ia, g)
     inc = _selected_evidence(inc, g)
+    inc = _lagging_ranks(inc, g)
     inc = _start_up_oom(inc)
     inc = _final_touches(inc, g)
     inc = _with_caught_up(_with_losses(inc), att, steps)
@@ -281,12 +298,19 @@ def _end_state_class() -> pl.Expr:
     )
 
 
-def _evidence_columns() -> list[str | pl.Expr]:
-    """The columns of an evidence candidate: its class ``cls``, its ``file:line``, and flags."""
+def _evidence_columns(offsets: dict[str, int]) -> list[str | pl.Expr]:
+    """The columns of an evidence candidate: its class ``cls``, its ``file:line``, its time on
+    the reference clock ``t_c`` (``offsets``: file -> clock offset, µs), and flags."""
+    off = (pl.col("file").replace_strict(offsets, default=0, return_dtype=pl.Int64) if offsets
+           else pl.lit(0, pl.Int64))
     return [
         "job",
         "attempt_idx",
         "t",
+        (pl.col("t") - off).alias("t_c"),
+        pl.col("ts_inferred").fill_null(False).alias("inferred"),
+        pl.col("file").fill_null("?").alias("file"),
+        "line",
         "kind",
         "node",
         "rank",
@@ -295,6 +319,7 @@ def _evidence_columns() -> list[str | pl.Expr]:
         (pl.col("file").fill_null("?") + pl.lit(":") + pl.col("line").cast(pl.String)).alias("ev"),
         pl.col("rule").fill_null("").is_in(WEAK_RULES).alias("weak_rule"),
         pl.col("peer_symptom"),
+        pl.col("collective_seq"),
         pl.col("rule").fill_null(""),
         (
             (pl.col("kind") == "warning")
@@ -306,9 +331,10 @@ def _evidence_columns() -> list[str | pl.Expr]:
     ]
 
 
-def _evidence(ia: pl.DataFrame, ev: pl.DataFrame, pre_s: float, post_s: float) -> pl.DataFrame:
+def _evidence(ia: pl.DataFrame, ev: pl.DataFrame, pre_s: float, post_s: float,
+              offsets: dict[str, int]) -> pl.DataFrame:
     """Evidence candidates in each incident's window, plus its first NaN loss, by time."""
-    cols = _evidence_columns()
+    cols = _evidence_columns(offsets)
     # Only classified records and scheduler ends can be evidence: filtered before the columns are built.
     maybe = pl.col("failure_class").is_not_null() | (pl.col("kind") == "job_end")
     lazy = ev.lazy().filter(pl.col("t").is_not_null() & maybe).select(cols)  # (only the columns read are filtered)
@@ -398,7 +424,10 @@ def _onset_records(hits: pl.DataFrame, ia: pl.DataFrame, pre_s: float) -> pl.Dat
     Warnings (non-fatal Xids, link flaps) farther than ``pre_s`` from the last progress are
     background noise and dropped. ``is_planned`` planned stop, ``is_failure`` failure (not planned, not
     weak), ``is_strong`` a failure of a specific class, ``is_strong_error`` such an error, ``is_weak`` a weak
-    (job-level termination) record, ``is_kill`` a weak record of a kill on a named node."""
+    (job-level termination) record, ``is_kill`` a weak record of a kill on a named node; for causal
+    order, ``is_link`` first-hand network evidence (a port, link or adapter failing: rule role
+    ``link``), ``is_net_echo`` other network errors (what ranks report when a peer or the fabric
+    fails), ``is_cause`` errors of any other specific class (a process, GPU or node failing)."""
     pre = int(pre_s * US)
     g = hits.join(ia.select(*KEY, "t_last_progress"), on=KEY, how="left")
     lp, c = pl.col("t_last_progress"), pl.col("cls")
@@ -415,6 +444,9 @@ def _onset_records(hits: pl.DataFrame, ia: pl.DataFrame, pre_s: float) -> pl.Dat
         (strong & ~pl.col("soft")).alias("is_strong_error"),
         weak.alias("is_weak"),
         (weak & pl.col("rule").is_in(KILL_RULES) & pl.col("node").is_not_null()).alias("is_kill"),
+        (strong & pl.col("rule").is_in(LINK_RULES)).alias("is_link"),
+        (strong & ~pl.col("soft") & (c == "network") & ~pl.col("rule").is_in(LINK_RULES)).alias("is_net_echo"),
+        (strong & ~pl.col("soft") & (c != "network")).alias("is_cause"),
     )
 
 
@@ -461,22 +493,71 @@ def _ladder_facts(ia: pl.DataFrame, g: pl.DataFrame) -> pl.DataFrame:
         .group_by(KEY, maintain_order=True)
         .agg(c.unique(maintain_order=True).alias("classes"))
     )
-    d = ia.join(facts, on=KEY, how="left").join(classes, on=KEY, how="left")
+    d = ia.join(facts, on=KEY, how="left").join(classes, on=KEY, how="left").join(_causal_facts(g), on=KEY,
+                                                                                 how="left")
     flags = ["any_error", "any_own_error", "any_own_death", "any_kill", "any_node_failure", "any_own_node_failure",
              "any_hang", "any_collective_timeout", "any_failure", "any_weak", "any_weak_nonsignal"]
     return d.with_columns(pl.col(flags).fill_null(False), pl.col("n_onset_records").fill_null(0),
                           pl.col("classes").fill_null(pl.lit([], pl.List(pl.String))))
 
 
+def _causal_facts(g: pl.DataFrame) -> pl.DataFrame:
+    """Per interruption, the causal order of its errors on the reference clock (``t_c``):
+
+    - the first error of a specific non-network class (``t_cause``, its ``cause_file``/``cause_line``),
+      and the class that explains it among those errors (``cause_cls``: the first on the priority
+      ladder, as a GPU's fault explains the CUDA errors its processes then print; ``cause_where``:
+      the rank and node of its first record);
+    - the first network error that is not first-hand (``t_net_echo``, ``net_file``, ``net_line``,
+      ``n_net_echo`` of them);
+    - the first first-hand network record, a port or link failing (``t_link``)."""
+    c = pl.col("cls")
+    cause = g.filter(pl.col("is_cause")).sort(*KEY, "t_c", "line", maintain_order=True)
+    where = pl.concat_str([pl.lit("rank ") + pl.col("rank").cast(pl.String), pl.col("node")], separator=" on ",
+                          ignore_nulls=True)
+    chosen = cause.sort(*KEY, "priority", "t_c", maintain_order=True).group_by(KEY).agg(
+        c.first().alias("cause_cls"), where.first().alias("cause_where"))
+    first = cause.group_by(KEY).agg(pl.col("t_c").first().alias("t_cause"), pl.col("file").first().alias("cause_file"),
+                                     pl.col("line").first().alias("cause_line"))
+    echo = g.filter(pl.col("is_net_echo")).sort(*KEY, "t_c", "line", maintain_order=True).group_by(KEY).agg(
+        pl.col("t_c").first().alias("t_net_echo"), pl.col("file").first().alias("net_file"),
+        pl.col("line").first().alias("net_line"), pl.len().alias("n_net_echo"))
+    link = g.filter(pl.col("is_link")).group_by(KEY).agg(pl.col("t_c").min().alias("t_link"))
+    keys = g.select(KEY).unique()
+    return (keys.join(first, on=KEY, how="left").join(chosen, on=KEY, how="left")
+            .join(echo, on=KEY, how="left").join(link, on=KEY, how="left"))
+
+
 # The ladder's rungs (module docstring), each an expression over the interruption facts
 # (``_ladder_facts``' columns, contract ``InterruptionFacts``) that can be evaluated alone.
 
 
-def peers_demoted() -> pl.Expr:
-    """Peers' symptoms set aside: they never outrank a node-local death, and when they are the
-    only errors and a kill is on record, the kill decides."""
+def net_explained() -> pl.Expr:
+    """Rung 1: the network errors are echoes of an earlier failure: a process, GPU or node failed
+    first (in one file by line order, across files within SAME_MOMENT_US on the corrected clocks)
+    and no port or link failed before it."""
     c = pl.col
-    return c("any_error") & (c("any_own_death") | (~c("any_own_error") & c("any_kill")))
+    same_file = c("cause_file") == c("net_file")
+    first = (pl.when(same_file)
+             .then((c("t_cause") < c("t_net_echo"))
+                   | ((c("t_cause") == c("t_net_echo")) & (c("cause_line") <= c("net_line"))))
+             .otherwise(c("t_cause") <= c("t_net_echo") + SAME_MOMENT_US))
+    link_first = (c("t_link") < c("t_cause") - SAME_MOMENT_US).fill_null(False)
+    return (first & ~link_first).fill_null(False)
+
+
+def in_time_order() -> pl.Expr:
+    """Rung 1: the network errors came after a failure that explains them: the cause is that
+    failure (``cause_cls``), whatever the network's place on the priority ladder."""
+    c = pl.col
+    return c("cause_cls").is_not_null() & c("net_explained")
+
+
+def peers_demoted() -> pl.Expr:
+    """Peers' symptoms set aside: they never outrank a node-local death, nor a failure that came
+    before them; and when they are the only errors and a kill is on record, the kill decides."""
+    c = pl.col
+    return c("any_error") & (c("any_own_death") | c("net_explained") | (~c("any_own_error") & c("any_kill")))
 
 
 def killed_by_signal() -> pl.Expr:
@@ -486,9 +567,11 @@ def killed_by_signal() -> pl.Expr:
 
 
 def rung1_error_class() -> pl.Expr:
-    """Rung 1: the first error class of specific records (peers' symptoms left out when demoted);
-    null when there is none. Reads ``peers_demoted``."""
-    return pl.when(pl.col("peers_demoted")).then(pl.col("first_own_error_cls")).otherwise(pl.col("first_error_cls"))
+    """Rung 1: the class of the first failure in time when ``in_time_order``, else the first error
+    class of specific records on the priority ladder (peers' symptoms left out when demoted);
+    null when there is none. Reads ``in_time_order``, ``cause_cls``, ``peers_demoted``."""
+    return (pl.when(pl.col("in_time_order")).then(pl.col("cause_cls"))
+            .when(pl.col("peers_demoted")).then(pl.col("first_own_error_cls")).otherwise(pl.col("first_error_cls")))
 
 
 def rung1_node_failure_seen() -> pl.Expr:
@@ -551,7 +634,9 @@ def rung6_weak() -> pl.Expr:
 def _with_rung(d: pl.DataFrame) -> pl.DataFrame:
     """The rung (``rung``), whether peers' symptoms are set aside (``peers_demoted``), and the
     first error / strong class and node failure within the records that count."""
-    d = d.with_columns(peers_demoted().alias("peers_demoted"), killed_by_signal().alias("killed"))
+    d = d.with_columns(net_explained().alias("net_explained"))
+    d = d.with_columns(peers_demoted().alias("peers_demoted"), killed_by_signal().alias("killed"),
+                       in_time_order().alias("in_time_order"))
     r_se, r_st, detector = rung1_error_class(), rung2_warning_class(), rung3_detector()
     rung = (
         pl.when(pl.col("killed")).then(pl.lit("killed"))
@@ -631,6 +716,10 @@ def _reasons(d: pl.DataFrame) -> pl.Series:
         .when(pl.col("nan_stop")).then(spaced + pl.lit(" stopped the attempt while it was logging NaN losses"))
         .when(pl.col("gpu_swap"))
         .then(pl.lit("node failure; the CUDA 'unknown error' records are what its processes saw"))
+        .when((rung == "error") & pl.col("net_explained"))
+        .then(pl.format("{} on {} came first; the {} network errors after it are its peers' symptoms ({})",
+                        "error_cls", pl.col("cause_where").fill_null("a node the logs do not name"),
+                        "n_net_echo", pl.col("classes").list.join(", ")))
         .when(rung == "error")
         .then(pl.col("error_cls") + pl.lit(" evidence has the highest causal priority") + among.fill_null(""))
         .when(rung == "warning").then(pl.col("root_cause") + pl.lit(" warnings at the onset, no error record"))
@@ -697,6 +786,38 @@ def _selected_evidence(d: pl.DataFrame, g: pl.DataFrame) -> pl.DataFrame:
                 & (pl.col("n_onset_records") > 0))
         .then(pl.lit("medium")).otherwise(pl.col("confidence")).alias("confidence"),
     ).drop("_named", "_all_nodes", "_sel_ranks", "_ev", "_det", "_node_ranks")
+
+
+def _lagging_ranks(d: pl.DataFrame, g: pl.DataFrame) -> pl.DataFrame:
+    """A hang or collective timeout names the ranks that stalled: those whose watchdog reports an
+    earlier collective (a lower sequence number) than the others waited in; their nodes too."""
+    seqs = g.filter(pl.col("collective_seq").is_not_null() & pl.col("rank").is_not_null())
+    if seqs.height == 0:
+        return d
+    per_rank = seqs.group_by(*KEY, "rank").agg(pl.col("collective_seq").max().alias("_seq"),
+                                               pl.col("node").drop_nulls().first().alias("_node"))
+    low, high = pl.col("_seq").min().over(KEY), pl.col("_seq").max().over(KEY)
+    lag = (per_rank.with_columns(low.alias("_low"), high.alias("_high"))
+           .filter((pl.col("_seq") == pl.col("_low")) & (pl.col("_low") < pl.col("_high"))))
+    found = lag.sort("rank").group_by(KEY).agg(
+        pl.col("rank").cast(pl.Int32).alias("_lag_ranks"),
+        pl.col("_node").drop_nulls().unique().sort().alias("_lag_nodes"), pl.col("_low").first(),
+        pl.col("_high").first())
+    if found.height == 0:
+        return d
+    d = d.join(found, on=KEY, how="left")
+    hit = pl.col("root_cause").is_in(("hang", "collective_timeout")) & pl.col("_lag_ranks").is_not_null()
+    where = pl.format("rank {}{}", pl.col("_lag_ranks").cast(pl.List(pl.String)).list.join(", "),
+                      pl.when(pl.col("_lag_nodes").list.len() > 0)
+                      .then(pl.lit(" on ") + pl.col("_lag_nodes").list.join(", ")).otherwise(pl.lit("")))
+    said = pl.format("{}; {} stalled: its watchdog's last collective was #{}, the others waited in #{}",
+                     "reason", where, "_low", "_high")
+    return d.with_columns(
+        pl.when(hit).then(pl.col("_lag_ranks")).otherwise(pl.col("ranks")).alias("ranks"),
+        pl.when(hit & (pl.col("_lag_nodes").list.len() > 0)).then(pl.col("_lag_nodes")).otherwise(pl.col("nodes"))
+        .alias("nodes"),
+        pl.when(hit).then(said).otherwise(pl.col("reason")).alias("reason"),
+    ).drop("_lag_ranks", "_lag_nodes", "_low", "_high")
 
 
 def _start_up_oom(d: pl.DataFrame) -> pl.DataFrame:

@@ -150,6 +150,7 @@ def assign_jobs(events: pl.DataFrame, coded: bool = False) -> tuple[pl.DataFrame
     # runs break by name.
     runs = pl.Series("job", sorted(set(run_of.values())), dtype=pl.String)
     names = pl.concat([runs, dirs["dir"] + "::"])
+    pairs = _with_named_files(pairs, files, runs)
     pairs = _pair_jobs(pairs, dirs, bases, run_of, identity_of, runs)
     for key in names.gather(pairs["job_code"].unique()).to_list():
         if key.endswith("::"):
@@ -327,15 +328,35 @@ def _run_continued(open_runs: list[list], base: str | None, t0: int | None, trai
     return best
 
 
+def _with_named_files(pairs: pl.DataFrame, files: pl.DataFrame, runs: pl.Series) -> pl.DataFrame:
+    """``file_named``: the run a file's name starts with ('wild-007-master-0.log' -> 'wild-007', a pod's
+    log named after its pod, the pod after its job), the longest such name; null for the others."""
+    stem = pl.col("file").fill_null("").str.extract(r"([^/\\]+)$", 1).str.to_lowercase()
+    named = files.select("file_code", "dir", stem.alias("_stem"))
+    found: list[pl.DataFrame] = []
+    # A run's key is '<dir>::<name>'; a few runs per directory: one cheap filter each, longest name first.
+    keys = [(code, *key.rsplit("::", 1)) for code, key in enumerate(runs.to_list()) if "::" in key]
+    for code, where, name in sorted(keys, key=lambda x: -len(x[2])):
+        starts = (pl.col("_stem").str.starts_with(name.lower())
+                  & pl.col("_stem").str.slice(len(name), 1).is_in(["-", "_", ".", ""])
+                  & ((pl.col("dir") == where) | pl.col("dir").str.starts_with(where + "/")))
+        found.append(named.filter(starts).select("file_code", pl.lit(code, pl.Int64).alias("file_named")))
+    by_file = pl.concat(found).unique("file_code", keep="first", maintain_order=True) if found else None
+    if by_file is None or by_file.height == 0:
+        return pairs.with_columns(pl.lit(None, pl.Int64).alias("file_named"))
+    return pairs.join(by_file, on="file_code", how="left", maintain_order="left")
+
+
 def _pair_jobs(pairs: pl.DataFrame, dirs: pl.DataFrame, bases: pl.DataFrame, run_of: dict[tuple[str, str], str],
                identity_of: dict[str, str], runs: pl.Series) -> pl.DataFrame:
     """The pairs with ``job_code``, their job's code (``runs`` then the directories' own keys).
 
     A pair with an id takes its run; one without takes the run most of its file's records
-    belong to, else the directory's main run: a run known by its job name first, then the one
-    whose records come from the most files, then the one with the most records (other users'
-    jobs in a shared controller log are nameless, live in that one file and, chained one after
-    the other, can still outnumber the run's own scheduler records), else the directory itself.
+    belong to, else the run its file is named after (``file_named``), else the directory's main
+    run: a run known by its job name first, then the one whose records come from the most files,
+    then the one with the most records (other users' jobs in a shared controller log are
+    nameless, live in that one file and, chained one after the other, can still outnumber the
+    run's own scheduler records), else the directory itself.
     (The time spans of runs are not consulted: a look-up limited to the main run, as this one
     was, can only give the main run.)
     """
@@ -366,8 +387,9 @@ def _pair_jobs(pairs: pl.DataFrame, dirs: pl.DataFrame, bases: pl.DataFrame, run
     pairs = pairs.join(file_run, on="file_code", how="left", maintain_order="left").join(
         first_run, on="dir_code", how="left", maintain_order="left")
     return pairs.with_columns(
-        pl.coalesce("run_code", "file_job", "dir_job", runs.len() + pl.col("dir_code").cast(pl.Int64)).alias("job_code")
-    )
+        pl.coalesce("run_code", "file_job", "file_named", "dir_job",
+                    runs.len() + pl.col("dir_code").cast(pl.Int64)).alias("job_code")
+    ).drop("file_named")
 
 
 def _job_table(pairs: pl.DataFrame, names: pl.Series, dirs: pl.DataFrame, bases: pl.DataFrame,

@@ -21,6 +21,7 @@ class JobGroup:
     events: pl.DataFrame
     jobs: pl.DataFrame
     options: AnalysisOptions
+    file_offsets_us: tuple[tuple[str, int], ...] = ()  # PreparedEvents.file_offsets_us
 
 
 @dataclass
@@ -51,7 +52,7 @@ def job_groups(prepared: PreparedEvents, options: AnalysisOptions, n: int) -> li
     job order) with about equal numbers of events; a job is never split."""
     jobs, ev = prepared.jobs, prepared.events
     if jobs.height == 0:
-        return [JobGroup(ev, jobs, options)]
+        return [JobGroup(ev, jobs, options, prepared.file_offsets_us)]
     sizes = jobs.select("job").join(ev.group_by("job").len(), on="job", how="left").fill_null(0)
     total = max(1, int(sizes["len"].sum()))
     # A job's group is where its first event falls among n equal shares of the events.
@@ -65,11 +66,14 @@ def job_groups(prepared: PreparedEvents, options: AnalysisOptions, n: int) -> li
         code = ev["job"]
         lo = code.search_sorted(pl.Series([p["job"].min() for p in rows.values()], dtype=code.dtype), "left")
         hi = code.search_sorted(pl.Series([p["job"].max() for p in rows.values()], dtype=code.dtype), "right")
-        return [JobGroup(ev.slice(a, b - a), part, options) for a, b, part in zip(lo, hi, rows.values(), strict=True)]
+        offsets = prepared.file_offsets_us
+        return [JobGroup(ev.slice(a, b - a), part, options, offsets)
+                for a, b, part in zip(lo, hi, rows.values(), strict=True)]
     lookup = pl.Series(values=[-1] * prepared.names.len(), dtype=pl.Int64).scatter(sizes["job"], group)
     frames = ev.with_columns(lookup.gather(ev["job"]).alias("_grp")).partition_by(
         "_grp", maintain_order=True, include_key=False, as_dict=True)
-    return [JobGroup(frames.get(key, ev.clear()), part, options) for key, part in rows.items()]
+    return [JobGroup(frames.get(key, ev.clear()), part, options, prepared.file_offsets_us)
+            for key, part in rows.items()]
 
 
 def combine(prepared: PreparedEvents, parts: list[PartialAnalysis], options: AnalysisOptions) -> Analysis:

@@ -14,6 +14,7 @@ from toranalyze.reconstruct.api import US, UTC_US
 from toranalyze.reconstruct.attribution import attribute_nodes, pod_bindings
 from toranalyze.reconstruct.intervals import attach, packed_key
 from toranalyze.reconstruct.jobs import assign_attempts, assign_jobs, job_name
+from toranalyze.reconstruct.skew import SKEW_THRESHOLD_S, clock_offsets, skewed
 from toranalyze.reconstruct.stages import check
 from toranalyze.schema import KINDS, SEVERITIES, SOURCES
 
@@ -37,10 +38,13 @@ class PreparedEvents:
     names: pl.Series  # code -> job name, over every job found
     dropped: list[int]  # other users' jobs of a shared scheduler log
     untimed: list[int]  # jobs given a relative clock
+    # file -> clock offset (µs) of the files whose clock is skewed (skew.py), for causal order
+    file_offsets_us: tuple[tuple[str, int], ...] = ()
 
 
 def prepare_jobs(events: pl.DataFrame) -> PreparedEvents:
     """The global steps: jobs and attempts assigned over all files, other users' jobs dropped."""
+    offsets = file_offsets(events)
     ev, pods = _prepared(events)
     ev = attribute_nodes(ev, pods)  # host from the file's path, pod -> node
     # From here on a job is its rank among the sorted names (an integer sorts, joins and groups
@@ -60,7 +64,15 @@ def prepare_jobs(events: pl.DataFrame) -> PreparedEvents:
     ev = assign_attempts(ev, keep)
     check(ev, "PreparedEventRows", "prepare.prepare_jobs")
     check(jobs, "Jobs", "prepare.prepare_jobs")
-    return PreparedEvents(ev, jobs, names, dropped, untimed)
+    return PreparedEvents(ev, jobs, names, dropped, untimed, offsets)
+
+
+def file_offsets(events: pl.DataFrame) -> tuple[tuple[str, int], ...]:
+    """(file, clock offset µs) of the files whose clock skew.py calls skewed."""
+    if events.height == 0 or "kind" not in events.columns:
+        return ()
+    off = skewed(clock_offsets(events, "file"), SKEW_THRESHOLD_S)
+    return tuple((f, round(s * 1_000_000)) for f, s in off.select("unit", "offset_s").iter_rows())
 
 
 def _other_users(ev: pl.DataFrame, jobs: pl.DataFrame) -> tuple[pl.DataFrame, list[int]]:
@@ -273,7 +285,7 @@ def _excerpt_starts(part: pl.DataFrame, is_step: pl.Expr, rows: pl.Series) -> pl
             pl.lit(None, pl.Float64).alias("step_time_s"),
             pl.lit(None, pl.String).alias("failure_class"),
             pl.lit("(start of the excerpt)").alias("message"),
-            *[pl.lit(False).alias(c) for c in inc_mod.FLAG_COLUMNS],
+            *inc_mod.flag_defaults(),
             pl.lit(0, pl.Int64).alias("line"),
         )
         .with_columns((pl.int_range(pl.len(), dtype=pl.Int64) + rows.cast(pl.Int64).max() + 1).alias("row"))

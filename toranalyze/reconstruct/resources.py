@@ -5,6 +5,11 @@ Slurm, Kubernetes) that the attempt owns. Kernel logs are read from every node t
 used and carry benign noise in between, so they name an attempt's nodes only when nothing else
 does. GPUs are the largest count a record of the attempt states (NCCL ``nranks``, the trainer's
 world size, an allocation's GPUs), else the job's largest.
+
+A node is a host: the count is the hosts named, or the scheduler's stated count when it is larger
+(an allocation whose other hosts say nothing). A launcher's count of its agents (torchrun's
+``group_world_size``) counts pods on Kubernetes, several to a host: it is used only when no host
+is named and no scheduler states a count.
 """
 
 from __future__ import annotations
@@ -14,12 +19,15 @@ import polars as pl
 from toranalyze.reconstruct.intervals import agg_by
 from toranalyze.reconstruct.tables import RESOURCES_SCHEMA
 
+SCHEDULERS = ("slurm", "kubernetes")
+
 
 def attempt_resources(ev: pl.DataFrame) -> pl.DataFrame:
     """Events with ``job`` and ``attempt_idx`` (after ``assign_attempts``) -> RESOURCES_SCHEMA rows."""
     if "attempt_idx" not in ev.columns or ev.height == 0:
         return pl.DataFrame(schema={**RESOURCES_SCHEMA, "job": ev.schema.get("job", pl.String)})
-    ev = ev.select("job", "attempt_idx", "node", "source", "n_gpus", "n_nodes").filter(
+    ev = ev.select("job", "attempt_idx", "node", "source", "n_gpus", "n_nodes").with_columns(
+        pl.when(pl.col("source").is_in(SCHEDULERS)).then(pl.col("n_nodes")).alias("_sched_n")).filter(
         pl.col("job").is_not_null() & pl.col("attempt_idx").is_not_null())  # (the columns read, not all)
     key = ["job", "attempt_idx"]
     named = ev.filter(pl.col("node").is_not_null()).with_columns((pl.col("source") == "kernel").alias("_kern"))
@@ -33,8 +41,9 @@ def attempt_resources(ev: pl.DataFrame) -> pl.DataFrame:
         .drop("_kern")
     )
     # Records are in attempt order: the groups are slices.
-    sizes = (pl.col("n_gpus").max().alias("_g"), pl.col("n_nodes").max().alias("_n"))
-    stated = agg_by(ev.select(*key, "n_gpus", "n_nodes"), key, *sizes)
+    sizes = (pl.col("n_gpus").max().alias("_g"), pl.col("n_nodes").max().alias("_n"),
+             pl.col("_sched_n").max().alias("_sn"))
+    stated = agg_by(ev.select(*key, "n_gpus", "n_nodes", "_sched_n"), key, *sizes)
     job_gpus = stated.group_by("job").agg(pl.col("_g").max().alias("_jg"))  # (the largest of its attempts')
     out = (
         stated.join(nodes, on=key, how="left")
@@ -42,7 +51,9 @@ def attempt_resources(ev: pl.DataFrame) -> pl.DataFrame:
         .with_columns(pl.col("node_list").fill_null(pl.lit([], pl.List(pl.String))))
         .with_columns(
             pl.coalesce("_g", "_jg").alias("gpus"),
-            pl.max_horizontal(pl.col("node_list").list.len().cast(pl.Int32), pl.col("_n")).alias("nodes"),
+            pl.when(pl.col("node_list").list.len() > 0)
+            .then(pl.max_horizontal(pl.col("node_list").list.len().cast(pl.Int32), pl.col("_sn")))
+            .otherwise(pl.coalesce("_sn", "_n")).alias("nodes"),
             pl.col("attempt_idx").alias("attempt"),
         )
         .with_columns(pl.when(pl.col("nodes") > 0).then(pl.col("nodes")).alias("nodes"))

@@ -180,6 +180,13 @@ def render_fleet_report(jobs: pl.DataFrame, attempts: pl.DataFrame, incidents: p
         ("fleet TOR", f"{fleet_tor:.4f}" if fleet_tor is not None else "-"),
         ("lost GPU-hours", f"{float(jobs['lost_gpu_hours'].sum() or 0.0):,.0f}"),
     ]))
+    unsized = jobs.filter(pl.col("gpus").is_null())
+    if unsized.height:
+        hours = float(unsized["span_s"].sum() or 0.0) / 3600
+        page.add(f'<p class="warn">{unsized.height} of {jobs.height} jobs ({hours:,.0f} h observed) state no size in '
+                 "their logs (no allocation, world size or GPU limit): their running time counts 0 GPU-hours, so "
+                 "per-GPU-hour rates leave them out. Add the scheduler's accounting or the launcher's output to "
+                 "count them; the jobs table shows their GPUs as 'unknown'.</p>")
     page.add('<nav class="toc">' + "".join(f'<a href="#{a}">{t}</a>' for a, t in (
         ("tor", "TOR"), ("rates", "failure rates"), ("mtbf", "MTBF vs size"), ("recovery", "recovery"),
         ("pareto", "lost GPU-hours"), ("lemons", "lemon nodes"), ("trends", "trends"),
@@ -398,7 +405,7 @@ def _jobs_section(page: Page, jobs: pl.DataFrame) -> None:
     rows = []
     for r in j.iter_rows(named=True):
         name = r["job"] if not r["run"] or r["run"] == r["job"] else f"{r['run']} · {r['job']}"
-        rows.append((_link(name, r.get("report")), "-" if r["gpus"] is None else str(r["gpus"]),
+        rows.append((_link(name, r.get("report")), "unknown" if r["gpus"] is None else str(r["gpus"]),
                      fmt_duration(r["span_s"]), "-" if r["tor"] is None else f"{r['tor']:.4f}",
                      str(r["n_incidents"] or 0), str(r["n_unexpected"] or 0),
                      f"{(r['lost_gpu_hours'] or 0):,.1f}",

@@ -120,10 +120,14 @@ def _job_section(page: Page, i: int, row: dict[str, Any], frames: JobFrames) -> 
         ("TOR", f"{row['tor']:.4f}" if row.get("tor") is not None else "-"),
         ("observed", fmt_duration(row.get("t_obs_s"))),
         ("optimal", fmt_duration(row.get("useful_s"))),
-        ("GPUs", str(gpus) if gpus else "-"),
+        ("GPUs", str(gpus) if gpus else "unknown"),
         ("incidents", str(incidents.height)),
         ("steps lost", str(row.get("steps_lost") or 0)),
     ]))
+    if not gpus:
+        page.add('<p class="warn">No log states this job\'s size (an allocation, a world size, a GPU limit): '
+                 "its GPU-hours and lost GPU-hours are unknown, and a fleet counts its running time as 0 GPU-hours. "
+                 "Add the scheduler's accounting or the launcher's output to the inputs.</p>")
     page.add("<h3>Where the time went</h3>")
     page.figure(figures.ledger_bar(row, BUCKETS), height=170)
     rows = [(esc(b), fmt_duration(row.get(f"{b}_s")),

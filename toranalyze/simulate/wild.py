@@ -135,10 +135,10 @@ class Wrapper:
     """Wraps lines as the job's shipper wrote them; the stamps are the node's clock (true time
     plus its skew) plus a small shipping delay, never going back within one file."""
 
-    def __init__(self, kind: str, host: str, skew_us: int, pod: str | None = None, namespace: str = "ml-train",
-                 container: str = "pytorch", pid: int = 1):
-        self.kind, self.host, self.skew, self.pod, self.ns, self.container, self.pid = (
-            kind, host, skew_us, pod, namespace, container, pid)
+    ns, container = "ml-train", "pytorch"  # where the pods run, as the shipper's records name it
+
+    def __init__(self, kind: str, host: str, skew_us: int, pod: str | None = None, pid: int = 1):
+        self.kind, self.host, self.skew, self.pod, self.pid = kind, host, skew_us, pod, pid
         self.last = 0
 
     def stamp(self, t: int) -> int:

@@ -1,0 +1,167 @@
+"""The failure vocabulary on lines no parser claimed: a framer, one prefilter, one row per hit.
+
+Family parsers read the layouts they know and win wherever they recognise one. A known failure
+message inside a wrapper none of them frames (a collector's stamp, a syslog or klog head, a CRI
+``stdout F`` prefix, a JSON log envelope, a logger's level tag) would otherwise be lost. So the
+lines of a block that no parser's row and no noise pattern covers go through
+
+1. the framer (``frame``): wrappers peeled from the front, a few passes, keeping the time they
+   state; a JSON envelope gives its message field;
+2. the vocabulary: every rule marked ``anywhere = true`` (``docs/rules.md``), whose text is
+   specific enough to mean the same failure whatever file it is in. Their patterns compile into
+   one alternation, searched once on the framed lines; a line it hits becomes an ``error`` row of
+   the source of the first such rule it matches, and classification then treats it like any row of
+   that source (the family's rule chain decides the class).
+
+The prefilter is the fast path: a big log's unclaimed lines are mostly chatter it rejects in one
+pass, and the per-rule test runs only on its hits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import polars as pl
+
+from toranalyze.ingest.classify import Rule, load_rules
+from toranalyze.ingest.clock import ISO_PATTERN, offset_iso, ts_glog, ts_iso, ts_month_name
+from toranalyze.schema import MESSAGE_MAX, NAIVE_US
+
+# Wrappers the line preparation (lines.py) leaves, each anchored at the start, with the stamp it
+# states (named groups): CRI, a logger's ISO stamp and level, syslog, klog/glog, epoch seconds, a
+# 'host | ' collector column and a bare level tag.
+_WRAPPERS = (
+    rf"(?P<cri>{ISO_PATTERN}) (?:stdout|stderr) [FP] ",
+    rf"\[?(?P<iso>{ISO_PATTERN})\]?\s*(?:[-|:]\s*)?(?:\[?[\w.\-]+\]?\s*[-|:]\s*)?"
+    r"(?:\[?(?:DEBUG|INFO|NOTICE|WARNING|WARN|ERROR|CRITICAL|FATAL)\]?\s*[-|:]?\s*)?",
+    r"(?P<mon>[A-Z][a-z]{2}) {1,2}(?P<day>\d{1,2}) (?P<hms>\d{2}:\d{2}:\d{2}(?:\.\d+)?) (?:[\w.\-]+ )?"
+    r"(?:[\w.\-/]+(?:\[\d+\])?: )?",
+    r"[IWEF](?P<mmdd>\d{4}) (?P<ghms>\d{2}:\d{2}:\d{2}\.\d+)\s+\d+ [\w.\-]+:\d+\] ",
+    r"(?P<epoch>1\d{9})(?:[.,]\d+)?\s+",
+    r"[\w.\-]+ \| ",
+    r"\[?(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\]?(?::|\s+-)\s+",
+)
+WRAPPER = "^(?:" + "|".join(_WRAPPERS) + ")"
+_PASSES = 3
+# The message field of a JSON log envelope (docker json-file, fluent-bit, cloud logging).
+_ENVELOPE = r'"(?:log|message|msg|textPayload|MESSAGE)"\s*:\s*"((?:[^"\\]|\\.)*)"'
+_ENVELOPE_TIME = rf'"(?:time|timestamp|@timestamp|ts)"\s*:\s*"({ISO_PATTERN})"'
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """The rules that stand alone, and their patterns as one prefilter."""
+
+    rules: tuple[Rule, ...]
+    prefilter: str
+
+    def __bool__(self) -> bool:
+        return bool(self.rules)
+
+
+def vocabulary_of(rules: list[Rule] | tuple[Rule, ...]) -> Vocabulary:
+    words = tuple(r for r in rules if r.anywhere and r.match)
+    return Vocabulary(words, "|".join(f"(?:{r.match})" for r in words))
+
+
+@lru_cache(maxsize=8)
+def vocabulary_for(user_rules: tuple[str, ...] = ()) -> Vocabulary:
+    """The vocabulary of the built-in rules and of the user's rules files (read once per process)."""
+    return vocabulary_of(load_rules(user_rules))
+
+
+def frame(lines: pl.DataFrame) -> pl.DataFrame:
+    """(line, text) -> (line, message, ts, ts_offset_s, ts_year_known): wrappers peeled.
+
+    The first stamp found is the line's time (a later one is the wrapped message's own)."""
+    env = pl.col("text").str.extract(_ENVELOPE, 1)
+    df = lines.select(
+        "line",
+        pl.when(env.is_not_null()).then(_unescaped(env)).otherwise(pl.col("text")).alias("message"),
+        pl.col("text").str.extract(_ENVELOPE_TIME, 1).alias("_iso"),
+    ).with_columns(ts_iso(pl.col("_iso")).alias("ts"), offset_iso(pl.col("_iso")).alias("ts_offset_s"),
+                   pl.lit(True).alias("ts_year_known")).drop("_iso")
+    for _ in range(_PASSES):
+        has = pl.col("message").str.contains(WRAPPER)
+        if not df.select(has.any()).item():
+            break
+        g = pl.col("message").str.extract_groups(WRAPPER)
+        df = df.with_columns(g.alias("_g")).with_columns(_stamp(pl.col("_g"))).with_columns(
+            pl.coalesce("ts", "_ts").alias("ts"),
+            pl.when(pl.col("ts").is_null()).then(pl.col("_off")).otherwise(pl.col("ts_offset_s")).alias("ts_offset_s"),
+            pl.when(pl.col("ts").is_null() & pl.col("_ts").is_not_null()).then(pl.col("_yk"))
+            .otherwise(pl.col("ts_year_known")).alias("ts_year_known"),
+            pl.col("message").str.replace(WRAPPER, ""),
+        ).drop("_g", "_ts", "_off", "_yk")
+    return df.with_columns(pl.col("message").str.strip_chars())
+
+
+def _unescaped(s: pl.Expr) -> pl.Expr:
+    return (s.str.replace_all(r"\\[nr]$", "").str.replace_all(r"\\[nrt]", " ").str.replace_all(r'\\"', '"')
+            .str.replace_all(r"\\\\", "\\", literal=True))
+
+
+def _stamp(g: pl.Expr) -> list[pl.Expr]:
+    """A wrapper's stamp (naive), its stated offset and whether its year is known."""
+    f = g.struct.field
+    iso = pl.coalesce(f("cri"), f("iso"))
+    epoch = pl.from_epoch(f("epoch").cast(pl.Int64, strict=False), time_unit="s").cast(NAIVE_US)
+    ts = pl.coalesce(ts_iso(iso), epoch, ts_month_name(f("mon"), f("day"), f("hms")), ts_glog(f("mmdd"), f("ghms")))
+    off = pl.when(iso.is_not_null()).then(offset_iso(iso)).when(f("epoch").is_not_null()).then(pl.lit(0, pl.Int32))
+    year_known = iso.is_not_null() | f("epoch").is_not_null()
+    return [ts.alias("_ts"), off.cast(pl.Int32).alias("_off"), year_known.alias("_yk")]
+
+
+# A job's size stated in passing: 'WORLD_SIZE=16' (an environment dump), 'world size: 32',
+# "'world_size': 8" (a config printed as a dict). LOCAL_WORLD_SIZE and per-node counts do not match.
+SIZE = r"""(?i)(?:^|[\s,{(])['"]?(?:WORLD_SIZE|world[ _]size)['"]?\s*[=:]\s*(\d+)\b"""
+
+
+def vocabulary_rows(lines: pl.DataFrame, vocab: Vocabulary) -> pl.DataFrame | None:
+    """Rows (RAW_SCHEMA columns, with ``parser`` and ``source``) for the framed ``lines`` (line,
+    text) the vocabulary knows, and ``info`` rows for lines stating the job's size (``SIZE``);
+    None when there is none."""
+    if not vocab or lines.height == 0:
+        return None
+    framed = frame(lines)
+    sized = framed.filter(pl.col("message").str.contains(SIZE))
+    failures = _failure_rows(framed, vocab)
+    if sized.height == 0:
+        return failures
+    sizes = sized.select(
+        "line", pl.lit("info").alias("kind"), pl.lit("info").alias("severity"),
+        pl.col("message").str.strip_chars().str.slice(0, MESSAGE_MAX).alias("message"),
+        "ts", "ts_offset_s", "ts_year_known",
+        pl.col("message").str.extract(SIZE, 1).cast(pl.Int32, strict=False).alias("n_gpus"),
+        pl.lit("vocabulary").alias("parser"), pl.lit("trainer").alias("source"),
+    )
+    if failures is None:
+        return sizes
+    return pl.concat([failures, sizes.filter(~pl.col("line").is_in(failures["line"].implode()))], how="diagonal")
+
+
+def _failure_rows(framed: pl.DataFrame, vocab: Vocabulary) -> pl.DataFrame | None:
+    hits = framed.filter(pl.col("message").str.contains(vocab.prefilter))
+    if hits.height == 0:
+        return None
+    first: pl.Expr = pl.lit(None, pl.Int32)
+    for i, rule in reversed(list(enumerate(vocab.rules))):
+        first = pl.when(pl.col("message").str.contains(rule.match or "")).then(pl.lit(i, pl.Int32)).otherwise(first)
+    sources = pl.Series([r.source[0] if r.source else "trainer" for r in vocab.rules], dtype=pl.String)
+    kinds = pl.Series([_kind(r) for r in vocab.rules], dtype=pl.String)
+    idx = pl.Series(range(len(vocab.rules)), dtype=pl.Int32)
+    hits = hits.with_columns(first.alias("_i")).filter(pl.col("_i").is_not_null())
+    return hits.select(
+        "line",
+        pl.col("_i").replace_strict(idx, kinds).alias("kind"),
+        pl.lit("error").alias("severity"),
+        pl.col("message").str.strip_chars().str.slice(0, MESSAGE_MAX).alias("message"),
+        "ts", "ts_offset_s", "ts_year_known",
+        pl.lit("vocabulary").alias("parser"),
+        pl.col("_i").replace_strict(idx, sources).alias("source"),
+    )
+
+
+def _kind(rule: Rule) -> str:
+    return "error" if not rule.kind or "error" in rule.kind else rule.kind[0]

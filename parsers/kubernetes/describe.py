@@ -193,10 +193,14 @@ def _state_common() -> list[pl.Expr]:
 
 
 def _terminated_rows(states: pl.LazyFrame, who: pl.Expr, detail: pl.Expr) -> pl.LazyFrame:
-    """A job_end per Terminated block: info when it completed with exit code 0, else an error."""
-    reason, code = pl.col("Reason"), pl.col("Exit Code")
-    finished_ts, finished_off = _ts(pl.col("Finished"))
+    """A job_end per Terminated block: info when it completed with exit code 0, else an error. A
+    generic 'Error' beside exit code 0 is a runtime's slip (the pod Succeeded): Completed; a named
+    reason (OOMKilled with 0, as some kernels report it) is kept."""
+    code = pl.col("Exit Code")
+    generic = pl.col("Reason").is_null() | (pl.col("Reason") == "Error")
+    reason = pl.when((code == "0") & generic).then(pl.lit("Completed")).otherwise(pl.col("Reason"))
     ok = (reason == "Completed") & (code == "0")
+    finished_ts, finished_off = _ts(pl.col("Finished"))
     return states.filter(pl.col("phase") == "Terminated").select(
         finished_ts.alias("ts"),
         finished_off.alias("ts_offset_s"),

@@ -184,14 +184,17 @@ def _oom(base: _Base) -> list[pl.DataFrame | None]:
         rf"(?:(?:Job|Step) {_ID}(?:\.(?P<step>\w+))? exceeded memory limit|Exceeded (?:job|step) memory limit)"
         r"(?P<rest>.*)"
     )
-    # 'Exceeded step memory limit at some point.' is printed even when nothing was killed.
-    level = pl.when(_g("rest").str.contains("at some point")).then(pl.lit("warning")).otherwise(pl.lit("error"))
+    # 'Exceeded step memory limit at some point.' is printed even when nothing was killed: a warning
+    # of no end state (the step went on; the class comes from a kill, when there is one).
+    notice = _g("rest").str.contains("at some point")
+    level = pl.when(notice).then(pl.lit("warning")).otherwise(pl.lit("error"))
+    oom_end = pl.when(~notice).then(pl.lit("OUT_OF_MEMORY"))
     # Pasted as one line, the notice is followed by srun's task line, which names the node.
     srun_node = pl.col("text").str.extract(r"srun: error: ([^\s:`'\"]+): tasks? [\d,\-\[\]]+: ", 1)
     return [
         _rule(base, "Detected", detected, "error", "error", job_id=_g("job"), state=pl.lit("OUT_OF_MEMORY"),
               node=srun_node),
-        _rule(base, "emory limit", limit, level, level, job_id=_g("job"), state=pl.lit("OUT_OF_MEMORY")),
+        _rule(base, "emory limit", limit, level, level, job_id=_g("job"), state=oom_end),
     ]
 
 

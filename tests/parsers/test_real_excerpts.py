@@ -17,7 +17,7 @@ import pytest
 from toranalyze.ingest.pipeline import IngestOptions, ingest
 
 DATA = Path(__file__).resolve().parent.parent / "data"
-SETS = ("real_excerpts", "real_excerpts_heldout")
+SETS = ("real_excerpts", "real_excerpts_heldout", "real_excerpts_fresh1", "real_excerpts_fresh2")
 
 # exit -9 alone: the OOM killer, scancel, preemption and node agents all send SIGKILL, so a torchrun
 # line with nothing else is 'unknown' by design (the incident stage names the node it happened on).
@@ -91,6 +91,67 @@ KNOWN_MISSES = {
     "real_excerpts/nccl/deepep_terminal_joined_remote_error_ib_completion_error5_split_net_ib.log":
         "the class is found, not the node: a terminal joined the NCCL lines with padding, so each NCCL head "
         "(host:pid:tid) sits mid-line, and the line that opens with one is cut to 'tos:'",
+    # The fresh sets (scored first untouched: their SCORE.md); what is still missed, and why.
+    "real_excerpts_fresh1/gpu/dmesg_T_nvswitch_sxid12028_xid137_xid94.log":
+        "the NVSwitch SXid 12028 is non-fatal and the Xid 94 beside it is an ECC error: gpu_memory is found; only the "
+        "thread blames the NVSwitch",
+    "real_excerpts_fresh1/gpu/torch_traceback_gb200_devices_unavailable_bad_gpu.log":
+        "'CUDA-capable device(s) is/are busy or unavailable' is most often a compute mode or a busy GPU: software; only "
+        "the thread found the GPU bad",
+    "real_excerpts_fresh1/gpu/nvidia_smi_h100_volatile_uncorr_ecc_xid94.log":
+        "nvidia-smi's summary table (a 'Volatile Uncorr. ECC' count in a row) is not read; its -q form is",
+    "real_excerpts_fresh1/gpu/dmesg_T_year_xid43_xid31_faulty_device.log":
+        "Xid 43 and 31 name an application's fault by design; only the thread found the device faulty",
+    "real_excerpts_fresh1/gpu/dcgmi_diag_pcie_fail_nvlink_down_non_nvlink_system.log":
+        "a DCGM diag table row (PCIe/NVLink 'Fail') is not read; the thread found the failure false",
+    "real_excerpts_fresh1/gpu/dmesg_T_edac_sbridge_ce_overflow_node_down.log":
+        "corrected DIMM errors are unclassified by design (routine at fleet scale); only the thread says the RAM failed",
+    "real_excerpts_fresh1/gpu/syslog_nohost_mce_edac_sbridge_memory_scrubbing.log":
+        "corrected DIMM errors are unclassified by design (routine at fleet scale); only the thread says the RAM failed",
+    "real_excerpts_fresh1/nccl/azure_hex_host_remote_peer_closed_rem_allocator_oom_warn_training_continues_success.log":
+        "NCCL's 'Cuda failure out of memory' and a closed connection are read as failures; that training went on "
+        "after them shows only in lines outside the excerpt",
+    "real_excerpts_fresh1/scheduler/tfjob_describe_status_worker_failed_gke_node_preempted.log":
+        "the lines say only that a worker replica failed; only the thread names the preemption",
+    "real_excerpts_fresh1/scheduler/pbs_torque_mail_job_preempted_node_failure_gpu_node.log":
+        "Moab/Torque's notification mail is not a layout the parser knows",
+    "real_excerpts_fresh1/scheduler/tqdm_progress_slurmstepd_step_cancelled_srun_debug_ddp_data_prep_timeout.log":
+        "the lines show a cancelled step; only the thread names the blocking-wait timeout",
+    "real_excerpts_fresh1/scheduler/moab_checknode_rejected_reserved_policy_gpu_nodes.log":
+        "Moab's checknode output is not a layout the parser knows",
+    "real_excerpts_fresh1/scheduler/scontrol_show_job_failed_raisedsignal15_time_limit.log":
+        "a Slurm-compatible scheduler reporting a time-limit kill as FAILED with RaisedSignal:15: a signal, not a limit",
+    "real_excerpts_fresh1/trainer/python_logging_arcface_fp16_loss_nan.log":
+        "a trainer's own step line ('Loss nan   Epoch: 0   Global Step: ...') is not a layout the trainer parser "
+        "knows, and a NaN on one line is not a failure by itself (a NaN skipped step is coping)",
+    "real_excerpts_fresh1/trainer/deepspeed_chat_ppo_actor_critic_loss_inf.log":
+        "a PPO trainer's 'actor loss: inf' lines are not a layout the trainer parser knows",
+    "real_excerpts_fresh1/trainer/rank_prefix_hf_trainer_device_side_assert_index_select.log":
+        "the per-thread CUDA assertion lines are noise before the 'device-side assert triggered' error, which this "
+        "excerpt cut off",
+    "real_excerpts_fresh1/trainer/dllogger_bert_squad_apex_gradient_overflow_healthy.log":
+        "apex's 'Gradient overflow. Skipping step' is a numerics warning (repeated, it shows a diverging run); in this "
+        "healthy run it is routine loss scaling",
+    "real_excerpts_fresh1/trainer/torch_distributed_launch_exitcode_minus9_oomkilled.log": SIGKILL_ALONE,
+    "real_excerpts_fresh1/trainer/hf_trainer_dict_logs_grad_norm_nan_loss_zero.log":
+        "HF Trainer's dict log lines ('grad_norm': nan) are not read as steps in a bare paste",
+    "real_excerpts_fresh2/misc/pyspy_dump_zero3_backward_stuck_partition_grads.log":
+        "a py-spy stack dump shows where processes stand, not that they stalled: only the thread says it hung",
+    "real_excerpts_fresh2/misc/pyspy_process_header_mixtral_zero3_stuck_in_backward.log":
+        "a py-spy stack dump shows where processes stand, not that they stalled: only the thread says it hung",
+    "real_excerpts_fresh2/misc/collector_timestamp_bash_killed_after_epoch_host_oom.log": SIGKILL_ALONE,
+    "real_excerpts_fresh2/mixed/table_rows_epoch_ms_learner_killed_exit_137.log": SIGKILL_ALONE,
+    "real_excerpts_fresh2/mixed/mpirun_stderr_tag_horovod_shutdown_hides_cuda_oom.log":
+        "the lines show Horovod shutting down; only the thread found the CUDA OOM before it",
+    "real_excerpts_fresh2/sched/ray_actor_prefix_node_marked_dead_after_shutdown.log":
+        "Ray's 'node marked dead' is also what its autoscaler prints for an idle node it removed (two successes of "
+        "this set): not a rule",
+    "real_excerpts_fresh2/sched/raylet_ansi_worker_died_sigkill_slurm_oom.log":
+        "Ray's worker-died notice names SIGKILL, not its sender; the thread found Slurm's OOM kill",
+    "real_excerpts_fresh2/train/loguru_lion_trainer_loss_explodes_then_nan.log":
+        "a loguru trainer's step lines are not a layout the trainer parser knows",
+    "real_excerpts_fresh2/train/maskrcnn_benchmark_logger_fcos_loss_nan_after_40_iters.log":
+        "maskrcnn-benchmark's step lines ('loss: nan (nan)') are not a layout the trainer parser knows",
 }
 
 
@@ -104,7 +165,7 @@ CASES = [e for name in SETS for e in _manifest(name)]
 
 @pytest.fixture(scope="module")
 def events() -> pl.DataFrame:
-    """All excerpts of both sets in one ingest: classification is per file, and one run is cheap."""
+    """All excerpts of every set in one ingest: classification is per file, and one run is cheap."""
     return ingest([str(DATA / name) for name in SETS], IngestOptions()).events
 
 
@@ -126,6 +187,9 @@ def test_expected_class_is_found(events: pl.DataFrame, case: dict) -> None:
     path = str(DATA / case["set"] / case["file"])
     mine = events.filter(pl.col("file") == path)
     classes = set(mine["failure_class"].drop_nulls().to_list())
+    if case.get("success"):  # a healthy run whose lines look alarming: nothing is a failure
+        assert not classes, f"{case['source']}: a healthy run, got {sorted(classes)}"
+        return
     assert classes & set(case["expected"]), f"{case['source']}: expected {case['expected']}, got {sorted(classes)}"
     if case.get("node") and _id(case).startswith("real_excerpts/"):
         nodes = set(mine.filter(pl.col("failure_class").is_not_null())["node"].drop_nulls().to_list())
@@ -144,7 +208,7 @@ def test_manifest_lists_every_excerpt_with_a_source() -> None:
         listed = {e["file"] for e in _manifest(name)}
         on_disk = {str(p.relative_to(DATA / name)) for p in (DATA / name).rglob("*.log")}
         assert listed == on_disk, name
-        assert all(e["source"].startswith("https://") and e["expected"] for e in _manifest(name))
+        assert all(e["source"].startswith("https://") and (e["expected"] or e.get("success")) for e in _manifest(name))
     assert len(_manifest("real_excerpts")) >= 60
 
 

@@ -232,6 +232,8 @@ def test_pbs_limit_kills_end_the_job(line: str, state: str, failure_class: str) 
 def test_memory_limit_notice_without_kill_is_a_warning() -> None:
     row = _one(["slurmstepd: error: Exceeded step memory limit at some point."])
     assert (row["kind"], row["severity"]) == ("warning", "warning")
+    # and no OOM end: the step went on (https://github.com/galaxyproject/galaxy/issues/2359, a completed job)
+    assert row["state"] is None
 
 
 def test_slurmd_step_tag_gives_the_job() -> None:

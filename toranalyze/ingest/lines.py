@@ -55,6 +55,8 @@ LINE_SCHEMA = pl.Schema(
 #  glog : 'I0601 00:00:01.123456  1234 train.py:12] ' (absl/glog of Python or C++, not klog's
 #         '.go' files, which the Kubernetes parser reads whole; its stamp has no year: not kept)
 #  host : 'gpu-001 | ' (a collector's host column)
+#  sky  : '(worker1, rank=1, pid=4888, ip=10.60.0.4) ' (a launcher's worker, rank and address)
+#  tag  : '[nccl-e9ef-7d4f-1:3]:' (a host and rank tag, as mpirun/pdsh-style launchers print)
 # A host right after a peeled stamp ('2024-06-01T00:00:01Z gpu-001 msg') is taken by _after_stamp,
 # and a JSON envelope ('{"log": ..., "time": ...}', fluent-bit's record) by _unwrapped.
 # A host name here: a letter first, a digit and a '-' or '.' in it ('gpu-001', 'ip-10-0-0-1'), or an IPv4.
@@ -74,6 +76,8 @@ _PREFIX = (
     r"|- (?:[\w.]+ - )?(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL) - "
     r"|[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d{6}\s+\d+ [\w.\-]+\.py:\d+\] "
     rf"|({_HOST}) \| "
+    r"|\([\w.\-]+, rank=(\d+), pid=\d+(?:, ip=([\d.]+))?\)\s*"
+    r"|\[([A-Za-z][\w.\-]*):(\d+)\]:"
     r")"
 )
 _PASSES = 4
@@ -190,10 +194,9 @@ def _peel_once(lf: pl.LazyFrame) -> pl.LazyFrame:
         pl.coalesce(ts_iso(g("2")), pl.col("p_ts")).alias("p_ts"),
         pl.coalesce(offset_iso(g("2")), pl.col("p_off")).alias("p_off"),
         pl.coalesce(g("3").cast(pl.Int32), pl.col("p_local")).alias("p_local"),
-        pl.coalesce(g("4").cast(pl.Int32), g("5").cast(pl.Int32), g("8").cast(pl.Int32), pl.col("p_rank")).alias(
-            "p_rank"
-        ),
-        pl.coalesce(g("6"), g("7"), g("9"), pl.col("p_node")).alias("p_node"),
+        pl.coalesce(g("4").cast(pl.Int32), g("5").cast(pl.Int32), g("8").cast(pl.Int32), g("10").cast(pl.Int32),
+                    g("13").cast(pl.Int32), pl.col("p_rank")).alias("p_rank"),
+        pl.coalesce(g("6"), g("7"), g("9"), g("11"), g("12"), pl.col("p_node")).alias("p_node"),
         pl.when(g("1").is_not_null())
         .then(pl.col("text").str.slice(g("1").str.len_chars()))
         .otherwise(pl.col("text"))

@@ -7,8 +7,9 @@ fleet DIR -o STORE --no-report -q`` on it and compare the fleet tables with ``tr
   with at least 3 true incidents whose count is off by more than 1 is flagged;
 - the jobs whose ``gpus`` is null although a record states their size (truth ``size_stated``);
 - the fleet's exposure (running GPU-hours, docs/fleet.md: each attempt from its start to its end,
-  or to its incident's first error, or to its last progress when the incident shows no error)
-  against the truth's, in per cent;
+  or to its incident's first error, or to its last progress when the incident shows no error or
+  is a hang) against the truth's, in per cent, over the jobs whose size some log states (the
+  others' GPU-hours are unknown to any reader of the logs: the reports flag them);
 - root-cause confusion: each true incident matched to the analyzer's incident of the same job
   nearest in last progress (within ``--match-window`` seconds), true → found, ``missed`` when
   none matches; found incidents that match no true one count as ``(none) → found``.
@@ -105,8 +106,12 @@ def truth_exposure_gpu_hours(job: dict[str, Any]) -> float:
 def compare(truth: dict[str, Any], tables: dict[str, pl.DataFrame], failed: dict[str, str],
             window_s: float) -> dict[str, Any]:
     tjobs = [j for j in truth["jobs"] if j["job"] not in failed]
+    # A run's id is its path as given to fleet ('fleet/wild-007', or 'wild-007' when analysed alone).
+    by_run = pl.col("run").str.split("/").list.last().alias("run")
     inc = tables.get("incidents", pl.DataFrame())
     jobs_t = tables.get("jobs", pl.DataFrame())
+    inc = inc.with_columns(by_run) if inc.height else inc
+    jobs_t = jobs_t.with_columns(by_run) if jobs_t.height else jobs_t
     expo = tables.get("exposure", pl.DataFrame())
     true_cls: Counter[str] = Counter()
     found_cls: Counter[str] = Counter()
@@ -141,12 +146,19 @@ def compare(truth: dict[str, Any], tables: dict[str, pl.DataFrame], failed: dict
     per_class = [{"class": c, "true": true_cls[c], "found": found_cls[c],
                   "flag": true_cls[c] >= 3 and abs(found_cls[c] - true_cls[c]) > 1} for c in classes]
     null_gpus = []
-    gpus_by_job = {r["run"]: r["gpus"] for r in jobs_t.select("run", "gpus").to_dicts()} if jobs_t.height else {}
+    # the run's job named as the truth names it (a run may hold other users' jobs too)
+    gpus_by_job = ({r["run"]: r["gpus"] for r in jobs_t.filter(pl.col("job") == pl.col("run")).select("run", "gpus")
+                    .to_dicts()} if jobs_t.height else {})
     for j in tjobs:
         if j.get("size_stated", True) and gpus_by_job.get(j["job"]) is None:
             null_gpus.append(j["job"])
-    t_exp = sum(truth_exposure_gpu_hours(j) for j in tjobs)
-    f_exp = float(expo["gpu_hours"].sum()) if expo.height else 0.0
+    # Exposure is compared over the jobs whose size a log states: the others' GPU-hours cannot be
+    # known (the reports flag them), and their truth is left out with them.
+    sized = [j for j in tjobs if j.get("size_stated", True)]
+    t_exp = sum(truth_exposure_gpu_hours(j) for j in sized)
+    expo = expo.with_columns(by_run) if expo.height else expo
+    f_exp = (float(expo.filter(pl.col("run").is_in([j["job"] for j in sized]))["gpu_hours"].sum())
+             if expo.height else 0.0)
     return {
         "jobs": len(truth["jobs"]),
         "analysed": len(tjobs),
@@ -200,8 +212,8 @@ def markdown(seeds: list[int], results: list[dict[str, Any]], total: dict[str, A
     out += ["", "| measure | value |", "| --- | --- |",
             f"| jobs with a stated size | {total['size_stated']} |",
             f"| of which `gpus` is null | {total['gpus_null_though_stated']} |",
-            f"| exposure GPU-h, truth | {e['true']} |",
-            f"| exposure GPU-h, found | {e['found']} |",
+            f"| exposure GPU-h (jobs of stated size), truth | {e['true']} |",
+            f"| exposure GPU-h (jobs of stated size), found | {e['found']} |",
             f"| exposure error | {e['error_pct']} % |"]
     wrong = [c for c in total["confusion"] if c["true"] != c["found"]]
     out += ["", "| true → found | n |", "| --- | ---: |"]

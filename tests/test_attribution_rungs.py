@@ -18,7 +18,7 @@ QUIET: dict[str, Any] = {
     "outside_stop_cls": None, "first_planned_cls": None, "any_failure": False, "any_weak": False,
     "any_weak_nonsignal": False, "long_stall": False,
     "t_cause": None, "cause_file": None, "cause_line": None, "cause_cls": None,
-    "cause_where": None, "t_net_echo": None, "net_file": None, "net_line": None, "t_link": None,
+    "cause_where": None, "t_net_echo": None, "net_file": None, "net_line": None, "net_placed": False, "t_link": None,
     "net_explained": False, "in_time_order": False,
 }
 INTS = {"t_cause", "cause_line", "t_net_echo", "net_line", "t_link"}
@@ -130,6 +130,8 @@ def test_a_failure_before_the_network_errors_explains_them() -> None:
     assert value(f, inc.net_explained())
     assert value(f.with_columns(t_net_echo=pl.lit(10 * S + S // 2)), inc.net_explained())  # same moment
     assert not value(f.with_columns(t_net_echo=pl.lit(8 * S)), inc.net_explained())  # network first
+    # a network record timed from the line above it (unstamped console output) is not provably first
+    assert value(f.with_columns(t_net_echo=pl.lit(8 * S), net_placed=pl.lit(True)), inc.net_explained())
     same = f.with_columns(net_file=pl.lit("a.log"), t_net_echo=pl.lit(10 * S))
     assert value(same.with_columns(net_line=pl.lit(7)), inc.net_explained())
     assert not value(same.with_columns(net_line=pl.lit(3)), inc.net_explained())

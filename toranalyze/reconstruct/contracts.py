@@ -483,9 +483,11 @@ class InterruptionFacts(dy.Schema):
     t_net_echo = _opt(dy.Int64)
     net_file = _opt(dy.String)
     net_line = _opt(dy.Int64)
+    net_placed = _opt(dy.Bool)
     n_net_echo = _opt(dy.UInt32)
     t_link = _opt(dy.Int64)
-    "The first network error that is not first-hand, where, how many; the first port or link failing."
+    """The first network error that is not first-hand, where, whether its time was placed, how many;
+    the first port or link failing."""
 
 
 def _table(name: str, schema: pl.Schema, doc: str) -> type[dy.Schema]:

@@ -521,7 +521,8 @@ def _causal_facts(g: pl.DataFrame) -> pl.DataFrame:
                                      pl.col("line").first().alias("cause_line"))
     echo = g.filter(pl.col("is_net_echo")).sort(*KEY, "t_c", "line", maintain_order=True).group_by(KEY).agg(
         pl.col("t_c").first().alias("t_net_echo"), pl.col("file").first().alias("net_file"),
-        pl.col("line").first().alias("net_line"), pl.len().alias("n_net_echo"))
+        pl.col("line").first().alias("net_line"), pl.col("inferred").first().alias("net_placed"),
+        pl.len().alias("n_net_echo"))
     link = g.filter(pl.col("is_link")).group_by(KEY).agg(pl.col("t_c").min().alias("t_link"))
     keys = g.select(KEY).unique()
     return (keys.join(first, on=KEY, how="left").join(chosen, on=KEY, how="left")
@@ -533,17 +534,17 @@ def _causal_facts(g: pl.DataFrame) -> pl.DataFrame:
 
 
 def net_explained() -> pl.Expr:
-    """Rung 1: the network errors are echoes of an earlier failure: a process, GPU or node failed
-    first (in one file by line order, across files within SAME_MOMENT_US on the corrected clocks)
-    and no port or link failed before it."""
+    """Rung 1: the network errors are echoes of a process, GPU or node that failed: they do not
+    provably come first (in one file, by line order; across files, stamped more than SAME_MOMENT_US
+    before it on the corrected clocks: a time placed from a neighbouring line is only a lower
+    bound) and no port or link failed before it."""
     c = pl.col
     same_file = c("cause_file") == c("net_file")
-    first = (pl.when(same_file)
-             .then((c("t_cause") < c("t_net_echo"))
-                   | ((c("t_cause") == c("t_net_echo")) & (c("cause_line") <= c("net_line"))))
-             .otherwise(c("t_cause") <= c("t_net_echo") + SAME_MOMENT_US))
+    net_first = (pl.when(same_file).then(c("net_line") < c("cause_line"))
+                 .otherwise(~c("net_placed").fill_null(False) & (c("t_net_echo") < c("t_cause") - SAME_MOMENT_US)))
     link_first = (c("t_link") < c("t_cause") - SAME_MOMENT_US).fill_null(False)
-    return (first & ~link_first).fill_null(False)
+    both = c("t_cause").is_not_null() & c("t_net_echo").is_not_null()
+    return (both & ~net_first.fill_null(False) & ~link_first).fill_null(False)
 
 
 def in_time_order() -> pl.Expr:

@@ -231,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--match-window", type=float, default=900.0, help="seconds (default 900)")
     ap.add_argument("--json", dest="json_out", type=Path)
     ap.add_argument("--keep", type=Path, help="keep the fleets and stores under this directory")
+    ap.add_argument("--config", type=Path, help="a simulator configuration instead of the fleet-wild preset "
+                    "(e.g. benchmarks/fleet_wild_hardware.toml: node-level failures ten times as frequent)")
     args = ap.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     results = []
@@ -239,8 +241,8 @@ def main(argv: list[str] | None = None) -> int:
         for seed in seeds:
             work = base / f"seed-{seed}"
             fleet_dir = work / "fleet"
-            proc = _cli(["simulate", "--seed", str(seed), "--preset", "fleet-wild", "--jobs", str(args.jobs),
-                         "--out", str(fleet_dir)])
+            source = ["--config", str(args.config)] if args.config else ["--preset", "fleet-wild"]
+            proc = _cli(["simulate", "--seed", str(seed), *source, "--jobs", str(args.jobs), "--out", str(fleet_dir)])
             if proc.returncode != 0:
                 print(proc.stderr, file=sys.stderr)
                 return 1

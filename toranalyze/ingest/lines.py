@@ -111,9 +111,9 @@ def prepare_lines(chunk: pl.DataFrame) -> pl.DataFrame:
     if not prefixed.any():
         return base
     if prefixed.all():
-        return _after_stamp(_peel(base))
+        return _peel(base)
     base = base.with_columns(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_r"))
-    peeled = _after_stamp(_peel(base.filter(prefixed)))
+    peeled = _peel(base.filter(prefixed))
     return pl.concat([base.filter(~prefixed), peeled]).sort("_r").drop("_r")
 
 
@@ -174,7 +174,7 @@ def _peel(frame: pl.DataFrame) -> pl.DataFrame:
     frame = frame.with_row_index("_p")
     done: list[pl.DataFrame] = []
     for k in range(_PASSES):
-        frame = _peel_once(frame.lazy()).collect()
+        frame = _after_stamp(_peel_once(frame.lazy()).collect())
         more = frame.select(pl.col("text").str.contains(_PREFIX)).to_series() if k < _PASSES - 1 else None
         if more is None or not more.any():
             break

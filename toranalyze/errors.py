@@ -7,6 +7,13 @@ to do next (``hint``), so the CLI can say ``file:line: what — next step``.
 
 from __future__ import annotations
 
+import polars as pl
+
+# What a bug in one file's or one run's handling may raise: any exception, and the panics of the
+# dataframe engine's native code (polars raises them as PanicException, a BaseException). Caught
+# where one input's failure must not lose the others; KeyboardInterrupt and SystemExit are not.
+FAULTS: tuple[type[BaseException], ...] = (Exception, pl.exceptions.PanicException)
+
 
 class ToranalyzeError(Exception):
     """Base of every error the library raises on purpose."""

@@ -20,7 +20,7 @@ from typing import Any
 import polars as pl
 
 from toranalyze import __version__
-from toranalyze.errors import NothingReadError, ToranalyzeError
+from toranalyze.errors import FAULTS, NothingReadError, ToranalyzeError
 from toranalyze.fleet.rates import build_rates
 from toranalyze.fleet.runs import Run, run_files
 from toranalyze.fleet.store import PARTS
@@ -203,7 +203,7 @@ def analyze_task(task: RunTask) -> RunOutcome:
         return RunOutcome(run, task.hash, empty_tables(), exc.message, files_failed=exc.summary["files_failed"])
     except ToranalyzeError as exc:
         return RunOutcome(run, task.hash, empty_tables(), _error(task, exc.where(), exc.message))
-    except Exception as exc:  # a bug on one run must not lose the others; it is reported
+    except FAULTS as exc:  # a bug on one run must not lose the others; it is reported
         bug = f"internal error: {type(exc).__name__}: {exc}"
         return RunOutcome(run, task.hash, empty_tables(), _error(task, "", bug))
     tables = products.tables

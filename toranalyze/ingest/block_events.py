@@ -8,7 +8,7 @@ from typing import Any
 
 import polars as pl
 
-from toranalyze.errors import ParserError
+from toranalyze.errors import FAULTS, ParserError
 from toranalyze.ingest.affinity import on_thread
 from toranalyze.ingest.carry import CarriedLines
 from toranalyze.ingest.line_context import with_prefix_context, with_prompt_hosts
@@ -33,7 +33,7 @@ def run_parsers(
             df = on_thread(f"parser-{parser.name}", run)
         except BadSchema as bad:
             raise bad.error from None
-        except Exception as exc:
+        except FAULTS as exc:
             raise ParserError(f"parser {parser.name!r} failed: {exc}", path=path) from exc
         if df is None:
             continue

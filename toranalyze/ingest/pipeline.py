@@ -17,7 +17,7 @@ from typing import Any
 import polars as pl
 
 from toranalyze import storage
-from toranalyze.errors import ToranalyzeError
+from toranalyze.errors import FAULTS, ToranalyzeError
 from toranalyze.ingest.affinity import on_thread
 from toranalyze.ingest.batch import read_text_batch
 from toranalyze.ingest.carry import revise_line_times, revise_times
@@ -256,7 +256,7 @@ def _note_text(report: FileReport, lines: int, covered: int, used: list[str], wa
     report.warnings.extend(warnings)
 
 
-def _failed(report: FileReport, exc: Exception) -> None:
+def _failed(report: FileReport, exc: BaseException) -> None:
     if isinstance(exc, ToranalyzeError):
         report.error = exc.message + (f" — {exc.hint}" if exc.hint else "")
     else:  # a parser bug must not stop the other files
@@ -270,7 +270,7 @@ def _read_file(file: InputFile, registry: Registry, options: IngestOptions) -> t
         if parsers and not document:
             result = read_text_events(file.path, parsers, vocab=_vocabulary(options))
             return _text(result, file, options, report), report
-    except Exception as exc:
+    except FAULTS as exc:
         _failed(report, exc)
         return None, report
     return _read_opened(file, parsers, options, report)
@@ -302,7 +302,7 @@ def _read_group(files: Sequence[InputFile], registry: Registry, options: IngestO
         report = FileReport(file.path)
         try:
             document, parsers = _open(file, registry, options, report)
-        except Exception as exc:
+        except FAULTS as exc:
             _failed(report, exc)
             document, parsers = False, []
         if parsers and not document:
@@ -315,7 +315,7 @@ def _read_group(files: Sequence[InputFile], registry: Registry, options: IngestO
             results = read_text_batch([files[i].path for i in at], parsers, vocab=_vocabulary(options))
             for i, result in zip(at, results, strict=True):
                 out[i] = (_text(result, files[i], options, out[i][1]), out[i][1])
-        except Exception:
+        except FAULTS:
             for i in at:
                 out[i] = _read_file(files[i], registry, options)
     return out
@@ -327,7 +327,7 @@ def _read_opened(file: InputFile, parsers: list[Any], options: IngestOptions, re
         return None, report
     try:
         return _document(file, parsers[0], options, report), report
-    except Exception as exc:
+    except FAULTS as exc:
         _failed(report, exc)
         return None, report
 
@@ -440,7 +440,7 @@ def spool_file(
                 return [], report
             _classified(events, rules).write_parquet(part, row_group_size=ROW_GROUP)
         return [part], report
-    except Exception as exc:
+    except FAULTS as exc:
         for leftover in Path(part).parent.glob(Path(part).name + "*"):
             leftover.unlink()
         report.events = 0
@@ -489,13 +489,13 @@ def _run_group(task: _FileTask, registry: Registry) -> tuple[_Given, list[FileRe
             return None, reports
         try:
             events = _classified(pl.concat([e for e, _ in read], how="vertical"), task.rules)
-        except Exception:  # find the file whose rows fail; the others keep their events
+        except FAULTS:  # find the file whose rows fail; the others keep their events
             events = _classified_each(read, task.rules)
     if task.part is None or events.height == 0:
         return (events if events.height else None), reports
     try:
         events.write_parquet(task.part, row_group_size=ROW_GROUP)
-    except Exception as exc:
+    except FAULTS as exc:
         Path(task.part).unlink(missing_ok=True)
         for _, report in read:
             report.events = 0
@@ -510,7 +510,7 @@ def _classified_each(read: list[tuple[pl.DataFrame, FileReport]], rules: list[Ru
     for events, report in read:
         try:
             kept.append(_classified(events, rules))
-        except Exception as exc:
+        except FAULTS as exc:
             report.events = 0
             _failed(report, exc)
     return pl.concat(kept, how="vertical") if kept else read[0][0].clear()

@@ -15,7 +15,7 @@ from typing import Any
 
 import polars as pl
 
-from toranalyze.errors import InputError, ParserError, SchemaError
+from toranalyze.errors import FAULTS, InputError, ParserError, SchemaError
 from toranalyze.ingest import blocks
 from toranalyze.ingest.affinity import on_thread
 from toranalyze.ingest.block_events import block_events, run_parsers
@@ -153,7 +153,7 @@ def _read_document_events(path: str, parser: Any) -> FileResult:
         out = parser.parse(path)
     except (InputError, SchemaError):
         raise
-    except Exception as exc:
+    except FAULTS as exc:
         raise ParserError(f"parser {parser.name!r} failed: {exc}", path=path) from exc
     if not isinstance(out, pl.LazyFrame | pl.DataFrame):
         raise SchemaError(f"parser {parser.name!r} returned {type(out).__name__}, expected a LazyFrame")

@@ -19,6 +19,9 @@ A parser is an object (an instance, or a class toranalyze instantiates) with
   recognises in ``RAW_SCHEMA`` (via ``conform_raw``), or None when the parser has
   no line rules. Every text log runs through every parser's ``extract``: a Slurm
   job's stdout mixes srun, NCCL and trainer records;
+* ``sniff_bytes(head: bytes) -> bool`` (optional): True when the parser claims a
+  *binary* file by its first bytes (text sniffs never see binary files); ``parse``
+  then reads it;
 * ``parse(path: str) -> LazyFrame``: parse one whole file (documents); ``Parser``
   implements it for line parsers by reading the file through ``extract``
   (``read_text_events``);

@@ -22,6 +22,7 @@ from __future__ import annotations
 import polars as pl
 from toranalyze_parsers.torch.common import SIGNAL_WORDS
 from toranalyze_parsers.torch.elastic import ELASTIC_NOISE, elastic_events
+from toranalyze_parsers.torch.flight import dump_rows, is_dump
 from toranalyze_parsers.torch.lines import LINE_NOISE, line_events
 from toranalyze_parsers.torch.records import records, typed_lines
 
@@ -51,6 +52,15 @@ class TorchParser(Parser):
         r"(?i:loss)",
     )
     batched = True  # records and launcher blocks link lines of one writer stream of one file
+
+    def sniff_bytes(self, head: bytes) -> bool:
+        """A Flight Recorder dump (a pickle of plain data; flight.py)."""
+        return is_dump(head)
+
+    def parse(self, path: str) -> pl.LazyFrame:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+        return dump_rows(path) if is_dump(head) else super().parse(path)
 
     def extract(self, lines: pl.LazyFrame) -> pl.LazyFrame:
         # Three extractors read the typed lines, materialised once (each lazy branch would

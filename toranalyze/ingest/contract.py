@@ -46,6 +46,10 @@ class Parser:
     def sniff(self, head: str) -> bool:
         return False
 
+    def sniff_bytes(self, head: bytes) -> bool:
+        """True to claim a binary file (which no text sniff sees) by its first bytes."""
+        return False
+
     def extract(self, lines: pl.LazyFrame) -> pl.LazyFrame | None:
         return None
 

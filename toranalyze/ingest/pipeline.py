@@ -240,6 +240,10 @@ def _open(file: InputFile, registry: Registry, options: IngestOptions, report: F
         report.warnings.append("empty file")
         return False, []
     if looks_binary(head) and options.parser is None:
+        claimant = registry.binary_claimant(head)  # a binary format a parser reads (a PyTorch dump)
+        if claimant is not None:
+            report.parser = claimant.name
+            return True, [claimant]
         report.error = "binary data, not a text log: skipped"
         return False, []
     text = head.decode("utf-8", errors="replace")

@@ -96,6 +96,17 @@ class Registry:
                 continue
         return out
 
+    def binary_claimant(self, head: bytes) -> Any | None:
+        """The parser that claims a binary file by its first bytes (``sniff_bytes``), if one does."""
+        for p in self.parsers():
+            sniff = getattr(p, "sniff_bytes", None)
+            try:
+                if sniff is not None and sniff(head):
+                    return p
+            except Exception:  # a sniff that throws claims nothing
+                continue
+        return None
+
     def choose(self, path: str, head: str, forced: str | None = None) -> tuple[str, list[Any]]:
         """Return ('document', [parser]) or ('text', [line parsers]) for a file."""
         if forced:

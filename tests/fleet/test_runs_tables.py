@@ -67,7 +67,7 @@ def test_exposure_is_running_time_up_to_the_first_error() -> None:
     incidents = pl.DataFrame({
         "job": ["j"], "attempt": pl.Series([0], dtype=pl.Int32),
         # failed at 1h30 (first error), detected and ended by the scheduler at 2h: 1.5 h exposure
-        "t_first_error": [T0 + 1.5 * h], "t_last_progress": [T0 + 1.4 * h],
+        "t_first_error": [T0 + 1.5 * h], "t_last_progress": [T0 + 1.4 * h], "root_cause": ["software"],
     })
     job_gpus = pl.DataFrame({"job": ["j", "k"], "job_gpus": pl.Series([16, 8], dtype=pl.Int32)})
     exp = exposure_rows(attempts, incidents, job_gpus).sort("job", "attempt", "node")
@@ -78,3 +78,7 @@ def test_exposure_is_running_time_up_to_the_first_error() -> None:
     ]
     assert exp["gpu_hours"].sum() == pytest.approx(2 * 1.5 * 8 + 2 * 2.0 * 8 + 8.0)
     assert exp.filter(pl.col("job") == "j")["node_hours"].sum() == pytest.approx(7.0)
+    # a hang stopped running at its last progress: its detector's timeout is not exposure
+    hung = exposure_rows(attempts, incidents.with_columns(pl.lit("hang").alias("root_cause")), job_gpus)
+    assert hung.filter((pl.col("job") == "j") & (pl.col("attempt") == 0))["hours"].to_list() == [
+        pytest.approx(1.4), pytest.approx(1.4)]

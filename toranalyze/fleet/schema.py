@@ -39,7 +39,8 @@ JOBS_SCHEMA = frame_schema(
 
 # One row per attempt of every job: the analysis' attempts plus where and on how much it ran.
 FLEET_ATTEMPTS_SCHEMA = frame_schema(
-    {"run": pl.String, **ATTEMPTS_SCHEMA, "gpus": pl.Int32, "node_list": pl.List(pl.String)}
+    {"run": pl.String, **ATTEMPTS_SCHEMA, "gpus": pl.Int32, "gpus_source": pl.String,
+     "node_list": pl.List(pl.String)}
 )
 
 # One row per incident of every job (the analysis' incidents with their run).

@@ -4,7 +4,8 @@ Nodes come from the records of the job's processes and scheduler (trainer, torch
 Slurm, Kubernetes) that the attempt owns. Kernel logs are read from every node the job ever
 used and carry benign noise in between, so they name an attempt's nodes only when nothing else
 does. GPUs are the largest count a record of the attempt states (NCCL ``nranks``, the trainer's
-world size, an allocation's GPUs), else the job's largest.
+world size, an allocation's GPUs), else the job's largest; ``gpus_source`` is the family of the
+record that states it (``slurm``, ``kubernetes``, ``nccl``, ``trainer``).
 
 A node is a host: the count is the hosts named, or the scheduler's stated count when it is larger
 (an allocation whose other hosts say nothing). A launcher's count of its agents (torchrun's
@@ -41,16 +42,21 @@ def attempt_resources(ev: pl.DataFrame) -> pl.DataFrame:
         .drop("_kern")
     )
     # Records are in attempt order: the groups are slices.
-    sizes = (pl.col("n_gpus").max().alias("_g"), pl.col("n_nodes").max().alias("_n"),
+    # the family of the record stating the largest count: where the size comes from
+    said = pl.col("source").cast(pl.String).filter(pl.col("n_gpus") == pl.col("n_gpus").max()).first()
+    sizes = (pl.col("n_gpus").max().alias("_g"), said.alias("_gs"), pl.col("n_nodes").max().alias("_n"),
              pl.col("_sched_n").max().alias("_sn"))
-    stated = agg_by(ev.select(*key, "n_gpus", "n_nodes", "_sched_n"), key, *sizes)
-    job_gpus = stated.group_by("job").agg(pl.col("_g").max().alias("_jg"))  # (the largest of its attempts')
+    stated = agg_by(ev.select(*key, "source", "n_gpus", "n_nodes", "_sched_n"), key, *sizes)
+    job_gpus = (stated.sort("_g", descending=True, nulls_last=True).group_by("job", maintain_order=True)
+                .agg(pl.col("_g").first().alias("_jg"), pl.col("_gs").first().alias("_jgs")))  # (its largest)
     out = (
         stated.join(nodes, on=key, how="left")
         .join(job_gpus, on="job", how="left")
         .with_columns(pl.col("node_list").fill_null(pl.lit([], pl.List(pl.String))))
         .with_columns(
             pl.coalesce("_g", "_jg").alias("gpus"),
+            pl.when(pl.col("_g").is_not_null()).then(pl.col("_gs"))
+            .when(pl.col("_jg").is_not_null()).then(pl.col("_jgs") + pl.lit(" (another attempt)")).alias("gpus_source"),
             pl.when(pl.col("node_list").list.len() > 0)
             .then(pl.max_horizontal(pl.col("node_list").list.len().cast(pl.Int32), pl.col("_sn")))
             .otherwise(pl.coalesce("_sn", "_n")).alias("nodes"),

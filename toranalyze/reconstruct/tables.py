@@ -104,6 +104,7 @@ RESOURCES_SCHEMA = frame_schema(
         "job": pl.String,
         "attempt": pl.Int32,
         "gpus": pl.Int32,  # null when no record states a count
+        "gpus_source": pl.String,  # the family of the record stating it (slurm, kubernetes, nccl, trainer)
         "nodes": pl.Int32,  # distinct nodes named, or a stated node count when larger
         "node_list": pl.List(pl.String),  # sorted
     }

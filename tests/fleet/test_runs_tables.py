@@ -82,3 +82,19 @@ def test_exposure_is_running_time_up_to_the_first_error() -> None:
     hung = exposure_rows(attempts, incidents.with_columns(pl.lit("hang").alias("root_cause")), job_gpus)
     assert hung.filter((pl.col("job") == "j") & (pl.col("attempt") == 0))["hours"].to_list() == [
         pytest.approx(1.4), pytest.approx(1.4)]
+
+
+def test_hosts_the_logs_do_not_name_keep_their_share_of_the_exposure() -> None:
+    """An attempt on four hosts whose logs name one (an allocation after a requeue): the named host
+    runs a quarter of the GPUs, the three others one node-less row; the total is the attempt's."""
+    h = timedelta(hours=1)
+    attempts = pl.DataFrame({
+        "job": ["j"], "attempt": pl.Series([0], dtype=pl.Int32), "t_start": [T0], "t_end": [T0 + 2 * h],
+        "gpus": pl.Series([32], dtype=pl.Int32), "nodes": pl.Series([4], dtype=pl.Int32), "node_list": [["n1"]],
+    })
+    incidents = pl.DataFrame(schema={"job": pl.String, "attempt": pl.Int32, "t_first_error": pl.Datetime("us", "UTC"),
+                                     "t_last_progress": pl.Datetime("us", "UTC"), "root_cause": pl.String})
+    job_gpus = pl.DataFrame({"job": ["j"], "job_gpus": pl.Series([32], dtype=pl.Int32)})
+    exp = exposure_rows(attempts, incidents, job_gpus).sort("node", nulls_last=True)
+    assert exp.select("node", "gpus", "nodes").rows() == [("n1", 8, 1), (None, 24, 3)]
+    assert exp["gpu_hours"].sum() == pytest.approx(64.0) and exp["node_hours"].sum() == pytest.approx(8.0)

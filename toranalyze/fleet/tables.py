@@ -85,7 +85,8 @@ def _conform(df: pl.DataFrame, name: str, run: str) -> pl.DataFrame:
 STALLS = ("hang", "collective_timeout")
 
 def exposure_rows(attempts: pl.DataFrame, incidents: pl.DataFrame, job_gpus: pl.DataFrame) -> pl.DataFrame:
-    """Running time per attempt and node. An attempt runs from its start to its end, or, when it
+    """Running time per attempt and node (the hosts the logs do not name as one node-less row).
+    An attempt runs from its start to its end, or, when it
     was interrupted, to the incident's first error (else, and for a hang, its last progress): detection and
     down time are not exposure, and neither is queueing (an attempt starts on its nodes).
 
@@ -104,24 +105,38 @@ def exposure_rows(attempts: pl.DataFrame, incidents: pl.DataFrame, job_gpus: pl.
         pl.col("nodes").fill_null(pl.col("node_list").list.len()).alias("nodes"),
     ).with_columns(((pl.col("t_end") - pl.col("t_start")).dt.total_microseconds() / HOUR_US).alias("hours"))
     a = a.join(job_gpus, on="job", how="left")
+    # Each named node runs its share of the attempt's GPUs (nodes: the hosts named, or the
+    # scheduler's count when larger); the hosts no record names (an allocation of four of which the
+    # logs name one) are one node-less row, so a named node's exposure is not the whole attempt's.
+    named = pl.col("node_list").list.len()
+    share = pl.max_horizontal(named, pl.col("nodes").fill_null(0))
     per_node = (
-        a.filter(pl.col("node_list").list.len() > 0)
+        a.filter(named > 0)
         .with_columns(
             # (at least one a node: a stated count smaller than the nodes named, often a per-node or
             # per-task count, would round to none)
-            (pl.col("gpus") / pl.col("node_list").list.len()).round().clip(lower_bound=1).cast(pl.Int32).alias("gpus"),
+            (pl.col("gpus") / share).round().clip(lower_bound=1).cast(pl.Int32).alias("gpus"),
             pl.lit(1, pl.Int32).alias("nodes"),
         )
         .explode("node_list")
         .rename({"node_list": "node"})
     )
+    unnamed = (
+        a.filter((named > 0) & (pl.col("nodes") > named))
+        .with_columns(
+            (pl.col("gpus") - (pl.col("gpus") / share).round().clip(lower_bound=1) * named).clip(lower_bound=0)
+            .cast(pl.Int32).alias("gpus"),
+            (pl.col("nodes") - named).cast(pl.Int32).alias("nodes"),
+            pl.lit(None, pl.String).alias("node"),
+        )
+    )
     whole = (
-        a.filter(pl.col("node_list").list.len() == 0)
+        a.filter(named == 0)
         .drop("node_list")
         .with_columns(pl.lit(None, pl.String).alias("node"), pl.when(pl.col("nodes") > 0).then(pl.col("nodes")))
     )
     cols = ["job", "attempt", "node", "t_start", "t_end", "hours", "gpus", "nodes", "job_gpus"]
-    rows = pl.concat([per_node.select(cols), whole.select(cols)], how="vertical_relaxed")
+    rows = pl.concat([per_node.select(cols), unnamed.select(cols), whole.select(cols)], how="vertical_relaxed")
     return rows.with_columns(
         (pl.col("hours") * pl.col("gpus")).alias("gpu_hours"),
         (pl.col("hours") * pl.col("nodes")).alias("node_hours"),

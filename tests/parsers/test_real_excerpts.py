@@ -121,11 +121,6 @@ KNOWN_MISSES = {
         "Moab's checknode output is not a layout the parser knows",
     "real_excerpts_fresh1/scheduler/scontrol_show_job_failed_raisedsignal15_time_limit.log":
         "a Slurm-compatible scheduler reporting a time-limit kill as FAILED with RaisedSignal:15: a signal, not a limit",
-    "real_excerpts_fresh1/trainer/python_logging_arcface_fp16_loss_nan.log":
-        "a trainer's own step line ('Loss nan   Epoch: 0   Global Step: ...') is not a layout the trainer parser "
-        "knows, and a NaN on one line is not a failure by itself (a NaN skipped step is coping)",
-    "real_excerpts_fresh1/trainer/deepspeed_chat_ppo_actor_critic_loss_inf.log":
-        "a PPO trainer's 'actor loss: inf' lines are not a layout the trainer parser knows",
     "real_excerpts_fresh1/trainer/rank_prefix_hf_trainer_device_side_assert_index_select.log":
         "the per-thread CUDA assertion lines are noise before the 'device-side assert triggered' error, which this "
         "excerpt cut off",
@@ -133,8 +128,6 @@ KNOWN_MISSES = {
         "apex's 'Gradient overflow. Skipping step' is a numerics warning (repeated, it shows a diverging run); in this "
         "healthy run it is routine loss scaling",
     "real_excerpts_fresh1/trainer/torch_distributed_launch_exitcode_minus9_oomkilled.log": SIGKILL_ALONE,
-    "real_excerpts_fresh1/trainer/hf_trainer_dict_logs_grad_norm_nan_loss_zero.log":
-        "HF Trainer's dict log lines ('grad_norm': nan) are not read as steps in a bare paste",
     "real_excerpts_fresh2/misc/pyspy_dump_zero3_backward_stuck_partition_grads.log":
         "a py-spy stack dump shows where processes stand, not that they stalled: only the thread says it hung",
     "real_excerpts_fresh2/misc/pyspy_process_header_mixtral_zero3_stuck_in_backward.log":
@@ -148,10 +141,6 @@ KNOWN_MISSES = {
         "this set): not a rule",
     "real_excerpts_fresh2/sched/raylet_ansi_worker_died_sigkill_slurm_oom.log":
         "Ray's worker-died notice names SIGKILL, not its sender; the thread found Slurm's OOM kill",
-    "real_excerpts_fresh2/train/loguru_lion_trainer_loss_explodes_then_nan.log":
-        "a loguru trainer's step lines are not a layout the trainer parser knows",
-    "real_excerpts_fresh2/train/maskrcnn_benchmark_logger_fcos_loss_nan_after_40_iters.log":
-        "maskrcnn-benchmark's step lines ('loss: nan (nan)') are not a layout the trainer parser knows",
 }
 
 

@@ -125,20 +125,50 @@ def vocabulary_rows(lines: pl.DataFrame, vocab: Vocabulary) -> pl.DataFrame | No
     if not vocab or lines.height == 0:
         return None
     framed = frame(lines)
+    # First found keeps its line: a failure the rules know, a run of non-finite losses, a size.
+    parts = [p for p in (_failure_rows(framed, vocab), _diverged_rows(framed), _size_rows(framed)) if p is not None]
+    if not parts:
+        return None
+    return pl.concat(parts, how="diagonal").unique("line", keep="first", maintain_order=True)
+
+
+def _size_rows(framed: pl.DataFrame) -> pl.DataFrame | None:
     sized = framed.filter(pl.col("message").str.contains(SIZE))
-    failures = _failure_rows(framed, vocab)
     if sized.height == 0:
-        return failures
-    sizes = sized.select(
+        return None
+    return sized.select(
         "line", pl.lit("info").alias("kind"), pl.lit("info").alias("severity"),
         pl.col("message").str.strip_chars().str.slice(0, MESSAGE_MAX).alias("message"),
         "ts", "ts_offset_s", "ts_year_known",
         pl.col("message").str.extract(SIZE, 1).cast(pl.Int32, strict=False).alias("n_gpus"),
         pl.lit("vocabulary").alias("parser"), pl.lit("trainer").alias("source"),
     )
-    if failures is None:
-        return sizes
-    return pl.concat([failures, sizes.filter(~pl.col("line").is_in(failures["line"].implode()))], how="diagonal")
+
+
+# A loss or gradient norm a trainer's own step line states ('Loss nan', "'grad_norm': nan",
+# 'act_loss: inf', '[Loss] nan', 'loss: 2.31 (2.40)'), in any layout no parser reads. One
+# non-finite value is what a healthy fp16 run prints when it skips a step; RUN of them in a row,
+# with no finite value between, is a diverged run (numerics, rule trainer-loss-nonfinite-run).
+_VALUE = r"""(?i)(?:\b|_)(?:loss|grad[_ ]norm)\b['"\]]?\s*[:=]?\s*['"]?(?:nan|[-+]?inf(?:inity)?\b|[-+]?\.?\d)"""
+_NONFINITE = r"""(?i)(?:\b|_)(?:loss|grad[_ ]norm)\b['"\]]?\s*[:=]?\s*['"]?(?:nan|[-+]?inf(?:inity)?)\b"""
+RUN = 2
+
+
+def _diverged_rows(framed: pl.DataFrame) -> pl.DataFrame | None:
+    stated = framed.filter(pl.col("message").str.contains(_VALUE))  # (in line order)
+    if stated.height < RUN:
+        return None
+    bad = stated.with_columns(pl.col("message").str.contains(_NONFINITE).alias("_bad"))
+    runs = (bad.with_columns(pl.col("_bad").rle_id().alias("_run")).filter(pl.col("_bad"))
+            .group_by("_run", maintain_order=True).agg(pl.len().alias("_n"), pl.all().exclude("_n").first())
+            .filter(pl.col("_n") >= RUN))
+    if runs.height == 0:
+        return None
+    said = pl.format("non-finite loss or gradient norm logged {} times in a row: {}", "_n",
+                     pl.col("message").str.strip_chars().str.slice(0, 400))
+    return runs.select("line", pl.lit("error").alias("kind"), pl.lit("error").alias("severity"),
+                       said.alias("message"), "ts", "ts_offset_s", "ts_year_known",
+                       pl.lit("vocabulary").alias("parser"), pl.lit("trainer").alias("source"))
 
 
 def _failure_rows(framed: pl.DataFrame, vocab: Vocabulary) -> pl.DataFrame | None:

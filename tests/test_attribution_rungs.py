@@ -19,7 +19,7 @@ QUIET: dict[str, Any] = {
     "any_weak_nonsignal": False, "long_stall": False,
     "t_cause": None, "cause_file": None, "cause_line": None, "cause_cls": None,
     "cause_where": None, "t_net_echo": None, "net_file": None, "net_line": None, "net_placed": False, "t_link": None,
-    "net_explained": False, "in_time_order": False,
+    "net_explained": False, "failure_explains_network": False,
 }
 INTS = {"t_cause", "cause_line", "t_net_echo", "net_line", "t_link"}
 
@@ -150,17 +150,17 @@ def test_no_network_error_at_all_is_no_explanation() -> None:
 
 def test_the_explaining_failure_decides_only_when_the_network_is_explained() -> None:
     explained = facts(cause_cls="software", net_explained=True, t_net_echo=3 * S)
-    assert value(explained, inc.in_time_order())
-    assert not value(facts(cause_cls="storage"), inc.in_time_order())  # no network record: the ladder
-    assert not value(facts(cause_cls="software", t_net_echo=3 * S), inc.in_time_order())  # network first
-    assert not value(facts(net_explained=True), inc.in_time_order())  # no cause
+    assert value(explained, inc.failure_explains_network())
+    assert not value(facts(cause_cls="storage"), inc.failure_explains_network())  # no network record: the ladder
+    assert not value(facts(cause_cls="software", t_net_echo=3 * S), inc.failure_explains_network())  # network first
+    assert not value(facts(net_explained=True), inc.failure_explains_network())  # no cause
 
 
-def test_rung1_takes_the_first_failure_in_time_when_in_time_order() -> None:
+def test_rung1_takes_the_failure_that_explains_the_network_errors() -> None:
     f = facts(any_error=True, first_error_cls="network", first_own_error_cls="gpu_memory", cause_cls="software",
-              in_time_order=True, peers_demoted=True)
+              failure_explains_network=True, peers_demoted=True)
     assert value(f, inc.rung1_error_class()) == "software"
-    assert value(f.with_columns(in_time_order=pl.lit(False)), inc.rung1_error_class()) == "gpu_memory"
+    assert value(f.with_columns(failure_explains_network=pl.lit(False)), inc.rung1_error_class()) == "gpu_memory"
 
 
 def test_explained_network_errors_are_demoted_like_peers_symptoms() -> None:

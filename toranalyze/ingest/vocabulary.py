@@ -175,12 +175,7 @@ def _failure_rows(framed: pl.DataFrame, vocab: Vocabulary) -> pl.DataFrame | Non
     hits = framed.filter(pl.col("message").str.contains(vocab.prefilter))
     if hits.height == 0:
         return None
-    first: pl.Expr = pl.lit(None, pl.Int32)
-    for i, rule in reversed(list(enumerate(vocab.rules))):
-        first = pl.when(pl.col("message").str.contains(rule.match or "")).then(pl.lit(i, pl.Int32)).otherwise(first)
-    sources = pl.Series([r.source[0] if r.source else "trainer" for r in vocab.rules], dtype=pl.String)
-    kinds = pl.Series([_kind(r) for r in vocab.rules], dtype=pl.String)
-    idx = pl.Series(range(len(vocab.rules)), dtype=pl.Int32)
+    first, idx, kinds, sources = _lookup(vocab)
     hits = hits.with_columns(first.alias("_i")).filter(pl.col("_i").is_not_null())
     return hits.select(
         "line",
@@ -191,6 +186,19 @@ def _failure_rows(framed: pl.DataFrame, vocab: Vocabulary) -> pl.DataFrame | Non
         pl.lit("vocabulary").alias("parser"),
         pl.col("_i").replace_strict(idx, sources).alias("source"),
     )
+
+
+@lru_cache(maxsize=8)
+def _lookup(vocab: Vocabulary) -> tuple[pl.Expr, pl.Series, pl.Series, pl.Series]:
+    """The first vocabulary rule a message meets (one when-chain), and each rule's kind and source:
+    built once per vocabulary, not per block."""
+    first: pl.Expr = pl.lit(None, pl.Int32)
+    for i, rule in reversed(list(enumerate(vocab.rules))):
+        first = pl.when(pl.col("message").str.contains(rule.match or "")).then(pl.lit(i, pl.Int32)).otherwise(first)
+    idx = pl.Series(range(len(vocab.rules)), dtype=pl.Int32)
+    kinds = pl.Series([_kind(r) for r in vocab.rules], dtype=pl.String)
+    sources = pl.Series([r.source[0] if r.source else "trainer" for r in vocab.rules], dtype=pl.String)
+    return first, idx, kinds, sources
 
 
 def _kind(rule: Rule) -> str:

@@ -547,7 +547,7 @@ def net_explained() -> pl.Expr:
     return (both & ~net_first.fill_null(False) & ~link_first).fill_null(False)
 
 
-def in_time_order() -> pl.Expr:
+def failure_explains_network() -> pl.Expr:
     """Rung 1: the network errors came after a failure that explains them: the cause is that
     failure (``cause_cls``), whatever the network's place on the priority ladder."""
     c = pl.col
@@ -568,10 +568,11 @@ def killed_by_signal() -> pl.Expr:
 
 
 def rung1_error_class() -> pl.Expr:
-    """Rung 1: the class of the first failure in time when ``in_time_order``, else the first error
-    class of specific records on the priority ladder (peers' symptoms left out when demoted);
-    null when there is none. Reads ``in_time_order``, ``cause_cls``, ``peers_demoted``."""
-    return (pl.when(pl.col("in_time_order")).then(pl.col("cause_cls"))
+    """Rung 1: the failure that explains the network errors (``cause_cls``) when there is one, else
+    the first error class of specific records on the priority ladder (peers' symptoms left out when
+    demoted); null when there is none. Reads ``failure_explains_network``, ``cause_cls``,
+    ``peers_demoted``."""
+    return (pl.when(pl.col("failure_explains_network")).then(pl.col("cause_cls"))
             .when(pl.col("peers_demoted")).then(pl.col("first_own_error_cls")).otherwise(pl.col("first_error_cls")))
 
 
@@ -637,7 +638,7 @@ def _with_rung(d: pl.DataFrame) -> pl.DataFrame:
     first error / strong class and node failure within the records that count."""
     d = d.with_columns(net_explained().alias("net_explained"))
     d = d.with_columns(peers_demoted().alias("peers_demoted"), killed_by_signal().alias("killed"),
-                       in_time_order().alias("in_time_order"))
+                       failure_explains_network().alias("failure_explains_network"))
     r_se, r_st, detector = rung1_error_class(), rung2_warning_class(), rung3_detector()
     rung = (
         pl.when(pl.col("killed")).then(pl.lit("killed"))

@@ -186,7 +186,7 @@ def test_products_rates_and_reports(fleet_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "store"
     first = CliRunner().invoke(cli, ["fleet", str(fleet_dir), "-o", str(out), "-j", "1", "-q"])
     assert first.exit_code == 0, first.output
-    assert first.output.strip() == f"report: {out / 'report.html'}"
+    assert first.output.strip() == f"rates: {out / 'rates.json'}\nreport: {out / 'report.html'}"
     rates = load_rates((out / "rates.json").read_text(), path="rates.json")
     incidents = pl.read_parquet(out / "incidents.parquet")
     assert rates["unexpected"]["failures"] == incidents.filter(~pl.col("planned")).height

@@ -93,5 +93,7 @@ def fleet(paths: tuple[str, ...], out_dir: str, workers: Workers, options: RunOp
         page = write_fleet_products(store_dir, tables, options.output, title)
     if not quiet:
         _print_summary(summarize(len(result.runs), *(tables[t] for t in TABLES)), result, out_dir)
+    # Where the planner's input and the report are, quiet or not (plan --rates reads the first).
+    out.print(f"rates: {plain(storage.join(out_dir, 'rates.json'))}", highlight=False, soft_wrap=True)
     if page is not None:
         out.print(f"report: {plain(storage.join(out_dir, page.name))}", highlight=False, soft_wrap=True)

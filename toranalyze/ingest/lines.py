@@ -120,19 +120,25 @@ def prepare_lines(chunk: pl.DataFrame) -> pl.DataFrame:
 # A JSON log envelope: docker's json-file ('{"log":"...\\n","stream":"stderr","time":"..."}'), a
 # fluent-bit or cloud logging record ('"message"', '"textPayload"', a "kubernetes" host).
 _ENVELOPE = r'^\s*\{.*?"(?:log|message|textPayload)"\s*:\s*"((?:[^"\\]|\\.)*)"'
-_ENVELOPE_TIME = rf'"(?:time|timestamp|@timestamp)"\s*:\s*"({ISO_PATTERN})"'
+ENVELOPE_TIME = rf'"(?:time|timestamp|@timestamp|ts)"\s*:\s*"({ISO_PATTERN})"'
 _ENVELOPE_HOST = r'"(?:host|hostname|node_name|nodename)"\s*:\s*"([\w.\-]+)"'
 _ENVELOPE_EPOCH = r'"(?:date|time|ts|timestamp)"\s*:\s*(1\d{9}(?:\.\d+)?)\b'
+
+
+def json_unescaped(s: pl.Expr) -> pl.Expr:
+    """A JSON string's text: its trailing newline dropped, other escapes read (no full JSON decode:
+    the envelope is cut out of the line by a pattern)."""
+    return (s.str.replace(r"(?:\\[rn])+$", "").str.replace_all(r"\\[nrt]", " ").str.replace_all(r'\\"', '"')
+            .str.replace_all(r"\\\\", "\\", literal=True))
 
 
 def _unwrapped(frame: pl.DataFrame) -> pl.DataFrame:
     """Lines that are JSON log envelopes become the message they carry, with its stamp and host."""
     msg = pl.col("text").str.extract(_ENVELOPE, 1)
-    stamp = pl.col("text").str.extract(_ENVELOPE_TIME, 1)
+    stamp = pl.col("text").str.extract(ENVELOPE_TIME, 1)
     seconds = pl.col("text").str.extract(_ENVELOPE_EPOCH, 1).cast(pl.Float64, strict=False)
     epoch = pl.from_epoch((seconds * 1e6).cast(pl.Int64), time_unit="us").cast(NAIVE_US)
-    text = (msg.str.replace(r"(?:\\[rn])+$", "").str.replace_all(r"\\[nrt]", " ").str.replace_all(r'\\"', '"')
-            .str.replace_all(r"\\\\", "\\", literal=True))
+    text = json_unescaped(msg)
     return frame.with_columns(
         pl.when(msg.is_not_null()).then(text).otherwise(pl.col("text")).alias("text"),
         pl.when(msg.is_not_null()).then(pl.coalesce(ts_iso(stamp), epoch)).otherwise(pl.col("p_ts")).alias("p_ts"),

@@ -26,6 +26,7 @@ import polars as pl
 
 from toranalyze.ingest.classify import Rule, load_rules
 from toranalyze.ingest.clock import ISO_PATTERN, offset_iso, ts_glog, ts_iso, ts_month_name
+from toranalyze.ingest.lines import ENVELOPE_TIME, json_unescaped
 from toranalyze.schema import MESSAGE_MAX, NAIVE_US
 
 # Wrappers the line preparation (lines.py) leaves, each anchored at the start, with the stamp it
@@ -46,7 +47,6 @@ WRAPPER = "^(?:" + "|".join(_WRAPPERS) + ")"
 _PASSES = 3
 # The message field of a JSON log envelope (docker json-file, fluent-bit, cloud logging).
 _ENVELOPE = r'"(?:log|message|msg|textPayload|MESSAGE)"\s*:\s*"((?:[^"\\]|\\.)*)"'
-_ENVELOPE_TIME = rf'"(?:time|timestamp|@timestamp|ts)"\s*:\s*"({ISO_PATTERN})"'
 
 
 @dataclass(frozen=True)
@@ -78,8 +78,8 @@ def frame(lines: pl.DataFrame) -> pl.DataFrame:
     env = pl.col("text").str.extract(_ENVELOPE, 1)
     df = lines.select(
         "line",
-        pl.when(env.is_not_null()).then(_unescaped(env)).otherwise(pl.col("text")).alias("message"),
-        pl.col("text").str.extract(_ENVELOPE_TIME, 1).alias("_iso"),
+        pl.when(env.is_not_null()).then(json_unescaped(env)).otherwise(pl.col("text")).alias("message"),
+        pl.col("text").str.extract(ENVELOPE_TIME, 1).alias("_iso"),
     ).with_columns(ts_iso(pl.col("_iso")).alias("ts"), offset_iso(pl.col("_iso")).alias("ts_offset_s"),
                    pl.lit(True).alias("ts_year_known")).drop("_iso")
     for _ in range(_PASSES):
@@ -95,11 +95,6 @@ def frame(lines: pl.DataFrame) -> pl.DataFrame:
             pl.col("message").str.replace(WRAPPER, ""),
         ).drop("_g", "_ts", "_off", "_yk")
     return df.with_columns(pl.col("message").str.strip_chars())
-
-
-def _unescaped(s: pl.Expr) -> pl.Expr:
-    return (s.str.replace_all(r"\\[nr]$", "").str.replace_all(r"\\[nrt]", " ").str.replace_all(r'\\"', '"')
-            .str.replace_all(r"\\\\", "\\", literal=True))
 
 
 def _stamp(g: pl.Expr) -> list[pl.Expr]:

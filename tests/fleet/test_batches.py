@@ -101,6 +101,21 @@ def test_batches_give_the_tables_of_runs_alone(mixed_fleet: Path, tmp_path: Path
     assert any(r.error for r in runs)  # the run nothing of which could be read
 
 
+def test_job_reports_rendered_from_a_batch_are_those_of_runs_alone(mixed_fleet: Path) -> None:
+    from toranalyze.fleet.runs import find_runs
+
+    runs = [r for r in find_runs([str(mixed_fleet)]) if r.id.split("/")[1] in ("sim", "copies", "broken")]
+    batch = BatchTask(tuple(RunTask(r, f"h{i}", RunOptions()) for i, r in enumerate(runs)))
+    got, want = analyze_batch(batch), _alone(batch)
+    assert len(got) == len(want) >= 5
+    for g, w in zip(got, want, strict=True):
+        assert (g.run.id, g.error, g.notes, g.files_failed) == (w.run.id, w.error, w.notes, w.files_failed)
+        assert g.report_html == w.report_html, g.run.id
+        assert (g.report_html is None) == (w.error is not None)
+        for t in TABLES:
+            assert_frame_equal(g.tables.get(t), w.tables.get(t), check_exact=True)
+
+
 def test_a_batch_that_fails_is_analysed_run_by_run(mixed_fleet: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     runs = [Run("years/y2023", str(mixed_fleet / "years" / "y2023"), ("nodes/gpu-001/kern.log", "slurm-4242.out")),
             Run("years/y2025", str(mixed_fleet / "years" / "y2025"), ("nodes/gpu-001/kern.log", "slurm-4242.out"))]

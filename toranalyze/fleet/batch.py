@@ -38,10 +38,11 @@ from toranalyze.reconstruct.job_names import job_keys, quoted_jobs
 from toranalyze.reconstruct.jobs import SCOPE
 from toranalyze.report.redact import redact_frames, redact_json
 
-# A batch's bounds: enough runs that the fixed cost of a query is shared, few enough bytes that
-# its events fit a worker's memory many times over.
+# A batch's bounds: enough runs that the fixed cost of a query is shared (500 runs of 30 minutes
+# cost 60 ms a run, against 370 alone), few enough bytes that a worker holds its events and
+# analysis in about a GB.
 BATCH_RUNS = 500
-BATCH_BYTES = 256 << 20
+BATCH_BYTES = 128 << 20
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ def batches(tasks: Sequence[RunTask], sizes: dict[str, int], max_runs: int = BAT
     weight: list[int] = []
     for task in tasks:
         size = sizes.get(task.run.id, 0)
-        # the first open batch that takes it (the last, unless its folder is taken there)
+        # the last batch, or the one before it when the last holds a run of the same folder
         fits = [i for i in range(max(0, len(out) - 2), len(out))
                 if len(out[i]) < max_runs and weight[i] + size <= max_bytes and task.run.path not in folders[i]]
         if fits:

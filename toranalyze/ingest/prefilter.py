@@ -21,15 +21,19 @@ Three promises make that hold:
   multi-byte character as polars' Unicode-aware engine does, so a line holding a non-ASCII
   character is always a candidate.
 
-Hyperscan pays where candidates are rare: its Python callback runs once per match, so a scan
-whose patterns hit most lines (NCCL INFO chatter against the noise patterns) costs more than
-polars' own search. Without the ``hyperscan`` module, or with ``TORANALYZE_NO_HYPERSCAN`` set,
-``candidate_lines`` is one polars alternation of the loosened patterns: the same outputs.
+Hyperscan pays where candidates are rare and the lines many: its Python callback runs once per
+match, so a scan whose patterns hit most lines (NCCL INFO chatter against the noise patterns)
+costs more than polars' own search, and below ``WORTH`` lines the polars tests alone cost less
+than compiling and joining. Without the ``hyperscan`` module, or with ``TORANALYZE_NO_HYPERSCAN``
+set, the callers skip the prefilter (``worth``) and run their polars tests on every line, as
+before it existed: the same outputs. ``candidate_lines`` called without Hyperscan is one polars
+alternation of the loosened patterns.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
@@ -47,11 +51,23 @@ _OFF = "TORANALYZE_NO_HYPERSCAN"  # set (non-empty): the polars paths only (test
 _ASSERTIONS = frozenset("bBAzZ")
 # Rust-regex flag groups Hyperscan does not know ("-u": ASCII classes, what Hyperscan has anyway)
 _FLAGS = (("(?i-u:", "(?i:"), ("(?-u:", "(?:"), ("(?-u)", ""))
+# Class set operations of Rust's syntax, which Hyperscan would read as literal characters
+_SET_OPERATIONS = ("&&", "--", "~~")
+
+
+# Fewer lines than this are searched by the polars tests alone: compiling a set of patterns (once
+# per process, 0.1-0.2 s) and joining the lines cost more than the tests they would spare.
+WORTH = 20_000
 
 
 def enabled() -> bool:
     """Whether the Hyperscan path is in use."""
     return hyperscan is not None and not os.environ.get(_OFF)
+
+
+def worth(lines: int) -> bool:
+    """Whether ``lines`` lines are prefiltered (``candidate_lines``) before their polars tests."""
+    return lines >= WORTH and enabled()
 
 
 def loosened(pattern: str) -> str:
@@ -102,11 +118,14 @@ class _Database:
 
     def __init__(self, patterns: Sequence[str]):
         self.flags = hyperscan.HS_FLAG_PREFILTER
+        self.lock = threading.Lock()  # a database's scratch space serves one scan at a time
+        plain = [p for p in patterns if not any(op in p for op in _SET_OPERATIONS)]
+        self.rest = [p for p in patterns if p not in plain]
         try:
-            self.db, self.rest = self._compiled(patterns), []
+            self.db = self._compiled(plain) if plain else None
         except hyperscan.error:
-            taken = [p for p in patterns if self._reads(p)]
-            self.rest = [p for p in patterns if p not in taken]
+            taken = [p for p in plain if self._reads(p)]
+            self.rest += [p for p in plain if p not in taken]
             self.db = self._compiled(taken) if taken else None
 
     def _compiled(self, patterns: Sequence[str]) -> Any:
@@ -139,27 +158,44 @@ def candidate_lines(texts: pl.Series, patterns: tuple[str, ...]) -> pl.Series:
         alternation = "|".join(f"(?:{loosened(p)})" for p in patterns)
         return texts.str.contains(alternation).fill_null(False)
     db = _database(patterns)
-    out = _scanned(texts, db.db) if db.db is not None else pl.Series(texts.name, [False] * texts.len())
+    if db.db is None:
+        out = pl.Series(texts.name, [False] * texts.len())
+    else:
+        with db.lock:
+            out = _scanned(texts, db.db)
     for pattern in db.rest:
         out = out | texts.str.contains(pattern).fill_null(False)
     # a line with a non-ASCII character: more bytes than characters
     return out | (texts.str.len_bytes() != texts.str.len_chars()).fill_null(False)
 
 
+_PIECE = 32_768  # lines joined per scan: the joined text of a whole block would double its memory
+
+
 def _scanned(texts: pl.Series, db: Any) -> pl.Series:
-    """The lines of ``texts`` some match of ``db`` ends in: one scan of them joined by newlines."""
-    joined = texts.fill_null("").str.join("\n").item().encode()
+    """The lines of ``texts`` some match of ``db`` ends in: a scan of them joined by newlines,
+    a piece of ``_PIECE`` lines at a time."""
+    hits = np.zeros(texts.len(), dtype=bool)
+    for start in range(0, texts.len(), _PIECE):
+        piece = texts.slice(start, _PIECE).fill_null("")
+        at = _ending_lines(piece, db)
+        hits[start + at] = True
+    return pl.Series(texts.name, hits)
+
+
+def _ending_lines(piece: pl.Series, db: Any) -> np.ndarray:
+    """The positions in ``piece`` (no nulls) of the lines a match of ``db`` ends in."""
+    joined = piece.str.join("\n").cast(pl.Binary).item()
     ends: list[int] = []
 
     def hit(_i: int, _start: int, end: int, _flags: int, _ctx: Any) -> None:
         ends.append(end)
 
     db.scan(joined, match_event_handler=hit)
-    hits = np.zeros(texts.len(), dtype=bool)
-    if ends:
-        # line k's separator lies at stops[k]: a match ending at offset e (exclusive) has its last
-        # byte in the first line whose separator lies at or after e - 1
-        stops = (texts.fill_null("").str.len_bytes().cast(pl.Int64) + 1).cum_sum().to_numpy() - 1
-        at = np.searchsorted(stops, np.asarray(ends, dtype=np.int64) - 1, side="left")
-        hits[np.minimum(at, texts.len() - 1)] = True
-    return pl.Series(texts.name, hits)
+    if not ends:
+        return np.zeros(0, dtype=np.int64)
+    # line k's separator lies at stops[k]: a match ending at offset e (exclusive) has its last
+    # byte in the first line whose separator lies at or after e - 1
+    stops = (piece.str.len_bytes().cast(pl.Int64) + 1).cum_sum().to_numpy() - 1
+    at = np.searchsorted(stops, np.asarray(ends, dtype=np.int64) - 1, side="left")
+    return np.minimum(at, piece.len() - 1)

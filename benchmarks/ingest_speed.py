@@ -477,11 +477,13 @@ def _chatter(work: Path, a: argparse.Namespace, res: dict[str, Any], rows: _Rows
                          ("baseline_b", [str(log)])], a.repeat)
     r, b = _median_run(ing), _median_run(base)
     ratios = [x["wall_s"] / y["wall_s"] for y, x in zip(ing, base, strict=True)]
-    res["chatter"] = {"mb": mb, "wall_s": r["wall_s"], "mb_s": mb / r["wall_s"], "rss_mb": r["rss_mb"],
-                      "events": r["events"], "baseline_b_s": b["wall_s"], "ratio_baseline_b": statistics.median(ratios)}
+    res["chatter"] = {"mb": mb, "wall_s": r["wall_s"], "runs_s": r["runs_s"], "mb_s": mb / r["wall_s"],
+                      "rss_mb": r["rss_mb"], "cpu_s": r["user_s"] + r["sys_s"], "events": r["events"],
+                      "baseline_b_s": b["wall_s"], "ratio_baseline_b": statistics.median(ratios)}
     rows.append((f"chatter log (-j 1, {mb:,.0f} MB)",
                  f"{r['wall_s']:.2f} s{_spread(r)}, {mb / r['wall_s']:.1f} MB/s, {r['events']:,} events, "
-                 f"peak RSS {r['rss_mb']:,.0f} MB; baseline B {b['wall_s']:.2f} s, "
+                 f"peak RSS {r['rss_mb']:,.0f} MB, CPU {r['user_s'] + r['sys_s']:.1f} s; "
+                 f"baseline B {b['wall_s']:.2f} s, "
                  f"ingest / baseline B {statistics.median(ratios):.3f}x"))
 
 

@@ -13,7 +13,7 @@ Three promises make that hold:
   ``\\b``, ``\\B``, ``\\A``, ``\\z``) removed (``loosened``): it then matches wherever the
   original does, and in any text holding such a match, so a scan of a line's text stands for a
   search of the message the vocabulary's framer cuts out of it. A pattern Hyperscan cannot
-  compile is replaced by an empty one, which every line matches.
+  compile (or one matching the empty string) is searched with polars instead.
 * **Every match end.** Without ``SINGLEMATCH`` Hyperscan reports each offset a match ends at, so
   the lines matches end in are found even where a match across the joining newline is reported
   too (a superset again).

@@ -12,6 +12,9 @@ child process (so peak RSS is that step's own):
   files keeping the lines that hold one of 19 keywords, the iteration lines' fields extracted with
   one anchored pattern): it parses far less than the parsers do, so its ratios to the baselines
   bound what any design that reads every line through polars can reach on this machine;
+* chatter: one worker (``-j 1``) ingesting one log of ``--chatter-mb`` where under 2% of the lines
+  are steps or failures (an input pipeline's logger, health probes, NCCL_DEBUG=INFO init lines;
+  ``make_chatter_log``), in MB/s, with baseline B over the same log in the same rounds;
 * per-file fixed cost: 1,000 small files (half kernel logs, half short job outputs) against their
   concatenation, (t_files - t_cat) / 1000;
 * ``analyze``: ``analyze_events`` on a table of ``--analyze-events`` events (a simulated run's
@@ -29,6 +32,7 @@ Usage::
     python benchmarks/ingest_speed.py --size-mb 1024 --jobs 2 --json benchmarks/out/speed.json
     python benchmarks/ingest_speed.py --size-mb 5120 --only ingest        # memory run
     python benchmarks/ingest_speed.py --size-mb 1024 --repeat 3           # medians of 3 rounds
+    python benchmarks/ingest_speed.py --only chatter --chatter-mb 100     # the chatter-heavy log alone
 
 With ``--repeat N`` every step runs N times in interleaved rounds; a figure is the median run's
 (times print with their range), a speed ratio the median of the rounds' own ratios.
@@ -37,8 +41,10 @@ With ``--repeat N`` every step runs N times in interleaved rounds; a figure is t
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
+import random
 import re
 import resource
 import shutil
@@ -55,7 +61,7 @@ from toranalyze.launch import analysis_allocator
 # default into os.environ, which would then pass for a user's setting.
 _START_ENV = dict(os.environ)
 MB = 1024 * 1024
-STEPS = ("ingest", "baseline_a", "baseline_b", "sketch", "per_file", "analyze")
+STEPS = ("ingest", "baseline_a", "baseline_b", "sketch", "chatter", "per_file", "analyze")
 
 
 # ----------------------------------------------------------------------------- corpus
@@ -140,6 +146,111 @@ def small_files(work: Path, n: int = 1000) -> tuple[Path, Path]:
             out.write(data)
     (base / ".complete").write_text("ok\n")
     return many, cat
+
+
+# ----------------------------------------------------------------------------- chatter log
+# A log where almost nothing matters: an input pipeline's logger, health probes answered every
+# second and NCCL's init chatter (NCCL_DEBUG=INFO), with one Megatron iteration line in a hundred
+# and a failure every ~20,000 lines. Seeded: the same bytes every run.
+_CHATTER_SHARDS = ("pile", "c4-en", "stack-dedup", "arxiv", "wiki-2024")
+
+
+def _pipeline_line(rng: random.Random, t: str) -> str:
+    shard = f"/lustre/datasets/{rng.choice(_CHATTER_SHARDS)}/shard-{rng.randrange(4096):05d}.arrow"
+    worker = rng.randrange(16)
+    return rng.choice((
+        f"{t},{rng.randrange(1000):03d} - data.loader - INFO - [worker {worker}] loaded {shard} "
+        f"({rng.randrange(8192, 262144)} rows, {rng.uniform(4, 64):.1f} MiB) in {rng.uniform(0.1, 3):.2f} s",
+        f"{t},{rng.randrange(1000):03d} - data.prefetch - INFO - queue depth {rng.randrange(17)}/16, "
+        f"waited {rng.uniform(0, 0.02):.4f} s for batch {rng.randrange(10**6)}",
+        f"{t},{rng.randrange(1000):03d} - data.tokenizer - DEBUG - [worker {worker}] tokenized "
+        f"{rng.randrange(1024, 65536)} samples at {rng.randrange(50_000, 400_000)} samples/s",
+        f"{t},{rng.randrange(1000):03d} - data.sampler - INFO - epoch 0: {rng.randrange(10**8)} of 512000000 "
+        f"samples drawn, mixture weights pile=0.45 c4=0.30 stack=0.15 arxiv=0.10",
+    ))
+
+
+def _probe_line(rng: random.Random, now: dt.datetime, host: str) -> str:
+    ip = f"10.42.{rng.randrange(256)}.{rng.randrange(1, 255)}"
+    return rng.choice((
+        f'{ip} - - [{now:%d/%b/%Y:%H:%M:%S} +0000] "GET /healthz HTTP/1.1" 200 2 "-" "kube-probe/1.29"',
+        f'INFO:     {ip}:{rng.randrange(30000, 65000)} - "GET /metrics HTTP/1.1" 200 OK',
+        f"[probe] {host} gpus=8/8 temp_max={rng.randrange(38, 78)}C power={rng.randrange(90, 700)}W "
+        f"util={rng.randrange(101)}% mem_used={rng.randrange(1, 80)}GiB ib0=up ib1=up "
+        f"latency_ms={rng.uniform(0.2, 9):.1f}",
+    ))
+
+
+def _nccl_init_line(rng: random.Random, host: str, pid: int, dev: int) -> str:
+    head = f"{host}:{pid}:{pid + 70 + dev} [{dev}] NCCL INFO"
+    c = rng.randrange(32)
+    return rng.choice((
+        f"{head} Bootstrap : Using eth0:10.42.{dev}.{rng.randrange(1, 255)}<0>",
+        f"{head} NET/Plugin: Loaded net plugin NCCL RDMA Plugin v8 (v8)",
+        f"{head} NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [2]mlx5_2:1/IB [3]mlx5_3:1/IB ; OOB eth0:10.42.0.7<0>",
+        f"{head} Using network IB",
+        f"{head} NCCL_IB_HCA set to mlx5_0,mlx5_1,mlx5_2,mlx5_3",
+        f"{head} Setting affinity for GPU {dev} to ffff,ffffffff,00000000,0000ffff,ffffffff",
+        f"{head} Channel {c:02d}/32 :    0   1   2   3   4   5   6   7",
+        f"{head} Channel {c:02d}/0 : {dev}[{dev}] -> {(dev + 1) % 8}[{(dev + 1) % 8}] via P2P/CUMEM/read",
+        f"{head} Channel {c:02d}/1 : {dev}[{dev}] -> {dev + 8}[{dev}] [send] via NET/IB/{dev % 4}/GDRDMA",
+        f"{head} Trees [{c}] {dev + 1}/-1/-1->{dev}->{max(dev - 1, -1)} [{c + 1}] -1/-1/-1->{dev}->{dev + 1}",
+        f"{head} threadThresholds 8/8/64 | 128/8/64 | 512 | 512",
+        f"{head} 32 coll channels, 32 collnet channels, 0 nvls channels, 32 p2p channels, 32 p2p channels per peer",
+        f"{head} Connected all rings",
+        f"{head} Connected all trees",
+        f"{head} cudaDriverVersion 12040",
+    ))
+
+
+def _step_line(step: int, t: str, rng: random.Random) -> str:
+    return (f"[{t}] iteration {step:8d}/  500000 | consumed samples: {step * 2048:12d} | elapsed time per "
+            f"iteration (ms): {rng.uniform(4900, 5400):.1f} | learning rate: 2.999E-04 | global batch size:  2048 | "
+            f"lm loss: {rng.uniform(1.8, 2.6):.6E} | loss scale: 1.0 | grad norm: {rng.uniform(0.2, 0.6):.3f} | "
+            "number of skipped iterations:   0 | number of nan iterations:   0 |")
+
+
+def _failure_line(rng: random.Random, host: str, pid: int, dev: int) -> str:
+    return rng.choice((
+        f"{host}:{pid}:{pid + 90} [{dev}] NCCL WARN NET/IB : Got completion from peer 10.42.3.18<41234> "
+        "with error 12, opcode 0, len 0, vendor err 129 (Recv) localGid ::ffff:10.42.0.7",
+        f"{host}:{pid}:{pid + 90} [{dev}] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got async event : port error",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total capacity of "
+        "79.15 GiB of which 1.06 GiB is free.",
+    ))
+
+
+def make_chatter_log(work: Path, size_mb: float, seed: int = 5) -> Path:
+    """One log of ``size_mb`` where under 2% of lines are steps or failures (see above)."""
+    path = work / f"chatter-{int(size_mb)}.log"
+    if path.exists() and path.stat().st_size >= size_mb * MB:
+        return path
+    rng = random.Random(seed)
+    start = dt.datetime(2026, 3, 4, 12, 0, 0)
+    hosts = [f"gpu-node-{i:03d}" for i in range(16)]
+    step, n, size = 0, 0, 0
+    with path.open("w") as out:
+        while size < size_mb * MB:
+            now = start + dt.timedelta(seconds=n // 40)
+            t = now.strftime("%Y-%m-%d %H:%M:%S")
+            host, dev = rng.choice(hosts), rng.randrange(8)
+            pid = 41000 + 17 * hosts.index(host) + dev
+            r = rng.random()
+            if r < 0.01:
+                step += 1
+                line = _step_line(step, t, rng)
+            elif r < 0.01005:
+                line = _failure_line(rng, host, pid, dev)
+            elif r < 0.45:
+                line = _pipeline_line(rng, t)
+            elif r < 0.70:
+                line = _probe_line(rng, now, host)
+            else:
+                line = _nccl_init_line(rng, host, pid, dev)
+            out.write(line + "\n")
+            size += len(line) + 1
+            n += 1
+    return path
 
 
 # ----------------------------------------------------------------------------- baseline B
@@ -358,6 +469,24 @@ def _ratio(res: dict[str, Any], rows: _Rows, runs: dict[str, list[dict[str, Any]
     rows.append((f"{fast} / {base} speed", f"{res[key]:.3f}x{spread}"))
 
 
+def _chatter(work: Path, a: argparse.Namespace, res: dict[str, Any], rows: _Rows) -> None:
+    """One worker on the chatter-heavy log, and baseline B on it, in the same rounds."""
+    log = make_chatter_log(work, a.chatter_mb)
+    mb = log.stat().st_size / MB
+    ing, base = _rounds([("ingest", ["1", a.engine, str(work / "events-chatter.parquet"), str(log)]),
+                         ("baseline_b", [str(log)])], a.repeat)
+    r, b = _median_run(ing), _median_run(base)
+    ratios = [x["wall_s"] / y["wall_s"] for y, x in zip(ing, base, strict=True)]
+    res["chatter"] = {"mb": mb, "wall_s": r["wall_s"], "runs_s": r["runs_s"], "mb_s": mb / r["wall_s"],
+                      "rss_mb": r["rss_mb"], "cpu_s": r["user_s"] + r["sys_s"], "events": r["events"],
+                      "baseline_b_s": b["wall_s"], "ratio_baseline_b": statistics.median(ratios)}
+    rows.append((f"chatter log (-j 1, {mb:,.0f} MB)",
+                 f"{r['wall_s']:.2f} s{_spread(r)}, {mb / r['wall_s']:.1f} MB/s, {r['events']:,} events, "
+                 f"peak RSS {r['rss_mb']:,.0f} MB, CPU {r['user_s'] + r['sys_s']:.1f} s; "
+                 f"baseline B {b['wall_s']:.2f} s, "
+                 f"ingest / baseline B {statistics.median(ratios):.3f}x"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size-mb", type=float, default=200.0, help="corpus size (MB)")
@@ -367,6 +496,7 @@ def main() -> None:
     ap.add_argument("--only", default=",".join(STEPS), help=f"comma-separated subset of {','.join(STEPS)}")
     ap.add_argument("--analyze-events", type=int, default=10_000_000)
     ap.add_argument("--small-files", type=int, default=1000)
+    ap.add_argument("--chatter-mb", type=float, default=100.0, help="size of the chatter-heavy log (MB)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="run every step this many times, in interleaved rounds; report medians")
     ap.add_argument("--json", default=None, help="also write the figures as JSON")
@@ -405,6 +535,8 @@ def main() -> None:
             for base in ("baseline_a", "baseline_b"):
                 if fast in res and base in res:
                     _ratio(res, rows, runs, fast, base)
+    if "chatter" in only:
+        _chatter(work, a, res, rows)
     if "per_file" in only:
         many, cat = small_files(work, a.small_files)
         many_files = [str(p) for p in sorted(many.iterdir())]

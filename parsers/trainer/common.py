@@ -95,13 +95,19 @@ def may_state_clock() -> pl.Expr:
     return text.str.contains("datetime: ", literal=True) | text.str.contains(r"^[\[\d]")
 
 
+# Every clock pattern holds an ISO date and time, or starts with a US one.
+_SOME_CLOCK = r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}|^\d{2}/\d{2}/\d{4} \d{2}:"
+
+
 def _stated_clock(df: pl.DataFrame) -> pl.Series:
     """The clock stated in each line's text (null where none).
 
-    Every clock pattern needs 'datetime: ' or a line starting with '[' or a digit: the patterns
-    run on those lines only (a big log's NCCL chatter and iteration records hold none)."""
+    Every clock pattern needs 'datetime: ' or a line starting with '[' or a digit, and a date:
+    the patterns run on those lines only (a big log's NCCL chatter and iteration records hold
+    none, nor do the logger lines whose stamp was peeled)."""
     text = pl.col("text")
     may = df.select(may_state_clock()).to_series()
+    may = fill_where(may, df, may, text.str.contains(_SOME_CLOCK))
     in_text = pl.coalesce([text.str.extract(p, 1) for p in _CLOCKS])
     us_clock = text.str.extract(_US_CLOCK, 1).str.strptime(NAIVE_US, "%m/%d/%Y %H:%M:%S", strict=False)
     none = pl.Series("_stated", [], NAIVE_US).extend_constant(None, df.height)

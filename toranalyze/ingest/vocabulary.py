@@ -14,7 +14,11 @@ lines of a block that no parser's row and no noise pattern covers go through
    that source (the family's rule chain decides the class).
 
 The prefilter is the fast path: a big log's unclaimed lines are mostly chatter it rejects in one
-pass, and the per-rule test runs only on its hits.
+pass, and the per-rule test runs only on its hits. Before the framer runs at all, on a big block
+(``prefilter.worth``), one scan of the lines' text (``prefilter.candidate_lines``) keeps the lines
+that can hold a match of a rule, of the loss patterns or of a stated size anywhere in them, and
+those carrying a JSON envelope (whose message is unescaped): the framer only cuts a message out of
+its line.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import polars as pl
 from toranalyze.ingest.classify import Rule, load_rules
 from toranalyze.ingest.clock import ISO_PATTERN, offset_iso, ts_glog, ts_iso, ts_month_name
 from toranalyze.ingest.lines import ENVELOPE_TIME, json_unescaped
+from toranalyze.ingest.prefilter import candidate_lines, worth
 from toranalyze.schema import MESSAGE_MAX, NAIVE_US
 
 # Wrappers the line preparation (lines.py) leaves, each anchored at the start, with the stamp it
@@ -119,12 +124,30 @@ def vocabulary_rows(lines: pl.DataFrame, vocab: Vocabulary) -> pl.DataFrame | No
     None when there is none."""
     if not vocab or lines.height == 0:
         return None
+    if worth(lines.height):
+        lines = lines.filter(candidate_lines(lines["text"], _wanted(vocab)))
+    return framed_rows(lines, vocab)
+
+
+def framed_rows(lines: pl.DataFrame, vocab: Vocabulary) -> pl.DataFrame | None:
+    """``vocabulary_rows`` without the prefilter: every line framed and searched."""
+    if lines.height == 0:
+        return None
     framed = frame(lines)
     # First found keeps its line: a failure the rules know, a run of non-finite losses, a size.
     parts = [p for p in (_failure_rows(framed, vocab), _diverged_rows(framed), _size_rows(framed)) if p is not None]
     if not parts:
         return None
     return pl.concat(parts, how="diagonal").unique("line", keep="first", maintain_order=True)
+
+
+@lru_cache(maxsize=8)
+def _wanted(vocab: Vocabulary) -> tuple[str, ...]:
+    """What makes a line worth framing: a rule's pattern, a stated loss or size, a JSON envelope."""
+    return (*(r.match or "" for r in vocab.rules), _VALUE, SIZE, _ENVELOPE_KEY)
+
+
+_ENVELOPE_KEY = r'"(?:log|message|msg|textPayload|MESSAGE)"\s*:\s*"'
 
 
 def _size_rows(framed: pl.DataFrame) -> pl.DataFrame | None:

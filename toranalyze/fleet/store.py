@@ -1,18 +1,23 @@
-"""The fleet store: per-run parts, the merged tables and the manifest, all written atomically.
+"""The fleet store: Delta Lake tables appended batch by batch, and a small manifest as commit point.
 
 Layout of the store directory::
 
-    manifest.json                  the commit point: runs (id, path, content hash, part) and the
-                                   digest of every merged table
-    jobs.parquet  attempts.parquet  incidents.parquet  exposure.parquet   (merged, run order)
-    runs/<part>/<table>.parquet    one immutable part per analysed run version
+    manifest.json                  the commit point: the version of each table that is current
+    runs/                          Delta table, one row per stored run: id, path, content hash,
+                                   status (error, notes, files failed), its files' stamps
+    jobs/ attempts/ incidents/ exposure/    Delta tables of the runs' rows
+    reports/<hash>/report.html     a run's job report (``jobs.report`` links it)
 
-A part's name is its run's content hash (files, id, analysis options, version), so a part never
-changes once written: it is written into a temporary directory and renamed into place. Merged
-tables are written to a temporary name and renamed (``os.replace``); the manifest is written
-last the same way, then parts no longer listed are deleted. After a crash at any point the
-manifest names only complete parts, each table is whole (old or new), and the next run
-re-merges whatever does not match the manifest's digests: the store heals itself.
+Every table is partitioned by ``bucket``, a stable hash of the run id modulo BUCKETS: a batch of
+new runs appends files and rewrites nothing; replacing or dropping a run rewrites only the files
+of its bucket; compaction merges a bucket's files into one, so a table keeps at most BUCKETS
+files once compacted.
+
+A commit writes the reports, then one Delta transaction per table (rows of re-analysed and
+dropped runs deleted and the new rows added in the same transaction), then ``manifest.json``
+(atomically renamed). Readers read each table at the manifest's version, so a crash anywhere
+leaves the previous store readable; the next open restores any table a crash left ahead of the
+manifest (``restore`` to the manifest's version) and the batch is analysed again.
 """
 
 from __future__ import annotations
@@ -22,19 +27,44 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import polars as pl
+from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from toranalyze.errors import InputError
-from toranalyze.fleet.tables import SCHEMAS, TABLES, RunTables
+from toranalyze.fleet.runs import FileStamp
+from toranalyze.fleet.tables import SCHEMAS, SORT_KEYS, TABLES, RunTables
 
 MANIFEST = "manifest.json"
-PARTS = "runs"
-STORE_VERSION = 1
+PARTS = "reports"  # reports/<hash>/<page>: a run's pages (pipeline links jobs.report here)
+RUNS = "runs"
+DELTA_TABLES = (RUNS, *TABLES)
+STORE_VERSION = 2
+# 16 buckets: replacing one run rewrites 1/16 of a table; a compacted table keeps at most 16 files
+# (so at most one per 1,000 runs from 16,000 runs on).
+BUCKETS = 16
+COMPACT_AT = 8  # files in one bucket of one table (one per batch that touched it) before compacting it
+# Files a commit made obsolete stay this long for readers still reading the previous version; the
+# store's own crash safety needs only the manifest's versions, which vacuum never touches.
+RETENTION_HOURS = 1
+# Commits after the manifest's version that change no rows (a crash after compacting or vacuuming).
+NO_DATA_CHANGE = frozenset({"OPTIMIZE", "VACUUM START", "VACUUM END"})
+
+STAMP = pl.Struct({"name": pl.String, "size": pl.Int64, "mtime_ns": pl.Int64, "digest": pl.String})
+RUNS_SCHEMA = pl.Schema({
+    "run": pl.String,
+    "path": pl.String,
+    "hash": pl.String,  # content hash (runs.hash_run): the run is analysed again when it changes
+    "error": pl.String,  # why the run gave no rows (nothing readable, an internal error)
+    "notes": pl.List(pl.String),  # the analysis' notes
+    "files_failed": pl.Int64,
+    "files": pl.List(STAMP),  # size, mtime and digest of each file when hashed
+    "generation": pl.Int64,  # the commit that wrote the run's rows (each table commit names its generation)
+})
 
 
 @dataclass(frozen=True)
@@ -42,23 +72,35 @@ class StoredRun:
     id: str
     path: str
     hash: str
-    error: str | None = None  # why the run gave no rows (nothing readable, an internal error)
+    error: str | None = None
+    notes: tuple[str, ...] = ()
+    files_failed: int = 0
+    generation: int = 0
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A run to store: its tables, status ({error, notes, files_failed}) and pages (file name ->
+    text, e.g. its job report); ``tables`` None keeps the stored rows and updates only the run's
+    path and file stamps."""
+
+    id: str
+    path: str
+    hash: str
+    tables: RunTables | None
+    status: Mapping[str, Any] = field(default_factory=dict)
+    pages: Mapping[str, str] = field(default_factory=dict)
+    files: tuple[FileStamp, ...] = ()
 
 
 @dataclass
 class Manifest:
-    runs: list[StoredRun] = field(default_factory=list)
-    tables: dict[str, str] = field(default_factory=dict)  # table -> digest of its file
+    generation: int = 0  # commits so far
+    versions: dict[str, int] = field(default_factory=dict)  # Delta table -> its current version
 
     def to_json(self) -> str:
-        doc: dict[str, Any] = {
-            "store_version": STORE_VERSION,
-            "runs": [
-                {"id": r.id, "path": r.path, "hash": r.hash, **({"error": r.error} if r.error else {})}
-                for r in sorted(self.runs, key=lambda r: r.id)
-            ],
-            "tables": dict(sorted(self.tables.items())),
-        }
+        doc = {"store_version": STORE_VERSION, "generation": self.generation, "buckets": BUCKETS,
+               "versions": dict(sorted(self.versions.items()))}
         return json.dumps(doc, indent=1, sort_keys=True) + "\n"
 
 
@@ -68,16 +110,21 @@ def read_manifest(store: Path) -> Manifest:
         return Manifest()
     try:
         doc = json.loads(path.read_text())
-        runs = [StoredRun(r["id"], r["path"], r["hash"], r.get("error")) for r in doc["runs"]]
-        return Manifest(runs, dict(doc.get("tables", {})))
-    except (ValueError, KeyError, TypeError) as exc:
+        if doc.get("store_version") != STORE_VERSION:
+            raise InputError(f"a fleet store of format {doc.get('store_version')} (this version reads {STORE_VERSION})",
+                             path=str(path), hint="point -o at a new directory, or delete this one to rebuild it")
+        return Manifest(int(doc["generation"]), {k: int(v) for k, v in doc["versions"].items()})
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise InputError(f"not a fleet manifest ({exc})", path=str(path),
                          hint="point -o at a new directory, or delete this one to rebuild the store") from exc
 
 
-def file_digest(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "blake2b").hexdigest()[:32]
+def bucket(run_id: str) -> int:
+    """The run's partition: stable across processes and versions (not Python's salted hash)."""
+    return int.from_bytes(hashlib.blake2b(run_id.encode(), digest_size=8).digest(), "big") % BUCKETS
+
+
+# ---- atomic files (also used by ``analyze`` and the reports) ----
 
 
 def _umask() -> int:
@@ -114,93 +161,240 @@ def write_text(text: str, path: Path) -> bool:
     return True
 
 
-def part_dir(store: Path, run_hash: str) -> Path:
-    return store / PARTS / run_hash
+# ---- the store ----
 
 
-STATUS = "status.json"  # a part's error (if any) and the analysis' notes
+class Store:
+    """The fleet store at ``root``. Opening it heals what a crash left behind; ``record`` adds
+    batches of analysed runs; ``commit`` settles the set of runs; ``read`` gives a table."""
 
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.manifest = read_manifest(root)
+        self._runs: pl.DataFrame | None = None
+        self.healed = self._heal()
 
-def has_part(store: Path, run_hash: str) -> bool:
-    d = part_dir(store, run_hash)
-    return (d / STATUS).is_file() and all((d / f"{t}.parquet").is_file() for t in TABLES)
+    # -- reading --
 
+    def read(self, table: str) -> pl.DataFrame:
+        """A fleet table at the manifest's version, with its schema, sorted by run then its keys
+        (the same rows in the same order however the store was built)."""
+        frame = self._read_delta(table, SCHEMAS[table])
+        return frame.sort(["run", *SORT_KEYS[table]], nulls_last=True)
 
-def read_status(store: Path, run_hash: str) -> dict[str, Any]:
-    status: dict[str, Any] = json.loads((part_dir(store, run_hash) / STATUS).read_text())
-    return status
+    def read_tables(self) -> dict[str, pl.DataFrame]:
+        return {t: self.read(t) for t in TABLES}
 
+    def run_frame(self) -> pl.DataFrame:
+        """The runs table (RUNS_SCHEMA), read once per store object and kept up to date by commits."""
+        if self._runs is None:
+            self._runs = self._read_delta(RUNS, RUNS_SCHEMA)
+        return self._runs
 
-def write_part(store: Path, run_hash: str, tables: RunTables, status: dict[str, Any],
-               pages: dict[str, str] | None = None) -> None:
-    """Write one run's tables, status and pages (file name -> HTML: its job report) as an
-    immutable part: a temporary directory renamed into place."""
-    final = part_dir(store, run_hash)
-    if has_part(store, run_hash):
-        return  # content-addressed: the same bytes are there already
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{run_hash}.", suffix=".tmp", dir=final.parent))
-    tmp.chmod(0o777 & ~_umask())  # mkdtemp makes 0700
-    try:
-        for t in TABLES:
-            tables.get(t).write_parquet(tmp / f"{t}.parquet", statistics=True)
-        for name, text in (pages or {}).items():
-            (tmp / name).write_text(text, encoding="utf-8")
-        (tmp / STATUS).write_text(json.dumps(status, indent=1, sort_keys=True) + "\n")
-        if final.exists():  # a leftover of a crash before this directory was complete
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    def runs(self) -> dict[str, StoredRun]:
+        return {r["run"]: StoredRun(r["run"], r["path"], r["hash"], r["error"], tuple(r["notes"] or ()),
+                                    r["files_failed"] or 0, r["generation"])
+                for r in self.run_frame().drop("files").iter_rows(named=True)}
 
+    def hashes(self) -> set[str]:
+        """The content hashes stored: a run whose hash is here needs no analysis."""
+        return set(self.run_frame()["hash"])
 
-def read_part(store: Path, run_hash: str, table: str) -> pl.DataFrame:
-    return pl.read_parquet(part_dir(store, run_hash) / f"{table}.parquet")
+    def stamps(self) -> dict[str, FileStamp]:
+        """Each stored file's stamp by its path (the run's path joined with its name)."""
+        from toranalyze import storage
 
+        files = self.run_frame().select("path", "files").explode("files").drop_nulls("files").unnest("files")
+        return {storage.join(p, n): FileStamp(n, s, m, d) for p, n, s, m, d in
+                files.select("path", "name", "size", "mtime_ns", "digest").iter_rows()}
 
-def merge(store: Path, runs: Sequence[StoredRun], table: str) -> pl.DataFrame:
-    """The merged table: every listed run's part, in run-id order."""
-    frames = [read_part(store, r.hash, table) for r in sorted(runs, key=lambda r: r.id)]
-    if not frames:
-        return pl.DataFrame(schema=SCHEMAS[table])
-    return pl.concat(frames, how="vertical")
+    def _read_delta(self, name: str, schema: pl.Schema) -> pl.DataFrame:
+        version = self.manifest.versions.get(name)
+        if version is None:
+            return pl.DataFrame(schema=schema)
+        frame = pl.read_delta(str(self.root / name), version=version)
+        return frame.select(pl.col(c).cast(t) for c, t in schema.items())
 
+    # -- writing --
 
-def tables_current(store: Path, manifest: Manifest) -> bool:
-    """Do the merged tables on disk match the manifest's digests?"""
-    for t in TABLES:
-        path = store / f"{t}.parquet"
-        if t not in manifest.tables or not path.is_file() or file_digest(path) != manifest.tables[t]:
+    def record(self, batch: Sequence[RunRecord], drop: Collection[str] = ()) -> bool:
+        """Store a batch of runs: their pages, then one transaction per table that deletes the
+        rows of the batch's runs already stored (re-analysed) and of ``drop`` (runs gone) and adds
+        the batch's rows, then the manifest. Returns whether anything was written."""
+        stored = self.run_frame()
+        known = dict(zip(stored["run"], stored["hash"], strict=True))
+        gone = {r for r in drop if r in known}
+        if not batch and not gone:
             return False
-    return True
+        for r in batch:
+            self._write_pages(r)
+        new = Manifest(self.manifest.generation + 1, dict(self.manifest.versions))
+        analysed = [r for r in batch if r.tables is not None]
+        redo = {r.id for r in analysed if r.id in known} | gone
+        for t in TABLES:
+            rows = [r.tables.get(t) for r in analysed if r.tables is not None]
+            self._write(t, _with_bucket(pl.concat(rows) if rows else pl.DataFrame(schema=SCHEMAS[t])),
+                        redo, new)
+        run_rows = _run_rows(batch, stored, new.generation)
+        self._write(RUNS, _with_bucket(run_rows), {r.id for r in batch if r.id in known} | gone, new)
+        self._commit_manifest(new)
+        self._runs = pl.concat([stored.filter(~pl.col("run").is_in([*run_rows["run"], *gone])), run_rows])
+        self._drop_pages(h for rid, h in known.items() if rid in gone or (rid in redo and h not in run_rows["hash"]))
+        self.compact()
+        return True
+
+    def commit(self, current: Sequence[RunRecord]) -> bool:
+        """Settle the store on ``current`` (every run found, all of them recorded already): runs
+        no longer found are dropped, runs moved or whose files were touched get their path and
+        stamps updated. Writes nothing when nothing changed; returns whether it wrote."""
+        stored = {r["run"]: r for r in self.run_frame().iter_rows(named=True)}
+        ids = {r.id for r in current}
+        gone = [rid for rid in stored if rid not in ids]
+        moved = [r for r in current if r.id in stored and _row_changed(stored[r.id], r)]
+        for r in current:
+            if r.id not in stored or stored[r.id]["hash"] != r.hash:
+                raise InputError(f"run {r.id} was not recorded before the commit", path=str(self.root),
+                                 hint="record every analysed run before committing (a bug in the caller)")
+        return self.record([RunRecord(r.id, r.path, r.hash, None, files=r.files) for r in moved], drop=gone)
+
+    def compact(self, *, force: bool = False) -> bool:
+        """Merge the files of each bucket of each table that holds more than COMPACT_AT of them
+        (more than one with ``force``), record the new versions, then delete files no version
+        since RETENTION_HOURS needs. Returns whether anything was compacted."""
+        new = Manifest(self.manifest.generation, dict(self.manifest.versions))
+        for name in new.versions:
+            dt = DeltaTable(self.root / name)
+            counts = pl.DataFrame(dt.get_add_actions(flatten=True)).group_by("partition.bucket").len()
+            over = counts.filter(pl.col("len") > (1 if force else COMPACT_AT))["partition.bucket"]
+            if over.len():
+                dt.optimize.compact(partition_filters=[("bucket", "in", [str(b) for b in over])])
+                new.versions[name] = dt.version()
+        if new.versions == self.manifest.versions:
+            return False
+        self._commit_manifest(new)
+        self._vacuum()
+        self._sweep_pages()
+        return True
+
+    def files(self, table: str) -> int:
+        """How many data files the table's current version has (what compaction bounds)."""
+        if table not in self.manifest.versions:
+            return 0
+        return len(DeltaTable(self.root / table, version=self.manifest.versions[table]).file_uris())
+
+    def _write(self, name: str, rows: pl.DataFrame, redo: Collection[str], new: Manifest) -> None:
+        """One transaction on table ``name``: delete the rows of runs ``redo``, add ``rows``."""
+        if not redo and rows.is_empty() and name in self.manifest.versions:
+            return  # nothing to add or take away: the table keeps its version
+        path = self.root / name
+        props = CommitProperties(custom_metadata={"generation": str(new.generation)})
+        target: DeltaTable | Path = DeltaTable(path) if name in self.manifest.versions else path
+        if redo and name in self.manifest.versions:
+            # The predicate names the new rows' runs too: Delta checks added rows against it.
+            where = _predicate({*redo, *rows["run"]})
+            write_deltalake(target, rows.to_arrow(), mode="overwrite", predicate=where, partition_by=["bucket"],
+                            commit_properties=props)
+        else:
+            write_deltalake(target, rows.to_arrow(), mode="append", partition_by=["bucket"], commit_properties=props)
+        new.versions[name] = DeltaTable(path).version() if isinstance(target, Path) else target.version()
+
+    def _commit_manifest(self, new: Manifest) -> None:
+        write_text(new.to_json(), self.root / MANIFEST)
+        self.manifest = new
+
+    def _vacuum(self) -> None:
+        for name in self.manifest.versions:
+            dt = DeltaTable(self.root / name)
+            if dt.vacuum(RETENTION_HOURS, dry_run=True, enforce_retention_duration=False):
+                dt.vacuum(RETENTION_HOURS, dry_run=False, enforce_retention_duration=False)
+
+    # -- pages --
+
+    def page_dir(self, run_hash: str) -> Path:
+        return self.root / PARTS / run_hash
+
+    def _write_pages(self, r: RunRecord) -> None:
+        if not r.pages:
+            return
+        d = self.page_dir(r.hash)
+        d.mkdir(parents=True, exist_ok=True)
+        for name, text in r.pages.items():
+            write_text(text, d / name)
+
+    def _drop_pages(self, hashes: Iterable[str]) -> None:
+        for h in hashes:
+            shutil.rmtree(self.page_dir(h), ignore_errors=True)
+
+    def _sweep_pages(self) -> None:
+        """Delete pages of runs no longer stored (a crash between writing them and the manifest)."""
+        pages = self.root / PARTS
+        if pages.is_dir():
+            keep = self.hashes()
+            self._drop_pages(d.name for d in pages.iterdir() if d.name not in keep)
+        for f in self.root.glob(".*.tmp"):
+            f.unlink(missing_ok=True)
+
+    # -- healing --
+
+    def _heal(self) -> bool:
+        """Put every table back to the manifest's version when a crash left it ahead, and delete
+        tables a first commit created but never committed. Returns whether anything was healed."""
+        healed = False
+        for name in DELTA_TABLES:
+            path = self.root / name
+            if not (path / "_delta_log").is_dir():
+                continue
+            want = self.manifest.versions.get(name)
+            if want is None:
+                shutil.rmtree(path)
+                healed = True
+                continue
+            dt = DeltaTable(path)
+            if dt.version() > want and _changed_since(dt, want):
+                dt.restore(want)
+                healed = True
+        if healed:
+            self._sweep_pages()
+        return healed
 
 
-def commit(store: Path, runs: Sequence[StoredRun], before: Manifest) -> tuple[Manifest, bool]:
-    """Merge the runs' parts into the four tables, write them, then the manifest, then drop parts
-    no longer listed. Returns the new manifest and whether anything was rewritten."""
-    new = Manifest(sorted(runs, key=lambda r: r.id), dict(before.tables))
-    same_runs = [(r.id, r.hash, r.path, r.error) for r in new.runs] == [
-        (r.id, r.hash, r.path, r.error) for r in sorted(before.runs, key=lambda r: r.id)
-    ]
-    if same_runs and tables_current(store, before):
-        return before, False
-    for t in TABLES:
-        path = store / f"{t}.parquet"
-        write_table(merge(store, new.runs, t), path)
-        new.tables[t] = file_digest(path)
-    write_text(new.to_json(), store / MANIFEST)
-    collect_garbage(store, new)
-    return new, True
+def _changed_since(dt: DeltaTable, version: int) -> bool:
+    """Whether a commit after ``version`` changed the table's rows."""
+    newer = dt.history(dt.version() - version)
+    return any(h.get("operation") not in NO_DATA_CHANGE for h in newer if h.get("version", version + 1) > version)
 
 
-def collect_garbage(store: Path, manifest: Manifest) -> None:
-    """Delete parts and temporary files no manifest run points to."""
-    keep = {r.hash for r in manifest.runs}
-    parts = store / PARTS
-    if parts.is_dir():
-        for d in parts.iterdir():
-            if d.name not in keep:
-                shutil.rmtree(d, ignore_errors=True) if d.is_dir() else d.unlink(missing_ok=True)
-    for f in store.glob(".*.tmp"):
-        f.unlink(missing_ok=True)
+def _with_bucket(frame: pl.DataFrame) -> pl.DataFrame:
+    buckets = {r: bucket(r) for r in frame["run"].unique()}
+    return frame.with_columns(pl.col("run").replace_strict(buckets, default=0, return_dtype=pl.Int32).alias("bucket"))
+
+
+def _sql(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _predicate(runs: Collection[str]) -> str:
+    """Rows of these runs, with their buckets named so Delta prunes the other partitions."""
+    buckets = ", ".join(str(b) for b in sorted({bucket(r) for r in runs}))
+    return f"bucket IN ({buckets}) AND run IN ({', '.join(_sql(r) for r in sorted(runs))})"
+
+
+def _run_rows(batch: Sequence[RunRecord], stored: pl.DataFrame, generation: int) -> pl.DataFrame:
+    """The runs table's rows of the batch; a run with no tables keeps its stored status and generation."""
+    old = {r["run"]: r for r in stored.filter(pl.col("run").is_in([r.id for r in batch])).iter_rows(named=True)}
+    rows = []
+    for r in batch:
+        before = old.get(r.id, {})
+        status = r.status if r.tables is not None else before
+        rows.append({
+            "run": r.id, "path": r.path, "hash": r.hash, "error": status.get("error"),
+            "notes": list(status.get("notes") or ()), "files_failed": int(status.get("files_failed") or 0),
+            "files": [{"name": f.name, "size": f.size, "mtime_ns": f.mtime_ns, "digest": f.digest} for f in r.files],
+            "generation": generation if r.tables is not None else before.get("generation", generation),
+        })
+    return pl.DataFrame(rows, schema=RUNS_SCHEMA)
+
+
+def _row_changed(row: Mapping[str, Any], r: RunRecord) -> bool:
+    files = [(f.name, f.size, f.mtime_ns, f.digest) for f in r.files]
+    return row["path"] != r.path or [(f["name"], f["size"], f["mtime_ns"], f["digest"]) for f in row["files"]] != files

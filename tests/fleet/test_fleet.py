@@ -16,16 +16,16 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from deltalake import DeltaTable
 from click.testing import CliRunner
+from deltalake import DeltaTable
 from polars.testing import assert_frame_equal
 
 from toranalyze.cli import cli
 from toranalyze.fleet import store
 from toranalyze.fleet.build import build
 from toranalyze.fleet.rates import load_rates
-from toranalyze.fleet.schema import EXPOSURE_SCHEMA, FLEET_ATTEMPTS_SCHEMA, FLEET_INCIDENTS_SCHEMA, JOBS_SCHEMA
 from toranalyze.fleet.runs import Run, hash_run
+from toranalyze.fleet.schema import EXPOSURE_SCHEMA, FLEET_ATTEMPTS_SCHEMA, FLEET_INCIDENTS_SCHEMA, JOBS_SCHEMA
 from toranalyze.fleet.tables import SORT_KEYS, TABLES, RunTables
 
 SCHEMAS = {"jobs": JOBS_SCHEMA, "attempts": FLEET_ATTEMPTS_SCHEMA, "incidents": FLEET_INCIDENTS_SCHEMA,

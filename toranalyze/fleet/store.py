@@ -38,6 +38,7 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from toranalyze.errors import InputError
 from toranalyze.fleet.runs import FileStamp
 from toranalyze.fleet.tables import SCHEMAS, SORT_KEYS, TABLES, RunTables
+from toranalyze.schema import frame_schema
 
 MANIFEST = "manifest.json"
 PARTS = "reports"  # reports/<hash>/<page>: a run's pages (pipeline links jobs.report here)
@@ -55,7 +56,7 @@ RETENTION_HOURS = 1
 NO_DATA_CHANGE = frozenset({"OPTIMIZE", "VACUUM START", "VACUUM END"})
 
 STAMP = pl.Struct({"name": pl.String, "size": pl.Int64, "mtime_ns": pl.Int64, "digest": pl.String})
-RUNS_SCHEMA = pl.Schema({
+RUNS_SCHEMA = frame_schema({
     "run": pl.String,
     "path": pl.String,
     "hash": pl.String,  # content hash (runs.hash_run): the run is analysed again when it changes

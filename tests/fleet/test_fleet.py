@@ -316,18 +316,42 @@ def test_kill_9_at_any_point_of_a_commit(tmp_path: Path, delay: float) -> None:
     assert store.Store(tmp_path).runs()["r000"].hash == "last-r000"
 
 
-def test_compaction_keeps_one_file_per_bucket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_compaction_keeps_one_file_per_bucket(tmp_path: Path) -> None:
     s = store.Store(tmp_path)
-    for i in range(40):  # one run per commit: one new file per table each time
+    for i in range(20):  # one run per commit: one new file per table each time
         s.record([_rec(f"run-{i:03d}")])
-    buckets = len({store.bucket(f"run-{i:03d}") for i in range(40)})
-    for t in (*TABLES, store.RUNS):
-        adds = pl.DataFrame(DeltaTable(tmp_path / t).get_add_actions(flatten=True))
-        assert adds.group_by("partition.bucket").len()["len"].max() <= store.COMPACT_AT, t  # type: ignore[operator]
+    for t in (*TABLES, store.RUNS):  # compacted whenever a bucket passed COMPACT_AT files
+        assert 1 <= s.files(t) <= store.COMPACT_AT, t
     assert s.compact(force=True)
+    assert all(s.files(t) == 1 for t in (*TABLES, store.RUNS))  # fewer than 1,000 runs: one bucket
+    assert store.Store(tmp_path).read("jobs")["run"].to_list() == [f"run-{i:03d}" for i in range(20)]
+
+
+def test_buckets_double_with_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past each power of two (of RUNS_PER_BUCKET runs) the tables are re-bucketed once, so a
+    compacted table keeps at most one file per RUNS_PER_BUCKET runs, and replacing a run still
+    touches its bucket only."""
+    monkeypatch.setattr(store, "RUNS_PER_BUCKET", 5)
+    s = store.Store(tmp_path)
+    for lo in range(0, 40, 10):
+        s.record([_rec(f"run-{i:03d}") for i in range(lo, lo + 10)])
+    assert s.manifest.buckets == store.bucket_count(40) == 8
+    s.compact(force=True)
     for t in (*TABLES, store.RUNS):
-        assert s.files(t) == buckets <= store.BUCKETS, t
-    assert store.Store(tmp_path).read("jobs")["run"].to_list() == [f"run-{i:03d}" for i in range(40)]
+        assert s.files(t) <= 40 // 5, t
+        parts = {int(p.name.split("=")[1]) for p in (tmp_path / t).glob("bucket=*") if any(p.iterdir())}
+        assert parts <= set(range(8))
+    before = {t: s.read(t) for t in TABLES}
+    assert s.record([_rec("run-007", "h2", exposure=6)])
+    again = store.Store(tmp_path)
+    assert again.manifest.buckets == 8
+    exposure = again.read("exposure")
+    assert exposure.filter(pl.col("run") == "run-007").height == 6
+    assert_frame_equal(exposure.filter(pl.col("run") != "run-007"),
+                       before["exposure"].filter(pl.col("run") != "run-007"))
+    assert again.record([], drop=[f"run-{i:03d}" for i in range(30)])  # the store shrinks: fewer buckets
+    assert again.manifest.buckets == store.bucket_count(10) == 2
+    assert store.Store(tmp_path).read("jobs")["run"].to_list() == [f"run-{i:03d}" for i in range(30, 40)]
 
 
 def test_stamps_skip_rehashing_unchanged_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

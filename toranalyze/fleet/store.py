@@ -8,10 +8,13 @@ Layout of the store directory::
     jobs/ attempts/ incidents/ exposure/    Delta tables of the runs' rows
     reports/<hash>/report.html     a run's job report (``jobs.report`` links it)
 
-Every table is partitioned by ``bucket``, a stable hash of the run id modulo BUCKETS: a batch of
-new runs appends files and rewrites nothing; replacing or dropping a run rewrites only the files
-of its bucket; compaction merges a bucket's files into one, so a table keeps at most BUCKETS
-files once compacted.
+Every table is partitioned by ``bucket``, a stable hash of the run id modulo the manifest's
+bucket count, a power of two that keeps 1,000 to 2,000 runs in a bucket (RUNS_PER_BUCKET). A
+batch of new runs appends files and rewrites nothing; replacing or dropping a run rewrites only
+the files of its bucket (at most ~2,000 runs' rows, however large the store); compaction merges a
+bucket's files into one, so a compacted table has at most one file per 1,000 runs. When the
+store doubles (or halves) past a power of two, each table is rewritten once with the new bucket
+count: each row is rewritten about once per doubling of the store, a constant cost per run.
 
 A commit writes the reports, then one Delta transaction per table (rows of re-analysed and
 dropped runs deleted and the new rows added in the same transaction), then ``manifest.json``
@@ -45,9 +48,8 @@ PARTS = "reports"  # reports/<hash>/<page>: a run's pages (pipeline links jobs.r
 RUNS = "runs"
 DELTA_TABLES = (RUNS, *TABLES)
 STORE_VERSION = 2
-# 16 buckets: replacing one run rewrites 1/16 of a table; a compacted table keeps at most 16 files
-# (so at most one per 1,000 runs from 16,000 runs on).
-BUCKETS = 16
+RUNS_PER_BUCKET = 1000  # the fewest runs a bucket holds once the store has that many
+MAX_BUCKETS = 1024
 COMPACT_AT = 8  # files in one bucket of one table (one per batch that touched it) before compacting it
 # Files a commit made obsolete stay this long for readers still reading the previous version; the
 # store's own crash safety needs only the manifest's versions, which vacuum never touches.
@@ -98,9 +100,10 @@ class RunRecord:
 class Manifest:
     generation: int = 0  # commits so far
     versions: dict[str, int] = field(default_factory=dict)  # Delta table -> its current version
+    buckets: int = 1  # the tables' partitions: bucket = hash(run id) % buckets
 
     def to_json(self) -> str:
-        doc = {"store_version": STORE_VERSION, "generation": self.generation, "buckets": BUCKETS,
+        doc = {"store_version": STORE_VERSION, "generation": self.generation, "buckets": self.buckets,
                "versions": dict(sorted(self.versions.items()))}
         return json.dumps(doc, indent=1, sort_keys=True) + "\n"
 
@@ -114,15 +117,24 @@ def read_manifest(store: Path) -> Manifest:
         if doc.get("store_version") != STORE_VERSION:
             raise InputError(f"a fleet store of format {doc.get('store_version')} (this version reads {STORE_VERSION})",
                              path=str(path), hint="point -o at a new directory, or delete this one to rebuild it")
-        return Manifest(int(doc["generation"]), {k: int(v) for k, v in doc["versions"].items()})
+        return Manifest(int(doc["generation"]), {k: int(v) for k, v in doc["versions"].items()}, int(doc["buckets"]))
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise InputError(f"not a fleet manifest ({exc})", path=str(path),
                          hint="point -o at a new directory, or delete this one to rebuild the store") from exc
 
 
-def bucket(run_id: str) -> int:
+def bucket(run_id: str, buckets: int) -> int:
     """The run's partition: stable across processes and versions (not Python's salted hash)."""
-    return int.from_bytes(hashlib.blake2b(run_id.encode(), digest_size=8).digest(), "big") % BUCKETS
+    return int.from_bytes(hashlib.blake2b(run_id.encode(), digest_size=8).digest(), "big") % buckets
+
+
+def bucket_count(runs: int) -> int:
+    """The largest power of two that leaves at least RUNS_PER_BUCKET runs in each bucket (1 for a
+    small store), at most MAX_BUCKETS."""
+    n = 1
+    while n * 2 * RUNS_PER_BUCKET <= runs and n < MAX_BUCKETS:
+        n *= 2
+    return n
 
 
 # ---- atomic files (also used by ``analyze`` and the reports) ----
@@ -221,7 +233,8 @@ class Store:
     def record(self, batch: Sequence[RunRecord], drop: Collection[str] = ()) -> bool:
         """Store a batch of runs: their pages, then one transaction per table that deletes the
         rows of the batch's runs already stored (re-analysed) and of ``drop`` (runs gone) and adds
-        the batch's rows, then the manifest. Returns whether anything was written."""
+        the batch's rows, then the manifest; then the upkeep (bucket count, compaction). Returns
+        whether anything was written."""
         stored = self.run_frame()
         known = dict(zip(stored["run"], stored["hash"], strict=True))
         gone = {r for r in drop if r in known}
@@ -229,19 +242,21 @@ class Store:
             return False
         for r in batch:
             self._write_pages(r)
-        new = Manifest(self.manifest.generation + 1, dict(self.manifest.versions))
+        m = self.manifest
+        new = Manifest(m.generation + 1, dict(m.versions), m.buckets)
         analysed = [r for r in batch if r.tables is not None]
         redo = {r.id for r in analysed if r.id in known} | gone
         for t in TABLES:
             rows = [r.tables.get(t) for r in analysed if r.tables is not None]
-            self._write(t, _with_bucket(pl.concat(rows) if rows else pl.DataFrame(schema=SCHEMAS[t])),
-                        redo, new)
+            self._write(t, pl.concat(rows) if rows else pl.DataFrame(schema=SCHEMAS[t]), redo, new)
         run_rows = _run_rows(batch, stored, new.generation)
-        self._write(RUNS, _with_bucket(run_rows), {r.id for r in batch if r.id in known} | gone, new)
+        self._write(RUNS, run_rows, {r.id for r in batch if r.id in known} | gone, new)
         self._commit_manifest(new)
         self._runs = pl.concat([stored.filter(~pl.col("run").is_in([*run_rows["run"], *gone])), run_rows])
-        self._drop_pages(h for rid, h in known.items() if rid in gone or (rid in redo and h not in run_rows["hash"]))
-        self.compact()
+        new_hashes = set(run_rows["hash"])
+        self._drop_pages(h for rid, h in known.items() if rid in gone or (rid in redo and h not in new_hashes))
+        if not self.rebucket():
+            self.compact()
         return True
 
     def commit(self, current: Sequence[RunRecord]) -> bool:
@@ -262,19 +277,36 @@ class Store:
         """Merge the files of each bucket of each table that holds more than COMPACT_AT of them
         (more than one with ``force``), record the new versions, then delete files no version
         since RETENTION_HOURS needs. Returns whether anything was compacted."""
-        new = Manifest(self.manifest.generation, dict(self.manifest.versions))
-        for name in new.versions:
+        m = self.manifest
+        new = Manifest(m.generation, dict(m.versions), m.buckets)
+        for name in m.versions:
             dt = DeltaTable(self.root / name)
             counts = pl.DataFrame(dt.get_add_actions(flatten=True)).group_by("partition.bucket").len()
             over = counts.filter(pl.col("len") > (1 if force else COMPACT_AT))["partition.bucket"]
             if over.len():
                 dt.optimize.compact(partition_filters=[("bucket", "in", [str(b) for b in over])])
                 new.versions[name] = dt.version()
-        if new.versions == self.manifest.versions:
+        if new.versions == m.versions:
             return False
-        self._commit_manifest(new)
-        self._vacuum()
-        self._sweep_pages()
+        self._settle(new)
+        return True
+
+    def rebucket(self, buckets: int | None = None) -> bool:
+        """Rewrite every table with ``buckets`` partitions (default: ``bucket_count`` of the runs
+        stored) when that is not the current count: one transaction per table, then the manifest.
+        Returns whether it rewrote."""
+        m = self.manifest
+        buckets = buckets or bucket_count(self.run_frame().height)
+        if buckets == m.buckets or not m.versions:
+            return False
+        new = Manifest(m.generation, dict(m.versions), buckets)
+        for name in m.versions:
+            frame = pl.read_delta(str(self.root / name), version=m.versions[name]).drop("bucket")
+            dt = DeltaTable(self.root / name)
+            write_deltalake(dt, _with_bucket(frame, buckets).to_arrow(), mode="overwrite", partition_by=["bucket"],
+                            commit_properties=CommitProperties(custom_metadata={"buckets": str(buckets)}))
+            new.versions[name] = dt.version()
+        self._settle(new)
         return True
 
     def files(self, table: str) -> int:
@@ -285,19 +317,31 @@ class Store:
 
     def _write(self, name: str, rows: pl.DataFrame, redo: Collection[str], new: Manifest) -> None:
         """One transaction on table ``name``: delete the rows of runs ``redo``, add ``rows``."""
-        if not redo and rows.is_empty() and name in self.manifest.versions:
+        exists = name in self.manifest.versions
+        if not redo and rows.is_empty() and exists:
             return  # nothing to add or take away: the table keeps its version
         path = self.root / name
+        data = _with_bucket(rows, new.buckets).to_arrow()
         props = CommitProperties(custom_metadata={"generation": str(new.generation)})
-        target: DeltaTable | Path = DeltaTable(path) if name in self.manifest.versions else path
-        if redo and name in self.manifest.versions:
+        if not exists:
+            write_deltalake(path, data, mode="append", partition_by=["bucket"], commit_properties=props)
+            new.versions[name] = DeltaTable(path).version()
+            return
+        dt = DeltaTable(path)
+        if redo:
             # The predicate names the new rows' runs too: Delta checks added rows against it.
-            where = _predicate({*redo, *rows["run"]})
-            write_deltalake(target, rows.to_arrow(), mode="overwrite", predicate=where, partition_by=["bucket"],
+            where = _predicate({*redo, *rows["run"]}, new.buckets)
+            write_deltalake(dt, data, mode="overwrite", predicate=where, partition_by=["bucket"],
                             commit_properties=props)
         else:
-            write_deltalake(target, rows.to_arrow(), mode="append", partition_by=["bucket"], commit_properties=props)
-        new.versions[name] = DeltaTable(path).version() if isinstance(target, Path) else target.version()
+            write_deltalake(dt, data, mode="append", partition_by=["bucket"], commit_properties=props)
+        new.versions[name] = dt.version()
+
+    def _settle(self, new: Manifest) -> None:
+        """After compacting or re-bucketing: the manifest, then files no longer needed deleted."""
+        self._commit_manifest(new)
+        self._vacuum()
+        self._sweep_pages()
 
     def _commit_manifest(self, new: Manifest) -> None:
         write_text(new.to_json(), self.root / MANIFEST)
@@ -365,19 +409,19 @@ def _changed_since(dt: DeltaTable, version: int) -> bool:
     return any(h.get("operation") not in NO_DATA_CHANGE for h in newer if h.get("version", version + 1) > version)
 
 
-def _with_bucket(frame: pl.DataFrame) -> pl.DataFrame:
-    buckets = {r: bucket(r) for r in frame["run"].unique()}
-    return frame.with_columns(pl.col("run").replace_strict(buckets, default=0, return_dtype=pl.Int32).alias("bucket"))
+def _with_bucket(frame: pl.DataFrame, buckets: int) -> pl.DataFrame:
+    of = {r: bucket(r, buckets) for r in frame["run"].unique()}
+    return frame.with_columns(pl.col("run").replace_strict(of, default=0, return_dtype=pl.Int32).alias("bucket"))
 
 
 def _sql(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _predicate(runs: Collection[str]) -> str:
+def _predicate(runs: Collection[str], buckets: int) -> str:
     """Rows of these runs, with their buckets named so Delta prunes the other partitions."""
-    buckets = ", ".join(str(b) for b in sorted({bucket(r) for r in runs}))
-    return f"bucket IN ({buckets}) AND run IN ({', '.join(_sql(r) for r in sorted(runs))})"
+    named = ", ".join(str(b) for b in sorted({bucket(r, buckets) for r in runs}))
+    return f"bucket IN ({named}) AND run IN ({', '.join(_sql(r) for r in sorted(runs))})"
 
 
 def _run_rows(batch: Sequence[RunRecord], stored: pl.DataFrame, generation: int) -> pl.DataFrame:

@@ -354,6 +354,15 @@ def test_buckets_double_with_the_store(tmp_path: Path, monkeypatch: pytest.Monke
     assert store.Store(tmp_path).read("jobs")["run"].to_list() == [f"run-{i:03d}" for i in range(30, 40)]
 
 
+def test_a_store_of_the_earlier_format_is_refused_with_the_next_step(tmp_path: Path) -> None:
+    from toranalyze.errors import InputError
+
+    (tmp_path / "manifest.json").write_text(json.dumps({"store_version": 1, "runs": [], "tables": {}}))
+    with pytest.raises(InputError, match="another toranalyze") as err:
+        store.Store(tmp_path)
+    assert err.value.path == str(tmp_path / "manifest.json") and "new directory" in (err.value.hint or "")
+
+
 def test_stamps_skip_rehashing_unchanged_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from toranalyze.fleet import runs as runs_mod
 

@@ -115,8 +115,9 @@ def read_manifest(store: Path) -> Manifest:
     try:
         doc = json.loads(path.read_text())
         if doc.get("store_version") != STORE_VERSION:
-            raise InputError(f"a fleet store of format {doc.get('store_version')} (this version reads {STORE_VERSION})",
-                             path=str(path), hint="point -o at a new directory, or delete this one to rebuild it")
+            raise InputError(f"a fleet store of another toranalyze (format {doc.get('store_version')}, this one "
+                             f"reads {STORE_VERSION})", path=str(path),
+                             hint="point -o at a new directory, or delete this one to rebuild it")
         return Manifest(int(doc["generation"]), {k: int(v) for k, v in doc["versions"].items()}, int(doc["buckets"]))
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise InputError(f"not a fleet manifest ({exc})", path=str(path),

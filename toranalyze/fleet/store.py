@@ -38,6 +38,7 @@ from typing import Any
 import polars as pl
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
+from toranalyze import storage
 from toranalyze.errors import InputError
 from toranalyze.fleet.runs import FileStamp
 from toranalyze.fleet.tables import SCHEMAS, SORT_KEYS, TABLES, RunTables
@@ -216,8 +217,6 @@ class Store:
 
     def stamps(self) -> dict[str, FileStamp]:
         """Each stored file's stamp by its path (the run's path joined with its name)."""
-        from toranalyze import storage
-
         files = self.run_frame().select("path", "files").explode("files").drop_nulls("files").unnest("files")
         return {storage.join(p, n): FileStamp(n, s, m, d) for p, n, s, m, d in
                 files.select("path", "name", "size", "mtime_ns", "digest").iter_rows()}
@@ -388,9 +387,12 @@ class Store:
         healed = False
         for name in DELTA_TABLES:
             path = self.root / name
-            if not (path / "_delta_log").is_dir():
-                continue
             want = self.manifest.versions.get(name)
+            if not (path / "_delta_log").is_dir():
+                if want is not None:
+                    raise InputError(f"the manifest names the table {name!r}, which is missing", path=str(path),
+                                     hint="delete the store (or point -o at a new directory) to rebuild it")
+                continue
             if want is None:
                 shutil.rmtree(path)
                 healed = True

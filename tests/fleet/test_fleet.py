@@ -354,10 +354,35 @@ def test_buckets_double_with_the_store(tmp_path: Path, monkeypatch: pytest.Monke
     assert store.Store(tmp_path).read("jobs")["run"].to_list() == [f"run-{i:03d}" for i in range(30, 40)]
 
 
-def test_a_store_of_the_earlier_format_is_refused_with_the_next_step(tmp_path: Path) -> None:
+def test_a_store_of_the_first_format_is_migrated_without_analysing_again(tmp_path: Path) -> None:
+    """Format 1: runs/<hash>/ parts (tables, status.json, report.html), merged <table>.parquet
+    and a manifest listing the runs. Opening it records the parts in one commit."""
+    runs = []
+    for rid in ("a", "b"):
+        part = tmp_path / "runs" / f"h-{rid}"
+        part.mkdir(parents=True)
+        tables = _tables(rid)
+        tables.jobs = tables.jobs.with_columns(pl.lit(f"runs/h-{rid}/report.html").alias("report"))
+        for t in TABLES:
+            tables.get(t).write_parquet(part / f"{t}.parquet")
+        (part / "status.json").write_text(json.dumps({"run": rid, "error": None, "notes": [f"n-{rid}"],
+                                                       "files_failed": 0}))
+        (part / "report.html").write_text(f"<p>{rid}</p>")
+        runs.append({"id": rid, "path": f"/data/{rid}", "hash": f"h-{rid}"})
+    (tmp_path / "jobs.parquet").write_bytes(b"merged")
+    (tmp_path / "manifest.json").write_text(json.dumps({"store_version": 1, "runs": runs, "tables": {}}))
+    s = store.Store(tmp_path)
+    assert s.read("jobs")["report"].to_list() == ["reports/h-a/report.html", "reports/h-b/report.html"]
+    assert s.read("exposure").height == 6 and s.runs()["b"].notes == ("n-b",) and s.hashes() == {"h-a", "h-b"}
+    assert (tmp_path / "reports" / "h-a" / "report.html").read_text() == "<p>a</p>"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*TABLES, "manifest.json", "reports", "runs"])
+    assert json.loads((tmp_path / "manifest.json").read_text())["store_version"] == store.STORE_VERSION
+
+
+def test_a_store_of_an_unknown_format_is_refused_with_the_next_step(tmp_path: Path) -> None:
     from toranalyze.errors import InputError
 
-    (tmp_path / "manifest.json").write_text(json.dumps({"store_version": 1, "runs": [], "tables": {}}))
+    (tmp_path / "manifest.json").write_text(json.dumps({"store_version": 99}))
     with pytest.raises(InputError, match="another toranalyze") as err:
         store.Store(tmp_path)
     assert err.value.path == str(tmp_path / "manifest.json") and "new directory" in (err.value.hint or "")

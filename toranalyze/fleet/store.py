@@ -49,6 +49,7 @@ PARTS = "reports"  # reports/<hash>/<page>: a run's pages (pipeline links jobs.r
 RUNS = "runs"
 DELTA_TABLES = (RUNS, *TABLES)
 STORE_VERSION = 2
+V1, V1_PARTS = 1, ".runs-format-1"  # an earlier format, migrated on open (Store._migrate)
 RUNS_PER_BUCKET = 1000  # the fewest runs a bucket holds once the store has that many
 MAX_BUCKETS = 1024
 COMPACT_AT = 8  # files in one bucket of one table (one per batch that touched it) before compacting it
@@ -110,19 +111,34 @@ class Manifest:
 
 
 def read_manifest(store: Path) -> Manifest:
-    path = store / MANIFEST
-    if not path.exists():
-        return Manifest()
+    doc = _manifest_doc(store)
+    if not doc or doc["store_version"] == V1:
+        return Manifest()  # no store yet, or one of format 1 (migrated by Store)
     try:
-        doc = json.loads(path.read_text())
-        if doc.get("store_version") != STORE_VERSION:
-            raise InputError(f"a fleet store of another toranalyze (format {doc.get('store_version')}, this one "
-                             f"reads {STORE_VERSION})", path=str(path),
-                             hint="point -o at a new directory, or delete this one to rebuild it")
         return Manifest(int(doc["generation"]), {k: int(v) for k, v in doc["versions"].items()}, int(doc["buckets"]))
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise InputError(f"not a fleet manifest ({exc})", path=str(path),
-                         hint="point -o at a new directory, or delete this one to rebuild the store") from exc
+        raise _not_a_manifest(store, exc) from exc
+
+
+def _manifest_doc(store: Path) -> dict[str, Any]:
+    """manifest.json as a dict ({} when there is none), of a format this version reads."""
+    path = store / MANIFEST
+    if not path.exists():
+        return {}
+    try:
+        doc = json.loads(path.read_text())
+        version = doc.get("store_version")
+    except (ValueError, AttributeError) as exc:
+        raise _not_a_manifest(store, exc) from exc
+    if version not in (V1, STORE_VERSION):
+        raise InputError(f"a fleet store of another toranalyze (format {version}, this one reads {STORE_VERSION})",
+                         path=str(path), hint="point -o at a new directory, or delete this one to rebuild it")
+    return dict(doc)
+
+
+def _not_a_manifest(store: Path, exc: Exception) -> InputError:
+    return InputError(f"not a fleet manifest ({exc})", path=str(store / MANIFEST),
+                      hint="point -o at a new directory, or delete this one to rebuild the store")
 
 
 def bucket(run_id: str, buckets: int) -> int:
@@ -185,9 +201,28 @@ class Store:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        doc = _manifest_doc(root)
         self.manifest = read_manifest(root)
         self._runs: pl.DataFrame | None = None
         self.healed = self._heal()
+        if doc.get("store_version") == V1:
+            self._migrate(doc)
+
+    def _migrate(self, doc: Mapping[str, Any]) -> None:
+        """Bring a store of format 1 (one folder of Parquet files per run under runs/, merged
+        tables, a manifest listing the runs) into this one without analysing anything again: its
+        parts are moved aside (one rename), recorded in one commit, then deleted. A crash before
+        that commit leaves the format-1 manifest and the parts aside, and the next open starts over."""
+        parts, aside = self.root / RUNS, self.root / V1_PARTS
+        if parts.is_dir() and not (parts / "_delta_log").exists() and not aside.exists():
+            os.replace(parts, aside)
+        records = [_v1_record(aside / r["hash"], r) for r in doc.get("runs", [])
+                   if (aside / r["hash"] / "status.json").is_file()]
+        self.manifest.buckets = bucket_count(len(records))  # partitioned right away, not re-bucketed after
+        self.record(records)
+        shutil.rmtree(aside, ignore_errors=True)
+        for t in TABLES:
+            (self.root / f"{t}.parquet").unlink(missing_ok=True)
 
     # -- reading --
 
@@ -404,6 +439,18 @@ class Store:
         if healed:
             self._sweep_pages()
         return healed
+
+
+def _v1_record(part: Path, run: Mapping[str, Any]) -> RunRecord:
+    """A format-1 part as a record: its tables, status and pages (the job report's link moved
+    to where this format keeps it). No file stamps: the next run reads the files once."""
+    tables = RunTables(*(pl.read_parquet(part / f"{t}.parquet") for t in TABLES))
+    link = f"{PARTS}/{run['hash']}/report.html"
+    tables.jobs = tables.jobs.with_columns(
+        pl.when(pl.col("report").is_not_null()).then(pl.lit(link)).otherwise(None).alias("report"))
+    status = json.loads((part / "status.json").read_text())
+    pages = {f.name: f.read_text(encoding="utf-8") for f in sorted(part.glob("*.html"))}
+    return RunRecord(run["id"], run["path"], run["hash"], tables, status, pages)
 
 
 def _changed_since(dt: DeltaTable, version: int) -> bool:

@@ -162,10 +162,15 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 100_000])
     ap.add_argument("--batch", type=int, default=1000, help="runs per commit while building")
     ap.add_argument("--adds", type=int, default=5, help="single-run additions timed per size")
-    ap.add_argument("--dir", type=Path, default=None, help="work folder (default: a temporary one)")
+    ap.add_argument("--dir", type=Path, default=None, help="where the temporary work folder goes")
+    ap.add_argument("--keep", type=Path, default=None, help="build the stores in this new folder and keep them")
     a = ap.parse_args()
-    with tempfile.TemporaryDirectory(dir=a.dir) as tmp:
-        results = [measure(n, a.batch, a.adds, Path(tmp)) for n in a.sizes]
+    if a.keep:  # the stores stay for a look (or a profile) afterwards
+        a.keep.mkdir(parents=True)
+        results = [measure(n, a.batch, a.adds, a.keep) for n in a.sizes]
+    else:
+        with tempfile.TemporaryDirectory(dir=a.dir) as tmp:
+            results = [measure(n, a.batch, a.adds, Path(tmp)) for n in a.sizes]
     print(json.dumps({"runs_per_bucket": store.RUNS_PER_BUCKET, "compact_at": store.COMPACT_AT, "sizes": results},
                      indent=1))
 

@@ -45,6 +45,7 @@ from toranalyze.fleet.tables import SCHEMAS, SORT_KEYS, TABLES, RunTables
 from toranalyze.schema import frame_schema
 
 MANIFEST = "manifest.json"
+COMMITTING = ".committing"  # present from a commit's first page to its manifest: a crash in between
 PARTS = "reports"  # reports/<hash>/<page>: a run's pages (pipeline links jobs.report here)
 RUNS = "runs"
 DELTA_TABLES = (RUNS, *TABLES)
@@ -103,10 +104,11 @@ class Manifest:
     generation: int = 0  # commits so far
     versions: dict[str, int] = field(default_factory=dict)  # Delta table -> its current version
     buckets: int = 1  # the tables' partitions: bucket = hash(run id) % buckets
+    runs: int = 0  # runs stored (what the bucket count follows)
 
     def to_json(self) -> str:
         doc = {"store_version": STORE_VERSION, "generation": self.generation, "buckets": self.buckets,
-               "versions": dict(sorted(self.versions.items()))}
+               "runs": self.runs, "versions": dict(sorted(self.versions.items()))}
         return json.dumps(doc, indent=1, sort_keys=True) + "\n"
 
 
@@ -115,7 +117,8 @@ def read_manifest(store: Path) -> Manifest:
     if not doc or doc["store_version"] == V1:
         return Manifest()  # no store yet, or one of format 1 (migrated by Store)
     try:
-        return Manifest(int(doc["generation"]), {k: int(v) for k, v in doc["versions"].items()}, int(doc["buckets"]))
+        return Manifest(int(doc["generation"]), {k: int(v) for k, v in doc["versions"].items()}, int(doc["buckets"]),
+                        int(doc["runs"]))
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise _not_a_manifest(store, exc) from exc
 
@@ -204,6 +207,7 @@ class Store:
         doc = _manifest_doc(root)
         self.manifest = read_manifest(root)
         self._runs: pl.DataFrame | None = None
+        self._tables: dict[str, DeltaTable] = {}  # loaded once per store object, updated by each commit
         self.healed = self._heal()
         if doc.get("store_version") == V1:
             self._migrate(doc)
@@ -270,29 +274,42 @@ class Store:
         rows of the batch's runs already stored (re-analysed) and of ``drop`` (runs gone) and adds
         the batch's rows, then the manifest; then the upkeep (bucket count, compaction). Returns
         whether anything was written."""
-        stored = self.run_frame()
+        stored = self._stored_rows([*(r.id for r in batch), *drop])  # only these runs: one bucket per run
         known = dict(zip(stored["run"], stored["hash"], strict=True))
         gone = {r for r in drop if r in known}
         if not batch and not gone:
             return False
+        marker = self.root / COMMITTING
+        write_text(f"{self.manifest.generation + 1}\n", marker)  # pages of an unfinished commit get swept
         for r in batch:
             self._write_pages(r)
-        m = self.manifest
-        new = Manifest(m.generation + 1, dict(m.versions), m.buckets)
+        m, ids = self.manifest, [r.id for r in batch]
+        new = Manifest(m.generation + 1, dict(m.versions), m.buckets, m.runs + len(set(ids) - set(known)) - len(gone))
         analysed = [r for r in batch if r.tables is not None]
         redo = {r.id for r in analysed if r.id in known} | gone
         for t in TABLES:
             rows = [r.tables.get(t) for r in analysed if r.tables is not None]
             self._write(t, pl.concat(rows) if rows else pl.DataFrame(schema=SCHEMAS[t]), redo, new)
         run_rows = _run_rows(batch, stored, new.generation)
-        self._write(RUNS, run_rows, {r.id for r in batch if r.id in known} | gone, new)
+        self._write(RUNS, run_rows, {i for i in ids if i in known} | gone, new)
         self._commit_manifest(new)
-        self._runs = pl.concat([stored.filter(~pl.col("run").is_in([*run_rows["run"], *gone])), run_rows])
+        marker.unlink()
+        if self._runs is not None:
+            self._runs = pl.concat([self._runs.filter(~pl.col("run").is_in([*ids, *gone])), run_rows])
         new_hashes = set(run_rows["hash"])
         self._drop_pages(h for rid, h in known.items() if rid in gone or (rid in redo and h not in new_hashes))
         if not self.rebucket():
             self.compact()
         return True
+
+    def _stored_rows(self, ids: Collection[str]) -> pl.DataFrame:
+        """The runs table's rows of these runs, reading only their buckets."""
+        if self._runs is not None or not ids or RUNS not in self.manifest.versions:
+            return self.run_frame().filter(pl.col("run").is_in(list(ids)))
+        buckets = sorted({bucket(r, self.manifest.buckets) for r in ids})
+        scan = pl.scan_delta(str(self.root / RUNS), version=self.manifest.versions[RUNS])
+        found = scan.filter(pl.col("bucket").is_in(buckets) & pl.col("run").is_in(list(ids)))
+        return found.select(pl.col(c).cast(t) for c, t in RUNS_SCHEMA.items()).collect()
 
     def commit(self, current: Sequence[RunRecord]) -> bool:
         """Settle the store on ``current`` (every run found, all of them recorded already): runs
@@ -313,9 +330,9 @@ class Store:
         (more than one with ``force``), record the new versions, then delete files no version
         since RETENTION_HOURS needs. Returns whether anything was compacted."""
         m = self.manifest
-        new = Manifest(m.generation, dict(m.versions), m.buckets)
+        new = Manifest(m.generation, dict(m.versions), m.buckets, m.runs)
         for name in m.versions:
-            dt = DeltaTable(self.root / name)
+            dt = self._table(name)
             counts = pl.DataFrame(dt.get_add_actions(flatten=True)).group_by("partition.bucket").len()
             over = counts.filter(pl.col("len") > (1 if force else COMPACT_AT))["partition.bucket"]
             if over.len():
@@ -331,13 +348,13 @@ class Store:
         stored) when that is not the current count: one transaction per table, then the manifest.
         Returns whether it rewrote."""
         m = self.manifest
-        buckets = buckets or bucket_count(self.run_frame().height)
+        buckets = buckets or bucket_count(m.runs)
         if buckets == m.buckets or not m.versions:
             return False
-        new = Manifest(m.generation, dict(m.versions), buckets)
+        new = Manifest(m.generation, dict(m.versions), buckets, m.runs)
         for name in m.versions:
             frame = pl.read_delta(str(self.root / name), version=m.versions[name]).drop("bucket")
-            dt = DeltaTable(self.root / name)
+            dt = self._table(name)
             write_deltalake(dt, _with_bucket(frame, buckets).to_arrow(), mode="overwrite", partition_by=["bucket"],
                             commit_properties=CommitProperties(custom_metadata={"buckets": str(buckets)}))
             new.versions[name] = dt.version()
@@ -360,9 +377,9 @@ class Store:
         props = CommitProperties(custom_metadata={"generation": str(new.generation)})
         if not exists:
             write_deltalake(path, data, mode="append", partition_by=["bucket"], commit_properties=props)
-            new.versions[name] = DeltaTable(path).version()
+            new.versions[name] = self._table(name).version()
             return
-        dt = DeltaTable(path)
+        dt = self._table(name)
         if redo:
             # The predicate names the new rows' runs too: Delta checks added rows against it.
             where = _predicate({*redo, *rows["run"]}, new.buckets)
@@ -372,11 +389,15 @@ class Store:
             write_deltalake(dt, data, mode="append", partition_by=["bucket"], commit_properties=props)
         new.versions[name] = dt.version()
 
+    def _table(self, name: str) -> DeltaTable:
+        if name not in self._tables:
+            self._tables[name] = DeltaTable(self.root / name)
+        return self._tables[name]
+
     def _settle(self, new: Manifest) -> None:
         """After compacting or re-bucketing: the manifest, then files no longer needed deleted."""
         self._commit_manifest(new)
         self._vacuum()
-        self._sweep_pages()
 
     def _commit_manifest(self, new: Manifest) -> None:
         write_text(new.to_json(), self.root / MANIFEST)
@@ -384,7 +405,7 @@ class Store:
 
     def _vacuum(self) -> None:
         for name in self.manifest.versions:
-            dt = DeltaTable(self.root / name)
+            dt = self._table(name)
             if dt.vacuum(RETENTION_HOURS, dry_run=True, enforce_retention_duration=False):
                 dt.vacuum(RETENTION_HOURS, dry_run=False, enforce_retention_duration=False)
 
@@ -432,12 +453,14 @@ class Store:
                 shutil.rmtree(path)
                 healed = True
                 continue
-            dt = DeltaTable(path)
+            dt = self._table(name)
             if dt.version() > want and _changed_since(dt, want):
                 dt.restore(want)
                 healed = True
-        if healed:
+        if healed or (self.root / COMMITTING).exists():
             self._sweep_pages()
+            (self.root / COMMITTING).unlink(missing_ok=True)
+            healed = True
         return healed
 
 

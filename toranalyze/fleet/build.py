@@ -13,10 +13,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from toranalyze import storage
 from toranalyze.errors import InputError
 from toranalyze.fleet import store
-from toranalyze.fleet.pipeline import REPORT, RunOptions, RunOutcome, RunTask, analyze_task, options_salt
-from toranalyze.fleet.runs import FileStamp, Run, Stamps, find_runs, hash_run
+from toranalyze.fleet.batch import BATCH_RUNS, analyze_batch, batches
+from toranalyze.fleet.pipeline import REPORT, RunOptions, RunOutcome, RunTask, options_salt
+from toranalyze.fleet.runs import FileStamp, Run, Stamps, find_runs, hash_run, run_files
 from toranalyze.ingest.engine import map_ordered
 from toranalyze.ingest.pipeline import Workers
 
@@ -54,21 +56,39 @@ def _single_threaded_workers() -> Iterator[None]:
 
 
 def _analyze(tasks: Sequence[RunTask], workers: Workers) -> Iterator[RunOutcome]:
-    jobs = workers.jobs
+    """Every task's outcome, the runs analysed in batches (fleet/batch.py): one batch per task of a
+    worker process or Ray task, as many batches as workers at least, so that all of them work."""
+    jobs = max(1, workers.jobs)
+    per = -(-len(tasks) // jobs) if jobs > 1 else len(tasks)  # (ceiling division)
+    work = batches(tasks, _sizes(tasks), max_runs=max(1, min(BATCH_RUNS, per)))
     if workers.engine != "local":
-        # One Ray task per run (engine.map_ordered); a local Ray instance started here inherits
+        # One Ray task per batch (engine.map_ordered); a local Ray instance started here inherits
         # the one-thread setting.
         with _single_threaded_workers():
-            yield from map_ordered(analyze_task, tasks, workers.engine, jobs, workers.address)
+            for outcomes in map_ordered(analyze_batch, work, workers.engine, jobs, workers.address):
+                yield from outcomes
         return
-    if jobs <= 1 or len(tasks) < 2:
-        yield from map(analyze_task, tasks)
+    if jobs <= 1 or len(work) < 2:
+        for batch in work:
+            yield from analyze_batch(batch)
         return
     ctx = multiprocessing.get_context("spawn")  # polars' thread pool does not survive fork
-    with _single_threaded_workers(), ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=ctx) as pool:
-        futures = [pool.submit(analyze_task, t) for t in tasks]
+    with _single_threaded_workers(), ProcessPoolExecutor(min(jobs, len(work)), mp_context=ctx) as pool:
+        futures = [pool.submit(analyze_batch, b) for b in work]
         for fut in as_completed(futures):
-            yield fut.result()
+            yield from fut.result()
+
+
+def _sizes(tasks: Sequence[RunTask]) -> dict[str, int]:
+    """Run id -> bytes of its files (0 for what cannot be asked)."""
+    out: dict[str, int] = {}
+    for t in tasks:
+        total = 0
+        for path in run_files(t.run):
+            found = storage.stat(path)
+            total += found.size if found is not None else 0
+        out[t.run.id] = total
+    return out
 
 
 def build(paths: Sequence[str], out: Path, options: RunOptions | None = None, workers: Workers | None = None, *,

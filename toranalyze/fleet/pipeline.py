@@ -90,11 +90,14 @@ class RunProducts:
         return build_rates(t.jobs, t.attempts, t.incidents, t.exposure)
 
 
+NOTHING_READ = "no input could be read"
+
+
 class NothingRead(NothingReadError):
     """No file of the run could be read; ``warnings`` and ``summary`` say why."""
 
     def __init__(self, warnings: list[str], summary: dict[str, Any]):
-        super().__init__("no input could be read", hint="check the paths; the warnings above say why each failed")
+        super().__init__(NOTHING_READ, hint="check the paths; the warnings above say why each failed")
         self.warnings = warnings
         self.summary = summary
 

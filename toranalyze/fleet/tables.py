@@ -12,6 +12,7 @@ import polars as pl
 
 from toranalyze.fleet.schema import EXPOSURE_SCHEMA, FLEET_ATTEMPTS_SCHEMA, FLEET_INCIDENTS_SCHEMA, JOBS_SCHEMA
 from toranalyze.reconstruct.analysis import Analysis
+from toranalyze.reconstruct.api import divided
 from toranalyze.reconstruct.tables import BUCKETS
 from toranalyze.taxonomy import PLANNED
 
@@ -48,37 +49,40 @@ def empty_tables() -> RunTables:
     return RunTables(*(pl.DataFrame(schema=SCHEMAS[t]) for t in TABLES))
 
 
-def _strip(col: str, prefix: str) -> pl.Expr:
-    """'<run dir>::name' -> 'name'; '<run dir>/sub::name' -> 'sub::name'; anything else unchanged."""
-    c = pl.col(col)
+def _strip(col: str) -> pl.Expr:
+    """'<run dir>::name' -> 'name'; '<run dir>/sub::name' -> 'sub::name'; anything else unchanged
+    (``_dir``: the row's run directory)."""
+    c, d = pl.col(col), pl.col("_dir")
     return (
-        pl.when(c.str.starts_with(prefix + "::"))
-        .then(c.str.slice(len(prefix) + 2))
-        .when(c.str.starts_with(prefix + "/"))
-        .then(c.str.slice(len(prefix) + 1))
+        pl.when(c.str.starts_with(d + "::"))
+        .then(c.str.slice(d.str.len_chars() + 2))
+        .when(c.str.starts_with(d + "/"))
+        .then(c.str.slice(d.str.len_chars() + 1))
         .otherwise(c)
     )
 
 
-def _relative(df: pl.DataFrame, run_dir: str) -> pl.DataFrame:
-    df = df.with_columns(_strip("job", run_dir).alias("job"))
-    if "evidence" in df.columns:
-        prefix = run_dir.rstrip("/") + "/"
-        df = df.with_columns(
-            pl.col("evidence").list.eval(
-                pl.when(pl.element().str.starts_with(prefix))
-                .then(pl.element().str.slice(len(prefix)))
-                .otherwise(pl.element())
-            )
-        )
-    return df
+def _relative(df: pl.DataFrame, runs: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with ``run`` and its job keys and evidence paths relative to the run's directory.
+    ``runs``: job (the analysis' key), run (id), _dir (the directory its files were read from)."""
+    df = df.join(runs, on="job", how="left", maintain_order="left").with_columns(_strip("job").alias("job"))
+    if "evidence" in df.columns and df.height:
+        # (one path a row of a flat frame: an element of a list cannot see its row's directory)
+        flat = df.select(pl.int_range(pl.len()).alias("_i"), "_dir", "evidence").explode(
+            "evidence", empty_as_null=True)
+        e, prefix = pl.col("evidence"), pl.col("_dir").str.strip_chars_end("/") + "/"
+        flat = flat.with_columns(
+            pl.when(e.str.starts_with(prefix)).then(e.str.slice(prefix.str.len_chars())).otherwise(e).alias("evidence"))
+        lists = flat.group_by("_i", maintain_order=True).agg(pl.col("evidence").drop_nulls())
+        rel = lists["evidence"].cast(df.schema["evidence"])
+        df = df.with_columns(pl.when(pl.col("evidence").is_not_null()).then(rel).alias("evidence"))
+    return df.drop("_dir")
 
 
-def _conform(df: pl.DataFrame, name: str, run: str) -> pl.DataFrame:
+def _conform(df: pl.DataFrame, name: str) -> pl.DataFrame:
     schema = SCHEMAS[name]
-    df = df.with_columns(pl.lit(run).alias("run"))
     cols = [pl.col(c).cast(t) if c in df.columns else pl.lit(None, t).alias(c) for c, t in schema.items()]
-    return df.select(cols).sort(SORT_KEYS[name], nulls_last=True)
+    return df.select(cols).sort(["run", *SORT_KEYS[name]], nulls_last=True)
 
 
 # Root causes whose attempt stopped making progress long before anything was logged.
@@ -103,7 +107,8 @@ def exposure_rows(attempts: pl.DataFrame, incidents: pl.DataFrame, job_gpus: pl.
     a = a.with_columns(
         pl.max_horizontal("_end", "t_start").alias("t_end"),
         pl.col("nodes").fill_null(pl.col("node_list").list.len()).alias("nodes"),
-    ).with_columns(((pl.col("t_end") - pl.col("t_start")).dt.total_microseconds() / HOUR_US).alias("hours"))
+    ).with_columns(((pl.col("t_end") - pl.col("t_start")).dt.total_microseconds()).pipe(
+        divided, HOUR_US).alias("hours"))
     a = a.join(job_gpus, on="job", how="left")
     # Each named node runs its share of the attempt's GPUs (nodes: the hosts named, or the
     # scheduler's count when larger); the hosts no record names (an allocation of four of which the
@@ -152,7 +157,7 @@ def job_rows(tor: pl.DataFrame, attempts: pl.DataFrame, incidents: pl.DataFrame)
         (~planned).sum().alias("n_unexpected"),
         planned.sum().alias("n_planned"),
     )
-    lost = (pl.col("detection_s") + pl.col("recovery_s") + pl.col("rework_s")) * pl.col("gpus") / 3600.0
+    lost = divided((pl.col("detection_s") + pl.col("recovery_s") + pl.col("rework_s")) * pl.col("gpus"), 3600.0)
     return (
         tor.drop("n_incidents")
         .join(size, on="job", how="left")
@@ -170,17 +175,24 @@ def job_rows(tor: pl.DataFrame, attempts: pl.DataFrame, incidents: pl.DataFrame)
 def run_tables(run: str, run_dir: str, analysis: Analysis) -> RunTables:
     """The four fleet tables of one run (``run``: its id; ``run_dir``: the directory its files
     were read from, stripped from job keys and evidence)."""
-    tor = _relative(analysis.tor, run_dir)
-    incidents = _relative(analysis.incidents, run_dir)
-    res = _relative(analysis.resources, run_dir)
-    attempts = _relative(analysis.attempts, run_dir).join(res, on=["job", "attempt"], how="left")
+    keys = pl.concat([analysis.tor["job"], analysis.attempts["job"], analysis.incidents["job"]]).unique()
+    return batch_tables(analysis, pl.DataFrame({"job": keys, "run": run, "_dir": run_dir},
+                                               schema={"job": pl.String, "run": pl.String, "_dir": pl.String}))
+
+
+def batch_tables(analysis: Analysis, runs: pl.DataFrame) -> RunTables:
+    """The four fleet tables of the runs analysed together in ``analysis``. ``runs``: one row per
+    job key of the analysis with its run's id (``run``) and directory (``_dir``), stripped from job
+    keys and evidence. Rows are computed on the analysis' keys (unique across runs) and made
+    relative last, so two runs' jobs of one name never meet."""
+    attempts = analysis.attempts.join(analysis.resources, on=["job", "attempt"], how="left")
     attempts = attempts.with_columns(pl.col("node_list").fill_null(pl.lit([], pl.List(pl.String))))
-    jobs = job_rows(tor, attempts, incidents)
+    jobs = job_rows(analysis.tor, attempts, analysis.incidents)
     job_gpus = jobs.select("job", pl.col("gpus").alias("job_gpus"))
-    exposure = exposure_rows(attempts, incidents, job_gpus)
+    exposure = exposure_rows(attempts, analysis.incidents, job_gpus)
     return RunTables(
-        jobs=_conform(jobs, "jobs", run),
-        attempts=_conform(attempts, "attempts", run),
-        incidents=_conform(incidents, "incidents", run),
-        exposure=_conform(exposure, "exposure", run),
+        jobs=_conform(_relative(jobs, runs), "jobs"),
+        attempts=_conform(_relative(attempts, runs), "attempts"),
+        incidents=_conform(_relative(analysis.incidents, runs), "incidents"),
+        exposure=_conform(_relative(exposure, runs), "exposure"),
     )

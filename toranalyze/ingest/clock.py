@@ -17,6 +17,7 @@ written. Zones and years are settled later, once, by ``normalize_time``:
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from functools import lru_cache
 
 import polars as pl
@@ -153,7 +154,29 @@ def open_years(reference: dt.datetime | None, fallback_year: pl.Expr) -> pl.Expr
     return pl.when(pl.col("_year_open")).then(best).otherwise(pl.col("ts")).alias("ts")
 
 
-def resolve_open_years(events: pl.DataFrame, fallback_year: pl.Expr) -> pl.DataFrame:
-    """Settle placeholder years against the whole input (see ``open_years``); drops ``_year_open``."""
-    reference = open_year_reference(events.lazy())
-    return events.with_columns(open_years(reference, fallback_year)).drop("_year_open")
+def resolve_open_years(events: pl.DataFrame, fallback_year: pl.Expr,
+                       scopes: Mapping[str, int] | None = None) -> pl.DataFrame:
+    """Settle placeholder years against the whole input (see ``open_years``); drops ``_year_open``.
+    ``scopes`` (file -> scope: the runs of a fleet batch): each scope's records against its own
+    reference, as if read alone."""
+    if scopes is None:
+        reference = open_year_reference(events.lazy())
+        return events.with_columns(open_years(reference, fallback_year)).drop("_year_open")
+    if not events["_year_open"].any():
+        return events.drop("_year_open")
+    scope = pl.col("file").replace_strict(scopes, default=None, return_dtype=pl.Int64).alias("_scope")
+    ev = events.with_columns(scope)
+    refs = ev.lazy().filter(~pl.col("_year_open") & pl.col("ts").is_not_null()).group_by("_scope").agg(
+        pl.col("ts").quantile(0.5, "higher").alias("_ref")).collect()
+    ev = ev.join(refs, on="_scope", how="left", maintain_order="left")
+    ref = pl.col("_ref")
+    candidates = [pl.col("ts").dt.offset_by(pl.format("{}y", ref.dt.year() + k - PLACEHOLDER_YEAR)) for k in (-1, 0, 1)]
+    dists = [(c - ref).abs() for c in candidates]
+    best = (
+        pl.when(ref.is_null()).then(pl.col("ts").dt.offset_by(pl.format("{}y", fallback_year - PLACEHOLDER_YEAR)))
+        .when((dists[0] <= dists[1]) & (dists[0] <= dists[2])).then(candidates[0])
+        .when(dists[1] <= dists[2]).then(candidates[1])
+        .otherwise(candidates[2])
+    )
+    return ev.with_columns(pl.when(pl.col("_year_open")).then(best).otherwise(pl.col("ts")).alias("ts")).drop(
+        "_year_open", "_scope", "_ref")

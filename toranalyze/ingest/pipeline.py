@@ -8,7 +8,7 @@ and what exit code follows.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path, PurePath
@@ -559,7 +559,7 @@ def _run_all(
 
 
 def ingest(
-    paths: Sequence[str],
+    paths: Sequence[str] | Mapping[str, int],
     options: IngestOptions = IngestOptions(),
     workers: Workers = Workers(),
     *,
@@ -574,16 +574,21 @@ def ingest(
     in this process. With ``spool`` (a folder the caller keeps until it has written the table) the
     events are never held in memory: each block of a file is written there as a Parquet part as
     soon as it is read and its times are settled (see ``spool_file``), and the result's ``plan``
-    gives the table from the parts in one streaming pass, for the caller to write.
+    gives the table from the parts in one streaming pass, for the caller to write. ``paths`` as a
+    mapping (file, as its events will name it -> scope; not with ``spool``): inputs read together
+    that are otherwise apart (the runs of a fleet batch), whose open years are settled each on its
+    own.
     """
+    scopes = paths if isinstance(paths, Mapping) else None
     rules = load_rules(options.rules)
-    files, input_errors = discover(paths)
+    files, input_errors = discover(list(paths))
     if spool is not None:
         given, reports = _run_all(_tasks(files, options, rules, str(spool)), registry, on_file, workers)
         return IngestResult(events_plan([part for parts in given for part in parts]), reports, list(input_errors))
     frames, reports = _run_all(_tasks(files, options, rules, None), registry, on_file, workers)
     if frames:
-        events = resolve_open_years(pl.concat(frames, how="vertical"), pl.col("_mtime_year")).drop("_mtime_year")
+        events = resolve_open_years(pl.concat(frames, how="vertical"), pl.col("_mtime_year"), scopes).drop(
+            "_mtime_year")
     else:
         events = pl.DataFrame(schema=EVENT_SCHEMA)
     events = events.select(list(EVENT_SCHEMA))

@@ -23,6 +23,7 @@ import polars as pl
 
 from toranalyze import storage
 from toranalyze.ingest.classify import attribution_roles
+from toranalyze.reconstruct.jobs import scope_expr
 
 # Messages that only say a peer went away: never a cause when a death is in evidence.
 PEER_SYMPTOM = attribution_roles().peer_symptom
@@ -53,33 +54,39 @@ def path_candidates(path: str) -> list[str]:
     return list(dict.fromkeys(n for n in names if n))
 
 
-def pod_bindings(ev: pl.DataFrame) -> dict[str, str]:
-    """pod -> node from Kubernetes records that state both."""
+Pods = dict[tuple[int, str], str]  # (scope, pod) -> node
+
+
+def pod_bindings(ev: pl.DataFrame) -> Pods:
+    """(scope, pod) -> node from Kubernetes records that state both (scope: jobs.scope_expr)."""
     if "message" not in ev.columns or ev.height == 0:
         return {}
-    k8s = ev.select("source", "message", "node").filter(pl.col("source") == "kubernetes")
-    assigned = k8s.select(pl.col("message").str.extract_groups(_ASSIGNED).alias("g")).unnest("g").drop_nulls()
+    k8s = ev.select("source", "message", "node", scope_expr(ev)).filter(pl.col("source") == "kubernetes")
+    assigned = k8s.select("scope", pl.col("message").str.extract_groups(_ASSIGNED).alias("g")).unnest("g")
     named = k8s.filter(pl.col("node").is_not_null()).select(
-        pl.col("message").str.extract(r"\bpod/([\w.-]+)", 1).alias("1"), pl.col("node").alias("2")
-    ).drop_nulls()
-    pairs = pl.concat([assigned, named]).unique("1", keep="first", maintain_order=True)
-    return dict(zip(pairs["1"].to_list(), pairs["2"].to_list(), strict=True))
+        "scope", pl.col("message").str.extract(r"\bpod/([\w.-]+)", 1).alias("1"), pl.col("node").alias("2")
+    )
+    pairs = pl.concat([assigned.drop_nulls(), named.drop_nulls()]).unique(["scope", "1"], keep="first",
+                                                                          maintain_order=True)
+    return {(sc, pod): node for sc, pod, node in pairs.iter_rows()}
 
 
-def attribute_nodes(ev: pl.DataFrame, pods: dict[str, str] | None = None) -> pl.DataFrame:
-    """Fill ``node`` of rows that name none from their file's path (a known node, or a pod bound
-    to one); rows that name a node keep it. ``pods``: pod_bindings() of the events, when ``ev``
-    no longer holds their messages."""
+def attribute_nodes(ev: pl.DataFrame, pods: Pods | None = None) -> pl.DataFrame:
+    """Fill ``node`` of rows that name none from their file's path (a node its scope names, or a
+    pod bound to one); rows that name a node keep it. ``pods``: pod_bindings() of the events, when
+    ``ev`` no longer holds their messages."""
     if ev.height == 0 or ev["node"].null_count() == 0:
         return ev
-    # Nodes the run names anywhere; a row may list several ('gpu-01,gpu-07').
-    known = set(ev["node"].drop_nulls().unique().str.split(",").explode().str.strip_chars().unique().to_list())
+    # Nodes each scope names anywhere; a row may list several ('gpu-01,gpu-07').
+    named = ev.select(scope_expr(ev), "node").drop_nulls().unique().with_columns(
+        pl.col("node").str.split(",")).explode("node").select("scope", pl.col("node").str.strip_chars())
+    known = set(named.iter_rows())
     pods = pod_bindings(ev) if pods is None else pods
-    files = ev.select("node", "file").filter(pl.col("node").is_null())["file"].drop_nulls().unique().to_list()
+    files = ev.select("node", "file", scope_expr(ev)).filter(pl.col("node").is_null() & pl.col("file").is_not_null())
     mapping: dict[str, str] = {}
-    for path in files:  # one pass per file, not per line
+    for path, scope in files.select("file", "scope").unique().iter_rows():  # one pass per file, not per line
         for name in path_candidates(path):
-            node = name if name in known else pods.get(name)
+            node = name if (scope, name) in known else pods.get((scope, name))
             if node is not None:
                 mapping[path] = node
                 break

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from toranalyze.ingest.classify import attribution_roles
+from toranalyze.reconstruct.api import divided
 from toranalyze.reconstruct.attribution import DEATH_CLASSES, KILL_RULES, LINK_RULES, PEER_SYMPTOM
 from toranalyze.reconstruct.intervals import in_windows, min_after
 from toranalyze.reconstruct.progress import CLEAN_STATES, is_clean
@@ -391,7 +392,7 @@ def _with_losses(inc: pl.DataFrame) -> pl.DataFrame:
         .otherwise((pl.col("last_step") - pl.col("next_resumed_from")).clip(0))
         .cast(pl.Int64)
         .alias("lost_steps"),
-        ((pl.coalesce("t_resumed", "job_end_us") - pl.col("t_last_progress")) / US).alias("downtime_s"),
+        divided(pl.coalesce("t_resumed", "job_end_us") - pl.col("t_last_progress"), US).alias("downtime_s"),
     )
 
 

@@ -71,10 +71,18 @@ def short_job_names(jobs: Sequence[str], inputs: Sequence[str]) -> dict[str, str
     return {k: (v if seen[v] == 1 else k) for k, v in out.items()}
 
 
+_QUOTED = re.compile(r"job '([^']*::[^']*)'")
+
+
+def quoted_jobs(note: str) -> list[str]:
+    """The job keys a note quotes (``job '<dir>::<name>'``)."""
+    return _QUOTED.findall(note)
+
+
 def job_keys(an: Analysis) -> list[str]:
     """Every job key the analysis mentions: its tables' and those quoted in its notes (jobs that
     were found but not analysed)."""
-    quoted = [m for n in an.notes for m in re.findall(r"job '([^']*::[^']*)'", n)]
+    quoted = [m for n in an.notes for m in quoted_jobs(n)]
     return sorted(set(an.tor["job"].to_list()) | set(an.attempts["job"].to_list()) | set(quoted))
 
 

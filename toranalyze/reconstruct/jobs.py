@@ -57,6 +57,15 @@ def _dir_expr() -> pl.Expr:
     return pl.when(f.str.contains("/")).then(f.str.replace(r"/[^/]*$", "")).otherwise(pl.lit(""))
 
 
+SCOPE = "scope"  # the optional event column naming each record's input (a run of a fleet batch)
+
+
+def scope_expr(events: pl.DataFrame) -> pl.Expr:
+    """The records' ``scope``: the column when the events carry one, else one scope for all.
+    Records of different scopes never share a job, a node or a clock (see fleet/batch.py)."""
+    return pl.col(SCOPE) if SCOPE in events.columns else pl.lit(0, pl.UInt32).alias(SCOPE)
+
+
 def job_name() -> pl.Expr:
     """The job name a record's message states (``JobName=``, ``job-name:``), else null."""
     # Every match holds "job" in some case: the pattern reads only the messages a literal search
@@ -74,13 +83,17 @@ def _fold_dirs(ev: pl.DataFrame) -> dict[str, str]:
     to its nearest ancestor that holds a run; with no such ancestor it stands alone when it
     has training records, else it joins the only run there is.
 
-    ``ev``: ``dir``, ``base_job_id`` and ``run_kind`` (a record of a start, an end or training).
+    ``ev``: ``dir``, ``base_job_id``, ``run_kind`` (a record of a start, an end or training) and
+    ``scope`` (the input the directory came from: a fleet analyses many runs' logs at once, and a
+    directory never joins another input's run).
     """
     facts = ev.group_by("dir").agg(
         pl.col("base_job_id").is_not_null().any().alias("ids"),
         pl.col("run_kind").any().alias("life"),
         pl.col("base_job_id").drop_nulls().unique().alias("_idset"),
+        pl.col("scope").first(),
     )
+    scope_of = dict(facts.select("dir", "scope").iter_rows())
     with_ids = set(facts.filter(pl.col("ids") & pl.col("life"))["dir"].to_list())
     idsets = {d: set(x) for d, x in facts.select("dir", "_idset").iter_rows()}
     # A sub-directory whose ids all belong to an ancestor's run (per-pod YAML under ``pods/``,
@@ -104,8 +117,10 @@ def _fold_dirs(ev: pl.DataFrame) -> dict[str, str]:
             a = ancestor(d, alone)
             if a is not None:
                 out[d] = a
-            elif len(with_ids | alone) == 1:
-                out[d] = next(iter(with_ids | alone))
+            else:
+                runs = [r for r in with_ids | alone if scope_of[r] == scope_of[d]]
+                if len(runs) == 1:
+                    out[d] = runs[0]
     return out
 
 
@@ -193,9 +208,11 @@ def _blocks(events: pl.DataFrame) -> tuple[pl.Series, pl.DataFrame]:
     ev = events.select(
         blk, "file", "job_id", "t", pl.when(kind.is_in(LIFECYCLE_KINDS)).then(pl.col("t")).alias("t_life"),
         kind.is_in(_RUN_KINDS).alias("run_kind"), (kind == "step").alias("has_steps"), name.alias("stated_job"),
+        scope_expr(events),
     )
     blocks = ev.group_by("block", maintain_order=True).agg(
-        pl.col("file").first(), pl.col("job_id").first(), pl.len().alias("n"), pl.col("t").min().alias("t_min"),
+        pl.col("file").first(), pl.col("scope").first(), pl.col("job_id").first(), pl.len().alias("n"),
+        pl.col("t").min().alias("t_min"),
         pl.col("t_life").max(), pl.col("run_kind").any(), pl.col("has_steps").any(),
         pl.col("stated_job").drop_nulls().first(),
     )
@@ -207,8 +224,8 @@ def _coded_blocks(blocks: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.
     files (``file_code``, ``file``, ``dir``; in code order) and the base ids (``base_code``, ``base_job_id``;
     sorted)."""
     # Files numbered as they first come: rows in file and line order are then in code order too.
-    files = blocks.select(pl.col("file").unique(maintain_order=True)).with_row_index("file_code").with_columns(
-        _dir_expr().alias("dir"))
+    files = blocks.select("file", "scope").unique("file", maintain_order=True).with_row_index(
+        "file_code").with_columns(_dir_expr().alias("dir"))
     ids = blocks.select(pl.col("job_id").unique().drop_nulls()).with_columns(
         pl.col("job_id").str.strip_chars().str.extract(_BASE_RE, 1).alias("base_job_id")
     )
@@ -237,10 +254,10 @@ def _folded_files(files: pl.DataFrame, pairs: pl.DataFrame, bases: pl.DataFrame)
     dir0 = files.select(pl.col("dir").unique().sort()).with_row_index("dir0_code")
     files = files.join(dir0, on="dir", how="left").sort("file_code")
     pre = pairs.with_columns(files["dir0_code"].gather(pairs["file_code"]).alias("dir0_code"))
-    pre = pre.group_by("dir0_code", "base_code").agg(
-        pl.col("run_kind").any())
+    pre = pre.with_columns(files["scope"].gather(pairs["file_code"]).alias("scope"))
+    pre = pre.group_by("dir0_code", "base_code").agg(pl.col("run_kind").any(), pl.col("scope").first())
     pre = pre.select(dir0["dir"].gather(pre["dir0_code"]).alias("dir"),
-                     bases["base_job_id"].gather(pre["base_code"]).alias("base_job_id"), "run_kind")
+                     bases["base_job_id"].gather(pre["base_code"]).alias("base_job_id"), "run_kind", "scope")
     files = files.with_columns(pl.col("dir").replace_strict(_fold_dirs(pre), default=pl.col("dir")).alias("dir"))
     dirs = files.select(pl.col("dir").unique().sort()).with_row_index("dir_code")
     step_files = pairs.filter(pl.col("has_steps"))["file_code"].unique()

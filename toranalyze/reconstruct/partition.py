@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from toranalyze.reconstruct import ledger, progress
-from toranalyze.reconstruct.api import US, UTC_US, Analysis, AnalysisOptions
+from toranalyze.reconstruct.api import US, UTC_US, Analysis, AnalysisOptions, divided
 from toranalyze.reconstruct.prepare import PreparedEvents
 from toranalyze.reconstruct.tables import ATTEMPTS_SCHEMA, INCIDENTS_SCHEMA, SLOW_PERIODS_SCHEMA, TOR_SCHEMA
 
@@ -27,7 +27,7 @@ class JobGroup:
 @dataclass
 class PartialAnalysis:
     """A job group's tables, jobs as codes and times in µs, in job order: the seconds are left to
-    ``combine`` (see ``_divided``); its clipped windows and incidents, for the notes."""
+    ``combine``; its clipped windows and incidents, for the notes."""
 
     attempts: pl.DataFrame
     incidents: pl.DataFrame  # without lost_time_s (and downtime_s as divided on this part)
@@ -119,7 +119,7 @@ def _notes(prepared: PreparedEvents, parts: list[PartialAnalysis]) -> list[str]:
 
 
 def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
-    """Frames concatenated, each column materialized as the whole table's are (``_divided``). A
+    """Frames concatenated, each column materialized as the whole table's are. A
     group with no rows of a table may type its columns otherwise (a literal's type, or null) or
     not build it at all (no columns): such frames are left out."""
     full = [f for f in frames if f.height]
@@ -131,25 +131,16 @@ def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
     return pl.DataFrame([joined.get_column(c) for c in joined.columns])
 
 
-def _divided(x: pl.Expr, by: float, rows: int) -> pl.Expr:
-    """``x / by`` as polars divides a computed column of ``rows`` rows by a scalar: exactly on one
-    row, through the scalar's reciprocal on more. (A one-row column, or rows of equal values
-    concatenated, may be held as a scalar, divided once and exactly.) A group's part may have one
-    row where the whole table has several: such divisions are made here, on the whole tables."""
-    return x / by if rows == 1 else x * (1.0 / by)
-
-
 PHASES = ["t_last_progress", "t_first_error", "t_detected", "t_restart", "t_resumed", "t_caught_up"]
 
 def _incidents_table(inc: pl.DataFrame, lost: pl.DataFrame, names: pl.Series) -> pl.DataFrame:
     """The incidents table, with lost time and downtime in seconds."""
     if inc.height:
-        lost = lost.select("job", "attempt", _divided(pl.col("lost_time_us"), US, lost.height).alias("_lt"))
+        lost = lost.select("job", "attempt", divided(pl.col("lost_time_us"), US).alias("_lt"))
         inc = inc.join(lost, on=["job", "attempt"], how="left").with_columns(
             pl.when(pl.col("lost_steps") > 0).then(pl.col("_lt").fill_null(0.0)).otherwise(0.0).alias("lost_time_s"),
-            # build_incidents divides a group's part (``_divided``): again on the whole table, from
-            # its µs (recovered exactly by rounding: tens of years would be needed to lose 0.5 µs).
-            _divided((pl.col("downtime_s") * US).round(), US, inc.height).alias("downtime_s"),
+            # (from its µs, recovered exactly by rounding: tens of years would be needed to lose 0.5 µs)
+            divided((pl.col("downtime_s") * US).round(), US).alias("downtime_s"),
         ).drop("_lt")
     return _conform(_to_dt(_named(inc, names), PHASES), INCIDENTS_SCHEMA)
 
@@ -158,24 +149,21 @@ def _slow_periods_table(sp: pl.DataFrame, slow_cost: pl.DataFrame, names: pl.Ser
                         user_ideal_us: int | None) -> pl.DataFrame:
     if not sp.height:
         return pl.DataFrame(schema=SLOW_PERIODS_SCHEMA)
-    # The user's ideal is a literal (a scalar), anyone else's a column: divided elementwise.
-    by_ideal = pl.col("med_us") / pl.col("ideal_us") if user_ideal_us is None else _divided(
-        pl.col("med_us"), user_ideal_us, sp.height)
+    by_ideal = pl.col("med_us") / pl.col("ideal_us") if user_ideal_us is None else divided(
+        pl.col("med_us"), user_ideal_us)
     sp = sp.with_columns(by_ideal.alias("factor"),
-                         _divided(pl.col("med_us"), US, sp.height).alias("median_step_time_s"))
+                         divided(pl.col("med_us"), US).alias("median_step_time_s"))
     slow_cost = slow_cost.select("job", "period",
-                                 _divided(pl.col("slowdown_us"), US, slow_cost.height).alias("slowdown_s"))
+                                 divided(pl.col("slowdown_us"), US).alias("slowdown_s"))
     sp = sp.join(slow_cost, on=["job", "period"], how="left")
     return _conform(_to_dt(_named(sp, names), ["start", "end"]), SLOW_PERIODS_SCHEMA)
 
 
 def _tor_table(tor: pl.DataFrame, names: pl.Series, user_ideal_us: int | None) -> pl.DataFrame:
     """The TOR table: buckets in seconds, TOR = useful / observed time."""
-    n = tor.height
-    tor = tor.with_columns(_divided(pl.col(f"{b}_us"), US, n).alias(f"{b}_s")
+    tor = tor.with_columns(divided(pl.col(f"{b}_us"), US).alias(f"{b}_s")
                            for b in ("t_obs", *ledger.BUCKETS, *ledger.RECOVERY_PARTS, "eval"))
-    # The user's ideal is one literal (a scalar), divided once and exactly whatever the height.
-    ideal = _divided(pl.col("ideal_us"), US, n) if user_ideal_us is None else pl.lit(user_ideal_us / US)
+    ideal = divided(pl.col("ideal_us"), US) if user_ideal_us is None else pl.lit(user_ideal_us / US)
     tor = tor.with_columns(
         pl.when(pl.col("t_obs_us") > 0).then(pl.col("useful_us") / pl.col("t_obs_us")).alias("tor"),
         ideal.alias("ideal_step_time_s"),

@@ -11,9 +11,9 @@ import polars as pl
 
 from toranalyze.reconstruct import incidents as inc_mod
 from toranalyze.reconstruct.api import US, UTC_US
-from toranalyze.reconstruct.attribution import attribute_nodes, pod_bindings
+from toranalyze.reconstruct.attribution import Pods, attribute_nodes, pod_bindings
 from toranalyze.reconstruct.intervals import attach, packed_key
-from toranalyze.reconstruct.jobs import assign_attempts, assign_jobs, job_name
+from toranalyze.reconstruct.jobs import SCOPE, assign_attempts, assign_jobs, job_name
 from toranalyze.reconstruct.skew import SKEW_THRESHOLD_S, clock_offsets, skewed
 from toranalyze.reconstruct.stages import check
 from toranalyze.schema import KINDS, SEVERITIES, SOURCES
@@ -87,7 +87,7 @@ def _other_users(ev: pl.DataFrame, jobs: pl.DataFrame) -> tuple[pl.DataFrame, li
     return jobs, dropped["job"].to_list()
 
 
-def _prepared(events: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, str]]:
+def _prepared(events: pl.DataFrame) -> tuple[pl.DataFrame, Pods]:
     """The columns the stages read, with the message text reduced to what they read of it (the
     job name it states, the incident flags and the pod -> node bindings), in one chunk per column.
 
@@ -99,7 +99,7 @@ def _prepared(events: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, str]]:
     # The vocabulary columns are cast before the copy into one chunk (a byte a record to copy
     # instead of a string view), and ``ts`` is read no further than ``t`` (with_time's columns).
     cols = [pl.col(c).cast(pl.Enum(_CODED[c]), strict=False) if c in _CODED else c
-            for c in events.columns if c in _STAGE_COLUMNS or c == "job_id"]
+            for c in events.columns if c in _STAGE_COLUMNS or c in ("job_id", SCOPE)]
     ev = events.select(*cols, job_name().alias("stated_job"), *inc_mod.flag_exprs(),
                        pl.col("ts").dt.epoch("us").alias("t"), pl.int_range(pl.len(), dtype=pl.Int64).alias("row"))
     # A word outside the vocabulary (a plugin's own) became null: the enum takes it too.

@@ -25,6 +25,9 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from toranalyze.reconstruct.api import divided
+from toranalyze.reconstruct.jobs import scope_expr
+
 US = 1_000_000
 ANCHOR_KINDS = ("job_start", "job_end", "step")
 SCHEDULER_SOURCES = ("slurm", "kubernetes")
@@ -53,45 +56,53 @@ def anchors(events: pl.DataFrame, unit: str = "file") -> pl.DataFrame:
         ev = ev.filter(~pl.col("source").is_in(SCHEDULER_SOURCES) & (pl.col("job_id").is_not_null() | step))
         ev = ev.with_columns(pl.when(step).then(pl.col("file")).alias("_in"))
     ev = ev.with_columns(pl.when(step).then(pl.col("attempt")).alias("_att"),
-                         pl.when(step).then(pl.col("step")).alias("_step"))
-    keys = ["kind", "job_id", "_in", "_att", "_step"]
+                         pl.when(step).then(pl.col("step")).alias("_step"), scope_expr(ev))
+    keys = ["scope", "kind", "job_id", "_in", "_att", "_step"]
     per_unit = (ev.group_by(*keys, unit).agg(pl.col("ts").min().cast(pl.Int64).alias("t"),
                                              pl.col("source").first())
                 .with_columns(pl.struct(keys).hash().alias("anchor")))
     both = per_unit.filter((pl.len().over("anchor") >= 2)
                            & ((pl.col("t").max() - pl.col("t").min()).over("anchor") <= MAX_ANCHOR_SPAN_US))
-    return both.select("anchor", pl.col(unit).alias("unit"), "source", "t")
+    return both.select("anchor", "scope", pl.col(unit).alias("unit"), "source", "t")
 
 
 def clock_offsets(events: pl.DataFrame, unit: str = "file") -> pl.DataFrame:
     """One row per unit with anchors: unit, source, anchors, offset_s (its clock minus the
-    reference's), spread_s, reference. Sorted by the size of the offset, largest first."""
+    reference's), spread_s, reference. Sorted by the size of the offset, largest first. Records of
+    different scopes (jobs.scope_expr: the runs of a fleet batch) share no anchor and no reference."""
     a = anchors(events, unit)
     if a.height == 0:
         return pl.DataFrame(schema=SCHEMA)
-    off = a.select("unit").unique().with_columns(pl.lit(0.0).alias("o"))
+    key = ["scope", "unit"]
+    off = a.select(key).unique().with_columns(pl.lit(0.0).alias("o"))
     for _ in range(ITERATIONS):
-        r = a.join(off, on="unit").with_columns((pl.col("t") - pl.col("o")).median().over("anchor").alias("c"))
-        off = r.group_by("unit").agg((pl.col("t") - pl.col("c")).median().alias("o"))
+        r = a.join(off, on=key).with_columns((pl.col("t") - pl.col("o")).median().over("anchor").alias("c"))
+        off = r.group_by(key).agg((pl.col("t") - pl.col("c")).median().alias("o"))
     # spread: each stamp (less its unit's offset) against the mean of the anchor's other stamps
-    x = a.join(off, on="unit").with_columns((pl.col("t") - pl.col("o")).alias("x"))
+    x = a.join(off, on=key).with_columns((pl.col("t") - pl.col("o")).alias("x"))
     loo = (pl.col("x").sum().over("anchor") - pl.col("x")) / (pl.len().over("anchor") - 1)
     units = (x.with_columns((pl.col("x") - loo).abs().alias("_r"))
-             .group_by("unit").agg(pl.col("source").mode().first(), pl.len().cast(pl.UInt32).alias("anchors"),
-                                   pl.col("o").first(), pl.col("_r").median().alias("_spread")))
-    ref = _reference(units)
-    base = units.filter(pl.col("unit") == ref)["o"][0] if ref is not None else units["o"].median()
+             .group_by(key).agg(pl.col("source").mode().first(), pl.len().cast(pl.UInt32).alias("anchors"),
+                                pl.col("o").first(), pl.col("_r").median().alias("_spread")))
+    units = units.join(_references(units), on="scope", how="left")
     return units.select(
-        "unit", "source", "anchors", ((pl.col("o") - base) / US).alias("offset_s"),
-        (pl.col("_spread") / US).alias("spread_s"), (pl.col("unit") == (ref or "")).alias("reference"),
+        "unit", "source", "anchors", divided(pl.col("o") - pl.col("base_offset"), US).alias("offset_s"),
+        divided(pl.col("_spread"), US).alias("spread_s"),
+        (pl.col("unit") == pl.col("ref_unit").fill_null("")).alias("reference"),
     ).cast(SCHEMA).sort(pl.col("offset_s").abs(), "unit", descending=[True, False])  # type: ignore[arg-type]
 
 
-def _reference(units: pl.DataFrame) -> str | None:
-    """The scheduler's unit with the most anchors, if any records them."""
-    sched = units.filter(pl.col("source").is_in(SCHEDULER_SOURCES)).sort(["anchors", "unit"],
-                                                                         descending=[True, False])
-    return sched["unit"][0] if sched.height else None
+def _references(units: pl.DataFrame) -> pl.DataFrame:
+    """Per scope, the reference unit ``ref_unit`` (the scheduler's unit with the most anchors, if any
+    records them) and the offset ``base_offset`` the others are measured from (the reference's, else
+    the median unit's)."""
+    sched = (units.filter(pl.col("source").is_in(SCHEDULER_SOURCES))
+             .sort(["scope", "anchors", "unit"], descending=[False, True, False])
+             .group_by("scope", maintain_order=True).first()
+             .select("scope", pl.col("unit").alias("ref_unit"), pl.col("o").alias("ref_offset")))
+    median = units.group_by("scope").agg(pl.col("o").median().alias("median_offset"))
+    return median.join(sched, on="scope", how="left").select(
+        "scope", "ref_unit", pl.coalesce("ref_offset", "median_offset").alias("base_offset"))
 
 
 def skewed(offsets: pl.DataFrame, threshold_s: float = 1.0, min_anchors: int = 3) -> pl.DataFrame:

@@ -279,6 +279,7 @@ class Store:
         gone = {r for r in drop if r in known}
         if not batch and not gone:
             return False
+        self.root.mkdir(parents=True, exist_ok=True)
         marker = self.root / COMMITTING
         write_text(f"{self.manifest.generation + 1}\n", marker)  # pages of an unfinished commit get swept
         for r in batch:

@@ -57,6 +57,14 @@ COMPACT_AT = 8  # files in one bucket of one table (one per batch that touched i
 # Files a commit made obsolete stay this long for readers still reading the previous version; the
 # store's own crash safety needs only the manifest's versions, which vacuum never touches.
 RETENTION_HOURS = 1
+# Table properties: a checkpoint every 10 commits and removed files forgotten by checkpoints after
+# RETENTION_HOURS, so opening a table reads a small checkpoint and at most 10 commits however long
+# the store's history; a week of log for time travel.
+TABLE_CONFIG = {
+    "delta.checkpointInterval": "10",
+    "delta.deletedFileRetentionDuration": f"interval {RETENTION_HOURS} hours",
+    "delta.logRetentionDuration": "interval 7 days",
+}
 # Commits after the manifest's version that change no rows (a crash after compacting or vacuuming).
 NO_DATA_CHANGE = frozenset({"OPTIMIZE", "VACUUM START", "VACUUM END"})
 
@@ -377,7 +385,8 @@ class Store:
         data = _with_bucket(rows, new.buckets).to_arrow()
         props = CommitProperties(custom_metadata={"generation": str(new.generation)})
         if not exists:
-            write_deltalake(path, data, mode="append", partition_by=["bucket"], commit_properties=props)
+            write_deltalake(path, data, mode="append", partition_by=["bucket"], commit_properties=props,
+                            configuration=TABLE_CONFIG)
             new.versions[name] = self._table(name).version()
             return
         dt = self._table(name)
@@ -454,8 +463,10 @@ class Store:
                 shutil.rmtree(path)
                 healed = True
                 continue
+            if not (path / "_delta_log" / f"{want + 1:020d}.json").exists():
+                continue  # nothing committed after the manifest's version (one stat, no table loaded)
             dt = self._table(name)
-            if dt.version() > want and _changed_since(dt, want):
+            if _changed_since(dt, want):
                 dt.restore(want)
                 healed = True
         if healed or (self.root / COMMITTING).exists():

@@ -277,6 +277,8 @@ def test_a_crash_mid_commit_leaves_the_previous_version_and_heals(
     assert pl.read_delta(str(tmp_path / "jobs"))["run"].sort().to_list() == ["a", "c"]  # ahead of the manifest
     healed = store.Store(tmp_path)
     assert healed.healed
+    settled = _digests(tmp_path)
+    assert not store.Store(tmp_path).healed and _digests(tmp_path) == settled  # healed once, then left alone
     assert healed.read("jobs")["run"].to_list() == ["a", "b"]
     assert pl.read_delta(str(tmp_path / "jobs"))["run"].sort().to_list() == ["a", "b"]  # restored
     assert sorted(p.name for p in (tmp_path / store.PARTS).iterdir()) == ["h1-a", "h1-b"]  # its pages swept
@@ -324,6 +326,8 @@ def test_compaction_keeps_one_file_per_bucket(tmp_path: Path) -> None:
         assert 1 <= s.files(t) <= store.COMPACT_AT, t
     assert s.compact(force=True)
     assert all(s.files(t) == 1 for t in (*TABLES, store.RUNS))  # fewer than 1,000 runs: one bucket
+    compacted = _digests(tmp_path)
+    assert not store.Store(tmp_path).healed and _digests(tmp_path) == compacted
     assert store.Store(tmp_path).read("jobs")["run"].to_list() == [f"run-{i:03d}" for i in range(20)]
 
 

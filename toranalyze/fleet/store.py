@@ -408,6 +408,9 @@ class Store:
         """After compacting or re-bucketing: the manifest, then files no longer needed deleted."""
         self._commit_manifest(new)
         self._vacuum()
+        vacuumed = {name: self._table(name).version() for name in new.versions}
+        if vacuumed != new.versions:  # vacuum commits too: name them, so the next open loads nothing
+            self._commit_manifest(Manifest(new.generation, vacuumed, new.buckets, new.runs))
 
     def _commit_manifest(self, new: Manifest) -> None:
         write_text(new.to_json(), self.root / MANIFEST)
@@ -451,6 +454,7 @@ class Store:
         """Put every table back to the manifest's version when a crash left it ahead, and delete
         tables a first commit created but never committed. Returns whether anything was healed."""
         healed = False
+        versions = dict(self.manifest.versions)
         for name in DELTA_TABLES:
             path = self.root / name
             want = self.manifest.versions.get(name)
@@ -468,7 +472,11 @@ class Store:
             dt = self._table(name)
             if _changed_since(dt, want):
                 dt.restore(want)
-                healed = True
+            versions[name] = dt.version()  # the manifest's rows (restored), or them compacted or vacuumed
+            healed = True
+        if versions != self.manifest.versions:  # so that the next open finds nothing ahead
+            m = self.manifest
+            self._commit_manifest(Manifest(m.generation, versions, m.buckets, m.runs))
         if healed or (self.root / COMMITTING).exists():
             self._sweep_pages()
             (self.root / COMMITTING).unlink(missing_ok=True)

@@ -316,7 +316,9 @@ class Store:
         if self._runs is not None or not ids or RUNS not in self.manifest.versions:
             return self.run_frame().filter(pl.col("run").is_in(list(ids)))
         buckets = sorted({bucket(r, self.manifest.buckets) for r in ids})
-        scan = pl.scan_delta(str(self.root / RUNS), version=self.manifest.versions[RUNS])
+        dt = self._table(RUNS)  # loaded once: the commit writes it next
+        version = self.manifest.versions[RUNS]
+        scan = pl.scan_delta(dt if dt.version() == version else DeltaTable(self.root / RUNS, version=version))
         found = scan.filter(pl.col("bucket").is_in(buckets) & pl.col("run").is_in(list(ids)))
         return found.select(pl.col(c).cast(t) for c, t in RUNS_SCHEMA.items()).collect()
 

@@ -9,12 +9,13 @@ Layout of the store directory::
     reports/<hash>/report.html     a run's job report (``jobs.report`` links it)
 
 Every table is partitioned by ``bucket``, a stable hash of the run id modulo the manifest's
-bucket count, a power of two that keeps 1,000 to 2,000 runs in a bucket (RUNS_PER_BUCKET). A
-batch of new runs appends files and rewrites nothing; replacing or dropping a run rewrites only
-the files of its bucket (at most ~2,000 runs' rows, however large the store); compaction merges a
-bucket's files into one, so a compacted table has at most one file per 1,000 runs. When the
-store doubles (or halves) past a power of two, each table is rewritten once with the new bucket
-count: each row is rewritten about once per doubling of the store, a constant cost per run.
+bucket count: the largest power of two that leaves RUNS_PER_BUCKET (1,000) runs or more per
+bucket on average. A batch of new runs appends files and rewrites nothing; replacing or dropping a
+run rewrites only the files of its bucket (about 1,000 to 2,000 runs' rows, however large the
+store); compaction merges a bucket's files into one, so a compacted table has at most one file
+per 1,000 runs. When the store doubles (or halves) past a power of two, each table is rewritten
+once with the new bucket count: each row is rewritten about once per doubling of the store, a
+constant cost per run.
 
 A commit writes the reports, then one Delta transaction per table (rows of re-analysed and
 dropped runs deleted and the new rows added in the same transaction), then ``manifest.json``

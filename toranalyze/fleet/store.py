@@ -313,14 +313,19 @@ class Store:
         return True
 
     def _stored_rows(self, ids: Collection[str]) -> pl.DataFrame:
-        """The runs table's rows of these runs, reading only their buckets."""
+        """The runs table's rows of these runs, reading only the files of their buckets."""
         if self._runs is not None or not ids or RUNS not in self.manifest.versions:
             return self.run_frame().filter(pl.col("run").is_in(list(ids)))
-        buckets = sorted({bucket(r, self.manifest.buckets) for r in ids})
         dt = self._table(RUNS)  # loaded once: the commit writes it next
         version = self.manifest.versions[RUNS]
-        scan = pl.scan_delta(dt if dt.version() == version else DeltaTable(self.root / RUNS, version=version))
-        found = scan.filter(pl.col("bucket").is_in(buckets) & pl.col("run").is_in(list(ids)))
+        if dt.version() != version:
+            dt = DeltaTable(self.root / RUNS, version=version)
+        # Delta prunes the files by partition and statistics; this store writes no deletion
+        # vectors, so the files' rows are the table's.
+        files = dt.file_uris(file_pruning_predicate=_predicate(ids, self.manifest.buckets))
+        if not files:
+            return pl.DataFrame(schema=RUNS_SCHEMA)
+        found = pl.scan_parquet(files).filter(pl.col("run").is_in(list(ids)))
         return found.select(pl.col(c).cast(t) for c, t in RUNS_SCHEMA.items()).collect()
 
     def commit(self, current: Sequence[RunRecord]) -> bool:

@@ -61,6 +61,7 @@ def test_grouped_reading_equals_reading_file_by_file(tmp_path: Path, sink: bool,
     together = read("together")
     assert any(len(g) > 1 for g in groups.grouped(pipeline.discover(inputs)[0]))
     monkeypatch.setattr(groups, "GROUP_FILES", 1)
+    monkeypatch.setattr(groups, "ALONE_GROUP_FILES", 1)
     alone = read("alone")
     events = (lambda r: pl.read_parquet(r.events_path)) if sink else (lambda r: r.events)
     assert_frame_equal(events(together), events(alone))

@@ -44,3 +44,34 @@ def test_ray_two_workers_give_the_local_store(tmp_path: Path) -> None:
     # The runs (content hashes, status, file stamps) are the same too.
     assert_frame_equal(ray_store.run_frame().drop("generation").sort("run"),
                        local_store.run_frame().drop("generation").sort("run"), check_exact=True)
+
+
+@pytest.mark.slow  # a two-node Ray cluster and two builds of a four-run fleet
+@pytest.mark.skipif(not HAS_RAY, reason="ray is not installed (pip install 'toranalyze[ray]')")
+def test_batches_on_a_two_node_cluster_give_the_local_store(tmp_path: Path) -> None:
+    """The set-up docs/fleet.md describes for a cluster, on one machine: a head node and a second
+    node of one CPU each, and ``fleet --engine ray --ray-address`` from another process."""
+    import subprocess
+    import sys
+
+    from ray.cluster_utils import Cluster
+
+    fleet = tmp_path / "fleet"
+    res = CliRunner().invoke(cli, ["simulate", "--seed", "8", "--out", str(fleet), "--preset", "fleet",
+                                   "--jobs", "4", "--duration", "40m", "--nodes", "1"])
+    assert res.exit_code == 0, res.output
+    local = tmp_path / "local"
+    build([str(fleet)], local, RunOptions(output=OutputOptions(report=False)), Workers(1))
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        out = subprocess.run(
+            [sys.executable, "-m", "toranalyze", "fleet", str(fleet), "-o", str(tmp_path / "ray"), "--no-report",
+             "-q", "--engine", "ray", "--ray-address", cluster.address, "-j", "2"],
+            capture_output=True, text=True, timeout=600, check=False)
+        assert out.returncode == 0, out.stderr[-3000:]
+    finally:
+        cluster.shutdown()
+    for t in TABLES:
+        assert_frame_equal(Store(tmp_path / "ray").read(t), Store(local).read(t), check_exact=True)

@@ -13,17 +13,27 @@ time, so that one run's error is that run's alone.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import polars as pl
 
 from toranalyze.errors import FAULTS, ToranalyzeError
-from toranalyze.fleet.pipeline import NOTHING_READ, RunOptions, RunOutcome, RunTask, analyze_task
+from toranalyze.fleet.pipeline import (
+    NOTHING_READ,
+    RunOptions,
+    RunOutcome,
+    RunTask,
+    analyze_task,
+    run_products,
+    task_input,
+    task_outcome,
+)
 from toranalyze.fleet.runs import Run, run_files
 from toranalyze.fleet.tables import TABLES, RunTables, batch_tables, empty_tables
-from toranalyze.ingest.pipeline import FileReport, ingest
-from toranalyze.reconstruct.analysis import analyze_events
+from toranalyze.ingest.pipeline import FileReport, IngestResult, ingest
+from toranalyze.reconstruct.analysis import Analysis, analyze_events
 from toranalyze.reconstruct.job_names import job_keys, quoted_jobs
 from toranalyze.reconstruct.jobs import SCOPE
 from toranalyze.report.redact import redact_frames, redact_json
@@ -74,8 +84,8 @@ def batches(tasks: Sequence[RunTask], sizes: dict[str, int], max_runs: int = BAT
 
 def analyze_batch(batch: BatchTask) -> list[RunOutcome]:
     """Every run's outcome, as ``analyze_task`` gives it for the run alone. Never raises."""
-    if len(batch.tasks) == 1 or batch.options.output.report:  # a job report reads its own run's events
-        return [analyze_task(t) for t in batch.tasks]
+    if len(batch.tasks) == 1:
+        return [analyze_task(batch.tasks[0])]
     try:
         return list(_together(batch))
     except FAULTS:  # (a ToranalyzeError too)
@@ -95,6 +105,9 @@ def _together(batch: BatchTask) -> Iterator[RunOutcome]:
         pl.col("file").replace_strict(scope_of, default=None, return_dtype=pl.UInt32).alias(SCOPE))
     analysis = analyze_events(events, options.analysis)
     runs = _job_runs([t for t, ok in zip(batch.tasks, read, strict=True) if ok], job_keys(analysis))
+    if options.output.report:
+        yield from _with_reports(batch, _Batch(events, reports, read), analysis, runs)
+        return
     tables = batch_tables(analysis, runs)
     notes = _notes_by_run(analysis.notes, runs)
     if options.output.redact:
@@ -144,3 +157,53 @@ def _notes_by_run(notes: Sequence[str], runs: pl.DataFrame) -> dict[str, list[st
         for run in sorted(owners):
             out.setdefault(run, []).append(note)
     return out
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """A batch's ingest: its events (with their scope) and each run's file reports and whether any
+    of its files was read, in task order."""
+
+    events: pl.DataFrame
+    reports: list[list[FileReport]]
+    read: list[bool]
+
+
+def _with_reports(batch: BatchTask, ingested: _Batch, analysis: Analysis, runs: pl.DataFrame) -> Iterator[RunOutcome]:
+    """Each run's outcome with its job report, from its part of the batch's events and analysis:
+    what ``run_products`` makes of the run read alone."""
+    events = ingested.events.partition_by(SCOPE, as_dict=True, include_key=False)
+    parts = _analysis_by_run(analysis, runs)
+    for i, (task, rs) in enumerate(zip(batch.tasks, ingested.reports, strict=True)):
+        if not ingested.read[i]:
+            yield RunOutcome(task.run, task.hash, empty_tables(), NOTHING_READ,
+                             files_failed=sum(1 for r in rs if r.error is not None))
+            continue
+        mine = events.get((i,), ingested.events.clear().drop(SCOPE))
+        products = run_products(task_input(task.run), IngestResult(mine, rs, []),
+                                parts.get(task.run.id, _empty_like(analysis)), batch.options)
+        yield task_outcome(task, products)
+
+
+_FRAMES = ("attempts", "incidents", "slow_periods", "tor", "resources", "progress", "checkpoints")
+
+
+def _analysis_by_run(analysis: Analysis, runs: pl.DataFrame) -> dict[str, Analysis]:
+    """The analysis cut by run (``runs``: job, run), every table and note in its order."""
+    frames = {}
+    for name in _FRAMES:
+        frame = getattr(analysis, name)
+        if frame is not None:
+            split = frame.join(runs.select("job", "run"), on="job", how="left", maintain_order="left")
+            frames[name] = (frame.clear(), split.partition_by("run", as_dict=True, include_key=False))
+    notes = _notes_by_run(analysis.notes, runs)
+    out = {}
+    for run in runs["run"].unique(maintain_order=True).to_list():
+        cut = {name: by.get((run,), empty) for name, (empty, by) in frames.items()}
+        out[run] = dataclasses.replace(analysis, **cut, notes=notes.get(run, []))
+    return out
+
+
+def _empty_like(analysis: Analysis) -> Analysis:
+    cut = {name: getattr(analysis, name).clear() for name in _FRAMES if getattr(analysis, name) is not None}
+    return dataclasses.replace(analysis, **cut, notes=[])

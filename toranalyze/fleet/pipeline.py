@@ -119,6 +119,12 @@ def analyze_run(run: RunInput, options: RunOptions, workers: Workers | None = No
         raise NothingRead(*reversed(ingest_notes(result, options.output)))
     analysis = analyze_events(result.events, options.analysis, engine=workers.engine, jobs=workers.jobs,
                               address=workers.address)
+    return run_products(run, result, analysis, options)
+
+
+def run_products(run: RunInput, result: IngestResult, analysis: Analysis, options: RunOptions) -> RunProducts:
+    """A run's products from its ingest and its analysis (of its events alone, or its part of a
+    fleet batch's): jobs named, rows built, secrets redacted, the job report rendered."""
     named = rename_jobs(analysis, short_job_names(job_keys(analysis), run.inputs))
     events = result.events if run.keeps_events or options.output.report else result.events.clear()
     products = RunProducts(events, result.summary(), _warnings(result), named,
@@ -198,10 +204,8 @@ def analyze_task(task: RunTask) -> RunOutcome:
     """``analyze_run`` for one run of a fleet (in a worker). Never raises for a bad run: the
     outcome carries the error and empty tables, so one run cannot stop a fleet."""
     run = task.run
-    inp = RunInput(run.id, (run.path,), run.path, tuple(run_files(run)), title=run.id,
-                   plotly_src=f"../../{PLOTLY_JS}", keeps_events=False)  # plotly.js: the store's one, two folders up
     try:
-        products = analyze_run(inp, task.options)
+        products = analyze_run(task_input(run), task.options)
     except NothingRead as exc:
         return RunOutcome(run, task.hash, empty_tables(), exc.message, files_failed=exc.summary["files_failed"])
     except ToranalyzeError as exc:
@@ -209,11 +213,22 @@ def analyze_task(task: RunTask) -> RunOutcome:
     except FAULTS as exc:  # a bug on one run must not lose the others; it is reported
         bug = f"internal error: {type(exc).__name__}: {exc}"
         return RunOutcome(run, task.hash, empty_tables(), _error(task, "", bug))
+    return task_outcome(task, products)
+
+
+def task_input(run: Run) -> RunInput:
+    """A fleet run as ``analyze_run`` takes it: no events kept, plotly.js the store's, two folders up."""
+    return RunInput(run.id, (run.path,), run.path, tuple(run_files(run)), title=run.id,
+                    plotly_src=f"../../{PLOTLY_JS}", keeps_events=False)
+
+
+def task_outcome(task: RunTask, products: RunProducts) -> RunOutcome:
+    """A fleet run's outcome from its products, its job report linked from its jobs."""
     tables = products.tables
     if products.report_html is not None:
         link = f"{PARTS}/{task.hash}/{REPORT}"  # relative to the store, as jobs.report says
         tables.jobs = tables.jobs.with_columns(pl.lit(link, pl.String).alias("report"))
-    return RunOutcome(run, task.hash, tables, None, tuple(products.notes),
+    return RunOutcome(task.run, task.hash, tables, None, tuple(products.notes),
                       products.summary["files_failed"], products.report_html)
 
 

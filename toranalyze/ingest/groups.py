@@ -17,7 +17,8 @@ from toranalyze.ingest.streams import COMPRESSED
 
 SMALL_FILE = 1 << 20  # estimated text below this: grouped
 GROUP_TEXT = 16 << 20  # estimated text of one group at most (bounds a worker's memory)
-GROUP_FILES = 64  # files of one group at most (keeps several groups for the workers to share)
+GROUP_FILES = 64  # files of one group at most with several workers (keeps groups for all of them)
+ALONE_GROUP_FILES = 1024  # ... with one worker: nothing to share, the fewer groups the less fixed cost
 
 
 def text_size(file: InputFile) -> int:
@@ -25,8 +26,9 @@ def text_size(file: InputFile) -> int:
     return file.size * 10 if file.path.lower().endswith(COMPRESSED) else file.size
 
 
-def grouped(files: Sequence[InputFile]) -> list[tuple[InputFile, ...]]:
-    """``files`` in order, consecutive small ones in groups; every other file alone."""
+def grouped(files: Sequence[InputFile], max_files: int = GROUP_FILES) -> list[tuple[InputFile, ...]]:
+    """``files`` in order, consecutive small ones in groups of at most ``max_files``; every other
+    file alone."""
     out: list[list[InputFile]] = []
     open_text = -1  # text of the group still open; -1: none open
     for f in files:
@@ -34,7 +36,7 @@ def grouped(files: Sequence[InputFile]) -> list[tuple[InputFile, ...]]:
         if size >= SMALL_FILE:
             out.append([f])
             open_text = -1
-        elif open_text >= 0 and open_text + size <= GROUP_TEXT and len(out[-1]) < GROUP_FILES:
+        elif open_text >= 0 and open_text + size <= GROUP_TEXT and len(out[-1]) < max_files:
             out[-1].append(f)
             open_text += size
         else:

@@ -18,6 +18,7 @@ import polars as pl
 
 from toranalyze import storage
 from toranalyze.errors import FAULTS, ToranalyzeError
+from toranalyze.ingest import groups as file_groups
 from toranalyze.ingest.affinity import on_thread
 from toranalyze.ingest.batch import read_text_batch
 from toranalyze.ingest.carry import revise_line_times, revise_times
@@ -36,7 +37,6 @@ from toranalyze.ingest.clock import normalize_time, open_year_reference, open_ye
 from toranalyze.ingest.derived import loss_spike_events
 from toranalyze.ingest.discover import InputFile, discover
 from toranalyze.ingest.engine import map_ordered
-from toranalyze.ingest.groups import grouped
 from toranalyze.ingest.parser_rows import parsing
 from toranalyze.ingest.reader import FileResult, TextEvents, read_document_events, read_text_events
 from toranalyze.ingest.registry import Registry, default_registry
@@ -525,11 +525,14 @@ def _run_with_installed_parsers(task: _FileTask) -> tuple[_Given, list[FileRepor
     return _run(task, default_registry())
 
 
-def _tasks(files: Sequence[InputFile], options: IngestOptions, rules: list[Rule], spool: str | None) -> list[_FileTask]:
+def _tasks(files: Sequence[InputFile], options: IngestOptions, rules: list[Rule], spool: str | None,
+           workers: Workers) -> list[_FileTask]:
     """One task per group of small files or other file; with ``spool``, each writes its parts there."""
+    alone = workers.jobs <= 1 and workers.engine == "local"
+    most = file_groups.ALONE_GROUP_FILES if alone else file_groups.GROUP_FILES
     return [
         _FileTask(g, options, rules, None if spool is None else str(Path(spool) / f"part-{i:07d}.parquet"))
-        for i, g in enumerate(grouped(files))
+        for i, g in enumerate(file_groups.grouped(files, most))
     ]
 
 
@@ -583,9 +586,9 @@ def ingest(
     rules = load_rules(options.rules)
     files, input_errors = discover(list(paths))
     if spool is not None:
-        given, reports = _run_all(_tasks(files, options, rules, str(spool)), registry, on_file, workers)
+        given, reports = _run_all(_tasks(files, options, rules, str(spool), workers), registry, on_file, workers)
         return IngestResult(events_plan([part for parts in given for part in parts]), reports, list(input_errors))
-    frames, reports = _run_all(_tasks(files, options, rules, None), registry, on_file, workers)
+    frames, reports = _run_all(_tasks(files, options, rules, None, workers), registry, on_file, workers)
     if frames:
         events = resolve_open_years(pl.concat(frames, how="vertical"), pl.col("_mtime_year"), scopes).drop(
             "_mtime_year")

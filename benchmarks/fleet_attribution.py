@@ -36,6 +36,7 @@ from typing import Any
 
 import polars as pl
 
+from toranalyze.fleet.store import Store
 from toranalyze.taxonomy import PLANNED
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,8 +66,8 @@ def _last_error(proc: subprocess.CompletedProcess[str]) -> str:
 
 
 def _tables(store: Path) -> dict[str, pl.DataFrame]:
-    return {t: pl.read_parquet(store / f"{t}.parquet") for t in ("jobs", "incidents", "exposure")
-            if (store / f"{t}.parquet").exists()}
+    tables = Store(store).read_tables()
+    return {t: tables[t] for t in ("jobs", "incidents", "exposure")}
 
 
 def analyse(fleet_dir: Path, work: Path, jobs: list[str]) -> tuple[dict[str, pl.DataFrame], dict[str, str]]:

@@ -26,10 +26,11 @@ import polars as pl
 from click.testing import CliRunner
 
 from toranalyze.cli import cli
+from toranalyze.fleet.store import Store
 
 
-def _frame_digest(path: Path) -> str:
-    df = pl.read_parquet(path)
+def _frame_digest(path: Path | pl.DataFrame) -> str:
+    df = path if isinstance(path, pl.DataFrame) else pl.read_parquet(path)
     # Sorted by every sortable column: a row order that a change may legitimately shuffle is not a move.
     keys = [c for c, t in df.schema.items() if not isinstance(t, pl.List | pl.Struct | pl.Array)]
     if keys and df.height:
@@ -49,9 +50,11 @@ def _json_digest(path: Path, root: Path) -> str:
 
 def _digests(out: Path) -> dict[str, str]:
     found: dict[str, str] = {}
+    if (out / "manifest.json").is_file():  # a fleet store: its Delta tables, not their files (random names)
+        found |= {t: _frame_digest(frame) for t, frame in Store(out).read_tables().items()}
     for p in sorted(out.rglob("*")):
         rel = str(p.relative_to(out))
-        if p.suffix == ".parquet":
+        if p.suffix == ".parquet" and not (out / "manifest.json").is_file():
             found[rel] = _frame_digest(p)
         elif p.suffix == ".json" and p.name != "manifest.json":
             found[rel] = _json_digest(p, out)

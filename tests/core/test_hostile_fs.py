@@ -124,7 +124,7 @@ def test_symlink_loop_in_a_runs_folder(tmp_path: Path) -> None:
     code, text = run("fleet", str(runs), "-o", str(tmp_path / "store"), "-j", "1", "--no-report")
     assert code == 0, text
     line_naming(text, "warning", "runs/a")
-    jobs = pl.read_parquet(tmp_path / "store" / "jobs.parquet")
+    jobs = pl.read_delta(str(tmp_path / "store" / "jobs"))
     assert jobs["job"].to_list() == ["42"]
 
 
@@ -158,7 +158,7 @@ def test_fleet_unreadable_file_and_folder(tmp_path: Path, monkeypatch: pytest.Mo
     assert "Traceback" not in text
     line_naming(text, "warning", str(runs / "r2" / "good.log"), "permission denied")
     line_naming(text, "warning", str(runs / "r3"), "permission denied")
-    jobs = pl.read_parquet(tmp_path / "store" / "jobs.parquet")
+    jobs = pl.read_delta(str(tmp_path / "store" / "jobs"))
     assert "42" in jobs["job"].to_list()
 
 
@@ -197,7 +197,7 @@ def test_non_utf8_file_name(tmp_path: Path, command: str) -> None:
     line_naming(text, "warning", "bad\\xff.log")
     if command == "fleet":
         line_naming(text, "warning", "r\\xff")
-        assert pl.read_parquet(out / "jobs.parquet")["job"].to_list() == ["42"]
+        assert pl.read_delta(str(out / "jobs"))["job"].to_list() == ["42"]
     else:
         assert events_of(out) == ["good.log"]
 

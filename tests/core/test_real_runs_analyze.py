@@ -53,7 +53,7 @@ def test_fleet_of_real_folders_and_a_plan_from_its_rates(tmp_path: Path) -> None
     runner = CliRunner()
     fleet = runner.invoke(cli, ["fleet", str(runs), "-o", str(tmp_path / "fleet"), "-j", "1"], catch_exceptions=False)
     assert fleet.exit_code == 0, fleet.output
-    assert pl.read_parquet(tmp_path / "fleet" / "jobs.parquet")["run"].n_unique() == len(FOLDERS)
+    assert pl.read_delta(str(tmp_path / "fleet" / "jobs"))["run"].n_unique() == len(FOLDERS)
     assert (tmp_path / "fleet" / "report.html").stat().st_size > 0
     rates = tmp_path / "fleet" / "rates.json"
     for gpus in ("8", "4096"):

@@ -95,12 +95,12 @@ def test_ingest_streams_a_redacted_table(run: Path, tmp_path: Path) -> None:
 def test_fleet_store_holds_no_secret(run: Path, tmp_path: Path) -> None:
     terminal = _invoke(["fleet", str(run), "-o", str(tmp_path / "store"), "-j", "1"])
     texts = _texts(tmp_path / "store")
-    assert any(name.endswith("report.html") and name.startswith("runs/") for name in texts)
+    assert any(name.endswith("report.html") and name.startswith("reports/") for name in texts)
     assert _leaks({**texts, "terminal": terminal}, SECRETS) == {}
 
 
 def test_fleet_no_redact_keeps_them(run: Path, tmp_path: Path) -> None:
     _invoke(["fleet", str(run), "-o", str(tmp_path / "store"), "-j", "1", "--no-redact"])
     leaks = _leaks(_texts(tmp_path / "store"), SECRETS)
-    run_report = [found for name, found in leaks.items() if name.startswith("runs/") and name.endswith("report.html")]
+    run_report = [found for name, found in leaks.items() if name.startswith("reports/") and name.endswith("report.html")]
     assert run_report and set(EVIDENCE) <= set(run_report[0])

@@ -145,8 +145,8 @@ def fleet_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_fleet_command_report_and_the_job_reports_it_links(fleet_store: Path, artifacts: Path) -> None:
-    jobs = pl.read_parquet(fleet_store / "jobs.parquet")
-    incidents = pl.read_parquet(fleet_store / "incidents.parquet")
+    jobs = pl.read_delta(str(fleet_store / "jobs"))
+    incidents = pl.read_delta(str(fleet_store / "incidents"))
 
     def check(page: Any) -> dict[str, Any]:
         return {k: _card(page, k) for k in ("jobs", "incidents", "unexpected")} | {

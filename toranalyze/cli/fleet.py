@@ -15,7 +15,7 @@ from toranalyze.cli.reports import write_fleet_report
 from toranalyze.fleet.build import BuildResult, build
 from toranalyze.fleet.pipeline import OutputOptions, RunOptions
 from toranalyze.fleet.rates import build_rates, dumps
-from toranalyze.fleet.store import MANIFEST, write_text
+from toranalyze.fleet.store import MANIFEST, Store, write_text
 from toranalyze.fleet.summary import FleetSummary, summarize
 from toranalyze.fleet.tables import TABLES
 from toranalyze.ingest.pipeline import Workers
@@ -57,7 +57,7 @@ def _print_summary(s: FleetSummary, result: BuildResult, store_dir: str) -> None
     if s.tor_quantiles:
         qs = "  ".join(f"p{round(q * 100)} {v:.4f}" for q, v in s.tor_quantiles.items())
         out.print(f"TOR over jobs: {qs}  mean {s.tor_mean:.4f}")
-    out.print(f"tables written to {plain(store_dir)}/ ({', '.join(f'{t}.parquet' for t in TABLES)})"
+    out.print(f"tables written to {plain(store_dir)}/ ({', '.join(TABLES)}: Delta tables)"
               if result.rewritten else f"nothing changed in {plain(store_dir)}/", soft_wrap=True)
 
 
@@ -71,8 +71,8 @@ def _print_summary(s: FleetSummary, result: BuildResult, store_dir: str) -> None
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary; only errors and the report's path.")
 def fleet(paths: tuple[str, ...], out_dir: str, workers: Workers, options: RunOptions, quiet: bool) -> None:
     """Analyse many runs (each PATH a run directory or a directory of runs) into the fleet tables
-    DIR/jobs, attempts, incidents and exposure (.parquet). Runs whose files did not change since
-    the last time are not analysed again."""
+    DIR/jobs, attempts, incidents and exposure (Delta tables). Runs whose files did not change
+    since the last time are not analysed again."""
     out_dir = out_dir.rstrip("/") or out_dir
     # A URL: the store is copied here, updated, and its changes uploaded (the manifest last).
     with storage.output_dir(out_dir, mirror=True, last=(MANIFEST,)) as store_dir:
@@ -88,7 +88,7 @@ def fleet(paths: tuple[str, ...], out_dir: str, workers: Workers, options: RunOp
                            skip=[out_dir] if storage.is_url(out_dir) else [])
         print_warnings(result.warnings)
         print_warnings([f"run {r.id} ({r.path}): {r.error}" for r in result.runs if r.error])
-        tables = {t: pl.read_parquet(store_dir / f"{t}.parquet") for t in TABLES}
+        tables = Store(store_dir).read_tables()
         title = storage.name(out_dir) if storage.is_url(out_dir) else store_dir.resolve().name
         page = write_fleet_products(store_dir, tables, options.output, title)
     if not quiet:

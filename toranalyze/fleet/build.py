@@ -1,10 +1,12 @@
 """Bring a fleet store up to date with its inputs: hash every run, analyse only the runs whose
-part is missing (new or changed), in worker processes or Ray tasks, then commit (store.py)."""
+content hash is not stored (new or changed), in worker processes or Ray tasks, recording them in
+batches, then commit the set of runs (store.py)."""
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
@@ -16,10 +18,14 @@ from toranalyze.errors import InputError
 from toranalyze.fleet import store
 from toranalyze.fleet.batch import BATCH_RUNS, analyze_batch, batches
 from toranalyze.fleet.pipeline import REPORT, RunOptions, RunOutcome, RunTask, options_salt
-from toranalyze.fleet.runs import Run, content_hash, find_runs, run_files
+from toranalyze.fleet.runs import FileStamp, Run, Stamps, find_runs, hash_run, run_files
 from toranalyze.ingest.engine import map_ordered
 from toranalyze.ingest.pipeline import Workers
 
+# Analysed runs are stored in commits of this many runs or of this many seconds' work, whichever
+# comes first: a crash loses at most that much analysis, and a commit's cost is spread over many runs.
+RECORD_BATCH = 1000
+RECORD_SECONDS = 60.0
 # (stage, done, total, run id) after each run hashed or analysed
 Progress = Callable[[str, int, int, str], None]
 
@@ -31,7 +37,7 @@ class BuildResult:
     reused: int = 0
     removed: list[str] = field(default_factory=list)  # run ids dropped from the store
     notes: dict[str, list[str]] = field(default_factory=dict)  # run id -> notes of its analysis
-    rewritten: bool = False  # were the merged tables and manifest written
+    rewritten: bool = False  # were the tables and manifest written
     warnings: list[str] = field(default_factory=list)  # inputs skipped or unreadable ("path: reason — next step")
 
 
@@ -88,8 +94,8 @@ def _sizes(tasks: Sequence[RunTask]) -> dict[str, int]:
 def build(paths: Sequence[str], out: Path, options: RunOptions | None = None, workers: Workers | None = None, *,
           progress: Progress | None = None, skip: Sequence[str] = ()) -> BuildResult:
     """Update the store at ``out`` from the runs under ``paths``, each analysed by
-    ``pipeline.analyze_run`` with ``options``. Parts are written as each run finishes, so an
-    interrupted build keeps its finished runs; the manifest is written last.
+    ``pipeline.analyze_run`` with ``options``. Analysed runs are committed to the store in
+    batches (RECORD_BATCH, RECORD_SECONDS), so an interrupted build keeps its committed batches.
 
     Runs are analysed one per worker process (``workers.engine="local"``, ``workers.jobs`` of
     them) or as Ray tasks (``"ray"``, on the cluster at ``workers.address`` or a local one with
@@ -99,39 +105,53 @@ def build(paths: Sequence[str], out: Path, options: RunOptions | None = None, wo
     out.mkdir(parents=True, exist_ok=True)
     problems: list[InputError] = []
     runs = find_runs(paths, skip=[str(out), *skip], problems=problems)
-    before = store.read_manifest(out)
-    hashes = _hashes(runs, options_salt(options), progress, problems)
-    todo = [RunTask(r, hashes[r.id], options) for r in runs if not store.has_part(out, hashes[r.id])]
+    st = store.Store(out)  # heals what a crash left behind
+    hashes, stamps = _hashes(runs, options_salt(options), progress, problems, st.stamps())
+    stored = st.hashes()
+    todo = [RunTask(r, hashes[r.id], options) for r in runs if hashes[r.id] not in stored]
+    before = st.runs()
     result = BuildResult(runs=[], reused=len(runs) - len(todo),
                          warnings=[f"{e.where()}: {e.message}" + (f" — {e.hint}" if e.hint else "") for e in problems])
+    batch: list[store.RunRecord] = []
+    since = time.monotonic()
     for i, outcome in enumerate(_analyze(todo, workers), 1):
-        status = {"run": outcome.run.id, "error": outcome.error, "notes": list(outcome.notes),
-                  "files_failed": outcome.files_failed}
-        pages = {REPORT: outcome.report_html} if outcome.report_html is not None else None
-        store.write_part(out, outcome.hash, outcome.tables, status, pages)
+        batch.append(_record(outcome, stamps[outcome.run.id]))
+        if len(batch) >= RECORD_BATCH or time.monotonic() - since > RECORD_SECONDS:
+            result.rewritten |= st.record(batch)
+            batch, since = [], time.monotonic()
         result.analyzed.append(outcome.run.id)
         if progress:
             progress("analysing", i, len(todo), outcome.run.id)
-    result.runs = [_stored(out, r, hashes[r.id], result) for r in runs]
+    result.rewritten |= st.record(batch)
+    current = [store.RunRecord(r.id, r.path, hashes[r.id], None, files=stamps[r.id]) for r in runs]
+    result.rewritten |= st.commit(current)
+    stored_runs = st.runs()
+    result.runs = [_stored(stored_runs[r.id], result) for r in runs]
     ids = {r.id for r in runs}
-    result.removed = sorted(r.id for r in before.runs if r.id not in ids)
+    result.removed = sorted(rid for rid in before if rid not in ids)
     result.analyzed.sort()
-    _, result.rewritten = store.commit(out, result.runs, before)
     return result
 
 
-def _hashes(runs: Sequence[Run], salt: str, progress: Progress | None,
-            problems: list[InputError]) -> dict[str, str]:
+def _hashes(runs: Sequence[Run], salt: str, progress: Progress | None, problems: list[InputError],
+            known: Stamps) -> tuple[dict[str, str], dict[str, tuple[FileStamp, ...]]]:
+    """Each run's content hash and its files' stamps (files unchanged since ``known`` not read)."""
     hashes: dict[str, str] = {}
+    stamps: dict[str, tuple[FileStamp, ...]] = {}
     for i, run in enumerate(runs, 1):
-        hashes[run.id] = content_hash(run, salt, problems)
+        hashes[run.id], stamps[run.id] = hash_run(run, salt, problems, known)
         if progress:
             progress("hashing", i, len(runs), run.id)
-    return hashes
+    return hashes, stamps
 
 
-def _stored(out: Path, run: Run, run_hash: str, result: BuildResult) -> store.StoredRun:
-    status = store.read_status(out, run_hash)
-    if status.get("notes"):
-        result.notes[run.id] = list(status["notes"])
-    return store.StoredRun(run.id, run.path, run_hash, status.get("error"))
+def _record(outcome: RunOutcome, files: tuple[FileStamp, ...]) -> store.RunRecord:
+    status = {"error": outcome.error, "notes": list(outcome.notes), "files_failed": outcome.files_failed}
+    pages = {REPORT: outcome.report_html} if outcome.report_html is not None else {}
+    return store.RunRecord(outcome.run.id, outcome.run.path, outcome.hash, outcome.tables, status, pages, files)
+
+
+def _stored(run: store.StoredRun, result: BuildResult) -> store.StoredRun:
+    if run.notes:
+        result.notes[run.id] = list(run.notes)
+    return run

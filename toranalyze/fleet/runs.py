@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -188,30 +188,79 @@ def run_files(run: Run) -> list[str]:
     return [storage.join(run.path, f) for f in run.files]
 
 
+@dataclass(frozen=True)
+class FileStamp:
+    """What a run's file looked like when it was last hashed: its size and modification time
+    (ns) when read, and the digest of its bytes. The store keeps one per file, so a re-run reads
+    again only the files whose size or mtime changed."""
+
+    name: str  # relative to the run's folder
+    size: int
+    mtime_ns: int
+    digest: str  # blake2b-128 of the bytes, hex
+
+
+Stamps = Mapping[str, FileStamp]  # a file's path (or URL) -> its stamp from the last hashing
+
+
 def content_hash(run: Run, salt: str = "", problems: list[InputError] | None = None) -> str:
+    """``hash_run`` without a cache of earlier digests: every file is read."""
+    return hash_run(run, salt, problems)[0]
+
+
+def hash_run(run: Run, salt: str = "", problems: list[InputError] | None = None,
+             known: Stamps | None = None) -> tuple[str, tuple[FileStamp, ...]]:
     """A digest of the run's id, every file's relative path, size and bytes, and ``salt`` (the
-    analysis options and version): equal digests mean the analysis would give equal tables.
-    A file that cannot be read counts by its reason (the run is analysed again once it can be),
-    recorded in ``problems``."""
+    analysis options and version): equal digests mean the analysis would give equal tables; and
+    the stamps of the files read. A file whose size and mtime equal its stamp in ``known`` is
+    not read again (its stamped digest counts). A file that cannot be read counts by its reason
+    (the run is analysed again once it can be), recorded in ``problems``."""
     h = hashlib.blake2b(digest_size=16)
     h.update(f"{salt}\0{run.id}\0".encode())
+    stamps = []
     for rel in run.files:
+        path = storage.join(run.path, rel)
         try:
-            h.update(f"{rel}\0".encode() + _file_digest(storage.join(run.path, rel)))
+            stamp = _stamp(path, rel, (known or {}).get(path))
         except OSError as exc:
             reason = (exc.strerror or str(exc)).lower()
             h.update(f"{rel}\0unreadable\0{reason}".encode())
             if problems is not None:
-                problems.append(InputError(f"cannot read: {reason}", path=printable(storage.join(run.path, rel)),
+                problems.append(InputError(f"cannot read: {reason}", path=printable(path),
                                            hint="check the file's permissions"))
-    return h.hexdigest()
+            continue
+        h.update(f"{rel}\0{stamp.size}\0".encode() + bytes.fromhex(stamp.digest))
+        stamps.append(stamp)
+    return h.hexdigest(), tuple(stamps)
 
 
-def _file_digest(path: str) -> bytes:
+def _stamp(path: str, rel: str, before: FileStamp | None) -> FileStamp:
+    """The file's stamp: ``before`` when its size and mtime did not change, else a fresh digest.
+    The size and mtime are taken before reading, so a file changed while being read is read
+    again next time."""
+    size, mtime_ns = _size_mtime(path)
+    if before is not None and (before.size, before.mtime_ns) == (size, mtime_ns):
+        return FileStamp(rel, size, mtime_ns, before.digest)
+    read, digest = _file_digest(path)
+    return FileStamp(rel, read, mtime_ns, digest)
+
+
+def _size_mtime(path: str) -> tuple[int, int]:
+    if storage.is_url(path):
+        found = storage.stat(path)
+        if found is None:
+            raise FileNotFoundError(2, "No such file or directory", path)
+        return found.size, int(found.mtime * 1e9)
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns
+
+
+def _file_digest(path: str) -> tuple[int, str]:
+    """(bytes read, their blake2b-128 digest in hex)."""
     fh = hashlib.blake2b(digest_size=16)
     size = 0
     with storage.open_input(path) as f:
         while chunk := f.read(CHUNK):
             fh.update(chunk)
             size += len(chunk)
-    return f"{size}\0".encode() + fh.digest()
+    return size, fh.hexdigest()

@@ -1,18 +1,27 @@
-"""The fleet store: per-run parts, the merged tables and the manifest, all written atomically.
+"""The fleet store: Delta Lake tables appended batch by batch, and a small manifest as commit point.
 
 Layout of the store directory::
 
-    manifest.json                  the commit point: runs (id, path, content hash, part) and the
-                                   digest of every merged table
-    jobs.parquet  attempts.parquet  incidents.parquet  exposure.parquet   (merged, run order)
-    runs/<part>/<table>.parquet    one immutable part per analysed run version
+    manifest.json                  the commit point: the version of each table that is current
+    runs/                          Delta table, one row per stored run: id, path, content hash,
+                                   status (error, notes, files failed), its files' stamps
+    jobs/ attempts/ incidents/ exposure/    Delta tables of the runs' rows
+    reports/<hash>/report.html     a run's job report (``jobs.report`` links it)
 
-A part's name is its run's content hash (files, id, analysis options, version), so a part never
-changes once written: it is written into a temporary directory and renamed into place. Merged
-tables are written to a temporary name and renamed (``os.replace``); the manifest is written
-last the same way, then parts no longer listed are deleted. After a crash at any point the
-manifest names only complete parts, each table is whole (old or new), and the next run
-re-merges whatever does not match the manifest's digests: the store heals itself.
+Every table is partitioned by ``bucket``, a stable hash of the run id modulo the manifest's
+bucket count: the largest power of two that leaves RUNS_PER_BUCKET (1,000) runs or more per
+bucket on average. A batch of new runs appends files and rewrites nothing; replacing or dropping a
+run rewrites only the files of its bucket (about 1,000 to 2,000 runs' rows, however large the
+store); compaction merges a bucket's files into one, so a compacted table has at most one file
+per 1,000 runs. When the store doubles (or halves) past a power of two, each table is rewritten
+once with the new bucket count: each row is rewritten about once per doubling of the store, a
+constant cost per run.
+
+A commit writes the reports, then one Delta transaction per table (rows of re-analysed and
+dropped runs deleted and the new rows added in the same transaction), then ``manifest.json``
+(atomically renamed). Readers read each table at the manifest's version, so a crash anywhere
+leaves the previous store readable; the next open restores any table a crash left ahead of the
+manifest (``restore`` to the manifest's version) and the batch is analysed again.
 """
 
 from __future__ import annotations
@@ -22,19 +31,55 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import polars as pl
+from deltalake import CommitProperties, DeltaTable, write_deltalake
 
+from toranalyze import storage
 from toranalyze.errors import InputError
-from toranalyze.fleet.tables import SCHEMAS, TABLES, RunTables
+from toranalyze.fleet.runs import FileStamp
+from toranalyze.fleet.tables import SCHEMAS, SORT_KEYS, TABLES, RunTables
+from toranalyze.schema import frame_schema
 
 MANIFEST = "manifest.json"
-PARTS = "runs"
-STORE_VERSION = 1
+COMMITTING = ".committing"  # present from a commit's first page to its manifest: a crash in between
+PARTS = "reports"  # reports/<hash>/<page>: a run's pages (pipeline links jobs.report here)
+RUNS = "runs"
+DELTA_TABLES = (RUNS, *TABLES)
+STORE_VERSION = 2
+V1, V1_PARTS = 1, ".runs-format-1"  # an earlier format, migrated on open (Store._migrate)
+RUNS_PER_BUCKET = 1000  # the fewest runs a bucket holds once the store has that many
+MAX_BUCKETS = 1024
+COMPACT_AT = 8  # files in one bucket of one table (one per batch that touched it) before compacting it
+# Files a commit made obsolete stay this long for readers still reading the previous version; the
+# store's own crash safety needs only the manifest's versions, which vacuum never touches.
+RETENTION_HOURS = 1
+# Table properties: a checkpoint every 10 commits and removed files forgotten by checkpoints after
+# RETENTION_HOURS, so opening a table reads a small checkpoint and at most 10 commits however long
+# the store's history; a week of log for time travel.
+TABLE_CONFIG = {
+    "delta.checkpointInterval": "10",
+    "delta.deletedFileRetentionDuration": f"interval {RETENTION_HOURS} hours",
+    "delta.logRetentionDuration": "interval 7 days",
+}
+# Commits after the manifest's version that change no rows (a crash after compacting or vacuuming).
+NO_DATA_CHANGE = frozenset({"OPTIMIZE", "VACUUM START", "VACUUM END"})
+
+STAMP = pl.Struct({"name": pl.String, "size": pl.Int64, "mtime_ns": pl.Int64, "digest": pl.String})
+RUNS_SCHEMA = frame_schema({
+    "run": pl.String,
+    "path": pl.String,
+    "hash": pl.String,  # content hash (runs.hash_run): the run is analysed again when it changes
+    "error": pl.String,  # why the run gave no rows (nothing readable, an internal error)
+    "notes": pl.List(pl.String),  # the analysis' notes
+    "files_failed": pl.Int64,
+    "files": pl.List(STAMP),  # size, mtime and digest of each file when hashed
+    "generation": pl.Int64,  # the commit that wrote the run's rows (each table commit names its generation)
+})
 
 
 @dataclass(frozen=True)
@@ -42,42 +87,87 @@ class StoredRun:
     id: str
     path: str
     hash: str
-    error: str | None = None  # why the run gave no rows (nothing readable, an internal error)
+    error: str | None = None
+    notes: tuple[str, ...] = ()
+    files_failed: int = 0
+    generation: int = 0
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A run to store: its tables, status ({error, notes, files_failed}) and pages (file name ->
+    text, e.g. its job report); ``tables`` None keeps the stored rows and updates only the run's
+    path and file stamps."""
+
+    id: str
+    path: str
+    hash: str
+    tables: RunTables | None
+    status: Mapping[str, Any] = field(default_factory=dict)
+    pages: Mapping[str, str] = field(default_factory=dict)
+    files: tuple[FileStamp, ...] = ()
 
 
 @dataclass
 class Manifest:
-    runs: list[StoredRun] = field(default_factory=list)
-    tables: dict[str, str] = field(default_factory=dict)  # table -> digest of its file
+    generation: int = 0  # commits so far
+    versions: dict[str, int] = field(default_factory=dict)  # Delta table -> its current version
+    buckets: int = 1  # the tables' partitions: bucket = hash(run id) % buckets
+    runs: int = 0  # runs stored (what the bucket count follows)
 
     def to_json(self) -> str:
-        doc: dict[str, Any] = {
-            "store_version": STORE_VERSION,
-            "runs": [
-                {"id": r.id, "path": r.path, "hash": r.hash, **({"error": r.error} if r.error else {})}
-                for r in sorted(self.runs, key=lambda r: r.id)
-            ],
-            "tables": dict(sorted(self.tables.items())),
-        }
+        doc = {"store_version": STORE_VERSION, "generation": self.generation, "buckets": self.buckets,
+               "runs": self.runs, "versions": dict(sorted(self.versions.items()))}
         return json.dumps(doc, indent=1, sort_keys=True) + "\n"
 
 
 def read_manifest(store: Path) -> Manifest:
+    doc = _manifest_doc(store)
+    if not doc or doc["store_version"] == V1:
+        return Manifest()  # no store yet, or one of format 1 (migrated by Store)
+    try:
+        return Manifest(int(doc["generation"]), {k: int(v) for k, v in doc["versions"].items()}, int(doc["buckets"]),
+                        int(doc["runs"]))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise _not_a_manifest(store, exc) from exc
+
+
+def _manifest_doc(store: Path) -> dict[str, Any]:
+    """manifest.json as a dict ({} when there is none), of a format this version reads."""
     path = store / MANIFEST
     if not path.exists():
-        return Manifest()
+        return {}
     try:
         doc = json.loads(path.read_text())
-        runs = [StoredRun(r["id"], r["path"], r["hash"], r.get("error")) for r in doc["runs"]]
-        return Manifest(runs, dict(doc.get("tables", {})))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise InputError(f"not a fleet manifest ({exc})", path=str(path),
-                         hint="point -o at a new directory, or delete this one to rebuild the store") from exc
+        version = doc.get("store_version")
+    except (ValueError, AttributeError) as exc:
+        raise _not_a_manifest(store, exc) from exc
+    if version not in (V1, STORE_VERSION):
+        raise InputError(f"a fleet store of another toranalyze (format {version}, this one reads {STORE_VERSION})",
+                         path=str(path), hint="point -o at a new directory, or delete this one to rebuild it")
+    return dict(doc)
 
 
-def file_digest(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "blake2b").hexdigest()[:32]
+def _not_a_manifest(store: Path, exc: Exception) -> InputError:
+    return InputError(f"not a fleet manifest ({exc})", path=str(store / MANIFEST),
+                      hint="point -o at a new directory, or delete this one to rebuild the store")
+
+
+def bucket(run_id: str, buckets: int) -> int:
+    """The run's partition: stable across processes and versions (not Python's salted hash)."""
+    return int.from_bytes(hashlib.blake2b(run_id.encode(), digest_size=8).digest(), "big") % buckets
+
+
+def bucket_count(runs: int) -> int:
+    """The largest power of two that leaves at least RUNS_PER_BUCKET runs in each bucket (1 for a
+    small store), at most MAX_BUCKETS."""
+    n = 1
+    while n * 2 * RUNS_PER_BUCKET <= runs and n < MAX_BUCKETS:
+        n *= 2
+    return n
+
+
+# ---- atomic files (also used by ``analyze`` and the reports) ----
 
 
 def _umask() -> int:
@@ -114,93 +204,343 @@ def write_text(text: str, path: Path) -> bool:
     return True
 
 
-def part_dir(store: Path, run_hash: str) -> Path:
-    return store / PARTS / run_hash
+# ---- the store ----
 
 
-STATUS = "status.json"  # a part's error (if any) and the analysis' notes
+class Store:
+    """The fleet store at ``root``. Opening it heals what a crash left behind; ``record`` adds
+    batches of analysed runs; ``commit`` settles the set of runs; ``read`` gives a table."""
 
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        doc = _manifest_doc(root)
+        self.manifest = read_manifest(root)
+        self._runs: pl.DataFrame | None = None
+        self._tables: dict[str, DeltaTable] = {}  # loaded once per store object, updated by each commit
+        self.healed = self._heal()
+        if doc.get("store_version") == V1:
+            self._migrate(doc)
 
-def has_part(store: Path, run_hash: str) -> bool:
-    d = part_dir(store, run_hash)
-    return (d / STATUS).is_file() and all((d / f"{t}.parquet").is_file() for t in TABLES)
-
-
-def read_status(store: Path, run_hash: str) -> dict[str, Any]:
-    status: dict[str, Any] = json.loads((part_dir(store, run_hash) / STATUS).read_text())
-    return status
-
-
-def write_part(store: Path, run_hash: str, tables: RunTables, status: dict[str, Any],
-               pages: dict[str, str] | None = None) -> None:
-    """Write one run's tables, status and pages (file name -> HTML: its job report) as an
-    immutable part: a temporary directory renamed into place."""
-    final = part_dir(store, run_hash)
-    if has_part(store, run_hash):
-        return  # content-addressed: the same bytes are there already
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{run_hash}.", suffix=".tmp", dir=final.parent))
-    tmp.chmod(0o777 & ~_umask())  # mkdtemp makes 0700
-    try:
+    def _migrate(self, doc: Mapping[str, Any]) -> None:
+        """Bring a store of format 1 (one folder of Parquet files per run under runs/, merged
+        tables, a manifest listing the runs) into this one without analysing anything again: its
+        parts are moved aside (one rename), recorded in one commit, then deleted. A crash before
+        that commit leaves the format-1 manifest and the parts aside, and the next open starts over."""
+        parts, aside = self.root / RUNS, self.root / V1_PARTS
+        if parts.is_dir() and not (parts / "_delta_log").exists() and not aside.exists():
+            os.replace(parts, aside)
+        records = [_v1_record(aside / r["hash"], r) for r in doc.get("runs", [])
+                   if (aside / r["hash"] / "status.json").is_file()]
+        self.manifest.buckets = bucket_count(len(records))  # partitioned right away, not re-bucketed after
+        self.record(records)
+        shutil.rmtree(aside, ignore_errors=True)
         for t in TABLES:
-            tables.get(t).write_parquet(tmp / f"{t}.parquet", statistics=True)
-        for name, text in (pages or {}).items():
-            (tmp / name).write_text(text, encoding="utf-8")
-        (tmp / STATUS).write_text(json.dumps(status, indent=1, sort_keys=True) + "\n")
-        if final.exists():  # a leftover of a crash before this directory was complete
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            (self.root / f"{t}.parquet").unlink(missing_ok=True)
 
+    # -- reading --
 
-def read_part(store: Path, run_hash: str, table: str) -> pl.DataFrame:
-    return pl.read_parquet(part_dir(store, run_hash) / f"{table}.parquet")
+    def read(self, table: str) -> pl.DataFrame:
+        """A fleet table at the manifest's version, with its schema, sorted by run then its keys
+        (the same rows in the same order however the store was built)."""
+        frame = self._read_delta(table, SCHEMAS[table])
+        return frame.sort(["run", *SORT_KEYS[table]], nulls_last=True)
 
+    def read_tables(self) -> dict[str, pl.DataFrame]:
+        return {t: self.read(t) for t in TABLES}
 
-def merge(store: Path, runs: Sequence[StoredRun], table: str) -> pl.DataFrame:
-    """The merged table: every listed run's part, in run-id order."""
-    frames = [read_part(store, r.hash, table) for r in sorted(runs, key=lambda r: r.id)]
-    if not frames:
-        return pl.DataFrame(schema=SCHEMAS[table])
-    return pl.concat(frames, how="vertical")
+    def run_frame(self) -> pl.DataFrame:
+        """The runs table (RUNS_SCHEMA), read once per store object and kept up to date by commits."""
+        if self._runs is None:
+            self._runs = self._read_delta(RUNS, RUNS_SCHEMA)
+        return self._runs
 
+    def runs(self) -> dict[str, StoredRun]:
+        return {r["run"]: StoredRun(r["run"], r["path"], r["hash"], r["error"], tuple(r["notes"] or ()),
+                                    r["files_failed"] or 0, r["generation"])
+                for r in self.run_frame().drop("files").iter_rows(named=True)}
 
-def tables_current(store: Path, manifest: Manifest) -> bool:
-    """Do the merged tables on disk match the manifest's digests?"""
-    for t in TABLES:
-        path = store / f"{t}.parquet"
-        if t not in manifest.tables or not path.is_file() or file_digest(path) != manifest.tables[t]:
+    def hashes(self) -> set[str]:
+        """The content hashes stored: a run whose hash is here needs no analysis."""
+        return set(self.run_frame()["hash"])
+
+    def stamps(self) -> dict[str, FileStamp]:
+        """Each stored file's stamp by its path (the run's path joined with its name)."""
+        files = self.run_frame().select("path", "files").explode("files").drop_nulls("files").unnest("files")
+        return {storage.join(p, n): FileStamp(n, s, m, d) for p, n, s, m, d in
+                files.select("path", "name", "size", "mtime_ns", "digest").iter_rows()}
+
+    def _read_delta(self, name: str, schema: pl.Schema) -> pl.DataFrame:
+        version = self.manifest.versions.get(name)
+        if version is None:
+            return pl.DataFrame(schema=schema)
+        frame = pl.read_delta(str(self.root / name), version=version)
+        return frame.select(pl.col(c).cast(t) for c, t in schema.items())
+
+    # -- writing --
+
+    def record(self, batch: Sequence[RunRecord], drop: Collection[str] = ()) -> bool:
+        """Store a batch of runs: their pages, then one transaction per table that deletes the
+        rows of the batch's runs already stored (re-analysed) and of ``drop`` (runs gone) and adds
+        the batch's rows, then the manifest; then the upkeep (bucket count, compaction). Returns
+        whether anything was written."""
+        stored = self._stored_rows([*(r.id for r in batch), *drop])  # only these runs: one bucket per run
+        known = dict(zip(stored["run"], stored["hash"], strict=True))
+        gone = {r for r in drop if r in known}
+        if not batch and not gone:
             return False
-    return True
+        self.root.mkdir(parents=True, exist_ok=True)
+        marker = self.root / COMMITTING
+        write_text(f"{self.manifest.generation + 1}\n", marker)  # pages of an unfinished commit get swept
+        for r in batch:
+            self._write_pages(r)
+        m, ids = self.manifest, [r.id for r in batch]
+        new = Manifest(m.generation + 1, dict(m.versions), m.buckets, m.runs + len(set(ids) - set(known)) - len(gone))
+        analysed = [r for r in batch if r.tables is not None]
+        redo = {r.id for r in analysed if r.id in known} | gone
+        for t in TABLES:
+            rows = [r.tables.get(t) for r in analysed if r.tables is not None]
+            self._write(t, pl.concat(rows) if rows else pl.DataFrame(schema=SCHEMAS[t]), redo, new)
+        run_rows = _run_rows(batch, stored, new.generation)
+        self._write(RUNS, run_rows, {i for i in ids if i in known} | gone, new)
+        self._commit_manifest(new)
+        marker.unlink()
+        if self._runs is not None:
+            self._runs = pl.concat([self._runs.filter(~pl.col("run").is_in([*ids, *gone])), run_rows])
+        new_hashes = set(run_rows["hash"])
+        self._drop_pages(h for rid, h in known.items() if rid in gone or (rid in redo and h not in new_hashes))
+        if not self.rebucket():
+            self.compact()
+        return True
+
+    def _stored_rows(self, ids: Collection[str]) -> pl.DataFrame:
+        """The runs table's rows of these runs, reading only the files of their buckets."""
+        if self._runs is not None or not ids or RUNS not in self.manifest.versions:
+            return self.run_frame().filter(pl.col("run").is_in(list(ids)))
+        dt = self._table(RUNS)  # loaded once: the commit writes it next
+        version = self.manifest.versions[RUNS]
+        if dt.version() != version:
+            dt = DeltaTable(self.root / RUNS, version=version)
+        # Delta prunes the files by partition and statistics; this store writes no deletion
+        # vectors, so the files' rows are the table's.
+        files = dt.file_uris(file_pruning_predicate=_predicate(ids, self.manifest.buckets))
+        if not files:
+            return pl.DataFrame(schema=RUNS_SCHEMA)
+        found = pl.scan_parquet(files).filter(pl.col("run").is_in(list(ids)))
+        return found.select(pl.col(c).cast(t) for c, t in RUNS_SCHEMA.items()).collect()
+
+    def commit(self, current: Sequence[RunRecord]) -> bool:
+        """Settle the store on ``current`` (every run found, all of them recorded already): runs
+        no longer found are dropped, runs moved or whose files were touched get their path and
+        stamps updated. Writes nothing when nothing changed; returns whether it wrote."""
+        stored = {r["run"]: r for r in self.run_frame().iter_rows(named=True)}
+        ids = {r.id for r in current}
+        gone = [rid for rid in stored if rid not in ids]
+        moved = [r for r in current if r.id in stored and _row_changed(stored[r.id], r)]
+        for r in current:
+            if r.id not in stored or stored[r.id]["hash"] != r.hash:
+                raise InputError(f"run {r.id} was not recorded before the commit", path=str(self.root),
+                                 hint="record every analysed run before committing (a bug in the caller)")
+        return self.record([RunRecord(r.id, r.path, r.hash, None, files=r.files) for r in moved], drop=gone)
+
+    def compact(self, *, force: bool = False) -> bool:
+        """Merge the files of each bucket of each table that holds more than COMPACT_AT of them
+        (more than one with ``force``), record the new versions, then delete files no version
+        since RETENTION_HOURS needs. Returns whether anything was compacted."""
+        m = self.manifest
+        new = Manifest(m.generation, dict(m.versions), m.buckets, m.runs)
+        for name in m.versions:
+            dt = self._table(name)
+            counts = pl.DataFrame(dt.get_add_actions(flatten=True)).group_by("partition.bucket").len()
+            over = counts.filter(pl.col("len") > (1 if force else COMPACT_AT))["partition.bucket"]
+            if over.len():
+                dt.optimize.compact(partition_filters=[("bucket", "in", [str(b) for b in over])])
+                new.versions[name] = dt.version()
+        if new.versions == m.versions:
+            return False
+        self._settle(new)
+        return True
+
+    def rebucket(self, buckets: int | None = None) -> bool:
+        """Rewrite every table with ``buckets`` partitions (default: ``bucket_count`` of the runs
+        stored) when that is not the current count: one transaction per table, then the manifest.
+        Returns whether it rewrote."""
+        m = self.manifest
+        buckets = buckets or bucket_count(m.runs)
+        if buckets == m.buckets or not m.versions:
+            return False
+        new = Manifest(m.generation, dict(m.versions), buckets, m.runs)
+        for name in m.versions:
+            frame = pl.read_delta(str(self.root / name), version=m.versions[name]).drop("bucket")
+            dt = self._table(name)
+            write_deltalake(dt, _with_bucket(frame, buckets).to_arrow(), mode="overwrite", partition_by=["bucket"],
+                            commit_properties=CommitProperties(custom_metadata={"buckets": str(buckets)}))
+            new.versions[name] = dt.version()
+        self._settle(new)
+        return True
+
+    def files(self, table: str) -> int:
+        """How many data files the table's current version has (what compaction bounds)."""
+        if table not in self.manifest.versions:
+            return 0
+        return len(DeltaTable(self.root / table, version=self.manifest.versions[table]).file_uris())
+
+    def _write(self, name: str, rows: pl.DataFrame, redo: Collection[str], new: Manifest) -> None:
+        """One transaction on table ``name``: delete the rows of runs ``redo``, add ``rows``."""
+        exists = name in self.manifest.versions
+        if not redo and rows.is_empty() and exists:
+            return  # nothing to add or take away: the table keeps its version
+        path = self.root / name
+        data = _with_bucket(rows, new.buckets).to_arrow()
+        props = CommitProperties(custom_metadata={"generation": str(new.generation)})
+        if not exists:
+            write_deltalake(path, data, mode="append", partition_by=["bucket"], commit_properties=props,
+                            configuration=TABLE_CONFIG)
+            new.versions[name] = self._table(name).version()
+            return
+        dt = self._table(name)
+        if redo:
+            # The predicate names the new rows' runs too: Delta checks added rows against it.
+            where = _predicate({*redo, *rows["run"]}, new.buckets)
+            write_deltalake(dt, data, mode="overwrite", predicate=where, partition_by=["bucket"],
+                            commit_properties=props)
+        else:
+            write_deltalake(dt, data, mode="append", partition_by=["bucket"], commit_properties=props)
+        new.versions[name] = dt.version()
+
+    def _table(self, name: str) -> DeltaTable:
+        if name not in self._tables:
+            self._tables[name] = DeltaTable(self.root / name)
+        return self._tables[name]
+
+    def _settle(self, new: Manifest) -> None:
+        """After compacting or re-bucketing: the manifest, then files no longer needed deleted."""
+        self._commit_manifest(new)
+        self._vacuum()
+        vacuumed = {name: self._table(name).version() for name in new.versions}
+        if vacuumed != new.versions:  # vacuum commits too: name them, so the next open loads nothing
+            self._commit_manifest(Manifest(new.generation, vacuumed, new.buckets, new.runs))
+
+    def _commit_manifest(self, new: Manifest) -> None:
+        write_text(new.to_json(), self.root / MANIFEST)
+        self.manifest = new
+
+    def _vacuum(self) -> None:
+        for name in self.manifest.versions:
+            dt = self._table(name)
+            if dt.vacuum(RETENTION_HOURS, dry_run=True, enforce_retention_duration=False):
+                dt.vacuum(RETENTION_HOURS, dry_run=False, enforce_retention_duration=False)
+
+    # -- pages --
+
+    def page_dir(self, run_hash: str) -> Path:
+        return self.root / PARTS / run_hash
+
+    def _write_pages(self, r: RunRecord) -> None:
+        if not r.pages:
+            return
+        d = self.page_dir(r.hash)
+        d.mkdir(parents=True, exist_ok=True)
+        for name, text in r.pages.items():
+            write_text(text, d / name)
+
+    def _drop_pages(self, hashes: Iterable[str]) -> None:
+        for h in hashes:
+            shutil.rmtree(self.page_dir(h), ignore_errors=True)
+
+    def _sweep_pages(self) -> None:
+        """Delete pages of runs no longer stored (a crash between writing them and the manifest)."""
+        pages = self.root / PARTS
+        if pages.is_dir():
+            keep = self.hashes()
+            self._drop_pages(d.name for d in pages.iterdir() if d.name not in keep)
+        for f in self.root.glob(".*.tmp"):
+            f.unlink(missing_ok=True)
+
+    # -- healing --
+
+    def _heal(self) -> bool:
+        """Put every table back to the manifest's version when a crash left it ahead, and delete
+        tables a first commit created but never committed. Returns whether anything was healed."""
+        healed = False
+        versions = dict(self.manifest.versions)
+        for name in DELTA_TABLES:
+            path = self.root / name
+            want = self.manifest.versions.get(name)
+            if not (path / "_delta_log").is_dir():
+                if want is not None:
+                    raise InputError(f"the manifest names the table {name!r}, which is missing", path=str(path),
+                                     hint="delete the store (or point -o at a new directory) to rebuild it")
+                continue
+            if want is None:
+                shutil.rmtree(path)
+                healed = True
+                continue
+            if not (path / "_delta_log" / f"{want + 1:020d}.json").exists():
+                continue  # nothing committed after the manifest's version (one stat, no table loaded)
+            dt = self._table(name)
+            if _changed_since(dt, want):
+                dt.restore(want)
+            versions[name] = dt.version()  # the manifest's rows (restored), or them compacted or vacuumed
+            healed = True
+        if versions != self.manifest.versions:  # so that the next open finds nothing ahead
+            m = self.manifest
+            self._commit_manifest(Manifest(m.generation, versions, m.buckets, m.runs))
+        if healed or (self.root / COMMITTING).exists():
+            self._sweep_pages()
+            (self.root / COMMITTING).unlink(missing_ok=True)
+            healed = True
+        return healed
 
 
-def commit(store: Path, runs: Sequence[StoredRun], before: Manifest) -> tuple[Manifest, bool]:
-    """Merge the runs' parts into the four tables, write them, then the manifest, then drop parts
-    no longer listed. Returns the new manifest and whether anything was rewritten."""
-    new = Manifest(sorted(runs, key=lambda r: r.id), dict(before.tables))
-    same_runs = [(r.id, r.hash, r.path, r.error) for r in new.runs] == [
-        (r.id, r.hash, r.path, r.error) for r in sorted(before.runs, key=lambda r: r.id)
-    ]
-    if same_runs and tables_current(store, before):
-        return before, False
-    for t in TABLES:
-        path = store / f"{t}.parquet"
-        write_table(merge(store, new.runs, t), path)
-        new.tables[t] = file_digest(path)
-    write_text(new.to_json(), store / MANIFEST)
-    collect_garbage(store, new)
-    return new, True
+def _v1_record(part: Path, run: Mapping[str, Any]) -> RunRecord:
+    """A format-1 part as a record: its tables, status and pages (the job report's link moved
+    to where this format keeps it). No file stamps: the next run reads the files once."""
+    tables = RunTables(*(pl.read_parquet(part / f"{t}.parquet") for t in TABLES))
+    link = f"{PARTS}/{run['hash']}/report.html"
+    tables.jobs = tables.jobs.with_columns(
+        pl.when(pl.col("report").is_not_null()).then(pl.lit(link)).otherwise(None).alias("report"))
+    status = json.loads((part / "status.json").read_text())
+    pages = {f.name: f.read_text(encoding="utf-8") for f in sorted(part.glob("*.html"))}
+    return RunRecord(run["id"], run["path"], run["hash"], tables, status, pages)
 
 
-def collect_garbage(store: Path, manifest: Manifest) -> None:
-    """Delete parts and temporary files no manifest run points to."""
-    keep = {r.hash for r in manifest.runs}
-    parts = store / PARTS
-    if parts.is_dir():
-        for d in parts.iterdir():
-            if d.name not in keep:
-                shutil.rmtree(d, ignore_errors=True) if d.is_dir() else d.unlink(missing_ok=True)
-    for f in store.glob(".*.tmp"):
-        f.unlink(missing_ok=True)
+def _changed_since(dt: DeltaTable, version: int) -> bool:
+    """Whether a commit after ``version`` changed the table's rows."""
+    newer = dt.history(dt.version() - version)
+    return any(h.get("operation") not in NO_DATA_CHANGE for h in newer if h.get("version", version + 1) > version)
+
+
+def _with_bucket(frame: pl.DataFrame, buckets: int) -> pl.DataFrame:
+    of = {r: bucket(r, buckets) for r in frame["run"].unique()}
+    return frame.with_columns(pl.col("run").replace_strict(of, default=0, return_dtype=pl.Int32).alias("bucket"))
+
+
+def _sql(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _predicate(runs: Collection[str], buckets: int) -> str:
+    """Rows of these runs, with their buckets named so Delta prunes the other partitions."""
+    named = ", ".join(str(b) for b in sorted({bucket(r, buckets) for r in runs}))
+    return f"bucket IN ({named}) AND run IN ({', '.join(_sql(r) for r in sorted(runs))})"
+
+
+def _run_rows(batch: Sequence[RunRecord], stored: pl.DataFrame, generation: int) -> pl.DataFrame:
+    """The runs table's rows of the batch; a run with no tables keeps its stored status and generation."""
+    old = {r["run"]: r for r in stored.filter(pl.col("run").is_in([r.id for r in batch])).iter_rows(named=True)}
+    rows = []
+    for r in batch:
+        before = old.get(r.id, {})
+        status = r.status if r.tables is not None else before
+        rows.append({
+            "run": r.id, "path": r.path, "hash": r.hash, "error": status.get("error"),
+            "notes": list(status.get("notes") or ()), "files_failed": int(status.get("files_failed") or 0),
+            "files": [{"name": f.name, "size": f.size, "mtime_ns": f.mtime_ns, "digest": f.digest} for f in r.files],
+            "generation": generation if r.tables is not None else before.get("generation", generation),
+        })
+    return pl.DataFrame(rows, schema=RUNS_SCHEMA)
+
+
+def _row_changed(row: Mapping[str, Any], r: RunRecord) -> bool:
+    files = [(f.name, f.size, f.mtime_ns, f.digest) for f in r.files]
+    return row["path"] != r.path or [(f["name"], f["size"], f["mtime_ns"], f["digest"]) for f in row["files"]] != files

@@ -65,8 +65,8 @@ def _print_summary(s: FleetSummary, result: BuildResult, store_dir: str) -> None
 @click.argument("paths", nargs=-1, required=True)
 @click.option("-o", "--out", "out_dir", required=True, metavar="DIR|URL",
               help="Fleet store directory or object-store URL (created; updated in place on later runs).")
-@workers_options("Runs analysed in parallel, one worker process (or Ray CPU) each",
-                 "Where runs are analysed: local processes, or one Ray task per run")
+@workers_options("Batches of runs analysed in parallel, one worker process (or Ray CPU) each",
+                 "Where batches of runs are analysed: local processes, or Ray tasks")
 @run_options("Write no HTML reports (the fleet's nor each run's).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary; only errors and the report's path.")
 def fleet(paths: tuple[str, ...], out_dir: str, workers: Workers, options: RunOptions, quiet: bool) -> None:

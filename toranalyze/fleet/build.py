@@ -13,12 +13,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toranalyze import storage
 from toranalyze.errors import InputError
 from toranalyze.fleet import store
 from toranalyze.fleet.batch import BATCH_RUNS, analyze_batch, batches
 from toranalyze.fleet.pipeline import REPORT, RunOptions, RunOutcome, RunTask, options_salt
-from toranalyze.fleet.runs import FileStamp, Run, Stamps, find_runs, hash_run, run_files
+from toranalyze.fleet.runs import FileStamp, Run, Stamps, find_runs, hash_run
 from toranalyze.ingest.engine import map_ordered
 from toranalyze.ingest.pipeline import Workers
 
@@ -55,12 +54,12 @@ def _single_threaded_workers() -> Iterator[None]:
             os.environ["POLARS_MAX_THREADS"] = old
 
 
-def _analyze(tasks: Sequence[RunTask], workers: Workers) -> Iterator[RunOutcome]:
+def _analyze(tasks: Sequence[RunTask], workers: Workers, sizes: dict[str, int]) -> Iterator[RunOutcome]:
     """Every task's outcome, the runs analysed in batches (fleet/batch.py): one batch per task of a
     worker process or Ray task, as many batches as workers at least, so that all of them work."""
     jobs = max(1, workers.jobs)
     per = -(-len(tasks) // jobs) if jobs > 1 else len(tasks)  # (ceiling division)
-    work = batches(tasks, _sizes(tasks), max_runs=max(1, min(BATCH_RUNS, per)))
+    work = batches(tasks, sizes, max_runs=max(1, min(BATCH_RUNS, per)))
     if workers.engine != "local":
         # One Ray task per batch (engine.map_ordered); a local Ray instance started here inherits
         # the one-thread setting.
@@ -77,18 +76,6 @@ def _analyze(tasks: Sequence[RunTask], workers: Workers) -> Iterator[RunOutcome]
         futures = [pool.submit(analyze_batch, b) for b in work]
         for fut in as_completed(futures):
             yield from fut.result()
-
-
-def _sizes(tasks: Sequence[RunTask]) -> dict[str, int]:
-    """Run id -> bytes of its files (0 for what cannot be asked)."""
-    out: dict[str, int] = {}
-    for t in tasks:
-        total = 0
-        for path in run_files(t.run):
-            found = storage.stat(path)
-            total += found.size if found is not None else 0
-        out[t.run.id] = total
-    return out
 
 
 def build(paths: Sequence[str], out: Path, options: RunOptions | None = None, workers: Workers | None = None, *,
@@ -114,7 +101,8 @@ def build(paths: Sequence[str], out: Path, options: RunOptions | None = None, wo
                          warnings=[f"{e.where()}: {e.message}" + (f" — {e.hint}" if e.hint else "") for e in problems])
     batch: list[store.RunRecord] = []
     since = time.monotonic()
-    for i, outcome in enumerate(_analyze(todo, workers), 1):
+    sizes = {rid: sum(f.size for f in files) for rid, files in stamps.items()}
+    for i, outcome in enumerate(_analyze(todo, workers, sizes), 1):
         batch.append(_record(outcome, stamps[outcome.run.id]))
         if len(batch) >= RECORD_BATCH or time.monotonic() - since > RECORD_SECONDS:
             result.rewritten |= st.record(batch)

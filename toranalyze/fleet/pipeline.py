@@ -32,7 +32,7 @@ from toranalyze.reconstruct.skew import clock_skew
 from toranalyze.report.html import PLOTLY_JS
 from toranalyze.report.redact import redact_frames, redact_json, redact_strings, redact_text
 
-REPORT = "report.html"  # a run's job report, inside its part (runs/<part>/report.html)
+REPORT = "report.html"  # a run's job report in the store: reports/<content hash>/report.html
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
-"""One run, from its logs to every output: the one pipeline behind ``analyze``, each of
-``fleet``'s worker processes and its Ray tasks.
+"""One run, from its logs to every output: the one pipeline behind ``analyze`` and each run of
+``fleet`` (read alone, or its part of a batch of runs: fleet/batch.py).
 
-``analyze_run`` ingests a run, analyses it, builds its run tables and (optionally) renders its
-job report, with one frozen ``RunOptions`` the command line builds once. Secrets are redacted
+``analyze_run`` ingests a run, analyses it and hands both to ``run_products``, which builds its
+run tables and (optionally) renders its job report, with one frozen ``RunOptions`` the command
+line builds once; a fleet batch calls ``run_products`` with each run's part. Secrets are redacted
 here, at one point (``redact_outputs``), before anything is rendered or handed out to be
 written: every table, JSON document, report input and warning the run gives. It writes nothing
 and prints nothing: ``analyze`` writes the products to a folder, ``fleet`` into its store.

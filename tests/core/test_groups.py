@@ -90,3 +90,31 @@ def test_a_file_whose_events_cannot_be_classified_loses_only_its_own(
     assert by_name["node1.log"].events == 0
     assert by_name["node0.log"].events == by_name["node2.log"].events == 1
     assert sorted(Path(p).name for p in result.events["file"].to_list()) == ["node0.log", "node2.log"]
+
+
+def test_files_finished_in_one_query_are_those_finished_alone() -> None:
+    """finalize_files fills times, years, nodes and job ids within each file, as finalize_file."""
+    from toranalyze.ingest.parser_rows import empty_parsed
+
+    def rows(lines: list[tuple[int, str | None, bool, str | None]]) -> pl.DataFrame:
+        base = empty_parsed()
+        data = {"line": [n for n, *_ in lines],
+                "ts": [None if t is None else pl.Series([t]).str.strptime(pl.Datetime("us"))[0] for _, t, _, _ in lines],
+                "ts_year_known": [k for _, _, k, _ in lines], "job_id": [j for *_, j in lines],
+                "kind": ["info"] * len(lines), "severity": ["info"] * len(lines), "message": ["m"] * len(lines),
+                "ts_inferred": [False] * len(lines), "parser": ["p"] * len(lines), "source": ["kernel"] * len(lines)}
+        return pl.DataFrame(data).select(
+            [pl.col(c).cast(t) if c in data else pl.lit(None, t).alias(c) for c, t in base.schema.items()])
+
+    parts = [
+        (rows([(1, None, False, None), (2, "2023-12-31 23:59:00", True, "7"), (3, "2000-01-01 00:01:00", False, None)]),
+         InputFile("run/nodes/gpu-1/kern.log", 10, 1.7e9)),
+        (rows([(1, "2000-06-01 10:00:00", False, None), (2, None, False, "8"), (3, None, False, "9")]),
+         InputFile("run/b.log", 10, 1.6e9)),
+        (rows([]), InputFile("run/empty.log", 0, 1.6e9)),
+        (rows([(5, "2024-02-29 10:00:00", True, None), (4, None, False, None)]), InputFile("run/c.log", 10, 1.6e9)),
+    ]
+    options = IngestOptions()
+    together = pipeline.finalize_files(parts, options)
+    for (parsed, file), got in zip(parts, together, strict=True):
+        assert_frame_equal(got, pipeline.finalize_file(parsed, file, options))

@@ -85,11 +85,27 @@ def normalize_time(
     return lf
 
 
+def normalize_times(raw: pl.LazyFrame, by: str, *, tz: str = "UTC", year: int | None = None) -> pl.LazyFrame:
+    """``normalize_time`` of several files' rows at once, each file's rows (column ``by``) on
+    their own: the same rows as one call per file, in ``by`` then line order, in one query."""
+    lf = raw.sort(by, "line", maintain_order=True)
+    for step in _time_steps(tz, year, None, by):
+        lf = lf.with_columns(step)
+    return lf
+
+
+def _filled(x: pl.Expr, by: str | None) -> pl.Expr:
+    """``x`` filled forward then backward (within each ``by`` group)."""
+    filled = x.forward_fill().backward_fill()
+    return filled if by is None else filled.over(by)
+
+
 @lru_cache(maxsize=16)
-def _time_steps(tz: str, year: int | None, mtime_year: int | None) -> tuple[list[pl.Expr], ...]:
-    """normalize_time's ``with_columns`` steps, built once per setting (every file uses them)."""
+def _time_steps(tz: str, year: int | None, mtime_year: int | None, by: str | None = None) -> tuple[list[pl.Expr], ...]:
+    """normalize_time's ``with_columns`` steps, built once per setting (every file uses them);
+    with ``by``, the fills stay within each group of ``by`` (a file)."""
     known = pl.col("ts").is_not_null() & pl.col("ts_year_known")
-    anchor_year = pl.when(known).then(pl.col("ts").dt.year()).otherwise(None).forward_fill().backward_fill()
+    anchor_year = _filled(pl.when(known).then(pl.col("ts").dt.year()).otherwise(None), by)
     fallback_year = year if year is not None else mtime_year
     chosen = anchor_year if fallback_year is None else anchor_year.fill_null(fallback_year)
     if year is not None:
@@ -97,7 +113,7 @@ def _time_steps(tz: str, year: int | None, mtime_year: int | None) -> tuple[list
     needs_year = pl.col("ts").is_not_null() & ~pl.col("ts_year_known")
     with_year = pl.col("ts").dt.replace(year=chosen.cast(pl.Int32))
     # A yearless date far after the anchor's last dated record belongs to the previous year (Dec -> Jan).
-    anchor_ts = pl.when(known).then(pl.col("ts")).otherwise(None).forward_fill().backward_fill()
+    anchor_ts = _filled(pl.when(known).then(pl.col("ts")).otherwise(None), by)
     rolled = (
         pl.when(anchor_ts.is_not_null() & (with_year > anchor_ts + pl.duration(days=1)))
         .then(with_year.dt.offset_by("-1y"))
@@ -117,13 +133,13 @@ def _time_steps(tz: str, year: int | None, mtime_year: int | None) -> tuple[list
     zones = [
         pl.when(pl.col("ts_offset_s").is_not_null()).then(utc_stated).otherwise(utc_local).cast(UTC_US).alias("ts")
     ]
-    filled = pl.col("ts").forward_fill().backward_fill()
+    filled = _filled(pl.col("ts"), by)
     fills = [
         # A record with no clock of its own is flagged, placed from its neighbours or (a pasted
         # fragment with no clock at all) left null: it is still classified, just not on a timeline.
         (pl.col("ts_inferred") | pl.col("ts").is_null()).alias("ts_inferred"),
         filled.alias("ts"),
-        pl.col("_year_open").forward_fill().backward_fill().fill_null(False),
+        _filled(pl.col("_year_open"), by).fill_null(False),
     ]
     return years, zones, fills
 

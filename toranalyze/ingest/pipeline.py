@@ -14,6 +14,7 @@ from functools import partial
 from pathlib import Path, PurePath
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from toranalyze import storage
@@ -33,7 +34,13 @@ from toranalyze.ingest.classify import (
     load_rules,
     pair_key,
 )
-from toranalyze.ingest.clock import normalize_time, open_year_reference, open_years, resolve_open_years
+from toranalyze.ingest.clock import (
+    normalize_time,
+    normalize_times,
+    open_year_reference,
+    open_years,
+    resolve_open_years,
+)
 from toranalyze.ingest.derived import loss_spike_events
 from toranalyze.ingest.discover import InputFile, discover
 from toranalyze.ingest.engine import map_ordered
@@ -172,6 +179,38 @@ def _finish(lf: pl.LazyFrame, file: InputFile, job_ids: Sequence[str]) -> pl.Dat
     return lf.select(*_EVENT_CASTS, "_year_open", pl.lit(mtime_year).alias("_mtime_year")).collect()
 
 
+def finalize_files(parts: Sequence[tuple[pl.DataFrame, InputFile]], options: IngestOptions) -> list[pl.DataFrame]:
+    """``finalize_file`` of several files in one query (a query's fixed cost, not the rows, is most
+    of what a small file costs): the same rows, one frame per file, in order."""
+    if len(parts) < 2:
+        return [finalize_file(parsed, file, options) for parsed, file in parts]
+    frames = [parsed for parsed, _ in parts]
+    fid = np.repeat(np.arange(len(parts), dtype=np.uint32), [f.height for f in frames])
+    rows = pl.concat(frames, how="vertical").with_columns(pl.Series("_fid", fid))
+    meta = pl.DataFrame({
+        "_fid": pl.Series(range(len(parts)), dtype=pl.UInt32),
+        "_file": [file.path for _, file in parts],
+        "_node": [node_from_path(file.path) for _, file in parts],
+        "_job": [_sole_job(parsed) for parsed, _ in parts],
+        "_mtime_year": pl.Series([dt.datetime.fromtimestamp(file.mtime, dt.UTC).year for _, file in parts],
+                                 dtype=pl.Int32),
+    })
+    lf = normalize_times(rows.lazy(), "_fid", tz=options.tz, year=options.year).join(
+        meta.lazy(), on="_fid", how="left", maintain_order="left")
+    lf = lf.with_columns(pl.col("_file").alias("file"), pl.coalesce("node", "_node").alias("node"),
+                         pl.coalesce("job_id", "_job").alias("job_id")).with_columns(_NO_CLASS)
+    done = lf.select(*_EVENT_CASTS, "_year_open", "_mtime_year", "_fid").collect()
+    by_file = done.partition_by("_fid", as_dict=True, include_key=False, maintain_order=True)
+    empty = done.clear().drop("_fid")
+    return [by_file.get((i,), empty) for i in range(len(parts))]
+
+
+def _sole_job(parsed: pl.DataFrame) -> str | None:
+    """The job a file's rows name when they name exactly one (a Slurm .out, a pod log)."""
+    ids = parsed["job_id"].drop_nulls().unique()
+    return ids[0] if ids.len() == 1 else None
+
+
 # Built once: every file's rows are finished with them.
 _NO_CLASS = (pl.lit(None, pl.String).alias("failure_class"), pl.lit(None, pl.String).alias("rule"))
 _EVENT_CASTS = tuple(pl.col(c).cast(t) for c, t in EVENT_SCHEMA.items())
@@ -298,10 +337,11 @@ _Read = tuple[pl.DataFrame | None, FileReport]  # a file's events (None: nothing
 
 def _read_group(files: Sequence[InputFile], registry: Registry, options: IngestOptions) -> list[_Read]:
     """``_read_file`` of each file, the text files chosen the same parsers read as one batch
-    (``read_text_batch``). If a batch fails, its files are read one by one: only a file at
-    fault loses its events."""
+    (``read_text_batch``) and every file's rows finished in one query (``finalize_files``). If a
+    batch fails, its files are read one by one: only a file at fault loses its events."""
     out: list[_Read] = []
     batches: dict[tuple[int, ...], tuple[list[Any], list[int]]] = {}
+    parsed: list[tuple[int, pl.DataFrame]] = []  # (file, its rows before finalize_file)
     for file in files:
         report = FileReport(file.path)
         try:
@@ -311,18 +351,40 @@ def _read_group(files: Sequence[InputFile], registry: Registry, options: IngestO
             document, parsers = False, []
         if parsers and not document:
             batches.setdefault(tuple(map(id, parsers)), (parsers, []))[1].append(len(out))
-            out.append((None, report))  # filled below, with its batch
-        else:
-            out.append(_read_opened(file, parsers, options, report))
+        elif parsers and (rows := _document_rows(file, parsers[0], report)) is not None:
+            parsed.append((len(out), rows))
+        out.append((None, report))  # filled below
     for parsers, at in batches.values():
         try:
             results = read_text_batch([files[i].path for i in at], parsers, vocab=_vocabulary(options))
-            for i, result in zip(at, results, strict=True):
-                out[i] = (_text(result, files[i], options, out[i][1]), out[i][1])
         except FAULTS:
             for i in at:
                 out[i] = _read_file(files[i], registry, options)
+            continue
+        for i, result in zip(at, results, strict=True):
+            _note_text(out[i][1], result.lines, result.covered, result.parsers, result.warnings)
+            parsed.append((i, result.events))
+    _finish_all(sorted(parsed, key=lambda p: p[0]), files, out, options)
     return out
+
+
+def _finish_all(parsed: list[tuple[int, pl.DataFrame]], files: Sequence[InputFile], out: list[_Read],
+                options: IngestOptions) -> None:
+    """Each file's rows finished into its events in ``out``, all in one query; if that fails,
+    file by file (a file whose rows fail reports why and gives none)."""
+    try:
+        done: list[pl.DataFrame] | None = finalize_files([(rows, files[i]) for i, rows in parsed], options)
+    except FAULTS:
+        done = None
+    for k, (i, rows) in enumerate(parsed):
+        report = out[i][1]
+        try:
+            events = done[k] if done is not None else finalize_file(rows, files[i], options)
+        except FAULTS as exc:
+            _failed(report, exc)
+            continue
+        report.events = events.height
+        out[i] = (events, report)
 
 
 def _read_opened(file: InputFile, parsers: list[Any], options: IngestOptions, report: FileReport) -> _Read:
@@ -339,11 +401,26 @@ def _read_opened(file: InputFile, parsers: list[Any], options: IngestOptions, re
 def _document(file: InputFile, parser: Any, options: IngestOptions, report: FileReport) -> pl.DataFrame:
     """The events of a file one parser reads whole (documents are small: read in one go)."""
     result = read_document_events(file.path, parser)
-    report.lines, report.covered = result.lines, result.covered
-    report.warnings.extend(result.warnings)
+    _note_document(report, result)
     events = finalize_file(result.events, file, options)
     report.events = events.height
     return events
+
+
+def _document_rows(file: InputFile, parser: Any, report: FileReport) -> pl.DataFrame | None:
+    """A document's rows before ``finalize_file``; None when its parser failed (``report`` says why)."""
+    try:
+        result = read_document_events(file.path, parser)
+    except FAULTS as exc:
+        _failed(report, exc)
+        return None
+    _note_document(report, result)
+    return result.events
+
+
+def _note_document(report: FileReport, result: FileResult) -> None:
+    report.lines, report.covered = result.lines, result.covered
+    report.warnings.extend(result.warnings)
 
 
 _TIME_COLUMNS = ("line", "ts", "ts_offset_s", "ts_year_known", "ts_inferred")

@@ -35,10 +35,12 @@ class Run:
 
 def _log_files(d: Path, skip: frozenset[Path], problems: list[InputError]) -> list[str]:
     out = []
+    real_root = Path(os.path.realpath(d))
     for dirpath, dirnames, filenames in os.walk(d, onerror=lambda e: problems.append(folder_error(e))):
-        dirnames[:] = sorted(
-            x for x in dirnames if not x.startswith(".") and Path(os.path.realpath(Path(dirpath) / x)) not in skip
-        )
+        # The walk follows no symlink, so a folder's real path is the root's plus its path below
+        # the root: no system call per folder.
+        real_here = real_root / os.path.relpath(dirpath, d)
+        dirnames[:] = sorted(x for x in dirnames if not x.startswith(".") and real_here / x not in skip)
         for name in sorted(filenames):
             p = Path(dirpath) / name
             if wanted(p) and _readable(p, problems):

@@ -80,14 +80,15 @@ def _analyze(tasks: Sequence[RunTask], workers: Workers, sizes: dict[str, int]) 
 
 def build(paths: Sequence[str], out: Path, options: RunOptions | None = None, workers: Workers | None = None, *,
           progress: Progress | None = None, skip: Sequence[str] = ()) -> BuildResult:
-    """Update the store at ``out`` from the runs under ``paths``, each analysed by
-    ``pipeline.analyze_run`` with ``options``. Analysed runs are committed to the store in
-    batches (RECORD_BATCH, RECORD_SECONDS), so an interrupted build keeps its committed batches.
+    """Update the store at ``out`` from the runs under ``paths``, each given what
+    ``pipeline.analyze_run`` gives it with ``options``. Analysed runs are committed to the store in
+    groups (RECORD_BATCH, RECORD_SECONDS), so an interrupted build keeps its committed groups.
 
-    Runs are analysed one per worker process (``workers.engine="local"``, ``workers.jobs`` of
-    them) or as Ray tasks (``"ray"``, on the cluster at ``workers.address`` or a local one with
-    ``jobs`` CPUs); the store is the same either way. ``skip``: more folders or prefixes never
-    searched for runs (the store's URL when ``out`` is its local copy)."""
+    Runs are analysed in batches (fleet/batch.py), a batch per worker process
+    (``workers.engine="local"``, ``workers.jobs`` of them) or per Ray task (``"ray"``, on the
+    cluster at ``workers.address`` or a local one with ``jobs`` CPUs); the store is the same
+    either way. ``skip``: more folders or prefixes never searched for runs (the store's URL when
+    ``out`` is its local copy)."""
     options, workers = options or RunOptions(), workers or Workers()
     out.mkdir(parents=True, exist_ok=True)
     problems: list[InputError] = []

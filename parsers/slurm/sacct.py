@@ -213,26 +213,30 @@ def _events(cells: pl.DataFrame) -> pl.LazyFrame:
         _col("restarts", have).cast(pl.Int32, strict=False).alias("attempt"),
         pl.col("_message").alias("message"),
     ]
-    is_step = jobid.str.contains(r"\.")
+    # Every cell is read once, in one query; the three kinds of row then only pick rows and columns
+    # (a small dump costs its queries, not its rows).
+    times = [e.alias(f"_{part}_{cell}") for cell in ("submit", "start", "end")
+             for part, e in zip(("ts", "yk"), _time(_col(cell, have)), strict=True)]
+    read = cells.select(
+        *common, *times, state.alias("_state"), jobid.str.contains(r"\.").alias("_is_step"),
+        elapsed.alias("duration_s"), _col("exitcode", have).str.extract(r"^(-?\d+)", 1).alias("code"),
+    ).lazy()
+    names = [e.meta.output_name() for e in common]
     frames = []
     # Submit and start rows carry the state the job entered then; the end row the final state.
     for kind, cell, when, row_state in (
-        ("job_submit", "submit", ~is_step, pl.lit("PENDING")),
+        ("job_submit", "submit", ~pl.col("_is_step"), pl.lit("PENDING")),
         ("job_start", "start", state != "PENDING", pl.lit("RUNNING")),
         ("job_end", "end", state.is_in(TERMINAL), state),
     ):
-        ts, year_known = _time(_col(cell, have))
+        ts = pl.col(f"_ts_{cell}")
         # A table without an End column still tells how each job ended: keep the row, time unknown.
         dated = ts.is_not_null() | pl.lit(kind == "job_end" and "end" not in have)
         severity = state_severity(state) if kind == "job_end" else pl.lit("info")
-        exit_code = _col("exitcode", have).str.extract(r"^(-?\d+)", 1)
-        extra = [elapsed.alias("duration_s"), exit_code.alias("code")] if kind == "job_end" else []
-        extra.append(row_state.alias("state"))
+        extra = ["duration_s", "code"] if kind == "job_end" else []
         frames.append(
-            cells.lazy()
-            .filter(when.fill_null(False) & dated)
-            .select(
-                *common, *extra, ts.alias("ts"), year_known.alias("ts_year_known"),
+            read.filter(when.fill_null(False) & dated).select(
+                *names, *extra, row_state.alias("state"), ts.alias("ts"), pl.col(f"_yk_{cell}").alias("ts_year_known"),
                 pl.lit(kind).alias("kind"), severity.alias("severity"),
             )
         )

@@ -160,21 +160,30 @@ def node_from_path(path: str) -> str | None:
 
 def finalize_file(parsed: pl.DataFrame, file: InputFile, options: IngestOptions) -> pl.DataFrame:
     """RAW rows of one file -> EVENT_SCHEMA rows (unclassified): UTC time, file, node and job fills."""
-    job_ids = parsed["job_id"].drop_nulls().unique().to_list()
-    return _finish(normalize_time(parsed.lazy(), tz=options.tz, year=options.year), file, job_ids)
+    return _finish(normalize_time(parsed.lazy(), tz=options.tz, year=options.year), file, _job_ids(parsed))
+
+
+def _job_ids(parsed: pl.DataFrame) -> list[str]:
+    return parsed["job_id"].drop_nulls().unique().to_list()
+
+
+def _file_facts(file: InputFile, job_ids: Sequence[str]) -> tuple[str, str | None, str | None, int]:
+    """What a file's rows are filled with: its path, the node the path names, the job when the
+    file names exactly one (a Slurm .out, a pod log; ``job_ids``: every job the whole file names),
+    and its modification year (for open years)."""
+    job = job_ids[0] if len(job_ids) == 1 else None
+    return file.path, node_from_path(file.path), job, dt.datetime.fromtimestamp(file.mtime, dt.UTC).year
 
 
 def _finish(lf: pl.LazyFrame, file: InputFile, job_ids: Sequence[str]) -> pl.DataFrame:
     """Rows with settled times -> EVENT_SCHEMA (+ ``_year_open``, ``_mtime_year``): file, node and
-    job fills (``job_ids``: every job the whole file names)."""
-    mtime_year = dt.datetime.fromtimestamp(file.mtime, dt.UTC).year
-    path_node = node_from_path(file.path)
-    fills = [pl.lit(file.path).alias("file")]
+    job fills (``_file_facts``)."""
+    path, path_node, job, mtime_year = _file_facts(file, job_ids)
+    fills = [pl.lit(path).alias("file")]
     if path_node is not None:
         fills.append(pl.col("node").fill_null(path_node))
-    if len(job_ids) == 1:
-        # A file that names exactly one job belongs to it (a Slurm .out, a pod log).
-        fills.append(pl.col("job_id").fill_null(job_ids[0]))
+    if job is not None:
+        fills.append(pl.col("job_id").fill_null(job))
     lf = lf.with_columns(fills).with_columns(_NO_CLASS)
     return lf.select(*_EVENT_CASTS, "_year_open", pl.lit(mtime_year).alias("_mtime_year")).collect()
 
@@ -187,14 +196,9 @@ def finalize_files(parts: Sequence[tuple[pl.DataFrame, InputFile]], options: Ing
     frames = [parsed for parsed, _ in parts]
     fid = np.repeat(np.arange(len(parts), dtype=np.uint32), [f.height for f in frames])
     rows = pl.concat(frames, how="vertical").with_columns(pl.Series("_fid", fid))
-    meta = pl.DataFrame({
-        "_fid": pl.Series(range(len(parts)), dtype=pl.UInt32),
-        "_file": [file.path for _, file in parts],
-        "_node": [node_from_path(file.path) for _, file in parts],
-        "_job": [_sole_job(parsed) for parsed, _ in parts],
-        "_mtime_year": pl.Series([dt.datetime.fromtimestamp(file.mtime, dt.UTC).year for _, file in parts],
-                                 dtype=pl.Int32),
-    })
+    facts = [_file_facts(file, _job_ids(parsed)) for parsed, file in parts]
+    meta = pl.DataFrame(facts, schema={"_file": pl.String, "_node": pl.String, "_job": pl.String,
+                                       "_mtime_year": pl.Int32}, orient="row").with_row_index("_fid")
     lf = normalize_times(rows.lazy(), "_fid", tz=options.tz, year=options.year).join(
         meta.lazy(), on="_fid", how="left", maintain_order="left")
     lf = lf.with_columns(pl.col("_file").alias("file"), pl.coalesce("node", "_node").alias("node"),
@@ -203,12 +207,6 @@ def finalize_files(parts: Sequence[tuple[pl.DataFrame, InputFile]], options: Ing
     by_file = done.partition_by("_fid", as_dict=True, include_key=False, maintain_order=True)
     empty = done.clear().drop("_fid")
     return [by_file.get((i,), empty) for i in range(len(parts))]
-
-
-def _sole_job(parsed: pl.DataFrame) -> str | None:
-    """The job a file's rows name when they name exactly one (a Slurm .out, a pod log)."""
-    ids = parsed["job_id"].drop_nulls().unique()
-    return ids[0] if ids.len() == 1 else None
 
 
 # Built once: every file's rows are finished with them.

@@ -36,8 +36,10 @@ class Opened:
 
 
 def open_report(path: Path, screenshot: Path | None = None, timeout_s: float = 60.0,
-                check: Any = None) -> tuple[Opened, Any]:
-    """Load ``path`` from file://, wait until every figure is drawn; ``check(page)`` runs before closing."""
+                check: Any = None, viewport: tuple[int, int] = (1300, 900), full_page: bool = True,
+                ) -> tuple[Opened, Any]:
+    """Load ``path`` from file://, wait until every figure is drawn; ``check(page)`` runs before closing.
+    The screenshot is of the whole page, or with ``full_page=False`` of the viewport alone."""
     from playwright.sync_api import sync_playwright
 
     exe = chromium_path()
@@ -46,7 +48,7 @@ def open_report(path: Path, screenshot: Path | None = None, timeout_s: float = 6
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
         try:
-            page = browser.new_page(viewport={"width": 1300, "height": 900})
+            page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
             errors: list[str] = []
             page_errors: list[str] = []
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
@@ -65,7 +67,7 @@ def open_report(path: Path, screenshot: Path | None = None, timeout_s: float = 6
             extra = check(page) if check else None
             if screenshot is not None:
                 screenshot.parent.mkdir(parents=True, exist_ok=True)
-                page.screenshot(path=str(screenshot), full_page=True)
+                page.screenshot(path=str(screenshot), full_page=full_page)
         finally:
             browser.close()
     return Opened(elapsed, state["figures"], state["total"], state["rendered"], errors, page_errors,

@@ -191,6 +191,11 @@ def scroll_box(inner: str, rows: int) -> str:
     return f'<div class="scroll{" lazy" if rows > 40 else ""}">{inner}</div>'
 
 
+def long_table(inner: str, rows: int) -> str:
+    """A table shown whole (no scroll box: nothing hidden inside it), laid out lazily when long."""
+    return f'<div class="whole{" lazy" if rows > 40 else ""}">{inner}</div>'
+
+
 def cards(items: Sequence[tuple[str, str]]) -> str:
     """Header numbers: (label, value) pairs, escaped here."""
     inner = "".join(f'<div class="card"><div class="k">{esc(k)}</div><div class="v" data-key="{esc(k)}">{esc(v)}'

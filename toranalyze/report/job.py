@@ -20,9 +20,10 @@ from toranalyze.reconstruct.analysis import Analysis
 from toranalyze.reconstruct.skew import ClockSkew
 from toranalyze.reconstruct.tables import BUCKETS
 from toranalyze.report import figures
-from toranalyze.report.html import PLOTLY_JS, Page, cards, clip_times, esc, fmt_duration, scroll_box, table
+from toranalyze.report.html import PLOTLY_JS, Page, cards, clip_times, esc, fmt_duration, long_table, scroll_box, table
 
 EVIDENCE_SHOWN = 3
+FIRST_INCIDENTS = 10  # listed under the header; the rest below the figures
 MAX_INCIDENT_ROWS = 2000
 SKEW_ROWS = 20
 
@@ -128,6 +129,8 @@ def _job_section(page: Page, i: int, row: dict[str, Any], frames: JobFrames) -> 
         page.add('<p class="warn">No log states this job\'s size (an allocation, a world size, a GPU limit): '
                  "its GPU-hours and lost GPU-hours are unknown, and a fleet counts its running time as 0 GPU-hours. "
                  "Add the scheduler's accounting or the launcher's output to the inputs.</p>")
+    lines = _evidence_by_incident(incidents, events) if incidents.height else {}
+    _what_happened(page, i, incidents, lines, row.get("path"))
     page.add("<h3>Where the time went</h3>")
     page.figure(figures.ledger_bar(row, BUCKETS), height=170)
     rows = [(esc(b), fmt_duration(row.get(f"{b}_s")),
@@ -141,11 +144,10 @@ def _job_section(page: Page, i: int, row: dict[str, Any], frames: JobFrames) -> 
         page.add("<h3>Step time, slow periods and their suspect node</h3>")
         page.figure(figures.step_time(prog, slow, row.get("ideal_step_time_s")), height=320)
     if incidents.height:
-        page.add("<h3>Incidents</h3>")
+        page.add(f'<h3 id="incidents-{i}">Incidents in detail: cost per root cause, phases, symptoms, reasons '
+                 "and every evidence line</h3>")
         page.figure(figures.cost_by_cause(incidents), height=280)
-        page.add(_incident_table(incidents, events, row.get("path")))
-    else:
-        page.add('<p class="note">No incidents.</p>')
+        page.add(_incident_table(incidents, lines, row.get("path")))
     if slow.height:
         page.add("<h3>Slow periods</h3>")
         srows = [(esc(_when(s["start"])), fmt_duration((s["end"] - s["start"]).total_seconds()),
@@ -180,25 +182,61 @@ def evidence_lines(incidents: pl.DataFrame, events: pl.DataFrame) -> pl.DataFram
         "incident", pl.col("evidence").alias("ref"), pl.col("message").alias("text"))
 
 
-def _incident_table(incidents: pl.DataFrame, events: pl.DataFrame, root: str | None) -> str:
-    lines = evidence_lines(incidents, events)
-    by_inc: dict[int, list[tuple[str, str | None]]] = {}
-    for inc, ref, text in lines.iter_rows():
+Evidence = dict[int, list[tuple[str, str | None]]]
+
+
+def _evidence_by_incident(incidents: pl.DataFrame, events: pl.DataFrame) -> Evidence:
+    """Each incident's evidence as (``file:line``, the record's text), in the incident's order."""
+    by_inc: Evidence = {}
+    for inc, ref, text in evidence_lines(incidents, events).iter_rows():
         by_inc.setdefault(inc, []).append((ref, text))
+    return by_inc
+
+
+def _evidence_item(ref: str, text: str | None, root: str | None) -> str:
+    return f'<div class="ev"><span class="loc">{esc(rel_path(ref, root))}</span> {esc(text or "")}</div>'
+
+
+def _cause(r: dict[str, Any]) -> str:
+    return esc(r["root_cause"]) + (' <span class="badge planned">planned</span>' if r["planned"] else "")
+
+
+def _what_happened(page: Page, i: int, incidents: pl.DataFrame, lines: Evidence, root: str | None) -> None:
+    """The incidents first, right under the header: what most readers open the page for. The
+    first ``FIRST_INCIDENTS`` with their first evidence line in full; the rest, and every
+    detail, in the table below the figures."""
+    if not incidents.height:
+        page.add('<p class="note">No incidents.</p>')
+        return
+    page.add("<h3>What happened: the incidents</h3>")
+    rows = []
+    for r in incidents.sort("incident").head(FIRST_INCIDENTS).iter_rows(named=True):
+        ev = lines.get(r["incident"], [])
+        rows.append((str(r["incident"] + 1), esc(_when(r["t_last_progress"] or r["t_detected"])), _cause(r),
+                     esc(", ".join(r["nodes"] or []) or "-"), fmt_duration(r["downtime_s"]),
+                     "-" if r["lost_steps"] is None else esc(r["lost_steps"]),
+                     _evidence_item(*ev[0], root) if ev else "-"))
+    page.add(table(["#", "when (UTC)", "root cause", "nodes", "downtime", "lost steps", "first evidence line"],
+                   rows, [True, False, False, False, True, True, False], cls="t incidents"))
+    rest = incidents.height - len(rows)
+    page.add(f'<p class="note">{f"{rest} more incidents, and " if rest > 0 else ""}'
+             f'phases, symptoms, reasons and every evidence line: <a href="#incidents-{i}">incidents in detail</a>'
+             "</p>")
+
+
+def _incident_table(incidents: pl.DataFrame, lines: Evidence, root: str | None) -> str:
     rows = []
     shown = incidents.sort("incident").head(MAX_INCIDENT_ROWS)
     for r in shown.iter_rows(named=True):
         phases = "<br>".join(f"{esc(label)} {esc(_when(r[col])[11:])}" for col, label, _, _ in figures.PHASES
                              if r[col] is not None)
-        ev = by_inc.get(r["incident"], [])
-        items = [f'<div class="ev"><span class="loc">{esc(rel_path(ref, root))}</span> {esc(text or "")}</div>'
-                 for ref, text in ev]
+        items = [_evidence_item(ref, text, root) for ref, text in lines.get(r["incident"], [])]
         evidence = "".join(items[:EVIDENCE_SHOWN])
         if len(items) > EVIDENCE_SHOWN:
-            evidence += f"<details><summary>{len(items) - EVIDENCE_SHOWN} more</summary>{''.join(items[3:])}</details>"
-        cause = esc(r["root_cause"]) + (' <span class="badge planned">planned</span>' if r["planned"] else "")
+            evidence += (f"<details><summary>{len(items) - EVIDENCE_SHOWN} more</summary>"
+                         f"{''.join(items[EVIDENCE_SHOWN:])}</details>")
         rows.append((
-            str(r["incident"] + 1), esc(_when(r["t_last_progress"] or r["t_detected"])), cause,
+            str(r["incident"] + 1), esc(_when(r["t_last_progress"] or r["t_detected"])), _cause(r),
             esc(", ".join(r["nodes"] or []) or "-"), phases or "-",
             "-" if r["lost_steps"] is None else esc(r["lost_steps"]), fmt_duration(r["downtime_s"]),
             esc(", ".join(r["symptoms"] or []) or "-"),
@@ -207,10 +245,11 @@ def _incident_table(incidents: pl.DataFrame, events: pl.DataFrame, root: str | N
     more = ("" if incidents.height <= MAX_INCIDENT_ROWS else
             f'<p class="note">first {MAX_INCIDENT_ROWS} of {incidents.height} incidents shown; '
             "all are in incidents.parquet</p>")
-    return scroll_box(table(
+    return long_table(table(
         ["#", "when (UTC)", "root cause", "nodes", "phases (UTC)", "lost steps", "downtime", "symptoms",
          "confidence and reason", "evidence"], rows,
-        [True, False, False, False, False, True, True, False, False, False], cls="t incidents"), len(rows)) + more
+        [True, False, False, False, False, True, True, False, False, False], cls="t incident-details"),
+        len(rows)) + more
 
 
 def _data_quality(page: Page, events: pl.DataFrame, summary: dict[str, Any], shapes: pl.DataFrame | None,

@@ -9,6 +9,7 @@ as artifacts (``$REPORT_ARTIFACTS`` or the test's temporary folder).
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,9 @@ import pytest
 
 from toranalyze.reconstruct.skew import clock_offsets, clock_skew, skewed
 from toranalyze.report.browser import chromium_path, open_report
-from toranalyze.report.fleet import render_fleet_report
+from toranalyze.report.fleet import MTBF_POINTS, NO_FAILURE, fmt_num, render_fleet_report
 from toranalyze.report.html import write_plotly_js
-from toranalyze.report.job import JobReportInput, render_job_report
+from toranalyze.report.job import JobReportInput, evidence_lines, rel_path, render_job_report
 
 from .conftest import HOSTILE_JOB, HOSTILE_NODE, Run, redacted_input
 from .fleet_helper import fleet_tables, replicate
@@ -103,6 +104,40 @@ def test_hostile_text_shows_as_text_and_runs_nothing(hostile_run: Run, tmp_path:
     assert "hunter2secret" not in seen["text"] and "[REDACTED]" in seen["text"]
 
 
+FOLD = (1366, 768)  # a common laptop screen: what shows before any scrolling
+
+# Where the incidents table and its first row sit, the first row's evidence text, and whether any
+# box around that text clips it (a scroll box, a height limit) or hides its overflow.
+_FIRST_INCIDENT = """() => {
+  const t = document.querySelector('table.incidents'), row = t.querySelector('tbody tr');
+  const ev = row.querySelector('td:last-child .ev');
+  const clipped = [];
+  for (let n = ev; n && n !== document.body; n = n.parentElement) {
+    const s = getComputedStyle(n);
+    if (s.overflowY !== 'visible' || s.maxHeight !== 'none' || n.scrollHeight > n.clientHeight + 1) {
+      clipped.push(n.tagName + '.' + n.className);
+    }
+  }
+  return {top: t.getBoundingClientRect().top, rowBottom: row.getBoundingClientRect().bottom,
+          evBottom: ev.getBoundingClientRect().bottom, text: ev.innerText, clipped: clipped,
+          scrolled: window.scrollY};
+}"""
+
+
+def test_job_report_shows_its_incidents_with_their_evidence_above_the_fold(sample_run: Run, tmp_path: Path,
+                                                                           artifacts: Path) -> None:
+    an = sample_run.analysis
+    path = _write(tmp_path / "fold", render_job_report(JobReportInput(an, sample_run.events, sample_run.summary,
+                                                                        clock_skew=clock_skew(sample_run.events))))
+    opened, seen = open_report(path, artifacts / "job-report-fold.png", check=lambda p: p.evaluate(_FIRST_INCIDENT),
+                               viewport=FOLD, full_page=False)
+    _assert_clean(opened)
+    first = evidence_lines(an.incidents, sample_run.events).row(0, named=True)
+    assert seen["scrolled"] == 0 and 0 <= seen["top"] < seen["rowBottom"] <= FOLD[1]
+    assert seen["evBottom"] <= seen["rowBottom"] and seen["clipped"] == []
+    assert seen["text"] == f"{rel_path(first['ref'], str(an.tor['path'][0]))} {first['text']}"  # whole
+
+
 @pytest.fixture(scope="module")
 def fleet_tables_sample(both_samples: Run) -> tuple[pl.DataFrame, ...]:
     base = fleet_tables(both_samples.analysis, both_samples.events, str(Path(both_samples.summary["per_file"][0]["path"])
@@ -128,6 +163,56 @@ def test_fleet_report_draws_and_shows_the_tables_numbers(fleet_tables_sample: tu
     assert seen["median TOR"] == f"{jobs['tor'].median():.4f}"
 
 
+# The numbers the fleet page's figures hold, as plotly has them, and the cells of its tables.
+_FLEET_NUMBERS = """() => {
+  const cells = cls => Array.from(document.querySelectorAll('table.' + cls + ' tbody tr')).map(
+    r => Array.from(r.querySelectorAll('td')).map(c => c.textContent.trim()));
+  const figOf = name => Array.from(document.querySelectorAll('div.fig')).find(
+    d => (d.data || []).some(t => t.name === name));
+  const trace = (d, pick) => { const t = d.data.find(pick);
+    return t ? {name: t.name, x: Array.from(t.x), y: Array.from(t.y)} : null; };
+  const tor = figOf('jobs per TOR bin'), mtbf = figOf('MTBF (unexpected failures)');
+  const ticks = axis => Array.from(mtbf.querySelectorAll('.' + axis + 'tick text')).map(t => t.textContent);
+  return {bins: trace(tor, t => t.name === 'jobs per TOR bin'), median: trace(tor, t => t.name.startsWith('median')),
+          quantiles: cells('tor-quantiles'), binRows: cells('tor-bins'),
+          points: trace(mtbf, t => t.name === 'MTBF (unexpected failures)'), none: trace(mtbf, t => t.name === NONE),
+          extrapolated: trace(mtbf, t => t.name.startsWith('extrapolated')),
+          mtbfRows: cells('mtbf'), xticks: ticks('x'), yticks: ticks('y'),
+          medianCard: document.querySelector('.card .v[data-key="median TOR"]').textContent.trim()};
+}"""
+
+
+def _fleet_numbers(page: Any) -> dict[str, Any]:
+    return dict(page.evaluate(_FLEET_NUMBERS.replace("NONE", repr(NO_FAILURE))))
+
+
+def _assert_figures_match_tables(seen: dict[str, Any], n_tor: int) -> None:
+    """The TOR histogram's counts and median and the MTBF points equal the tables' cells."""
+    assert sum(seen["bins"]["y"]) == int(seen["quantiles"][0][0]) == n_tor
+    assert seen["bins"]["y"] == [int(r[2]) for r in seen["binRows"]]
+    assert f"{seen['median']['x'][0]:.4f}" == seen["quantiles"][0][3] == seen["medianCard"]
+    shown = {r[0]: r[4] for r in seen["mtbfRows"]}
+    points = list(zip(seen["points"]["x"], seen["points"]["y"], strict=True))
+    none = list(zip(seen["none"]["x"], seen["none"]["y"], strict=True)) if seen["none"] else []
+    assert points and len(shown) == len(points) + len(none)
+    assert all(shown[fmt_num(x)] == fmt_num(y) for x, y in points)
+    assert all(shown[fmt_num(x)] == f"> {fmt_num(y)}" for x, y in none)
+    for tick in seen["xticks"] + seen["yticks"]:  # "16,384", never "16.384k"
+        assert re.fullmatch(r"[0-9][0-9,]*(\.[0-9]+)?", tick), tick
+
+
+def test_fleet_figures_hold_the_numbers_of_its_tables(fleet_tables_sample: tuple[pl.DataFrame, ...],
+                                                      tmp_path: Path, artifacts: Path) -> None:
+    jobs, attempts, incidents, exposure = fleet_tables_sample
+    path = _write(tmp_path / "fleet-fold", render_fleet_report(jobs, attempts, incidents, exposure, None,
+                                                                title="sample"))
+    opened, seen = open_report(path, artifacts / "fleet-report-fold.png", check=_fleet_numbers, viewport=FOLD,
+                               full_page=False)
+    _assert_clean(opened)
+    _assert_figures_match_tables(seen, jobs["tor"].drop_nulls().len())
+    assert seen["points"]["name"] == MTBF_POINTS and seen["extrapolated"] is None  # no fit given: no extrapolation
+
+
 @pytest.fixture(scope="module")
 def fleet_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small simulated fleet through the real ``toranalyze fleet`` command."""
@@ -150,10 +235,13 @@ def test_fleet_command_report_and_the_job_reports_it_links(fleet_store: Path, ar
 
     def check(page: Any) -> dict[str, Any]:
         return {k: _card(page, k) for k in ("jobs", "incidents", "unexpected")} | {
-            "links": page.locator("table.jobs a").evaluate_all("els => els.map(e => e.getAttribute('href'))")}
+            "links": page.locator("table.jobs a").evaluate_all("els => els.map(e => e.getAttribute('href'))"),
+            "numbers": _fleet_numbers(page)}
 
     opened, seen = open_report(fleet_store / "report.html", artifacts / "fleet-command-report.png", check=check)
     _assert_clean(opened)
+    _assert_figures_match_tables(seen["numbers"], jobs["tor"].drop_nulls().len())  # the fit from rates.json
+    assert seen["numbers"]["extrapolated"] is not None  # its line runs past the largest job: said so
     assert int(seen["jobs"]) == jobs.height and int(seen["incidents"]) == incidents.height > 0
     assert int(seen["unexpected"]) == incidents.filter(~pl.col("planned")).height
     assert sorted(set(seen["links"])) == sorted(jobs["report"].unique())

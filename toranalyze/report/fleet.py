@@ -35,6 +35,19 @@ from toranalyze.report.html import (
 LEMON_MIN_FAILURES = 2
 LEMON_MAX_P = 0.01
 MAX_JOB_ROWS = 5000
+TOR_QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
+MIN_TOR_BIN = 0.001
+MIN_TOR_SPAN = 0.05  # the histogram's axis is at least this wide, around its bins
+# The jobs table's overheads: each bucket's share of the job's observed time, under a short name
+# that the legend above the table spells out.
+OVERHEADS = {
+    "slowdown": ("slow", "slowdown: steps slower than the ideal step time"),
+    "rework": ("rework", "work rolled back to a checkpoint and done again"),
+    "checkpoint": ("ckpt", "saving checkpoints"),
+    "detection": ("detect", "last progress to the failure detected"),
+    "recovery": ("recov", "failure detected to training resumed"),
+    "other": ("other", "start-up, evaluations and gaps the logs do not explain"),
+}
 
 
 def class_rates(incidents: pl.DataFrame, exposure: pl.DataFrame) -> pl.DataFrame:
@@ -172,11 +185,12 @@ def render_fleet_report(jobs: pl.DataFrame, attempts: pl.DataFrame, incidents: p
     page.add(f'<p class="sub">{jobs.height} jobs · {esc(str(t0)[:10])} → {esc(str(t1)[:10])} · '
              f"{gpu_h:,.0f} GPU-hours running · rates from "
              f"{'rates.json' if _rates_rows(rates) is not None else 'the tables (no fitted rates given)'}</p>")
+    quantiles = tor_quantiles(jobs)
     page.add(cards([
         ("jobs", str(jobs.height)),
         ("incidents", str(incidents.height)),
         ("unexpected", str(unexpected.height)),
-        ("median TOR", f"{float(jobs['tor'].median()):.4f}" if jobs["tor"].drop_nulls().len() else "-"),  # type: ignore[arg-type]
+        ("median TOR", f"{quantiles[0.5]:.4f}" if quantiles else "-"),
         ("fleet TOR", f"{fleet_tor:.4f}" if fleet_tor is not None else "-"),
         ("lost GPU-hours", f"{float(jobs['lost_gpu_hours'].sum() or 0.0):,.0f}"),
     ]))
@@ -191,7 +205,7 @@ def render_fleet_report(jobs: pl.DataFrame, attempts: pl.DataFrame, incidents: p
         ("tor", "TOR"), ("rates", "failure rates"), ("mtbf", "MTBF vs size"), ("recovery", "recovery"),
         ("pareto", "lost GPU-hours"), ("lemons", "lemon nodes"), ("trends", "trends"),
         ("planned", "planned vs unexpected"), ("jobs", "jobs"))) + "</nav>")
-    _tor_section(page, jobs)
+    _tor_section(page, jobs, quantiles)
     _rates_section(page, incidents, exposure, rates)
     _mtbf_section(page, jobs, exposure, _rates_mtbf(rates))
     _recovery_section(page, incidents)
@@ -205,17 +219,71 @@ def render_fleet_report(jobs: pl.DataFrame, attempts: pl.DataFrame, incidents: p
     return page.render()
 
 
-def _tor_section(page: Page, jobs: pl.DataFrame) -> None:
+def _finite_tor(jobs: pl.DataFrame) -> pl.Series:
+    tor = jobs["tor"].drop_nulls().cast(pl.Float64)
+    return tor.filter(tor.is_finite())
+
+
+def tor_quantiles(jobs: pl.DataFrame) -> dict[float, float]:
+    """The jobs' TOR quantiles (linear interpolation, so p50 is the median): the one computation
+    behind the header's median, the quantile table and the histogram's median line."""
+    tor = _finite_tor(jobs)
+    return {q: float(tor.quantile(q, "linear")) for q in TOR_QUANTILES} if tor.len() else {}  # type: ignore[arg-type]
+
+
+def _nice_width(span: float, bins: int = 20) -> float:
+    """A round bin width (1, 2, 2.5 or 5 times a power of ten) giving about ``bins`` bins."""
+    raw = span / bins
+    power = 10.0 ** np.floor(np.log10(raw))
+    return float(next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw))
+
+
+def tor_bins(tor: pl.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(edges, counts) of a histogram whose range fits the values: round-width bins from just
+    below the lowest TOR to just above the highest, none narrower than ``MIN_TOR_BIN`` (the
+    header's four decimals: TORs that close are one value to a reader)."""
+    x = tor.to_numpy().astype(float)
+    lo, hi = float(x.min()), float(x.max())
+    width = max(_nice_width(hi - lo), MIN_TOR_BIN) if hi > lo else MIN_TOR_BIN
+    start = np.floor(lo / width) * width
+    n = int(np.floor((hi - start) / width)) + 1
+    edges = np.round(start + width * np.arange(n + 1), 10)
+    return edges, np.histogram(x, edges)[0]
+
+
+def _around(lo: float, hi: float, span: float) -> list[float]:
+    """[lo, hi], widened about its middle to at least ``span``."""
+    pad = max(span - (hi - lo), 0.0) / 2
+    return [lo - pad, hi + pad]
+
+
+def _tor_section(page: Page, jobs: pl.DataFrame, quantiles: dict[float, float]) -> None:
     page.add('<h2 id="tor">TOR distribution over jobs</h2>')
-    tor = jobs["tor"].drop_nulls()
-    page.figure({"data": [{"type": "histogram", "x": tor.to_list(), "xbins": {"start": 0, "end": 1.0001, "size": 0.02},
-                           "marker": {"color": PALETTE[0]}, "name": "jobs",
-                           "hovertemplate": "TOR %{x}: %{y} jobs<extra></extra>"}],
-                 "layout": {"xaxis": {"title": {"text": "TOR (optimal / observed time)"}, "range": [0, 1.02]},
-                            "yaxis": {"title": {"text": "jobs"}}, "bargap": 0.05}}, height=300)
-    if tor.len():
-        qs = [(f"p{int(q * 100)}", f"{tor.quantile(q):.4f}") for q in (0.1, 0.25, 0.5, 0.75, 0.9)]
-        page.add(table([k for k, _ in qs], [[v for _, v in qs]], [True] * len(qs)))
+    tor = _finite_tor(jobs)
+    if not tor.len():
+        page.add('<p class="note">No job has a TOR.</p>')
+        return
+    edges, counts = tor_bins(tor)
+    median = quantiles[0.5]
+    page.figure({"data": [
+        {"type": "bar", "x": ((edges[:-1] + edges[1:]) / 2).tolist(), "y": counts.tolist(),
+         "width": float(edges[1] - edges[0]), "customdata": np.column_stack([edges[:-1], edges[1:]]).tolist(),
+         "marker": {"color": PALETTE[0]}, "name": "jobs per TOR bin",
+         "hovertemplate": "TOR %{customdata[0]:.4g} to %{customdata[1]:.4g}: %{y} jobs<extra></extra>"},
+        {"type": "scatter", "mode": "lines", "x": [median, median], "y": [0, int(counts.max())],
+         "name": f"median {median:.4f}", "line": {"color": PALETTE[3], "dash": "dash", "width": 2},
+         "hovertemplate": f"median TOR {median:.4f}<extra></extra>"},
+    ], "layout": {"xaxis": {"title": {"text": "TOR (optimal / observed time)"},
+                            "range": _around(float(edges[0]), float(edges[-1]), MIN_TOR_SPAN)},
+                  "yaxis": {"title": {"text": "jobs"}}, "bargap": 0.05,
+                  "legend": {"orientation": "h", "y": -0.3}}}, height=300)
+    heads = ["jobs with a TOR", *(f"p{int(q * 100)}{' (median)' if q == 0.5 else ''}" for q in TOR_QUANTILES)]
+    page.add(table(heads, [[str(tor.len()), *(f"{quantiles[q]:.4f}" for q in TOR_QUANTILES)]],
+                   [True] * len(heads), cls="t tor-quantiles"))
+    rows = [(f"{a:.4g}", f"{b:.4g}", str(c)) for a, b, c in zip(edges[:-1], edges[1:], counts.tolist(), strict=True)]
+    page.add("<details><summary>jobs per TOR bin</summary>"
+             + table(["from TOR", "to TOR", "jobs"], rows, [True, True, True],
+                     cls="t tor-bins") + "</details>")
 
 
 def _rates_section(page: Page, incidents: pl.DataFrame, exposure: pl.DataFrame, rates: dict[str, Any] | None) -> None:
@@ -246,43 +314,85 @@ def _rates_section(page: Page, incidents: pl.DataFrame, exposure: pl.DataFrame, 
                    [False, True, True, True, True]))
 
 
+def fmt_num(v: float | None) -> str:
+    """A measured number as the tables show it: four significant digits, thousands separated."""
+    if v is None or not np.isfinite(v):
+        return "-"
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+
+
+# Plain numbers on the log axes ("16,384", not "16.384k"): d3's group separator, trailing zeros cut.
+PLAIN_TICKS = ",~g"
+MTBF_POINTS = "MTBF (unexpected failures)"
+NO_FAILURE = "no failure yet (MTBF > running hours)"
+
+
 def _mtbf_section(page: Page, jobs: pl.DataFrame, exposure: pl.DataFrame,
                   fitted: tuple[pl.DataFrame, pl.DataFrame] | None) -> None:
     page.add('<h2 id="mtbf">MTBF against job size</h2>')
     m = mtbf_by_size(jobs, exposure)
     if fitted is not None and fitted[0].height:
         m = fitted[0].with_columns(pl.lit(None, pl.Int64).alias("jobs"))
-    ok = m.filter(pl.col("mtbf_h").is_not_null())
-    data: list[dict[str, Any]] = [{"type": "scatter", "mode": "markers", "name": "MTBF (unexpected failures)",
+    ok, none = m.filter(pl.col("mtbf_h").is_not_null()), m.filter(pl.col("mtbf_h").is_null())
+    data: list[dict[str, Any]] = [{"type": "scatter", "mode": "markers", "name": MTBF_POINTS,
                                    "x": ok["job_gpus"].to_list(), "y": ok["mtbf_h"].to_list(),
                                    "customdata": ok.select("failures", "jobs").rows(),
                                    "marker": {"color": PALETTE[0], "size": 10},
                                    "hovertemplate": "%{x} GPUs: MTBF %{y:.3g} h (%{customdata[0]} failures, "
                                                     "%{customdata[1]} jobs)<extra></extra>"}]
-    none = m.filter(pl.col("mtbf_h").is_null())
     if none.height:
-        data.append({"type": "scatter", "mode": "markers", "name": "no failure yet (MTBF > running hours)",
+        data.append({"type": "scatter", "mode": "markers", "name": NO_FAILURE,
                      "x": none["job_gpus"].to_list(), "y": none["hours"].to_list(),
                      "marker": {"color": PALETTE[8], "size": 10, "symbol": "triangle-up-open"}})
-    fit = loglog_fit(ok["job_gpus"].to_numpy().astype(float), ok["mtbf_h"].to_numpy(),
-                     ok["failures"].fill_null(1).to_numpy().astype(float)) if ok.height else None
+    sizes = (jobs["gpus"].max(), m["job_gpus"].max())
+    largest = max([float(g) for g in sizes if isinstance(g, int | float)], default=0.0)
     if fitted is not None and fitted[1].height:
-        p = fitted[1].sort("gpus")
-        data.append({"type": "scatter", "mode": "lines", "name": "fitted (rates.json) with 95% band",
-                     "x": p["gpus"].to_list() + p["gpus"].reverse().to_list(),
-                     "y": p["hi"].fill_null(p["mtbf_h"]).to_list() + p["lo"].fill_null(p["mtbf_h"]).reverse().to_list(),
-                     "fill": "toself", "fillcolor": "rgba(213,94,0,0.15)", "line": {"width": 0}, "hoverinfo": "skip"})
-        data.append({"type": "scatter", "mode": "lines", "name": "fitted MTBF (rates.json)", "x": p["gpus"].to_list(),
-                     "y": p["mtbf_h"].to_list(), "line": {"color": PALETTE[3]}})
-    elif fit is not None:
-        a, b = fit
+        data += _fitted_mtbf(fitted[1].sort("gpus"), largest)
+    elif ok.height and (fit := loglog_fit(ok["job_gpus"].to_numpy().astype(float), ok["mtbf_h"].to_numpy(),
+                                          ok["failures"].fill_null(1).to_numpy().astype(float))) is not None:
+        a, b = fit  # drawn over the observed sizes only
         xs = np.geomspace(float(ok["job_gpus"].min()), float(ok["job_gpus"].max()), 20)  # type: ignore[arg-type]
         data.append({"type": "scatter", "mode": "lines", "name": f"fit: MTBF ∝ GPUs^{b:.2f}", "x": xs.tolist(),
-                     "y": np.exp(a + b * np.log(xs)).tolist(), "line": {"color": PALETTE[3], "dash": "dash"}})
+                     "y": np.exp(a + b * np.log(xs)).tolist(), "line": {"color": PALETTE[3]}})
     page.figure({"data": data, "layout": {
-        "xaxis": {"type": "log", "title": {"text": "job size (GPUs)"}, "tickvals": [2 ** k for k in range(18)]},
-        "yaxis": {"type": "log", "title": {"text": "MTBF (running hours)"}},
-        "legend": {"orientation": "h", "y": -0.3}}}, height=340)
+        "xaxis": {"type": "log", "title": {"text": "job size (GPUs)"}, "tickvals": [2 ** k for k in range(18)],
+                  "tickformat": PLAIN_TICKS},
+        "yaxis": {"type": "log", "title": {"text": "MTBF (running hours)"}, "tickformat": PLAIN_TICKS},
+        "legend": {"orientation": "h", "y": -0.3}}}, height=360)
+    cols = m.sort("job_gpus").select("job_gpus", "jobs", "hours", "failures", "mtbf_h")
+    rows = [(fmt_num(g), "-" if j is None else str(j), fmt_num(h), "-" if f is None else str(f),
+             fmt_num(t) if t is not None else "-" if h is None else f"> {fmt_num(h)}")
+            for g, j, h, f, t in cols.iter_rows()]
+    page.add(table(["job size (GPUs)", "jobs", "running hours", "unexpected failures", "MTBF (running hours)"], rows,
+                   [True] * 5, cls="t mtbf"))
+
+
+def _fitted_mtbf(p: pl.DataFrame, largest: float) -> list[dict[str, Any]]:
+    """rates.json's predicted MTBF: its 95% band, the line solid over the observed job sizes and
+    dashed, labelled as extrapolated, beyond the largest job observed."""
+    x, y = p["gpus"].to_numpy().astype(float), p["mtbf_h"].to_numpy().astype(float)
+    if x[0] < largest < x[-1] and largest not in x:  # a point at the edge, so the two parts meet
+        k = int(np.searchsorted(x, largest))
+        y = np.insert(y, k, np.exp(np.interp(np.log(largest), np.log(x), np.log(y))))
+        x = np.insert(x, k, largest)
+    within, beyond = x <= largest, x >= largest
+    out: list[dict[str, Any]] = [
+        {"type": "scatter", "mode": "lines", "name": "fitted (rates.json) with 95% band",
+         "x": p["gpus"].to_list() + p["gpus"].reverse().to_list(),
+         "y": p["hi"].fill_null(p["mtbf_h"]).to_list() + p["lo"].fill_null(p["mtbf_h"]).reverse().to_list(),
+         "fill": "toself", "fillcolor": "rgba(213,94,0,0.15)", "line": {"width": 0}, "hoverinfo": "skip"}]
+    if within.sum() >= 1:
+        out.append({"type": "scatter", "mode": "lines", "name": "fitted MTBF (rates.json)", "x": x[within].tolist(),
+                    "y": y[within].tolist(), "line": {"color": PALETTE[3]}})
+    if beyond.sum() >= 2:
+        xs = x[beyond]
+        mid = len(xs) // 2
+        out.append({"type": "scatter", "mode": "lines+text", "x": xs.tolist(), "y": y[beyond].tolist(),
+                    "name": f"extrapolated beyond the largest job observed ({fmt_num(largest)} GPUs)",
+                    "text": ["extrapolated" if i == mid else "" for i in range(len(xs))],
+                    "textposition": "top center", "textfont": {"color": PALETTE[3]},
+                    "line": {"color": PALETTE[3], "dash": "dash"}})
+    return out
 
 
 def _recovery_section(page: Page, incidents: pl.DataFrame) -> None:
@@ -389,6 +499,12 @@ def _planned_section(page: Page, incidents: pl.DataFrame, jobs: pl.DataFrame) ->
     page.add(table(["kind", "incidents", "GPU-hours lost", "median downtime"], rows, [False, True, True, True]))
 
 
+def _overheads(r: dict[str, Any]) -> str:
+    span = r["span_s"]
+    shares = ((OVERHEADS[b][0], (r.get(f"{b}_s") or 0) / span) for b in BUCKETS[1:]) if span else ()
+    return " ".join(f"{esc(k)} {v:.0%}" for k, v in shares if v >= 0.01)
+
+
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:|^//")
 
 
@@ -409,8 +525,11 @@ def _jobs_section(page: Page, jobs: pl.DataFrame) -> None:
                      fmt_duration(r["span_s"]), "-" if r["tor"] is None else f"{r['tor']:.4f}",
                      str(r["n_incidents"] or 0), str(r["n_unexpected"] or 0),
                      f"{(r['lost_gpu_hours'] or 0):,.1f}",
-                     " ".join(f"{b[0]}:{(r.get(f'{b}_s') or 0) / r['span_s']:.0%}" for b in BUCKETS[1:]
-                              if r["span_s"] and (r.get(f"{b}_s") or 0) / r["span_s"] >= 0.01)))
+                     _overheads(r)))
+    legend = " · ".join(f"<b>{esc(k)}</b> {esc(what)}" for k, what in OVERHEADS.values())
+    page.add(f'<p class="note legend">Overheads: each bucket\'s share of the job\'s observed time, where 1% or more: '
+             f"{legend}.</p>")
     page.add(scroll_box(table(
-        ["job", "GPUs", "observed", "TOR", "incidents", "unexpected", "lost GPU-h", "overheads ≥1%"], rows,
+        ["job", "GPUs", "observed", "TOR", "incidents", "unexpected", "lost GPU-h", "overheads (share of observed)"],
+        rows,
         [False, True, True, True, True, True, True, False], cls="t jobs"), len(rows)))

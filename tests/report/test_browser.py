@@ -120,7 +120,7 @@ _FIRST_INCIDENT = """() => {
   }
   return {top: t.getBoundingClientRect().top, rowBottom: row.getBoundingClientRect().bottom,
           evBottom: ev.getBoundingClientRect().bottom, text: ev.innerText, clipped: clipped,
-          scrolled: window.scrollY};
+          scrolled: window.scrollY, wide: document.documentElement.scrollWidth};
 }"""
 
 
@@ -135,6 +135,7 @@ def test_job_report_shows_its_incidents_with_their_evidence_above_the_fold(sampl
     first = evidence_lines(an.incidents, sample_run.events).row(0, named=True)
     assert seen["scrolled"] == 0 and 0 <= seen["top"] < seen["rowBottom"] <= FOLD[1]
     assert seen["evBottom"] <= seen["rowBottom"] and seen["clipped"] == []
+    assert seen["wide"] <= FOLD[0]  # every table fits the page's width: nothing off to the side
     assert seen["text"] == f"{rel_path(first['ref'], str(an.tor['path'][0]))} {first['text']}"  # whole
 
 

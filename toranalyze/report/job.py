@@ -201,6 +201,11 @@ def _cause(r: dict[str, Any]) -> str:
     return esc(r["root_cause"]) + (' <span class="badge planned">planned</span>' if r["planned"] else "")
 
 
+def _nodes(nodes: list[str] | None) -> str:
+    """Node names, each kept on one line (a name like gpu-004 is not broken at its hyphen)."""
+    return ", ".join(f'<span class="nobr">{esc(n)}</span>' for n in nodes or []) or "-"
+
+
 def _what_happened(page: Page, i: int, incidents: pl.DataFrame, lines: Evidence, root: str | None) -> None:
     """The incidents first, right under the header: what most readers open the page for. The
     first ``FIRST_INCIDENTS`` with their first evidence line in full; the rest, and every
@@ -213,7 +218,7 @@ def _what_happened(page: Page, i: int, incidents: pl.DataFrame, lines: Evidence,
     for r in incidents.sort("incident").head(FIRST_INCIDENTS).iter_rows(named=True):
         ev = lines.get(r["incident"], [])
         rows.append((str(r["incident"] + 1), esc(_when(r["t_last_progress"] or r["t_detected"])), _cause(r),
-                     esc(", ".join(r["nodes"] or []) or "-"), fmt_duration(r["downtime_s"]),
+                     _nodes(r["nodes"]), fmt_duration(r["downtime_s"]),
                      "-" if r["lost_steps"] is None else esc(r["lost_steps"]),
                      _evidence_item(*ev[0], root) if ev else "-"))
     page.add(table(["#", "when (UTC)", "root cause", "nodes", "downtime", "lost steps", "first evidence line"],
@@ -237,7 +242,7 @@ def _incident_table(incidents: pl.DataFrame, lines: Evidence, root: str | None) 
                          f"{''.join(items[EVIDENCE_SHOWN:])}</details>")
         rows.append((
             str(r["incident"] + 1), esc(_when(r["t_last_progress"] or r["t_detected"])), _cause(r),
-            esc(", ".join(r["nodes"] or []) or "-"), phases or "-",
+            _nodes(r["nodes"]), phases or "-",
             "-" if r["lost_steps"] is None else esc(r["lost_steps"]), fmt_duration(r["downtime_s"]),
             esc(", ".join(r["symptoms"] or []) or "-"),
             f'<span class="badge">{esc(r["confidence"])}</span> {esc(r["reason"])}', evidence or "-",

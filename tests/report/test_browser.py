@@ -8,6 +8,7 @@ as artifacts (``$REPORT_ARTIFACTS`` or the test's temporary folder).
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from pathlib import Path
@@ -179,6 +180,8 @@ _FLEET_NUMBERS = """() => {
           points: trace(mtbf, t => t.name === 'MTBF (unexpected failures)'), none: trace(mtbf, t => t.name === NONE),
           extrapolated: trace(mtbf, t => t.name.startsWith('extrapolated')),
           mtbfRows: cells('mtbf'), xticks: ticks('x'), yticks: ticks('y'),
+          y2ticks: Array.from(document.querySelectorAll('div.fig')).map(
+            d => Array.from(d.querySelectorAll('.y2tick text')).map(t => t.textContent)).filter(t => t.length),
           medianCard: document.querySelector('.card .v[data-key="median TOR"]').textContent.trim()};
 }"""
 
@@ -200,6 +203,9 @@ def _assert_figures_match_tables(seen: dict[str, Any], n_tor: int) -> None:
     assert all(shown[fmt_num(x)] == f"> {fmt_num(y)}" for x, y in none)
     for tick in seen["xticks"] + seen["yticks"]:  # "16,384", never "16.384k"
         assert re.fullmatch(r"[0-9][0-9,]*(\.[0-9]+)?", tick), tick
+    for ticks in seen["y2ticks"]:  # a second axis' ticks are its own round steps, not the first axis' places
+        steps = {round(b - a, 9) for a, b in itertools.pairwise(float(t) for t in ticks)}
+        assert len(steps) == 1 and f"{steps.pop():e}"[0] in "125", ticks
 
 
 def test_fleet_figures_hold_the_numbers_of_its_tables(fleet_tables_sample: tuple[pl.DataFrame, ...],

@@ -429,7 +429,8 @@ def _pareto_section(page: Page, incidents: pl.DataFrame, jobs: pl.DataFrame) -> 
         {"type": "scatter", "mode": "lines+markers", "x": names, "y": cum, "yaxis": "y2", "name": "cumulative %",
          "line": {"color": PALETTE[0]}, "hovertemplate": "%{y:.0f}%<extra></extra>"},
     ], "layout": {"yaxis": {"title": {"text": "GPU-hours"}},
-                  "yaxis2": {"overlaying": "y", "side": "right", "range": [0, 105], "title": {"text": "%"}},
+                  "yaxis2": {"overlaying": "y", "side": "right", "range": [0, 105], "title": {"text": "%"},
+                             **OWN_TICKS},
                   "margin": {"r": 60},
                   "legend": {"orientation": "h", "y": -0.3}}}, height=320)
 
@@ -454,6 +455,21 @@ def _lemon_section(page: Page, incidents: pl.DataFrame, exposure: pl.DataFrame, 
                 "evidence").iter_rows()]
     page.add(table(["node", "failures", "expected", "p", "node-hours", "classes", "jobs", "evidence"], rows,
                    [False, True, True, True, True, False, True, False]))
+
+
+# A second y axis gets round ticks of its own (plotly.js otherwise places them where the first
+# axis has its ticks: 0.194, 0.388, ...).
+OWN_TICKS = {"tickmode": "auto", "showgrid": False}
+
+
+def _padded(values: pl.Series, share: float = 0.1) -> tuple[float, float]:
+    """The values' range widened by ``share`` of it on each side ((0, 1) for no values)."""
+    v = values.drop_nulls().cast(pl.Float64)
+    v = v.filter(v.is_finite())
+    if not v.len():
+        return 0.0, 1.0
+    lo, hi = float(v.min()), float(v.max())  # type: ignore[arg-type]
+    return lo - share * (hi - lo), hi + share * (hi - lo)
 
 
 def _trend_section(page: Page, jobs: pl.DataFrame, incidents: pl.DataFrame) -> None:
@@ -481,7 +497,8 @@ def _trend_section(page: Page, jobs: pl.DataFrame, incidents: pl.DataFrame) -> N
     page.figure({"data": data, "layout": {
         "barmode": "stack", "xaxis": {"type": "date", "title": {"text": f"per {unit}"}},
         "yaxis": {"title": {"text": "incidents"}},
-        "yaxis2": {"overlaying": "y", "side": "right", "range": [0, 1.02], "title": {"text": "TOR"}},
+        "yaxis2": {"overlaying": "y", "side": "right", "title": {"text": "median TOR"}, **OWN_TICKS,
+                   "range": _around(*_padded(tj["tor"]), MIN_TOR_SPAN)},
         "margin": {"r": 60},
         "legend": {"orientation": "h", "y": -0.3}}}, height=320)
 

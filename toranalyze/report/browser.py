@@ -72,3 +72,24 @@ def open_report(path: Path, screenshot: Path | None = None, timeout_s: float = 6
             browser.close()
     return Opened(elapsed, state["figures"], state["total"], state["rendered"], errors, page_errors,
                   state["injected"]), extra
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m toranalyze.report.browser REPORT.html OUT.png``: what a reader sees on opening a
+    report (a 1366×768 viewport, or ``--full`` the whole page), as a PNG."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m toranalyze.report.browser", description=main.__doc__)
+    ap.add_argument("report", type=Path)
+    ap.add_argument("png", type=Path)
+    ap.add_argument("--size", default="1366x768", help="viewport WIDTHxHEIGHT in CSS pixels (default 1366x768)")
+    ap.add_argument("--full", action="store_true", help="the whole page, not only the viewport")
+    args = ap.parse_args(argv)
+    width, height = (int(v) for v in args.size.lower().split("x"))
+    opened, _ = open_report(args.report, args.png, viewport=(width, height), full_page=args.full)
+    print(f"{args.png}: {opened.figures} of {opened.figures_total} figures drawn")
+    return 0 if opened.figures == opened.figures_total and not opened.page_errors else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -9,6 +9,7 @@ import re
 
 import polars as pl
 
+from toranalyze.reconstruct.skew import clock_skew
 from toranalyze.report.job import FIRST_INCIDENTS, JobReportInput, evidence_lines, render_job_report
 
 from .conftest import Run
@@ -48,3 +49,9 @@ def test_many_incidents_list_the_first_under_the_header_and_all_below_the_figure
     details = page.index('<table class="t incident-details">')
     assert page.rindex('class="fig"', 0, details) > page.index('<table class="t incidents">')
     assert not re.search(r'class="scroll[^"]*"><table class="t incident-details', page)
+
+
+def test_every_column_of_the_job_page_is_labelled(sample_run: Run) -> None:
+    page = render_job_report(JobReportInput(sample_run.analysis, sample_run.events, sample_run.summary,
+                                            clock_skew=clock_skew(sample_run.events)))
+    assert 'class="t skew"' in page and re.findall(r"<th[^>]*></th>", page) == []

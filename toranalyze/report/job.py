@@ -319,7 +319,7 @@ def _clock_skew(page: Page, skew: ClockSkew) -> None:
                  '<span class="badge planned">reference</span>' if r else
                  ('<span class="warn">skewed</span>' if u in flagged else ""))
                 for n, (u, src, a, o, sp, r) in zip(names, cols.iter_rows(), strict=True)][:SKEW_ROWS]
-        page.add(table([unit, "source", "moments", "offset (s)", "spread (s)", ""], rows,
+        page.add(table([unit, "source", "moments", "offset (s)", "spread (s)", "status"], rows,
                        [False, False, True, True, True, False], cls="t skew"))
     if not skew.units:
         page.add('<p class="note">No moment is stamped by two files or nodes: clock skew cannot be estimated.</p>')

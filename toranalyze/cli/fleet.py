@@ -69,6 +69,15 @@ def _print_summary(s: FleetSummary, result: BuildResult, store_dir: str) -> None
               if result.rewritten else f"nothing changed in {plain(store_dir)}/", soft_wrap=True)
 
 
+def _runs_without_jobs(result: BuildResult, jobs: pl.DataFrame) -> list[str]:
+    """A line for each run read without error that gave no job: a folder of other files is said to
+    be one, not merely counted among the runs."""
+    with_jobs = set(jobs["run"].to_list())
+    return [f"run {r.id} ({r.path}): no training job found in its logs — check that it holds a run's logs "
+            f"(toranalyze coverage {r.path} shows the lines no parser recognised)"
+            for r in result.runs if not r.error and r.id not in with_jobs]
+
+
 @click.command("fleet")
 @click.argument("paths", nargs=-1, required=True)
 @click.option("-o", "--out", "out_dir", required=True, metavar="DIR|URL",
@@ -107,6 +116,7 @@ def fleet(paths: tuple[str, ...], out_dir: str, workers: Workers, options: RunOp
         print_warnings(result.warnings)
         print_warnings([f"run {r.id} ({r.path}): {r.error}" for r in result.runs if r.error])
         tables = Store(store_dir).read_tables()
+        print_warnings(_runs_without_jobs(result, tables["jobs"]))
         title = storage.name(out_dir) if storage.is_url(out_dir) else store_dir.resolve().name
         page = write_fleet_products(store_dir, tables, options.output, title)
     if not quiet:

@@ -14,6 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from toranalyze.cli import LAZY_COMMANDS, cli
+from toranalyze.cli import main as cli_main
+from toranalyze.docgen import doc_names
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("polars", "numpy", "scipy", "plotly", "pyarrow", "deltalake", "rich.table")
@@ -41,6 +43,15 @@ def loaded_after(*argv: str) -> set[str]:
 @pytest.mark.parametrize("argv", [["--help"], ["fleet", "--help"], ["ingest", "--help"], ["docs", "--help"]])
 def test_help_loads_no_heavy_library(argv: list[str]) -> None:
     assert loaded_after(*argv) == set()
+
+
+def run_main(*argv: str) -> None:
+    old = sys.argv
+    sys.argv = ["toranalyze", *argv]
+    try:
+        cli_main()
+    finally:
+        sys.argv = old
 
 
 def commands() -> dict[str, click.Command]:
@@ -94,3 +105,23 @@ def test_metavars_say_what_is_expected(name: str) -> None:
             if metavar.split("...")[0] in VAGUE_METAVARS:
                 vague[p.name] = metavar
     assert not vague, f"{name}: {vague}"
+
+
+def test_the_pages_help_points_at_are_there() -> None:
+    """What a --help text points at (docs/NAME.md or ``toranalyze docs NAME``) is a shipped page
+    (tests/packaging checks the installed wheel)."""
+    helps = "".join(CliRunner().invoke(cli, [*c, "--help"]).output for c in [[], *([n] for n in commands())])
+    named = set(re.findall(r"docs/([a-z_]+)\.md", helps)) | set(re.findall(r"toranalyze docs ([a-z_]+)", helps))
+    assert named and named <= set(doc_names()), named - set(doc_names())
+    assert doc_names() == sorted(p.stem for p in (ROOT / "docs").glob("*.md"))
+    for name in named:
+        res = CliRunner().invoke(cli, ["docs", name])
+        assert res.exit_code == 0 and res.output == (ROOT / "docs" / f"{name}.md").read_text(encoding="utf-8")
+
+
+def test_an_unknown_page_is_one_line_naming_the_pages(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        run_main("docs", "nope")
+    assert exit_.value.code == 2
+    message = capsys.readouterr().err
+    assert "no reference page 'nope'" in message and "storage" in message and "Traceback" not in message

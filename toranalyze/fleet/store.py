@@ -574,7 +574,7 @@ def _page_names(run_id: str) -> tuple[str, str]:
 def _owner(folder: Path) -> str | None:
     """The run whose pages ``folder`` holds (None: an older store's folder, by hash, or none)."""
     try:
-        return (folder / OWNER).read_text().rstrip("\n")
+        return (folder / OWNER).read_text(encoding="utf-8").rstrip("\n")
     except (FileNotFoundError, NotADirectoryError):
         return None
 

@@ -5,6 +5,8 @@ The built-in parsers live in ``parsers/`` but install as ``toranalyze_parsers`` 
 rename a folder, so the packages are found here: a new module or subpackage under either folder
 is in the wheel without anyone listing it. Namespace discovery also finds folders that hold only
 data (rules, presets, report assets), so their files ship through the package-data patterns.
+The reference pages in ``docs/`` install as ``toranalyze/docs/`` (``toranalyze docs NAME`` prints
+one), so what a ``--help`` text points at is there after a plain ``pip install``.
 """
 
 from setuptools import find_namespace_packages, setup
@@ -16,4 +18,5 @@ builtin_parsers = [
     for name in find_namespace_packages(include=["parsers", "parsers.*"], exclude=SKIP)
 ]
 
-setup(packages=core + builtin_parsers, package_dir={"toranalyze_parsers": "parsers"})
+setup(packages=[*core, *builtin_parsers, "toranalyze.docs"],
+      package_dir={"toranalyze_parsers": "parsers", "toranalyze.docs": "docs"})

@@ -1,12 +1,39 @@
-"""Reference pages generated from the code, so the docs cannot drift (tests compare them)."""
+"""The reference pages: the ones shipped with the package (docs/*.md, ``toranalyze docs``) and
+those generated from the code, so the docs cannot drift (tests compare them)."""
 
 from __future__ import annotations
 
-from toranalyze.schema import COLUMN_DOCS, EVENT_SCHEMA, KINDS, SEVERITIES
-from toranalyze.taxonomy import TAXONOMY
+from pathlib import Path
+
+from toranalyze.errors import ConfigError
+
+# docs/*.md install as toranalyze/docs/ (setup.py); a source checkout reads them where they are.
+_SHIPPED = Path(__file__).resolve().parent / "docs"
+_CHECKOUT = Path(__file__).resolve().parent.parent / "docs"
+
+
+def docs_dir() -> Path:
+    return _SHIPPED if _SHIPPED.is_dir() else _CHECKOUT
+
+
+def doc_names() -> list[str]:
+    """The reference pages' names (``storage`` for docs/storage.md)."""
+    return sorted(p.stem for p in docs_dir().glob("*.md"))
+
+
+def doc_text(name: str) -> str:
+    """The text of the reference page ``name`` (with or without ``.md``)."""
+    stem = name.removesuffix(".md").removeprefix("docs/")
+    if stem not in doc_names():
+        raise ConfigError(f"no reference page {name!r}",
+                          hint=f"one of: {', '.join(doc_names())} (toranalyze docs lists them)")
+    return (docs_dir() / f"{stem}.md").read_text(encoding="utf-8")
 
 
 def events_markdown() -> str:
+    from toranalyze.schema import COLUMN_DOCS, EVENT_SCHEMA, KINDS, SEVERITIES
+    from toranalyze.taxonomy import TAXONOMY
+
     lines = [
         "# The event table (`events.parquet`)",
         "",

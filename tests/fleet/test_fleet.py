@@ -124,7 +124,7 @@ def test_new_changed_and_removed_runs(fleet_dir: Path, clean_store: Path, tmp_pa
     assert s.read("jobs")["run"].to_list() == ["fleet/fleet-000", "fleet/fleet-001", "fleet/fleet-100"]
     assert sorted(s.runs()) == ["fleet/fleet-000", "fleet/fleet-001", "fleet/fleet-100"]
     # the reports of replaced and removed runs are gone with them
-    assert sorted(p.name for p in (out / store.PARTS).iterdir()) == sorted(s.hashes())
+    assert sorted(p.name for p in (out / store.PARTS).iterdir()) == sorted(map(store.page_name, s.runs()))
     # the same inputs into a fresh store give the same tables
     fresh = tmp_path / "fresh"
     _build([runs], fresh)
@@ -187,7 +187,7 @@ def test_kill_9_mid_run_then_rerun_heals(fleet_dir: Path, clean_store: Path, tmp
     assert "3 runs" in result.output
     _same_tables(out, clean_store)
     assert store.Store(out).runs().keys() == store.Store(clean_store).runs().keys()
-    assert sorted(p.name for p in (out / store.PARTS).iterdir()) == sorted(store.Store(out).hashes())
+    assert sorted(p.name for p in (out / store.PARTS).iterdir()) == sorted(map(store.page_name, store.Store(out).runs()))
 
 
 def _consistent(out: Path) -> None:
@@ -236,8 +236,9 @@ def test_a_batch_adds_replaces_and_deletes_in_one_transaction_per_table(tmp_path
     runs = again.runs()
     assert runs["b"].hash == "h2-b" and runs["b"].generation == 2 and runs["a"].generation == 1
     assert runs["a"].notes == ("a note",) and "c" not in runs
-    assert sorted(p.name for p in (tmp_path / store.PARTS).iterdir()) == ["h1-a", "h1-d", "h2-b"]
-    assert (tmp_path / store.PARTS / "h2-b" / "report.html").read_text() == "<p>h2</p>"
+    assert sorted(p.name for p in (tmp_path / store.PARTS).iterdir()) == ["a", "b", "d"]
+    assert (tmp_path / store.PARTS / "b" / "report.html").read_text() == "<p>h2</p>"
+    assert sorted(p.name for p in (tmp_path / store.PARTS / "b").iterdir()) == sorted([store.OWNER, "report.html"])
 
 
 def test_an_unchanged_commit_writes_nothing(tmp_path: Path) -> None:
@@ -281,7 +282,9 @@ def test_a_crash_mid_commit_leaves_the_previous_version_and_heals(
     assert not store.Store(tmp_path).healed and _digests(tmp_path) == settled  # healed once, then left alone
     assert healed.read("jobs")["run"].to_list() == ["a", "b"]
     assert pl.read_delta(str(tmp_path / "jobs"))["run"].sort().to_list() == ["a", "b"]  # restored
-    assert sorted(p.name for p in (tmp_path / store.PARTS).iterdir()) == ["h1-a", "h1-b"]  # its pages swept
+    assert sorted(p.name for p in (tmp_path / store.PARTS).iterdir()) == ["a", "b"]  # its pages swept
+    assert sorted(p.name for p in (tmp_path / store.PARTS / "a").iterdir()) == sorted([store.OWNER, "report.html"])
+    assert (tmp_path / store.PARTS / "a" / "report.html").read_text() == "<p>h1</p>"  # the committed rows' page
     assert healed.record([_rec("a", "h2", exposure=7), _rec("c")], drop=["b"])
     assert store.Store(tmp_path).read("exposure").group_by("run").len().sort("run")["len"].to_list() == [7, 3]
 
@@ -376,9 +379,9 @@ def test_a_store_of_the_first_format_is_migrated_without_analysing_again(tmp_pat
     (tmp_path / "jobs.parquet").write_bytes(b"merged")
     (tmp_path / "manifest.json").write_text(json.dumps({"store_version": 1, "runs": runs, "tables": {}}))
     s = store.Store(tmp_path)
-    assert s.read("jobs")["report"].to_list() == ["reports/h-a/report.html", "reports/h-b/report.html"]
+    assert s.read("jobs")["report"].to_list() == ["reports/a/report.html", "reports/b/report.html"]
     assert s.read("exposure").height == 6 and s.runs()["b"].notes == ("n-b",) and s.hashes() == {"h-a", "h-b"}
-    assert (tmp_path / "reports" / "h-a" / "report.html").read_text() == "<p>a</p>"
+    assert (tmp_path / "reports" / "a" / "report.html").read_text() == "<p>a</p>"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*TABLES, "manifest.json", "reports", "runs"])
     assert json.loads((tmp_path / "manifest.json").read_text())["store_version"] == store.STORE_VERSION
 

@@ -13,7 +13,6 @@ from click.testing import CliRunner
 from toranalyze import __version__
 from toranalyze.cli import analyze as analyze_cli
 from toranalyze.cli import cli
-from toranalyze.cli import fleet as fleet_cli
 from toranalyze.fleet.pipeline import OutputOptions, RunOptions, options_salt
 from toranalyze.ingest.pipeline import IngestOptions, Workers
 from toranalyze.reconstruct.analysis import AnalysisOptions
@@ -40,7 +39,7 @@ def test_analyze_and_fleet_build_the_same_options(monkeypatch: pytest.MonkeyPatc
         raise Seen
 
     monkeypatch.setattr(analyze_cli, "analyze_run", fake_run)
-    monkeypatch.setattr(fleet_cli, "build", fake_build)
+    monkeypatch.setattr("toranalyze.fleet.build.build", fake_build)  # imported when fleet runs
     for cmd in ("analyze", "fleet"):
         res = CliRunner().invoke(cli, [cmd, str(tmp_path), "-o", str(tmp_path / cmd), *FLAGS])
         assert isinstance(res.exception, Seen), res.output

@@ -46,6 +46,7 @@ def expected_files() -> set[str]:
                 continue
             if p.suffix == ".py" or any(p.match(pat) for pat in DATA_PATTERNS):
                 want.add(f"{dst}/{p.relative_to(ROOT / src).as_posix()}")
+    want |= {f"toranalyze/docs/{p.name}" for p in (ROOT / "docs").glob("*.md")}  # the reference pages
     return want
 
 
@@ -112,3 +113,17 @@ def test_simulate_then_analyze_from_the_wheel(installed: Path, tmp_path: Path) -
     plan = run(installed, exe, "plan", "--rates", "out/rates.json", "--gpus", "1024", "--json", cwd=tmp_path)
     assert plan.returncode == 0, plan.stderr
     assert 0 < json.loads(plan.stdout)["closed_form"]["tor"] <= 1
+
+
+def test_the_pages_help_points_at_ship_with_the_wheel(installed: Path, tmp_path: Path) -> None:
+    exe = str(installed / "toranalyze")
+    helps = "".join(run(installed, exe, *c, "--help", cwd=tmp_path).stdout for c in [[], *([n] for n in readme_commands())])
+    named = set(re.findall(r"docs/([a-z_]+)\.md", helps)) | set(re.findall(r"toranalyze docs ([a-z_]+)", helps))
+    assert named, "no --help text points at a reference page"
+    listed = run(installed, exe, "docs", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert sorted(listed.stdout.split()) == sorted(p.stem for p in (ROOT / "docs").glob("*.md"))
+    for name in sorted(named):
+        page = run(installed, exe, "docs", name, cwd=tmp_path)
+        assert page.returncode == 0, f"toranalyze docs {name}: {page.stderr}"
+        assert page.stdout == (ROOT / "docs" / f"{name}.md").read_text(encoding="utf-8"), name

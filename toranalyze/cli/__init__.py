@@ -6,12 +6,11 @@ Library errors (``ToranalyzeError``) become one user message here, naming
 
 from __future__ import annotations
 
+import importlib
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import polars as pl
-from rich.table import Table
 
 from toranalyze import __version__
 from toranalyze.cli.common import (
@@ -26,16 +25,58 @@ from toranalyze.cli.common import (
     workers_options,
     write_summary,
 )
-from toranalyze.errors import NothingReadError, ToranalyzeError
-from toranalyze.fleet.pipeline import NothingRead, OutputOptions, ingest_notes
-from toranalyze.ingest.pipeline import IngestOptions, IngestResult, Workers
-from toranalyze.ingest.registry import default_registry
-from toranalyze.storage import output_dir
 
-__all__ = ["cli"]  # the command group; launch.py runs it
+if TYPE_CHECKING:
+    from toranalyze.fleet.pipeline import OutputOptions
+    from toranalyze.ingest.pipeline import IngestOptions, IngestResult, Workers
+
+__all__ = ["cli", "main"]  # the command group; launch.py runs main
+
+# Commands kept in their own modules, imported only when one runs or shows its help, so that
+# ``toranalyze --help`` loads no dataframe or plotting library. Name -> (module:attribute, the
+# line shown for it in ``toranalyze --help``; set as the command's short help when it loads).
+LAZY_COMMANDS: dict[str, tuple[str, str]] = {
+    "analyze": ("toranalyze.cli.analyze:analyze_cmd", "One run's logs -> tables, TOR ledger and report.html."),
+    "fleet": ("toranalyze.cli.fleet:fleet", "Many runs -> the fleet store, rates.json and a report."),
+    "plan": ("toranalyze.cli.plan:plan_cmd", "Predict a future run's TOR and best checkpoint interval."),
+    "simulate": ("toranalyze.simulate.command:simulate", "Simulate a run (or a fleet): real-format logs, truth.json."),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose LAZY_COMMANDS are imported on first use. An import error is a broken
+    install: it shows when the command is used, never hides the command."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands or cmd_name not in LAZY_COMMANDS:
+            return super().get_command(ctx, cmd_name)
+        target, short = LAZY_COMMANDS[cmd_name]
+        module, attr = target.split(":")
+        command: click.Command = getattr(importlib.import_module(module), attr)
+        if command.short_help is None:  # the listing's line (a test checks they agree)
+            command.short_help = short
+        self.add_command(command, cmd_name)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The listing, with the lazy commands' lines from the table (nothing imported)."""
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in LAZY_COMMANDS and name not in self.commands:
+                rows.append((name, LAZY_COMMANDS[name][1]))
+            elif (command := self.get_command(ctx, name)) is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(formatter.width)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
 
 def _print_files(result: IngestResult) -> None:
+    from rich.table import Table
+
     table = Table(title="inputs", show_lines=False)
     for col in ("file", "parser", "lines", "events", "coverage"):
         table.add_column(col, overflow="fold")
@@ -45,7 +86,7 @@ def _print_files(result: IngestResult) -> None:
     out.print(table)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="toranalyze")
 def cli() -> None:
     """Forensic reliability analysis of LLM training runs."""
@@ -54,17 +95,22 @@ def cli() -> None:
 @cli.command("ingest")
 @click.argument("paths", nargs=-1, required=True)
 @click.option("-o", "--out", "out_dir", required=True, metavar="DIR|URL",
-              help="Output directory, or an object-store URL (s3://bucket/prefix, docs/storage.md).")
+              help="Output directory, or an object-store URL (s3://bucket/prefix; toranalyze docs storage).")
 @ingest_options
 @workers_options("Worker processes reading files in parallel", "Where files are read: local processes, or Ray tasks")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or tables.")
 @redact_options
 def ingest_cmd(paths: tuple[str, ...], out_dir: str, ingest: IngestOptions, workers: Workers, quiet: bool,
                output: OutputOptions) -> None:
-    """Parse logs (paths or URLs) into DIR/events.parquet and DIR/summary.json (per-file coverage).
+    """Parse logs into one event table.
 
-    Secrets are redacted from all three outputs (the table, the summary and the terminal) unless
-    --no-redact."""
+    Reads PATHS (files, folders, globs or URLs) into DIR/events.parquet and DIR/summary.json
+    (per-file coverage). Secrets are redacted from all three outputs (the table, the summary and
+    the terminal) unless --no-redact."""
+    from toranalyze.errors import NothingReadError
+    from toranalyze.fleet.pipeline import ingest_notes
+    from toranalyze.storage import output_dir
+
     with output_dir(out_dir) as target:  # a URL: written here, uploaded when complete
         with reading(quiet) as on_file:
             # Streamed to the table file block by block: memory does not grow with the input.
@@ -85,10 +131,13 @@ def ingest_cmd(paths: tuple[str, ...], out_dir: str, ingest: IngestOptions, work
 
 @cli.command("coverage")
 @click.argument("paths", nargs=-1, required=True)
-@click.option("--top", type=int, default=20, show_default=True, help="How many line shapes to show.")
+@click.option("--top", type=int, default=20, show_default=True, metavar="N", help="How many line shapes to show.")
 def coverage_cmd(paths: tuple[str, ...], top: int) -> None:
-    """Show the lines of text logs that no parser recognised, grouped by shape."""
+    """Show the log lines no parser recognised, grouped by shape."""
+    from rich.table import Table
+
     from toranalyze.cli.reports import uncovered
+    from toranalyze.fleet.pipeline import NothingRead
 
     try:
         missed, problems = uncovered(paths)
@@ -114,6 +163,10 @@ def coverage_cmd(paths: tuple[str, ...], top: int) -> None:
 @cli.command("parsers")
 def parsers_cmd() -> None:
     """List every registered parser with its distribution and version."""
+    from rich.table import Table
+
+    from toranalyze.ingest.registry import default_registry
+
     table = Table()
     for col in ("name", "source", "distribution", "version", "claims whole files", "entry point"):
         table.add_column(col)
@@ -130,9 +183,12 @@ def _base_sniff() -> Any:
 
 
 @cli.command("rules")
-@click.option("--rules", "rules", multiple=True, type=click.Path(dir_okay=False), help="Also load this file.")
+@click.option("--rules", "rules", multiple=True, type=click.Path(dir_okay=False), metavar="FILE",
+              help="Also load this rules file (TOML). Repeatable.")
 def rules_cmd(rules: tuple[str, ...]) -> None:
     """List the classification rules in the order they are tried."""
+    from rich.table import Table
+
     from toranalyze.ingest.classify import load_rules
 
     table = Table()
@@ -145,7 +201,7 @@ def rules_cmd(rules: tuple[str, ...]) -> None:
 
 
 @cli.command("schema")
-@click.option("--markdown", is_flag=True, help="Print the reference page docs/events.md.")
+@click.option("--markdown", is_flag=True, help="Print the reference page (toranalyze docs events) from the code.")
 def schema_cmd(markdown: bool) -> None:
     """Print the event table's columns with their types and meaning."""
     from toranalyze.schema import COLUMN_DOCS, EVENT_SCHEMA
@@ -159,21 +215,37 @@ def schema_cmd(markdown: bool) -> None:
         out.print(f"[bold]{name}[/] ({dtype}): {COLUMN_DOCS[name]}")
 
 
-def _register_commands() -> None:
-    """Commands that live beside their stage. They ship in every install: an import error here is a
-    broken install and must show, never hide the command."""
-    from toranalyze.cli.analyze import analyze_cmd
-    from toranalyze.cli.fleet import fleet
-    from toranalyze.cli.plan import plan_cmd
-    from toranalyze.simulate.command import simulate
+@cli.command("docs")
+@click.argument("name", required=False, metavar="[NAME]")
+def docs_cmd(name: str | None) -> None:
+    """Print a reference page (docs/NAME.md), or list them.
 
-    cli.add_command(analyze_cmd)
-    cli.add_command(simulate)
-    cli.add_command(fleet)
-    cli.add_command(plan_cmd)
+    The pages ship with the installed package: what a --help text points at is here."""
+    from toranalyze.docgen import doc_names, doc_text
+
+    if name is None:
+        for page in doc_names():
+            click.echo(page)
+        return
+    click.echo(doc_text(name), nl=False)
 
 
-_register_commands()
+def _known_error(exc: Exception) -> int | None:
+    """Print a library error as one message and give its exit code; None for any other
+    exception. The error classes load polars, so they are imported once an error was raised."""
+    from toranalyze.errors import ToranalyzeError
+
+    if isinstance(exc, ToranalyzeError):
+        where = exc.where()
+        err.print(f"[red]error[/]: {plain(where + ': ' if where else '')}{plain(exc.message)}", soft_wrap=True)
+        if exc.hint:
+            err.print(f"  next: {plain(exc.hint)}", soft_wrap=True)
+        return 2
+    polars = sys.modules.get("polars")
+    if polars is not None and isinstance(exc, polars.exceptions.PolarsError):  # should not happen; say so
+        err.print(f"[red]internal error[/] (please report): {type(exc).__name__}: {exc}")
+        return 3
+    return None
 
 
 def main() -> None:
@@ -185,12 +257,8 @@ def main() -> None:
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
-    except ToranalyzeError as exc:
-        where = exc.where()
-        err.print(f"[red]error[/]: {plain(where + ': ' if where else '')}{plain(exc.message)}", soft_wrap=True)
-        if exc.hint:
-            err.print(f"  next: {plain(exc.hint)}", soft_wrap=True)
-        sys.exit(2)
-    except pl.exceptions.PolarsError as exc:  # should not happen; say so plainly
-        err.print(f"[red]internal error[/] (please report): {type(exc).__name__}: {exc}")
-        sys.exit(3)
+    except Exception as exc:
+        code = _known_error(exc)
+        if code is None:
+            raise
+        sys.exit(code)

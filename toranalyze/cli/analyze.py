@@ -41,10 +41,11 @@ def default_out(paths: tuple[str, ...]) -> Path:
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors and the report's path.")
 def analyze_cmd(paths: tuple[str, ...], out_dir: str | None, options: RunOptions, workers: Workers,
                 quiet: bool) -> None:
-    """Ingest logs, reconstruct incidents, compute each job's TOR ledger and write report.html.
+    """Analyse one run's logs: incidents, TOR ledger, report.html.
 
-    Job names in the tables, the terminal and the report are the short names of
-    toranalyze.reconstruct.job_names (the job's name, prefixed by its folder only when ambiguous)."""
+    Ingests PATHS (files, folders, globs or URLs), reconstructs the jobs and their incidents,
+    computes each job's TOR ledger and writes the tables, rates.json and report.html. A job is
+    named by its own name, prefixed by its folder only when two jobs share it."""
     shown = out_dir.rstrip("/") if out_dir else str(default_out(paths))
     run = RunInput(storage.name(shown), paths, input_root(paths), line_shapes=partial(unrecognised_shapes, paths))
     with storage.output_dir(shown) as target:  # a URL: written here, uploaded when complete

@@ -1,5 +1,9 @@
 """What every command shares: the consoles, the options (declared once, each group built into its
-options object here), the progress bar of files read and the warnings."""
+options object here), the progress bar of files read and the warnings.
+
+Light to import: the commands' options are declared from here, and ``--help`` must not load the
+dataframe or plotting libraries; the objects the options build are imported when they are built.
+"""
 
 from __future__ import annotations
 
@@ -9,21 +13,16 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from toranalyze import storage
-from toranalyze.fleet.pipeline import OutputOptions, RunOptions
-from toranalyze.ingest.discover import printable
-from toranalyze.ingest.engine import default_jobs, import_ray
-from toranalyze.ingest.pipeline import ROW_GROUP, IngestOptions, IngestResult, Workers, ingest
-from toranalyze.ingest.registry import default_registry
-from toranalyze.reconstruct.analysis import AnalysisOptions
-from toranalyze.report.redact import redact_lazy
+if TYPE_CHECKING:
+    from toranalyze.fleet.pipeline import OutputOptions, RunOptions
+    from toranalyze.ingest.pipeline import IngestOptions, IngestResult, Workers
+    from toranalyze.reconstruct.analysis import AnalysisOptions
 
 err = Console(stderr=True)
 # Wide enough for the incident table when writing to a file or a pipe (rich assumes 80 there).
@@ -50,6 +49,9 @@ def _grouped(dest: str, make: Callable[..., Any], options: dict[str, Decorator])
 
 
 def _ingest(tz: str, year: int | None, parser: str | None, rules: tuple[str, ...]) -> IngestOptions:
+    from toranalyze.ingest.pipeline import IngestOptions
+    from toranalyze.ingest.registry import default_registry
+
     if parser:
         default_registry().get(parser)  # fail early on an unknown name
     return IngestOptions(tz=tz, year=year, parser=parser, rules=tuple(rules))
@@ -57,17 +59,22 @@ def _ingest(tz: str, year: int | None, parser: str | None, rules: tuple[str, ...
 
 # --tz, --year, --parser, --rules -> ``ingest: IngestOptions``
 ingest_options = _grouped("ingest", _ingest, {
-    "tz": click.option("--tz", default="UTC", show_default=True,
+    "tz": click.option("--tz", default="UTC", show_default=True, metavar="ZONE",
                        help="Zone of timestamps that state none (IANA name, e.g. Europe/Paris)."),
-    "year": click.option("--year", type=int, default=None, help="Year for timestamps that have none (glog, syslog)."),
-    "parser": click.option("--parser", "parser", default=None,
-                           help="Use this parser for every file instead of sniffing."),
-    "rules": click.option("--rules", "rules", multiple=True, type=click.Path(dir_okay=False),
+    "year": click.option("--year", type=int, default=None, metavar="YEAR",
+                         help="Year for timestamps that have none (glog, syslog)."),
+    "parser": click.option("--parser", "parser", default=None, metavar="NAME",
+                           help="Use this parser for every file instead of sniffing (toranalyze parsers "
+                                "lists them)."),
+    "rules": click.option("--rules", "rules", multiple=True, type=click.Path(dir_okay=False), metavar="FILE",
                           help="Extra classification rules (TOML); tried before the built-ins. Repeatable."),
 })
 
 
 def _workers(jobs: int | None, engine: str, ray_address: str | None) -> Workers:
+    from toranalyze.ingest.engine import default_jobs, import_ray
+    from toranalyze.ingest.pipeline import Workers
+
     if engine == "ray":
         import_ray()  # fail early when the extra is missing
     return Workers(jobs or default_jobs(), engine, ray_address)
@@ -76,19 +83,37 @@ def _workers(jobs: int | None, engine: str, ray_address: str | None) -> Workers:
 def workers_options(jobs_help: str, engine_help: str) -> Decorator:
     """-j/--jobs, --engine, --ray-address -> ``workers: Workers`` (what a job is: the command's help)."""
     return _grouped("workers", _workers, {
-        "jobs": click.option("-j", "--jobs", type=int, default=None,
+        "jobs": click.option("-j", "--jobs", type=int, default=None, metavar="N",
                              help=f"{jobs_help} [default: the CPUs available]."),
         "engine": click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
                                help=f"{engine_help} (pip install 'toranalyze[ray]')."),
-        "ray_address": click.option("--ray-address", default=None,
+        "ray_address": click.option("--ray-address", default=None, metavar="ADDRESS",
                                     help="With --engine ray: an existing Ray cluster (e.g. ray://head:10001, auto) "
                                          "[default: start a local one with --jobs CPUs]."),
     })
 
 
+def _analysis(ideal_step_time: float | None) -> AnalysisOptions:
+    from toranalyze.reconstruct.analysis import AnalysisOptions
+
+    return AnalysisOptions(ideal_step_time_s=ideal_step_time)
+
+
+def _output(report: bool, no_redact: bool) -> OutputOptions:
+    from toranalyze.fleet.pipeline import OutputOptions
+
+    return OutputOptions(report=report, redact=not no_redact)
+
+
+def _run(ingest: IngestOptions, analysis: AnalysisOptions, output: OutputOptions) -> RunOptions:
+    from toranalyze.fleet.pipeline import RunOptions
+
+    return RunOptions(ingest, analysis, output)
+
+
 # --ideal-step-time -> ``analysis: AnalysisOptions``
-analysis_options = _grouped("analysis", lambda ideal_step_time: AnalysisOptions(ideal_step_time_s=ideal_step_time), {
-    "ideal_step_time": click.option("--ideal-step-time", type=float, default=None,
+analysis_options = _grouped("analysis", _analysis, {
+    "ideal_step_time": click.option("--ideal-step-time", type=float, default=None, metavar="SECONDS",
                                     help="Ideal seconds per step; default: the median of the job's healthy steps."),
 })
 
@@ -97,13 +122,13 @@ _NO_REDACT = click.option("--no-redact", "no_redact", is_flag=True,
                                "files and the terminal.")
 
 # --no-redact -> ``output: OutputOptions`` (for commands that write no report)
-redact_options = _grouped("output", lambda no_redact: OutputOptions(report=False, redact=not no_redact),
+redact_options = _grouped("output", lambda no_redact: _output(False, no_redact),
                           {"no_redact": _NO_REDACT})
 
 
 def output_options(report_help: str) -> Decorator:
     """--no-report, --no-redact -> ``output: OutputOptions``."""
-    return _grouped("output", lambda no_report, no_redact: OutputOptions(report=not no_report, redact=not no_redact), {
+    return _grouped("output", lambda no_report, no_redact: _output(not no_report, no_redact), {
         "no_report": click.option("--no-report", is_flag=True, help=report_help),
         "no_redact": _NO_REDACT,
     })
@@ -111,7 +136,7 @@ def output_options(report_help: str) -> Decorator:
 
 def run_options(report_help: str) -> Decorator:
     """The options of a run, built once into ``options: RunOptions``: ingest, analysis and output."""
-    return _grouped("options", lambda ingest, analysis, output: RunOptions(ingest, analysis, output), {
+    return _grouped("options", _run, {
         "ingest": ingest_options, "analysis": analysis_options, "output": output_options(report_help),
     })
 
@@ -119,6 +144,8 @@ def run_options(report_help: str) -> Decorator:
 @contextmanager
 def reading(quiet: bool) -> Iterator[Callable[[int, int, str], None]]:
     """A progress bar of files read (none when ``quiet``); yields the ``on_file`` callback."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     with Progress(TextColumn("[bold]reading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.description}"), console=err, transient=True, disable=quiet) as progress:
         task = progress.add_task("", total=None)
@@ -134,6 +161,10 @@ def ingest_to(table: Path, paths: Sequence[str], options: IngestOptions, workers
     """The events of ``paths`` streamed into the Parquet file ``table`` (secrets redacted unless
     ``redact`` is false): the workers spool them as parts beside it, one streaming pass writes
     the table, so memory does not grow with the input."""
+    from toranalyze import storage
+    from toranalyze.ingest.pipeline import ROW_GROUP, IngestResult, ingest
+    from toranalyze.report.redact import redact_lazy
+
     table.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".ingest-", dir=table.parent) as spool:
         result = ingest(paths, options, workers, on_file=on_file, spool=Path(spool))
@@ -145,6 +176,8 @@ def ingest_to(table: Path, paths: Sequence[str], options: IngestOptions, workers
 def plain(text: object) -> str:
     """Text for rich markup that is shown as it is: brackets in a path (``in/[/].log``) are not
     tags, and the bytes of a non-UTF-8 file name are spelt ``\\xff``."""
+    from toranalyze.ingest.discover import printable
+
     return escape(printable(str(text)))
 
 

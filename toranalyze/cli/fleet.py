@@ -1,24 +1,23 @@
-"""``toranalyze fleet``: many runs -> the fleet store (tables, manifest) and a summary."""
+"""``toranalyze fleet``: many runs -> the fleet store (tables, manifest) and a summary.
+
+The stages are imported when the command runs, not for its ``--help``."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import polars as pl
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from toranalyze import storage
 from toranalyze.cli.common import err, out, plain, print_warnings, run_options, workers_options
-from toranalyze.cli.reports import write_fleet_report
-from toranalyze.fleet.build import BuildResult, build
-from toranalyze.fleet.pipeline import OutputOptions, RunOptions
-from toranalyze.fleet.rates import build_rates, dumps
-from toranalyze.fleet.store import MANIFEST, Store, write_text
-from toranalyze.fleet.summary import FleetSummary, summarize
-from toranalyze.fleet.tables import TABLES
-from toranalyze.ingest.pipeline import Workers
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from toranalyze.fleet.build import BuildResult
+    from toranalyze.fleet.pipeline import OutputOptions, RunOptions
+    from toranalyze.fleet.summary import FleetSummary
+    from toranalyze.ingest.pipeline import Workers
 
 
 def write_fleet_products(store_dir: Path, tables: dict[str, pl.DataFrame], output: OutputOptions,
@@ -26,6 +25,10 @@ def write_fleet_products(store_dir: Path, tables: dict[str, pl.DataFrame], outpu
     """rates.json (docs/rates.md) and the fleet report over the merged tables (redacted in each
     run's part already, when asked), each written to a temporary name and renamed, and only when
     its text changed (an unchanged re-run writes nothing). Returns the report's path."""
+    from toranalyze.cli.reports import write_fleet_report
+    from toranalyze.fleet.rates import build_rates, dumps
+    from toranalyze.fleet.store import write_text
+
     doc = build_rates(tables["jobs"], tables["attempts"], tables["incidents"], tables["exposure"])
     write_text(dumps(doc), store_dir / "rates.json")
     if not output.report:
@@ -34,6 +37,11 @@ def write_fleet_products(store_dir: Path, tables: dict[str, pl.DataFrame], outpu
 
 
 def _print_summary(s: FleetSummary, result: BuildResult, store_dir: str) -> None:
+    import polars as pl
+    from rich.table import Table
+
+    from toranalyze.fleet.tables import TABLES
+
     out.print(
         f"[bold]{s.runs}[/] runs ({len(result.analyzed)} analysed, {result.reused} unchanged, "
         f"{len(result.removed)} removed), [bold]{s.jobs}[/] jobs, {s.attempts} attempts"
@@ -61,6 +69,15 @@ def _print_summary(s: FleetSummary, result: BuildResult, store_dir: str) -> None
               if result.rewritten else f"nothing changed in {plain(store_dir)}/", soft_wrap=True)
 
 
+def _runs_without_jobs(result: BuildResult, jobs: pl.DataFrame) -> list[str]:
+    """A line for each run read without error that gave no job: a folder of other files is said to
+    be one, not merely counted among the runs."""
+    with_jobs = set(jobs["run"].to_list())
+    return [f"run {r.id} ({r.path}): no training job found in its logs — check that it holds a run's logs "
+            f"(toranalyze coverage {r.path} shows the lines no parser recognised)"
+            for r in result.runs if not r.error and r.id not in with_jobs]
+
+
 @click.command("fleet")
 @click.argument("paths", nargs=-1, required=True)
 @click.option("-o", "--out", "out_dir", required=True, metavar="DIR|URL",
@@ -70,9 +87,19 @@ def _print_summary(s: FleetSummary, result: BuildResult, store_dir: str) -> None
 @run_options("Write no HTML reports (the fleet's nor each run's).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary; only errors and the report's path.")
 def fleet(paths: tuple[str, ...], out_dir: str, workers: Workers, options: RunOptions, quiet: bool) -> None:
-    """Analyse many runs (each PATH a run directory or a directory of runs) into the fleet tables
-    DIR/jobs, attempts, incidents and exposure (Delta tables). Runs whose files did not change
-    since the last time are not analysed again."""
+    """Analyse many runs into a fleet store.
+
+    Each PATH is a run directory or a directory of runs. Writes the fleet tables DIR/jobs,
+    attempts, incidents and exposure (Delta tables), DIR/rates.json and DIR/report.html. Runs whose
+    files did not change since the last time are not analysed again."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from toranalyze import storage
+    from toranalyze.fleet.build import build
+    from toranalyze.fleet.store import MANIFEST, Store
+    from toranalyze.fleet.summary import summarize
+    from toranalyze.fleet.tables import TABLES
+
     out_dir = out_dir.rstrip("/") or out_dir
     # A URL: the store is copied here, updated, and its changes uploaded (the manifest last).
     with storage.output_dir(out_dir, mirror=True, last=(MANIFEST,)) as store_dir:
@@ -89,6 +116,7 @@ def fleet(paths: tuple[str, ...], out_dir: str, workers: Workers, options: RunOp
         print_warnings(result.warnings)
         print_warnings([f"run {r.id} ({r.path}): {r.error}" for r in result.runs if r.error])
         tables = Store(store_dir).read_tables()
+        print_warnings(_runs_without_jobs(result, tables["jobs"]))
         title = storage.name(out_dir) if storage.is_url(out_dir) else store_dir.resolve().name
         page = write_fleet_products(store_dir, tables, options.output, title)
     if not quiet:

@@ -102,6 +102,19 @@ def _runs_under(d: Path, rel: str, skip: frozenset[Path], problems: list[InputEr
             yield from _runs_under(Path(e.path), f"{rel}/{e.name}", skip, problems, above | {real})
 
 
+def _no_run(spec: str, path: Path, unread: Sequence[InputError]) -> InputError:
+    """Why ``spec`` (at ``path``) gave no run: it, or everything below it, could not be read (the
+    first reason, e.g. permission denied), or it holds no log file."""
+    if not unread:
+        return InputError("holds no log file", path=spec, hint="give a run directory or a directory of runs")
+    first = unread[0]
+    reason = first.message.removesuffix("; skipped")
+    if first.path == printable(str(path)):  # the folder given itself
+        return InputError(reason, path=spec, hint=first.hint)
+    more = f" and {len(unread) - 1} more" if len(unread) > 1 else ""
+    return InputError(f"holds no readable log file ({first.path}: {reason}{more})", path=spec, hint=first.hint)
+
+
 def _url_runs(spec: str, skip: Sequence[str]) -> list[Run]:
     """The runs under a URL, by the rule of local folders applied to the keys under the prefix."""
     url = storage.normalize(spec)
@@ -158,12 +171,13 @@ def find_runs(paths: Sequence[str], skip: Iterable[str] = (),
             raise InputError("no such file or directory", path=spec, hint="check the path")
         name = p.resolve().name
         found: list[tuple[str, Path]]
+        before = len(problems)
         if p.is_file():
             found = [(name, p)]
         else:
             found = list(_runs_under(p, name, skipped, problems))
         if not found:
-            raise InputError("holds no log file", path=spec, hint="give a run directory or a directory of runs")
+            raise _no_run(spec, p, problems[before:])
         for rid, d in found:
             files = (d.name,) if d.is_file() else tuple(_log_files(d, skipped, problems))
             _add(runs, Run(rid, str(d.parent if d.is_file() else d), files), spec)

@@ -6,7 +6,9 @@ Layout of the store directory::
     runs/                          Delta table, one row per stored run: id, path, content hash,
                                    status (error, notes, files failed), its files' stamps
     jobs/ attempts/ incidents/ exposure/    Delta tables of the runs' rows
-    reports/<hash>/report.html     a run's job report (``jobs.report`` links it)
+    reports/<name>/report.html     a run's job report (``jobs.report`` links it); <name> is the
+                                   run's folder name (page_name), with a short hash of the run id
+                                   when another run holds it; a .run file in it names the run
 
 Every table is partitioned by ``bucket``, a stable hash of the run id modulo the manifest's
 bucket count: the largest power of two that leaves RUNS_PER_BUCKET (1,000) runs or more per
@@ -29,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -47,7 +50,9 @@ from toranalyze.schema import frame_schema
 
 MANIFEST = "manifest.json"
 COMMITTING = ".committing"  # present from a commit's first page to its manifest: a crash in between
-PARTS = "reports"  # reports/<hash>/<page>: a run's pages (pipeline links jobs.report here)
+PARTS = "reports"  # reports/<name>/<page>: a run's pages (jobs.report links them; in older stores <hash>)
+OWNER = ".run"  # in a run's page folder: the run id (the folder's name is for people, not a key)
+PENDING = ".pending"  # .<page>.<hash>.pending: a re-analysed run's page, in place once its rows are committed
 RUNS = "runs"
 DELTA_TABLES = (RUNS, *TABLES)
 STORE_VERSION = 2
@@ -291,23 +296,27 @@ class Store:
         self.root.mkdir(parents=True, exist_ok=True)
         marker = self.root / COMMITTING
         write_text(f"{self.manifest.generation + 1}\n", marker)  # pages of an unfinished commit get swept
-        for r in batch:
-            self._write_pages(r)
+        folders = {r.id: self._write_pages(r) for r in batch if r.pages}
         m, ids = self.manifest, [r.id for r in batch]
         new = Manifest(m.generation + 1, dict(m.versions), m.buckets, m.runs + len(set(ids) - set(known)) - len(gone))
         analysed = [r for r in batch if r.tables is not None]
         redo = {r.id for r in analysed if r.id in known} | gone
         for t in TABLES:
-            rows = [r.tables.get(t) for r in analysed if r.tables is not None]
+            rows = [_linked(r.tables.jobs, r.hash, folders.get(r.id)) if t == "jobs" else r.tables.get(t)
+                    for r in analysed if r.tables is not None]
             self._write(t, pl.concat(rows) if rows else pl.DataFrame(schema=SCHEMAS[t]), redo, new)
         run_rows = _run_rows(batch, stored, new.generation)
         self._write(RUNS, run_rows, {i for i in ids if i in known} | gone, new)
         self._commit_manifest(new)
+        self._publish_pages({r.id: r.hash for r in batch if r.id in folders})
         marker.unlink()
         if self._runs is not None:
             self._runs = pl.concat([self._runs.filter(~pl.col("run").is_in([*ids, *gone])), run_rows])
         new_hashes = set(run_rows["hash"])
         self._drop_pages(h for rid, h in known.items() if rid in gone or (rid in redo and h not in new_hashes))
+        for rid in gone | {r.id for r in analysed if r.id in redo and not r.pages}:  # no page any more
+            if (d := self.run_pages(rid)) is not None:
+                shutil.rmtree(d, ignore_errors=True)
         if not self.rebucket():
             self.compact()
         return True
@@ -433,26 +442,70 @@ class Store:
     # -- pages --
 
     def page_dir(self, run_hash: str) -> Path:
+        """Where older stores kept a run's pages (by content hash): still linked, and cleaned up."""
         return self.root / PARTS / run_hash
 
-    def _write_pages(self, r: RunRecord) -> None:
-        if not r.pages:
-            return
-        d = self.page_dir(r.hash)
-        d.mkdir(parents=True, exist_ok=True)
+    def run_pages(self, run_id: str) -> Path | None:
+        """The folder holding the run's pages, if it has one."""
+        for name in _page_names(run_id):
+            if _owner(self.root / PARTS / name) == run_id:
+                return self.root / PARTS / name
+        return None
+
+    def _claim_pages(self, run_id: str) -> Path:
+        """The run's page folder, made (and marked as the run's) when it has none: its folder name,
+        or that name with a short hash of the run id when another run holds it."""
+        found = self.run_pages(run_id)
+        if found is not None:
+            return found
+        for name in _page_names(run_id):
+            d = self.root / PARTS / name
+            if not d.exists():
+                d.mkdir(parents=True)
+                write_text(run_id + "\n", d / OWNER)
+                return d
+        raise InputError(f"no free folder for the pages of run {run_id}", path=str(self.root / PARTS),
+                         hint="remove the folders under reports/ that no run owns (a .run file names the owner)")
+
+    def _write_pages(self, r: RunRecord) -> str:
+        """The run's pages written into its folder (whose name is returned). A page replacing one
+        is written aside (``PENDING``) and takes its place once the run's new rows are committed:
+        a crash before leaves the committed rows with their page."""
+        d = self._claim_pages(r.id)
         for name, text in r.pages.items():
-            write_text(text, d / name)
+            write_text(text, d / f".{name}.{r.hash}{PENDING}" if (d / name).exists() else d / name)
+        return d.name
+
+    def _publish_pages(self, hashes: Mapping[str, str]) -> None:
+        """Put the pending pages of these runs (run id -> the hash now stored) in place; pages of
+        another hash (an analysis never committed) are deleted."""
+        for rid, h in hashes.items():
+            d = self.run_pages(rid)
+            if d is None:
+                continue
+            for pending in d.glob(f".*{PENDING}"):
+                page, _, rest = pending.name[1:].removesuffix(PENDING).rpartition(".")
+                if rest == h:
+                    os.replace(pending, d / page)
+                else:
+                    pending.unlink(missing_ok=True)
 
     def _drop_pages(self, hashes: Iterable[str]) -> None:
         for h in hashes:
             shutil.rmtree(self.page_dir(h), ignore_errors=True)
 
     def _sweep_pages(self) -> None:
-        """Delete pages of runs no longer stored (a crash between writing them and the manifest)."""
+        """Delete pages of runs no longer stored (a crash between writing them and the manifest)
+        and settle pending ones by the hash stored."""
         pages = self.root / PARTS
         if pages.is_dir():
-            keep = self.hashes()
-            self._drop_pages(d.name for d in pages.iterdir() if d.name not in keep)
+            stored = dict(zip(self.run_frame()["run"], self.run_frame()["hash"], strict=True))
+            keep = set(stored.values())
+            owners = {d: _owner(d) for d in pages.iterdir()}
+            for d, owner in owners.items():
+                if owner is None and d.name not in keep or owner is not None and owner not in stored:
+                    shutil.rmtree(d, ignore_errors=True)
+            self._publish_pages({o: stored[o] for o in owners.values() if o is not None and o in stored})
         for f in self.root.glob(".*.tmp"):
             f.unlink(missing_ok=True)
 
@@ -502,6 +555,37 @@ def _v1_record(part: Path, run: Mapping[str, Any]) -> RunRecord:
     status = json.loads((part / "status.json").read_text())
     pages = {f.name: f.read_text(encoding="utf-8") for f in sorted(part.glob("*.html"))}
     return RunRecord(run["id"], run["path"], run["hash"], tables, status, pages)
+
+
+def page_name(run_id: str) -> str:
+    """A run's page folder name for people: the last part of its id (its folder's name), in
+    letters, digits and ``._-`` only (other characters become ``_``), at most 80 characters."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", run_id.rstrip("/").rsplit("/", 1)[-1])[:80].strip("._")
+    return name or "run"
+
+
+def _page_names(run_id: str) -> tuple[str, str]:
+    """The folder names a run's pages may take: its name, then, when another run holds that, the
+    name with a short hash of the run id (unique: run ids are)."""
+    name = page_name(run_id)
+    return name, f"{name}-{hashlib.blake2b(run_id.encode(), digest_size=4).hexdigest()}"
+
+
+def _owner(folder: Path) -> str | None:
+    """The run whose pages ``folder`` holds (None: an older store's folder, by hash, or none)."""
+    try:
+        return (folder / OWNER).read_text(encoding="utf-8").rstrip("\n")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _linked(jobs: pl.DataFrame, run_hash: str, folder: str | None) -> pl.DataFrame:
+    """A run's jobs, their report links moved from the content-hash folder the analysis names
+    (``reports/<hash>/``) to the run's page folder."""
+    if folder is None:
+        return jobs
+    old, new = f"{PARTS}/{run_hash}/", f"{PARTS}/{folder}/"
+    return jobs.with_columns(pl.col("report").str.replace(old, new, literal=True))
 
 
 def _changed_since(dt: DeltaTable, version: int) -> bool:

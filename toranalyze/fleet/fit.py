@@ -23,7 +23,7 @@ import polars as pl
 from scipy import special, stats
 
 from toranalyze.fleet.weibull import fit_weibull
-from toranalyze.taxonomy import PLANNED
+from toranalyze.taxonomy import PLANNED, TAXONOMY
 
 UNITS = ("gpu_hour", "node_hour", "job_hour")
 CONF = 0.95
@@ -129,6 +129,32 @@ def _r(v: float | None, nd: int = 9) -> float | None:
 def exposure_multiplier(unit: str, gpus: float, gpus_per_node: float) -> float:
     """How many units of exposure a job of ``gpus`` GPUs accrues per hour of running."""
     return {"gpu_hour": gpus, "node_hour": gpus / gpus_per_node, "job_hour": 1.0}[unit]
+
+
+NODE_CATEGORIES = ("gpu", "host", "network")  # hardware fails per node it runs on; the rest per job
+DECISIVE_LOGLIK = 2.0  # a unit must beat the category's default by this much to be believed
+PER_UNIT = {"gpu": "gpu_hour", "node": "node_hour", "job": "job_hour"}
+
+
+def scaling(name: str, fit: dict[str, Any]) -> dict[str, str]:
+    """How a class scales with job size (per GPU, node or job) and why: the best-fitting exposure
+    when its log-likelihood beats the class category's default by ``DECISIVE_LOGLIK`` (or is the
+    default), else the category's default (few failures rarely tell the units apart)."""
+    default = "node" if name in TAXONOMY and TAXONOMY[name].category in NODE_CATEGORIES else "job"
+    per_of = {u: p for p, u in PER_UNIT.items()}
+    best = per_of.get(fit.get("best_exposure") or "", default)
+    ll = fit.get("loglik") or {}
+    top, base = ll.get(PER_UNIT[best]), ll.get(PER_UNIT[default])
+    if best == default or top is None or base is None:
+        return {"per": best, "source": "fitted", "evidence": f"per {best}: the best fit"
+                + (", as its category" if best == default else "")}
+    margin = float(top) - float(base)
+    if margin >= DECISIVE_LOGLIK:
+        return {"per": best, "source": "fitted",
+                "evidence": f"per {best}: log-likelihood {margin:.3g} above per {default}, its category's"}
+    return {"per": default, "source": "taxonomy",
+            "evidence": f"per {default}, as its category; the fit prefers per {best} by only {margin:.2g} "
+                        "in log-likelihood"}
 
 
 def best_exposure(k_per_job: np.ndarray, jobs: pl.DataFrame) -> tuple[str, dict[str, float]]:

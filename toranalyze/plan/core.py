@@ -30,6 +30,7 @@ SIZE_WARN = 4.0  # planned job larger than the largest observed by this factor: 
 EXPOSURE_WARN = 10.0  # planned GPU-hours over observed GPU-hours beyond which the plan says so
 THIN_RUNNING_H = 1.0  # node-hours of running time under which the rates are too thin to plan with
 FEW_FAILURES = 5
+DEFAULT_GPUS_PER_NODE = 8.0  # with declared rates alone and no --gpus-per-node
 NO_FAILURE_INTERVAL_H = 24.0  # the interval used when no failure rate gives a best one
 
 
@@ -85,7 +86,7 @@ class Job:
 
 
 def job(doc: dict[str, Any], opts: PlanOptions) -> tuple[Job, dict[str, Any]]:
-    gpn = float(opts.gpus_per_node or doc.get("gpus_per_node") or 0.0)
+    gpn = float(opts.gpus_per_node or (doc.get("gpus_per_node") if doc else DEFAULT_GPUS_PER_NODE) or 0.0)
     if gpn <= 0 or gpn > 1024:
         raise RatesError(f"{doc.get('gpus_per_node')!r} GPUs per node", field="$.gpus_per_node",
                          hint="give --gpus-per-node (1 to 1024)")

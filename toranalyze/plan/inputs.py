@@ -18,14 +18,12 @@ from typing import Any
 from scipy import stats
 
 from toranalyze.errors import RatesError
+from toranalyze.fleet import fit as fleet_fit
 from toranalyze.plan.strategy import Phase, Recovery
-from toranalyze.taxonomy import TAXONOMY
 
 PER = {"gpu": "gpu_hour", "node": "node_hour", "job": "job_hour"}
 UNIT_OF = {v: k for k, v in PER.items()}
 EXPOSURE_KEY = {"gpu": "gpu_hours", "node": "node_hours", "job": "job_hours"}
-NODE_CATEGORIES = ("gpu", "host", "network")  # hardware that fails per node it runs on
-DECISIVE_LOGLIK = 2.0  # a unit must beat the category's default by this much to be believed
 CONF = 0.95
 
 
@@ -49,26 +47,14 @@ class ClassRate:
         return self.rate * self.multiplier(gpus, gpn)
 
 
-def default_scaling(name: str) -> str:
-    cat = TAXONOMY[name].category if name in TAXONOMY else "unknown"
-    return "node" if cat in NODE_CATEGORIES else "job"
-
-
 def scaling(name: str, fit: dict[str, Any]) -> tuple[str, str, str]:
-    """(per, source, evidence) of a fitted class."""
-    declared = fit.get("scaling")
-    if isinstance(declared, dict) and declared.get("per") in PER:
-        return declared["per"], "declared", str(declared.get("evidence") or "declared in the rates file")
-    default = default_scaling(name)
-    ll = {UNIT_OF[u]: v for u, v in (fit.get("loglik") or {}).items() if u in UNIT_OF and v is not None}
-    best = UNIT_OF.get(fit.get("best_exposure", ""), default)
-    if best != default and best in ll and default in ll:
-        margin = ll[best] - ll[default]
-        if margin >= DECISIVE_LOGLIK:
-            return best, "fitted", f"per {best}: log-likelihood {margin:.1f} above per {default}"
-        return default, "taxonomy", (f"per {default} ({TAXONOMY[name].category if name in TAXONOMY else 'unknown'} "
-                                     f"class); the fit prefers per {best} by only {margin:.2f} in log-likelihood")
-    return best, "fitted", f"per {best}: the best fit" + (" and the class' category" if best == default else "")
+    """(per, source, evidence) of a fitted class: as the document states it, else decided here as
+    ``toranalyze fleet`` decides it when it writes the document."""
+    stated = fit.get("scaling")
+    if isinstance(stated, dict) and stated.get("per") in PER:
+        return stated["per"], str(stated.get("source") or "declared"), str(stated.get("evidence") or "")
+    d = fleet_fit.scaling(name, fit)
+    return d["per"], d["source"], d["evidence"]
 
 
 def _agree(value: Any, expected: float, field: str) -> None:

@@ -147,7 +147,8 @@ def _commit(L: _Lanes, g: np.ndarray, going: np.ndarray) -> None:
     interval, so only the last save ended can still be pending)."""
     k, P = L["k"], L["P"]
     j = np.mod(P, k)
-    n1 = np.where(going, L.saves_by(j, g), 0.0)
+    g = np.where(going, g, 0.0)  # (lanes not running here may hold an infinite gap)
+    n1 = L.saves_by(j, g)
     last = j + n1
     lag = np.where(np.mod(last, k) == 0, L["pd"], L["pm"])
     done = n1 - ((n1 >= 1) & (g < L.offset(last) - L.offset(j) + lag))
@@ -161,6 +162,8 @@ def _fail(L: _Lanes, hit: np.ndarray, rng: np.random.Generator, adj: np.ndarray)
     """Lanes ``hit`` meet a failure at their next clock: downtime, a fresh gap for the class that
     fired, and the restart they now need (from memory when its copy survived)."""
     rows = np.flatnonzero(hit)
+    if not len(rows):
+        return
     which = L.nxt[rows].argmin(axis=1)
     f = L.nxt[rows, which]
     L["up"][rows] = f
@@ -176,7 +179,7 @@ def _fail(L: _Lanes, hit: np.ndarray, rng: np.random.Generator, adj: np.ndarray)
 
 
 def _step(L: _Lanes, rng: np.random.Generator, adj: np.ndarray) -> None:
-    gap0 = L.nxt.min(axis=1) - L["up"]
+    gap0 = L.nxt.min(axis=1, initial=np.inf) - L["up"]
     kind = L["kind"]
     R = np.where(kind == 1, L.draw(rng, "mem"), np.where(kind == 2, L.draw(rng, "disk"), 0.0))
     in_restart = gap0 < R

@@ -51,6 +51,8 @@ def _slow(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) ->
         out_.append((frac, factor))
     if sum(f for f, _ in out_) > 1:
         raise click.BadParameter("the slow fractions add up to more than the whole running time")
+    if sum(f * (1.0 - 1.0 / s) for f, s in out_) >= 1:
+        raise click.BadParameter("nothing left of the throughput: the run would never finish")
     return tuple(out_)
 
 

@@ -95,6 +95,9 @@ def job(doc: dict[str, Any], opts: PlanOptions) -> tuple[Job, dict[str, Any]]:
     classes += sorted(named_rates.values(), key=lambda c: c.name)
     rec, rec_src = inputs.recovery(doc, opts.recovery)
     rho, rho_src = inputs.slowness(doc, list(opts.slow))
+    if rho <= 0:
+        raise RatesError("all running time is lost to slowness: the run would never finish",
+                         field="$.fail_slow.loss_fraction" if not opts.slow else "--slow")
     return Job(classes, gpn, rec, rho, opts), {"recovery": rec_src, "fail_slow": rho_src}
 
 

@@ -97,18 +97,23 @@ class _Lanes:
 
     def offset(self, q: np.ndarray) -> np.ndarray:
         """Time from the start of a durable cycle to the end of save ``q`` of the cycle (from 0)."""
-        return np.floor(q / self["k"]) * self["cyc"] + np.mod(q, self["k"]) * self["sm"]
+        c = np.floor(q / self["k"])
+        return c * self["cyc"] + (q - c * self["k"]) * self["sm"]
 
     def saves_by(self, j: np.ndarray, g: np.ndarray) -> np.ndarray:
         """Saves ended within ``g`` of running from cycle position ``j``."""
         k, x = self["k"], self.offset(j) + g
-        within = np.minimum(np.floor(np.mod(x, self["cyc"]) / self["sm"]), k - 1)
-        return np.floor(x / self["cyc"]) * k + within - j
+        c = np.floor(x / self["cyc"])
+        within = np.clip(np.floor(np.maximum(x - c * self["cyc"], 0.0) / self["sm"]), 0.0, k - 1)
+        return c * k + within - j
 
     def draw(self, rng: np.random.Generator, name: str) -> np.ndarray:
         """A duration of phase ``name`` per lane (lognormal around the config's mean)."""
+        mean, sigma = self[f"{name}_mean"], self[f"{name}_sigma"]
+        if not sigma.any():  # fixed durations: no draw
+            return mean
         z = rng.standard_normal(len(self))
-        return np.where(self[f"{name}_mean"] > 0, np.exp(self[f"{name}_mu"] + self[f"{name}_sigma"] * z), 0.0)
+        return np.where(mean > 0, np.exp(self[f"{name}_mu"] + sigma * z), 0.0)
 
     def retire(self, done: np.ndarray, x: np.ndarray) -> None:
         """Record the lanes ``done`` (with work ``x``) and drop them from the active columns."""
@@ -132,6 +137,11 @@ def _gaps(rng: np.random.Generator, means: np.ndarray, log_adj: np.ndarray) -> n
     return np.where(np.isfinite(means) & (means > 0), g, np.inf)
 
 
+def _mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a mod b`` of whole numbers held as floats (numpy's float mod is many times slower)."""
+    return a - np.floor(a / b) * b
+
+
 def _finish_time(L: _Lanes) -> tuple[np.ndarray, np.ndarray]:
     """Time to finish from a restart at the committed position, and its saves' blocking time."""
     rem = np.maximum(L["work"] - L["P"] * L["tau"], 0.0)
@@ -146,11 +156,11 @@ def _commit(L: _Lanes, g: np.ndarray, going: np.ndarray) -> None:
     (an asynchronous save commits its persist after its end; the persist never outlasts the
     interval, so only the last save ended can still be pending)."""
     k, P = L["k"], L["P"]
-    j = np.mod(P, k)
+    j = _mod(P, k)
     g = np.where(going, g, 0.0)  # (lanes not running here may hold an infinite gap)
     n1 = L.saves_by(j, g)
     last = j + n1
-    lag = np.where(np.mod(last, k) == 0, L["pd"], L["pm"])
+    lag = np.where(_mod(last, k) == 0, L["pd"], L["pm"])
     done = n1 - ((n1 >= 1) & (g < L.offset(last) - L.offset(j) + lag))
     nd = np.floor((P + n1) / k) - np.floor(P / k)
     L["saves"][:] += (n1 - nd) * L["dm"] + nd * L["dd"]

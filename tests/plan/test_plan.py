@@ -21,7 +21,7 @@ from toranalyze.plan import PlanOptions, plan
 from toranalyze.plan.core import best_interval, job, tor_at
 from toranalyze.plan.inputs import declared, garwood
 from toranalyze.plan.montecarlo import Config, simulate
-from toranalyze.plan.renewal import cycle, daly_complete, tor
+from toranalyze.plan.renewal import daly_complete, tor
 from toranalyze.plan.strategy import Phase, Recovery, Strategy, Tier, named
 from toranalyze.simulate.fleet_truth import FleetSpec, generate_fleet
 
@@ -268,3 +268,23 @@ def test_declared_rates_in_published_units(monkeypatch: pytest.MonkeyPatch, caps
                 monkeypatch) == 0
     p = json.loads(capsys.readouterr().out)
     assert round(p["mtbf"]["running_h"], 2) == 1.80  # Meta's projected MTTF at 16,384 GPUs (see test_published)
+
+
+def test_absurd_documents_are_refused_by_field(rates: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture) -> None:
+    zero = copy.deepcopy(rates)
+    zero["gpus_per_node"] = 0  # once silently 8
+    f = tmp_path / "zero.json"
+    f.write_text(json.dumps(zero))
+    assert _run(["plan", "--rates", str(f), "--gpus", "64"], monkeypatch) == 2
+    assert "gpus_per_node" in capsys.readouterr().err
+    assert _run(["plan", "--rates", str(f), "--gpus", "64", "--gpus-per-node", "8", "--runs", "10"], monkeypatch) == 0
+
+
+def test_compare_prints_the_four_strategies(rates: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture) -> None:
+    f = tmp_path / "rates.json"
+    f.write_text(dumps(rates))
+    assert _run(["plan", "--rates", str(f), "--gpus", "1024", "--compare", "--runs", "20"], monkeypatch) == 0
+    text = capsys.readouterr().out
+    assert all(s in text for s in ("blocking", "async", "memory", "multitier", "what if"))

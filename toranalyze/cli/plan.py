@@ -88,8 +88,9 @@ def _body(p: dict[str, Any]) -> None:
     rec = i["recovery"]
     out.print(f"MTBF: {_m(mt['running_h'])} of running (95% {_m(mt['lo_h'])} - {_m(mt['hi_h'])}, {mt['interval']}); "
               f"{_m(mt['wall_h'])} of wall time")
+    src = ", ".join(sorted(set(rec["sources"].values())))
     out.print(f"recovery per failure: detection {_m(rec['detect_h'])}, queue {_m(rec['queue_h'])}, start-up "
-              f"{_m(rec['startup_h'])} (failures can strike it); from {', '.join(sorted(set(rec['sources'].values())))}")
+              f"{_m(rec['startup_h'])} (failures can strike it); from {src}")
     out.print(f"TOR closed form: [bold]{_t(cf['tor'])}[/] (rates' 95%: {_t(cf['lo'])} - {_t(cf['hi'])}); "
               f"fail-slow keeps {i['fail_slow']['throughput_kept']:.4f} of throughput ({i['fail_slow']['source']})")
     out.print(f"TOR Monte Carlo ({i['runs']} runs): [bold]{_t(mc['tor'])}[/] ± {mc['se']:.4f} "
@@ -107,8 +108,8 @@ def _body(p: dict[str, Any]) -> None:
                   f"{gh['failures']:.3g}, fail-slow {gh['fail_slow']:.3g}); loss fail-stop {loss['fail_stop']:.2%}, "
                   f"fail-slow {loss['fail_slow']:.2%}")
     iv = p["intervals"]
-    out.print(f"intervals: Young {_m(iv['young_h'])}, Daly {_m(iv['daly_h'])} (blocking {_m(iv['blocking_h'])} a save), "
-              f"used {_m(iv['used_h'])}")
+    out.print(f"intervals: Young {_m(iv['young_h'])}, Daly {_m(iv['daly_h'])} (blocking {_m(iv['blocking_h'])} "
+              f"a save), used {_m(iv['used_h'])}")
 
 
 def _tables(p: dict[str, Any]) -> None:
@@ -132,7 +133,10 @@ def _tables(p: dict[str, Any]) -> None:
     out.print(t)
 
 
-D = {"callback": _hours, "metavar": "DURATION"}
+def _duration(name: str, help_: str, default: str | None = None) -> Any:
+    """A duration option (30s, 5m, 1.5h, 2d), read as hours."""
+    return click.option(name, callback=_hours, metavar="DURATION", default=default, show_default=default is not None,
+                        help=help_)
 
 
 @click.command("plan")
@@ -150,25 +154,24 @@ D = {"callback": _hours, "metavar": "DURATION"}
                    "(peer-memory saves, every n-th persisted in the background) or multitier (peer-memory saves, "
                    "every n-th a blocking durable save).")
 @click.option("--compare", is_flag=True, help="Also set all four strategies side by side at their best intervals.")
-@click.option("--ckpt-interval", help="Training time between saves, e.g. 45m [default: the best].", **D)
-@click.option("--ckpt-save", default="5m", show_default=True, help="Durable save time (blocking; for async and "
-              "memory the background persist).", **D)
-@click.option("--snapshot", default="10s", show_default=True, help="Blocking part of an async save.", **D)
-@click.option("--mem-save", default="5s", show_default=True, help="Blocking in-memory/peer save.", **D)
-@click.option("--mem-load", default="1m", show_default=True, help="Restore from memory/peer.", **D)
+@_duration("--ckpt-interval", "Training time between saves, e.g. 45m [default: the best].")
+@_duration("--ckpt-save", "Durable save time (blocking; for async and memory the background persist).", "5m")
+@_duration("--snapshot", "Blocking part of an async save.", "10s")
+@_duration("--mem-save", "Blocking in-memory/peer save.", "5s")
+@_duration("--mem-load", "Restore from memory/peer.", "1m")
 @click.option("--every", type=click.IntRange(min=1, max=100_000), default=10, show_default=True, metavar="N",
               help="memory/multitier: a durable save every N saves.")
 @click.option("--survival", type=click.FloatRange(0, 1), default=0.9, show_default=True, metavar="P",
               help="memory/multitier: share of failures after which the in-memory copy is usable.")
-@click.option("--load", default="0s", show_default=True, help="Durable checkpoint load beyond the start-up "
-              "(the observed start-up already holds it).", **D)
-@click.option("--detect", help="Failure to detection [default: observed].", **D)
-@click.option("--queue", help="Waiting for resources after each failure [default: observed].", **D)
-@click.option("--startup", help="Restart to training, checkpoint load included; failures can strike it "
-              "[default: observed].", **D)
-@click.option("--restart", help="The whole recovery as one start-up (when its phases are unknown).", **D)
-@click.option("--queue-first", default="0s", show_default=True, help="Queue at first submission (calendar "
-              "time, not TOR).", **D)
+@_duration("--load", "Durable checkpoint load beyond the start-up "
+              "(the observed start-up already holds it).", "0s")
+@_duration("--detect", "Failure to detection [default: observed].")
+@_duration("--queue", "Waiting for resources after each failure [default: observed].")
+@_duration("--startup", "Restart to training, checkpoint load included; failures can strike it "
+              "[default: observed].")
+@_duration("--restart", "The whole recovery as one start-up (when its phases are unknown).")
+@_duration("--queue-first", "Queue at first submission (calendar "
+              "time, not TOR).", "0s")
 @click.option("--slow", multiple=True, callback=_slow, metavar="FRACTION,FACTOR",
               help="Fail-slow: a fraction of running time at a step-time factor (inf: a stall); repeatable "
                    "[default: the rates file's measured slowdown].")

@@ -145,7 +145,8 @@ def cautions(j: Job, s: Strategy, doc: dict[str, Any], ex: dict[str, Any], bound
                    "not the point estimate")
     if bound:
         out.append(f"no failure was seen in {float(e.get('node_hours') or 0):.4g} node-hours: the failure rate is "
-                   f"at most 3 per that exposure (95%, rule of three), so the TOR range is from that bound to no failure")
+                   "at most 3 per that exposure (95%, rule of three), so the TOR range is from that bound "
+                   "to no failure")
     out += _extrapolation_cautions(j, ex)
     lam = j.rate(j.opts.gpus)
     if lam > 0 and 1.0 / lam <= max(s.durable.save_h, s.memory.save_h if s.memory else 0.0):

@@ -112,7 +112,8 @@ def cycle(s: Strategy, tau: float, rate: float, rec: Recovery) -> Cycle:
     # (states never entered keep an empty row: the system stays regular)
     totals = np.linalg.solve(np.eye(len(ch.P)) - ch.P, ch.c)[ch.run(0, False)]
     saves = sum(s.tier(j).save_h for j in range(1, ch.k + 1))
-    return Cycle(ch.k * tau, *map(float, totals), saves_h=saves)
+    time_h, failures, down_h, restart_h = (float(x) for x in totals)
+    return Cycle(ch.k * tau, time_h, failures, down_h, restart_h, saves)
 
 
 def tor(s: Strategy, tau: float, rate: float, rec: Recovery) -> float:

@@ -288,3 +288,15 @@ def test_compare_prints_the_four_strategies(rates: dict, tmp_path: Path, monkeyp
     assert _run(["plan", "--rates", str(f), "--gpus", "1024", "--compare", "--runs", "20"], monkeypatch) == 0
     text = capsys.readouterr().out
     assert all(s in text for s in ("blocking", "async", "memory", "multitier", "what if"))
+
+
+@pytest.mark.parametrize("survival", [0.0, 0.9, 1.0])
+def test_ten_saves_a_cycle_with_a_persist_longer_than_the_interval(survival: float) -> None:
+    """Ten peer-memory saves a durable one, the background write (5 min) longer than the interval
+    (3 min): the save positions are counted from the gap itself (a difference of save offsets
+    once lost a save to rounding at the end of the ninth, and the Monte Carlo fell 11 standard
+    errors short)."""
+    s = Strategy("memory", Tier(5 / 3600, 5 * H), Tier(5 / 3600, 0.0, H), 10, survival)
+    rec = Recovery(Phase(0.1), Phase(0), Phase(0.02))
+    r = simulate([Config(s, 3 * H, 1000.0, rec, (0.25,))], (1.0,), 200, seed=1, max_failures=50_000)[0]
+    assert abs(r.tor - tor(s, 3 * H, 4.0, rec)) <= 3 * r.se

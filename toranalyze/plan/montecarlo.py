@@ -96,16 +96,25 @@ class _Lanes:
         return len(self.v["tau"])
 
     def offset(self, q: np.ndarray) -> np.ndarray:
-        """Time from the start of a durable cycle to the end of save ``q`` of the cycle (from 0)."""
+        """Time from the start of a durable cycle to the end of save ``q`` (counted from 0)."""
         c = np.floor(q / self["k"])
         return c * self["cyc"] + (q - c * self["k"]) * self["sm"]
 
+    def span(self, j: np.ndarray, n: np.ndarray) -> np.ndarray:
+        """Time from cycle position ``j`` to the end of the ``n``-th save after it."""
+        rest = self["cyc"] - j * self["sm"]  # to the end of the cycle's durable save
+        return np.where(j + n < self["k"], n * self["sm"], rest + self.offset(np.maximum(j + n - self["k"], 0.0)))
+
     def saves_by(self, j: np.ndarray, g: np.ndarray) -> np.ndarray:
-        """Saves ended within ``g`` of running from cycle position ``j``."""
-        k, x = self["k"], self.offset(j) + g
-        c = np.floor(x / self["cyc"])
-        within = np.clip(np.floor(np.maximum(x - c * self["cyc"], 0.0) / self["sm"]), 0.0, k - 1)
-        return c * k + within - j
+        """Saves ended within ``g`` of running from cycle position ``j`` (counted from ``g`` itself:
+        a difference of offsets would lose a save to rounding at its very end)."""
+        k, sm, cyc = self["k"], self["sm"], self["cyc"]
+        rest = cyc - j * sm
+        in_cycle = np.minimum(np.floor(g / sm), k - 1 - j)
+        after = np.maximum(g - rest, 0.0)
+        c = np.floor(after / cyc)
+        more = (k - j) + c * k + np.minimum(np.floor(np.maximum(after - c * cyc, 0.0) / sm), k - 1)
+        return np.where(g < rest, in_cycle, more)
 
     def draw(self, rng: np.random.Generator, name: str) -> np.ndarray:
         """A duration of phase ``name`` per lane (lognormal around the config's mean)."""
@@ -161,7 +170,7 @@ def _commit(L: _Lanes, g: np.ndarray, going: np.ndarray) -> None:
     n1 = L.saves_by(j, g)
     last = j + n1
     lag = np.where(_mod(last, k) == 0, L["pd"], L["pm"])
-    done = n1 - ((n1 >= 1) & (g < L.offset(last) - L.offset(j) + lag))
+    done = n1 - ((n1 >= 1) & (g < L.span(j, n1) + lag))
     nd = np.floor((P + n1) / k) - np.floor(P / k)
     L["saves"][:] += (n1 - nd) * L["dm"] + nd * L["dd"]
     P += done
@@ -221,10 +230,26 @@ def simulate(configs: list[Config], shapes: tuple[float, ...], runs: int, seed: 
         if not len(L):
             break
         _step(L, rng, adj)
-    if len(L):  # stopped at the failure budget: the work committed so far
+    _settle(L, rng, adj, max_failures)
+    return [_result(L, c, runs) for c in range(len(configs))]
+
+
+def _settle(L: _Lanes, rng: np.random.Generator, adj: np.ndarray, budget: int) -> None:
+    """Stop the runs left at the failure budget where their work is all durable (a restart from
+    storage, or the start of a durable cycle): a renewal point, so the work over the time so far
+    estimates the long-run ratio without the bias of counting, or dropping, work only in memory."""
+    for _ in range(budget + 1):
+        if not len(L):
+            return
+        settled = L["P"] == L["Pd"]
+        L.capped[L["lane"][settled].astype(int)] = True
+        if settled.any():
+            L.retire(settled, L["P"] * L["tau"])
+        if len(L):
+            _step(L, rng, adj)
+    if len(L):
         L.capped[L["lane"].astype(int)] = True
         L.retire(np.ones(len(L), dtype=bool), L["Pd"] * L["tau"])  # what is durably saved
-    return [_result(L, c, runs) for c in range(len(configs))]
 
 
 def _result(L: _Lanes, c: int, runs: int) -> Result:

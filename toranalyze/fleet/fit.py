@@ -224,25 +224,27 @@ def mtbf_hours(rate: float, unit: str, gpus: float, gpus_per_node: float) -> flo
 
 
 def mtbf_table(classes: dict[str, dict[str, Any]], sizes: list[int], gpus_per_node: float,
-               draws: int = 4000) -> list[dict[str, Any]]:
-    """Mean running hours between unexpected failures of a job of each size, every class at its
-    own best exposure. The interval draws each class' rate from its confidence distribution
-    (``chi2(2k+1)/(2E)``, halfway between the exact bounds' degrees of freedom) with a fixed seed."""
-    rng = np.random.default_rng(20240721)
+               ) -> list[dict[str, Any]]:
+    """Mean running hours between unexpected failures of a job of each size, every class scaled
+    per GPU, node or job (its ``scaling``, else its best exposure). The interval is the exact
+    Poisson (Garwood) interval of the total count, scaled to the combined rate: exact when the
+    classes scale alike, and free of the bias a pseudo-count per class would add."""
+    fits = []
+    for c in classes.values():
+        unit = PER_UNIT.get((c.get("scaling") or {}).get("per", ""), c["best_exposure"])
+        fits.append((unit, int(c["failures"]), c["rates"][unit]["exposure"] or 0.0))
+    k = sum(n for _, n, e in fits if e > 0)
+    a = 1.0 - CONF
+    lo_f = stats.chi2.ppf(a / 2, 2 * k) / (2 * k) if k > 0 else 0.0
+    hi_f = stats.chi2.ppf(1 - a / 2, 2 * k + 2) / (2 * k) if k > 0 else 0.0
     rows = []
-    fits = [(c["best_exposure"], c["failures"], c["rates"][c["best_exposure"]]["exposure"] or 0.0)
-            for c in classes.values()]
-    samples = [rng.chisquare(2 * k + 1, draws) / (2.0 * e) if e > 0 else np.zeros(draws) for _, k, e in fits]
     for g in sizes:
-        mult = np.array([exposure_multiplier(u, g, gpus_per_node) for u, _, _ in fits])
-        point = sum(m * (k / e if e > 0 else 0.0) for m, (_, k, e) in zip(mult, fits, strict=True))
-        lam = sum((m * s for m, s in zip(mult, samples, strict=True)), np.zeros(draws))
-        lo_l, hi_l = np.quantile(lam, [(1 - CONF) / 2, 1 - (1 - CONF) / 2])
+        lam = sum(exposure_multiplier(u, g, gpus_per_node) * n / e for u, n, e in fits if e > 0)
         rows.append({
             "gpus": int(g),
-            "mtbf_hours": _r(1.0 / point if point > 0 else None),
-            "lo": _r(1.0 / hi_l if hi_l > 0 else None),
-            "hi": _r(1.0 / lo_l if lo_l > 0 else None),
+            "mtbf_hours": _r(1.0 / lam if lam > 0 else None),
+            "lo": _r(1.0 / (lam * hi_f) if lam > 0 else None),
+            "hi": _r(1.0 / (lam * lo_f) if lam > 0 and lo_f > 0 else None),
         })
     return rows
 

@@ -39,6 +39,26 @@ def figure(p: dict[str, Any]) -> go.Figure:
     return fig
 
 
+def _table(title: str, cols: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in r) + "</tr>" for r in rows)
+    return f"<h2>{html.escape(title)}</h2><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def tables(p: dict[str, Any]) -> str:
+    """The numbers behind the figures: job sizes, and the strategies when compared."""
+    out = _table("What if (job size)", ["GPUs", "interval (min)", "TOR closed form", "TOR Monte Carlo"],
+                 [[f"{r['gpus']:,}", f"{r['tau_h'] * 60:.3g}", f"{r['tor_closed_form']:.4f}",
+                   f"{r['tor_monte_carlo']:.4f} ± {r['mc_se']:.4f}"] for r in p["what_if"]])
+    if p["compare"]:
+        out += _table("Strategies at their best interval", ["strategy", "what it does", "interval (min)",
+                                                            "TOR closed form", "TOR Monte Carlo"],
+                      [[r["strategy"], r["describe"], f"{r['best_interval_h'] * 60:.3g}",
+                        f"{r['tor_closed_form']:.4f}", f"{r['tor_monte_carlo']:.4f} ± {r['mc_se']:.4f}"]
+                       for r in p["compare"]])
+    return out
+
+
 def page(p: dict[str, Any]) -> str:
     i = p["inputs"]
     cautions = "".join(f"<li>{html.escape(c)}</li>" for c in p["cautions"])
@@ -49,7 +69,7 @@ def page(p: dict[str, Any]) -> str:
     body = figure(p).to_html(full_html=False, include_plotlyjs=True, config={"displaylogo": False})
     data = html.escape(json.dumps(p, indent=1, sort_keys=True, default=str))
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>toranalyze plan</title></head><body>"
-            f"{head}{body}<details><summary>the plan as JSON</summary><pre>{data}</pre></details></body></html>")
+            f"{head}{body}{tables(p)}<details><summary>the plan as JSON</summary><pre>{data}</pre></details></body></html>")
 
 
 def write_page(p: dict[str, Any], path: Path) -> None:

@@ -69,7 +69,8 @@ def page(p: dict[str, Any]) -> str:
     body = figure(p).to_html(full_html=False, include_plotlyjs=True, config={"displaylogo": False})
     data = html.escape(json.dumps(p, indent=1, sort_keys=True, default=str))
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>toranalyze plan</title></head><body>"
-            f"{head}{body}{tables(p)}<details><summary>the plan as JSON</summary><pre>{data}</pre></details></body></html>")
+            f"{head}{body}{tables(p)}<details><summary>the plan as JSON</summary><pre>{data}</pre></details>"
+            "</body></html>")
 
 
 def write_page(p: dict[str, Any], path: Path) -> None:

@@ -32,6 +32,6 @@ def test_plan_accuracy_small(bench: None) -> None:
     import plan_accuracy  # type: ignore[import-not-found]
 
     rows = plan_accuracy.closed_vs_mc(runs=150, days=20, seed=3)
-    assert max(abs(r["rel_diff"]) for r in rows) <= 0.01
-    opt = {r["shape"]: r for r in plan_accuracy.optimum_vs_daly(60, 10, 3, M=3.0, delta=5 / 60, R=0.25)}
-    assert opt[1.0]["gain"] < 0.005  # Daly is near-optimal for exponential failures
+    assert sum(abs(r["z"]) <= 3 for r in rows) >= len(rows) - 1  # 3-SE agreement (one miss in 32 is chance)
+    opt = {r["shape"]: r for r in plan_accuracy.optimum_vs_closed(60, 10, 3, M=3.0, delta=5 / 60, R=0.25)}
+    assert opt[1.0]["gain"] <= 3 * opt[1.0]["gain_se"] + 1e-9  # the closed form's interval is the best for Poisson

@@ -19,7 +19,8 @@ import pytest
 
 from toranalyze.cli import main
 from toranalyze.fleet.rates import MAX_RATES_BYTES, build_rates, dumps
-from toranalyze.plan.montecarlo import Process, Repair, Schedule, simulate_tor
+from toranalyze.plan.montecarlo import Config, simulate
+from toranalyze.plan.strategy import Phase, Recovery, Strategy, Tier
 from toranalyze.simulate.fleet_truth import FleetSpec, generate_fleet
 
 
@@ -133,9 +134,10 @@ def test_weibull_shape_zero_is_refused(rates: dict, tmp_path: Path, monkeypatch:
 
 def test_tiny_weibull_shapes_simulate_without_overflow() -> None:
     # the fitter's lowest shape bound (0.001): gamma(1 + 1/shape) overflows a float
-    tor = simulate_tor([Process("tiny", 3.0, 0.001)], Repair(0.2), Schedule(48.0, 0.5, 1 / 60), 20, seed=1,
-                       max_failures=200)
-    assert np.isfinite(tor).all() and ((tor >= 0) & (tor <= 1)).all()
+    rec = Recovery(Phase(0.0), Phase(0.0), Phase(0.2))
+    r = simulate([Config(Strategy("blocking", Tier(1 / 60)), 0.5, 48.0, rec, (3.0,))], (0.001,), 20, seed=1,
+                 max_failures=200)[0]
+    assert np.isfinite(r.tor) and 0 <= r.tor <= 1 and 0 <= r.p10 <= r.p90 <= 1
 
 
 @pytest.mark.timeout(20)

@@ -23,7 +23,7 @@ import polars as pl
 from scipy import special, stats
 
 from toranalyze.fleet.weibull import fit_weibull
-from toranalyze.taxonomy import PLANNED
+from toranalyze.taxonomy import PLANNED, TAXONOMY
 
 UNITS = ("gpu_hour", "node_hour", "job_hour")
 CONF = 0.95
@@ -131,6 +131,32 @@ def exposure_multiplier(unit: str, gpus: float, gpus_per_node: float) -> float:
     return {"gpu_hour": gpus, "node_hour": gpus / gpus_per_node, "job_hour": 1.0}[unit]
 
 
+NODE_CATEGORIES = ("gpu", "host", "network")  # hardware fails per node it runs on; the rest per job
+DECISIVE_LOGLIK = 2.0  # a unit must beat the category's default by this much to be believed
+PER_UNIT = {"gpu": "gpu_hour", "node": "node_hour", "job": "job_hour"}
+
+
+def scaling(name: str, fit: dict[str, Any]) -> dict[str, str]:
+    """How a class scales with job size (per GPU, node or job) and why: the best-fitting exposure
+    when its log-likelihood beats the class category's default by ``DECISIVE_LOGLIK`` (or is the
+    default), else the category's default (few failures rarely tell the units apart)."""
+    default = "node" if name in TAXONOMY and TAXONOMY[name].category in NODE_CATEGORIES else "job"
+    per_of = {u: p for p, u in PER_UNIT.items()}
+    best = per_of.get(fit.get("best_exposure") or "", default)
+    ll = fit.get("loglik") or {}
+    top, base = ll.get(PER_UNIT[best]), ll.get(PER_UNIT[default])
+    if best == default or top is None or base is None:
+        return {"per": best, "source": "fitted", "evidence": f"per {best}: the best fit"
+                + (", as its category" if best == default else "")}
+    margin = float(top) - float(base)
+    if margin >= DECISIVE_LOGLIK:
+        return {"per": best, "source": "fitted",
+                "evidence": f"per {best}: log-likelihood {margin:.3g} above per {default}, its category's"}
+    return {"per": default, "source": "taxonomy",
+            "evidence": f"per {default}, as its category; the fit prefers per {best} by only {margin:.2g} "
+                        "in log-likelihood"}
+
+
 def best_exposure(k_per_job: np.ndarray, jobs: pl.DataFrame) -> tuple[str, dict[str, float]]:
     """The unit whose Poisson model (one rate, counts per job proportional to that exposure) has
     the highest log-likelihood; each model has one parameter, so this is also the lowest
@@ -198,25 +224,27 @@ def mtbf_hours(rate: float, unit: str, gpus: float, gpus_per_node: float) -> flo
 
 
 def mtbf_table(classes: dict[str, dict[str, Any]], sizes: list[int], gpus_per_node: float,
-               draws: int = 4000) -> list[dict[str, Any]]:
-    """Mean running hours between unexpected failures of a job of each size, every class at its
-    own best exposure. The interval draws each class' rate from its confidence distribution
-    (``chi2(2k+1)/(2E)``, halfway between the exact bounds' degrees of freedom) with a fixed seed."""
-    rng = np.random.default_rng(20240721)
+               ) -> list[dict[str, Any]]:
+    """Mean running hours between unexpected failures of a job of each size, every class scaled
+    per GPU, node or job (its ``scaling``, else its best exposure). The interval is the exact
+    Poisson (Garwood) interval of the total count, scaled to the combined rate: exact when the
+    classes scale alike, and free of the bias a pseudo-count per class would add."""
+    fits = []
+    for c in classes.values():
+        unit = PER_UNIT.get((c.get("scaling") or {}).get("per", ""), c["best_exposure"])
+        fits.append((unit, int(c["failures"]), c["rates"][unit]["exposure"] or 0.0))
+    k = sum(n for _, n, e in fits if e > 0)
+    a = 1.0 - CONF
+    lo_f = stats.chi2.ppf(a / 2, 2 * k) / (2 * k) if k > 0 else 0.0
+    hi_f = stats.chi2.ppf(1 - a / 2, 2 * k + 2) / (2 * k) if k > 0 else 0.0
     rows = []
-    fits = [(c["best_exposure"], c["failures"], c["rates"][c["best_exposure"]]["exposure"] or 0.0)
-            for c in classes.values()]
-    samples = [rng.chisquare(2 * k + 1, draws) / (2.0 * e) if e > 0 else np.zeros(draws) for _, k, e in fits]
     for g in sizes:
-        mult = np.array([exposure_multiplier(u, g, gpus_per_node) for u, _, _ in fits])
-        point = sum(m * (k / e if e > 0 else 0.0) for m, (_, k, e) in zip(mult, fits, strict=True))
-        lam = sum((m * s for m, s in zip(mult, samples, strict=True)), np.zeros(draws))
-        lo_l, hi_l = np.quantile(lam, [(1 - CONF) / 2, 1 - (1 - CONF) / 2])
+        lam = sum(exposure_multiplier(u, g, gpus_per_node) * n / e for u, n, e in fits if e > 0)
         rows.append({
             "gpus": int(g),
-            "mtbf_hours": _r(1.0 / point if point > 0 else None),
-            "lo": _r(1.0 / hi_l if hi_l > 0 else None),
-            "hi": _r(1.0 / lo_l if lo_l > 0 else None),
+            "mtbf_hours": _r(1.0 / lam if lam > 0 else None),
+            "lo": _r(1.0 / (lam * hi_f) if lam > 0 else None),
+            "hi": _r(1.0 / (lam * lo_f) if lam > 0 and lo_f > 0 else None),
         })
     return rows
 

@@ -77,8 +77,9 @@ def build_rates(jobs: pl.DataFrame, attempts: pl.DataFrame, incidents: pl.DataFr
         for c in sorted(fail["failure_class"].unique().to_list())
     }
     n_fail = max(1, fail.height)
-    for c in classes.values():
+    for name, c in classes.items():
         c["share"] = fit._r(c["failures"] / n_fail)  # of all unexpected failures
+        c["scaling"] = fit.scaling(name, c)
     totals = exposure_totals(jobs, exposure)
     sizes = sorted({*MTBF_SIZES, *(int(g) for g in jobs_e["gpus"].drop_nulls().unique().to_list() if g > 0)})
     return {
@@ -95,7 +96,17 @@ def build_rates(jobs: pl.DataFrame, attempts: pl.DataFrame, incidents: pl.DataFr
         "scopes": fit.scope_records(fit.all_scopes(fail, jobs_e, exposure)),
         "downtime": fit.distributions(incidents, attempts),
         "lemon_nodes": lemon_nodes(incidents, exposure),
+        "fail_slow": fail_slow(jobs, float(totals["job_hours"] or 0.0)),
     }
+
+
+def fail_slow(jobs: pl.DataFrame, job_hours: float) -> dict[str, Any]:
+    """Running time lost to slowness (steps slower than the job's healthy median: slow periods,
+    stragglers, jitter), as hours and as a fraction of running time: the throughput a planner
+    should expect to lose apart from failures."""
+    slow_h = float(jobs["slowdown_s"].fill_null(0.0).sum()) / 3600.0 if "slowdown_s" in jobs.columns else 0.0
+    return {"slow_hours": fit._r(slow_h), "running_hours": fit._r(job_hours),
+            "loss_fraction": fit._r(min(1.0, slow_h / job_hours)) if job_hours > 0 else None}
 
 
 def dumps(doc: dict[str, Any]) -> str:
@@ -144,6 +155,8 @@ def _walk(value: Any, sch: dict[str, Any], where: str, root: dict[str, Any]) -> 
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if not math.isfinite(value) or ("minimum" in sch and value < sch["minimum"]):
             raise RatesError(f"must be a finite number >= {sch.get('minimum', '-inf')}, got {value!r}", field=where)
+        if "maximum" in sch and value > sch["maximum"]:
+            raise RatesError(f"must be a number <= {sch['maximum']}, got {value!r}", field=where)
         if "exclusiveMinimum" in sch and value <= sch["exclusiveMinimum"]:
             raise RatesError(f"must be a number > {sch['exclusiveMinimum']}, got {value!r}", field=where)
     if isinstance(value, dict):

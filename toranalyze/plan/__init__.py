@@ -1,5 +1,6 @@
-"""Planning a future run from fitted rates: predicted TOR and the best checkpoint interval (pure)."""
+"""Planning a future run from fitted rates: predicted TOR, the best checkpoint strategy and interval (pure)."""
 
-from toranalyze.plan.core import PlanOptions, plan
+from toranalyze.plan.core import PlanOptions
+from toranalyze.plan.planner import plan
 
 __all__ = ["PlanOptions", "plan"]

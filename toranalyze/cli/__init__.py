@@ -38,7 +38,7 @@ __all__ = ["cli", "main"]  # the command group; launch.py runs main
 LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "analyze": ("toranalyze.cli.analyze:analyze_cmd", "One run's logs -> tables, TOR ledger and report.html."),
     "fleet": ("toranalyze.cli.fleet:fleet", "Many runs -> the fleet store, rates.json and a report."),
-    "plan": ("toranalyze.cli.plan:plan_cmd", "Predict a future run's TOR and best checkpoint interval."),
+    "plan": ("toranalyze.cli.plan:plan_cmd", "A future run's TOR, best interval and checkpoint strategy."),
     "simulate": ("toranalyze.simulate.command:simulate", "Simulate a run (or a fleet): real-format logs, truth.json."),
 }
 

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from toranalyze import storage
 from toranalyze.cli.common import out, print_warnings, reading, run_options, workers_options, write_summary
-from toranalyze.cli.reports import unrecognised_shapes, write_page
-from toranalyze.fleet.pipeline import REPORT, NothingRead, RunInput, RunOptions, RunProducts, analyze_run
-from toranalyze.fleet.rates import dumps
-from toranalyze.fleet.store import write_table, write_text
-from toranalyze.ingest.pipeline import Workers
-from toranalyze.reconstruct.job_names import input_root
-from toranalyze.report.text import print_summary
+
+if TYPE_CHECKING:  # the stages load when the command runs: `analyze --help` stays light
+    from toranalyze.fleet.pipeline import RunOptions, RunProducts
+    from toranalyze.ingest.pipeline import Workers
 
 TABLES = ("attempts", "incidents", "slow_periods", "tor")
 
@@ -46,6 +44,11 @@ def analyze_cmd(paths: tuple[str, ...], out_dir: str | None, options: RunOptions
     Ingests PATHS (files, folders, globs or URLs), reconstructs the jobs and their incidents,
     computes each job's TOR ledger and writes the tables, rates.json and report.html. A job is
     named by its own name, prefixed by its folder only when two jobs share it."""
+    from toranalyze.cli.reports import unrecognised_shapes
+    from toranalyze.fleet.pipeline import NothingRead, RunInput, analyze_run
+    from toranalyze.reconstruct.job_names import input_root
+    from toranalyze.report.text import print_summary
+
     shown = out_dir.rstrip("/") if out_dir else str(default_out(paths))
     run = RunInput(storage.name(shown), paths, input_root(paths), line_shapes=partial(unrecognised_shapes, paths))
     with storage.output_dir(shown) as target:  # a URL: written here, uploaded when complete
@@ -68,6 +71,11 @@ def analyze_cmd(paths: tuple[str, ...], out_dir: str | None, options: RunOptions
 
 def write_run(products: RunProducts, target: Path) -> str | None:
     """Every output of ``analyze`` written into the folder ``target``; the report's file name, if any."""
+    from toranalyze.cli.reports import write_page
+    from toranalyze.fleet.pipeline import REPORT
+    from toranalyze.fleet.rates import dumps
+    from toranalyze.fleet.store import write_table, write_text
+
     target.mkdir(parents=True, exist_ok=True)
     products.events.write_parquet(target / "events.parquet")
     write_summary(products.summary, target)

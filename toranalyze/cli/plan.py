@@ -5,24 +5,23 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.table import Table
 
 from toranalyze.cli.common import out
-from toranalyze.fleet.rates import read_rates
-from toranalyze.model import parse_duration
-from toranalyze.plan import PlanOptions, plan
-from toranalyze.plan.core import check_options
-from toranalyze.plan.inputs import declared
-from toranalyze.plan.strategy import STRATEGIES
+from toranalyze.plan import STRATEGIES
+
+if TYPE_CHECKING:
+    from toranalyze.plan.core import PlanOptions
 
 
 def _hours(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
     """A duration option in hours; 0 is allowed (a save or restart can be instant), the interval must be > 0."""
     if value is None:
         return None
+    from toranalyze.model import parse_duration
+
     try:
         h = parse_duration(value) / 3600.0
     except ValueError as e:
@@ -33,6 +32,8 @@ def _hours(ctx: click.Context, param: click.Parameter, value: str | None) -> flo
 
 
 def _rates(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[Any, ...]:
+    from toranalyze.plan.inputs import declared
+
     try:
         return tuple(declared(v) for v in value)
     except ValueError as e:
@@ -72,6 +73,8 @@ def _head(p: dict[str, Any]) -> None:
               f"{st['name']} checkpoints ({st['describe']}) every {_m(st['interval_h'])} ({st['interval_source']})")
     for caution in p["cautions"]:
         out.print(f"[yellow]caution:[/] {caution}")
+    from rich.table import Table
+
     t = Table(title="failure classes of the planned job")
     for col in ("class", "scales per", "why", "failures", "rate as published", "job failures / day"):
         t.add_column(col, justify="left" if col in ("class", "why") else "right")
@@ -116,6 +119,8 @@ def _tables(p: dict[str, Any]) -> None:
     if p["simulated_intervals"]:
         out.print("simulated around the interval (Weibull classes): " + ", ".join(
             f"{_m(r['tau_h'])} {r['tor']:.4f}±{r['se']:.4f}" for r in p["simulated_intervals"]))
+    from rich.table import Table
+
     if p["compare"]:
         t = Table(title="strategies at their best interval")
         for col in ("strategy", "what it does", "interval", "TOR closed form", "TOR Monte Carlo"):
@@ -188,6 +193,9 @@ def plan_cmd(rates_path: Path | None, as_json: bool, html_path: Path | None, **k
     """Predict a future run's TOR (closed form and Monte Carlo), its best checkpoint interval and strategy."""
     if rates_path is None and not kw["rates"]:
         raise click.UsageError("give --rates FILE, or at least one --rate CLASS=VALUE/UNIT")
+    from toranalyze.fleet.rates import read_rates
+    from toranalyze.plan import plan
+
     doc = read_rates(rates_path) if rates_path else {}
     opts = _options(kw)
     p = plan(doc, opts)
@@ -217,6 +225,8 @@ def _clean(x: Any) -> Any:
 
 
 def _options(kw: dict[str, Any]) -> PlanOptions:
+    from toranalyze.plan.core import PlanOptions, check_options
+
     rec = {k: kw[k] for k in ("detect", "queue", "startup", "restart")}
     try:
         opts = PlanOptions(

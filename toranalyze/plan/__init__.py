@@ -1,6 +1,25 @@
-"""Planning a future run from fitted rates: predicted TOR, the best checkpoint strategy and interval (pure)."""
+"""Planning a future run from fitted rates: predicted TOR, the best checkpoint strategy and interval (pure).
 
-from toranalyze.plan.core import PlanOptions
-from toranalyze.plan.planner import plan
+The package itself stays light (the command line shows its help without numpy or scipy);
+``PlanOptions`` and ``plan`` load on first use.
+"""
 
-__all__ = ["PlanOptions", "plan"]
+from __future__ import annotations
+
+from typing import Any
+
+STRATEGIES = ("blocking", "async", "memory", "multitier")  # the checkpoint strategies (strategy.py)
+
+__all__ = ["STRATEGIES", "PlanOptions", "plan"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PlanOptions":
+        from toranalyze.plan.core import PlanOptions
+
+        return PlanOptions
+    if name == "plan":
+        from toranalyze.plan.planner import plan
+
+        return plan
+    raise AttributeError(name)

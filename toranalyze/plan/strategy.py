@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from toranalyze.plan import STRATEGIES
+
 
 @dataclass(frozen=True)
 class Tier:
@@ -133,5 +135,4 @@ def named(name: str, durable_save_h: float, opts: dict[str, float]) -> Strategy:
     raise ValueError(f"unknown strategy {name!r} (one of {', '.join(STRATEGIES)})")
 
 
-STRATEGIES = ("blocking", "async", "memory", "multitier")
 

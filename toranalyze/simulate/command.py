@@ -147,18 +147,19 @@ def _bad_node(spec: str) -> tuple[str, float]:
 
 
 @click.command("simulate")
-@click.option("--seed", type=int, default=0, show_default=True, help="Random seed (same seed, same bytes).")
+@click.option("--seed", type=int, default=0, show_default=True, metavar="N",
+              help="Random seed (same seed, same bytes).")
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Output directory (created).")
 @click.option("--config", "config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A TOML run configuration (see docs/simulate.md); overrides --preset.")
-@click.option("--preset", default="small", show_default=True,
+@click.option("--preset", default="small", show_default=True, metavar="NAME",
               help="A packaged preset: "
                    + ", ".join(["small", "llama3-like", "fleet", "fleet-wild", "exp-closed-form"]) + ".")
-@click.option("--duration", help="Ideal training time of each job, e.g. 6h, 2d (train_iters = duration / step time).")
-@click.option("--nodes", type=int, help="Nodes per job.")
+@click.option("--duration", metavar="DURATION", help="Ideal training time of each job, e.g. 6h, 2d (train_iters = duration / step time).")
+@click.option("--nodes", type=int, metavar="N", help="Nodes per job.")
 @click.option("--flavor", type=click.Choice(["slurm", "kubernetes"]), help="Scheduler flavour of the logs.")
-@click.option("--jobs", type=int, help="Number of jobs (a fleet: one subdirectory per job).")
+@click.option("--jobs", type=int, metavar="N", help="Number of jobs (a fleet: one subdirectory per job).")
 @click.option("--bad-node", "bad_node", multiple=True, metavar="HOST=MULT",
               help="Plant a bad node: HOST meets node-level failures MULT times as often (e.g. gpu-002=20). "
                    "Repeatable; recorded in truth.json.")

@@ -156,7 +156,8 @@ def _bad_node(spec: str) -> tuple[str, float]:
 @click.option("--preset", default="small", show_default=True, metavar="NAME",
               help="A packaged preset: "
                    + ", ".join(["small", "llama3-like", "fleet", "fleet-wild", "exp-closed-form"]) + ".")
-@click.option("--duration", metavar="DURATION", help="Ideal training time of each job, e.g. 6h, 2d (train_iters = duration / step time).")
+@click.option("--duration", metavar="DURATION",
+              help="Ideal training time of each job, e.g. 6h, 2d (train_iters = duration / step time).")
 @click.option("--nodes", type=int, metavar="N", help="Nodes per job.")
 @click.option("--flavor", type=click.Choice(["slurm", "kubernetes"]), help="Scheduler flavour of the logs.")
 @click.option("--jobs", type=int, metavar="N", help="Number of jobs (a fleet: one subdirectory per job).")

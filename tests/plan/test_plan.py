@@ -300,3 +300,18 @@ def test_ten_saves_a_cycle_with_a_persist_longer_than_the_interval(survival: flo
     rec = Recovery(Phase(0.1), Phase(0), Phase(0.02))
     r = simulate([Config(s, 3 * H, 1000.0, rec, (0.25,))], (1.0,), 200, seed=1, max_failures=50_000)[0]
     assert abs(r.tor - tor(s, 3 * H, 4.0, rec)) <= 3 * r.se
+
+
+def test_a_hopeless_plan_says_so_instead_of_printing_absurd_numbers(monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture) -> None:
+    # a failure every few seconds of running: no interval lets a 5-minute save complete
+    p = _plan_declared(16384, "hw=1000/node-day", compare=True)
+    assert p["run"]["expected_failures"] is None and p["run"]["wall_days"] is None
+    assert p["inputs"]["strategy"]["interval_source"].startswith("none makes progress")
+    assert any("fail more often than it can save" in c for c in p["cautions"])
+    assert _run(["plan", "--gpus", "16384", "--rate", "hw=1000/node-day", "--runs", "10"], monkeypatch) == 0
+    assert "practically never finish" in capsys.readouterr().out
+
+
+def _plan_declared(gpus: int, rate: str, **kw: object) -> dict:
+    return plan({}, PlanOptions(gpus=gpus, rates=(declared(rate),), runs=10, **kw))  # type: ignore[arg-type]

@@ -100,7 +100,10 @@ def _body(p: dict[str, Any]) -> None:
               f"(runs p10-p90 {_t(mc['p10'])} - {_t(mc['p90'])})")
     for reason in p["why_differ"]:
         out.print(f"  - {reason}")
-    if run["expected_failures"] is not None:
+    if run["expected_failures"] is None:
+        out.print(f"the run: P(at least one failure) {run['p_any_failure']:.1%}; it would practically never finish "
+                  "(TOR under one in a million)")
+    else:
         per = run["lost_per_failure_h"]["closed_form"] or {}
         out.print(f"the run: P(at least one failure) {run['p_any_failure']:.1%}, expected failures "
                   f"{run['expected_failures']:.4g}, wall {run['wall_days']:.4g} days"
@@ -126,7 +129,8 @@ def _tables(p: dict[str, Any]) -> None:
         for col in ("strategy", "what it does", "interval", "TOR closed form", "TOR Monte Carlo"):
             t.add_column(col, justify="left" if col in ("strategy", "what it does") else "right")
         for r in p["compare"]:
-            t.add_row(r["strategy"], r["describe"], _m(r["best_interval_h"]), _t(r["tor_closed_form"]),
+            every = "-" if r["interval_source"].startswith("none") else _m(r["best_interval_h"])
+            t.add_row(r["strategy"], r["describe"], every, _t(r["tor_closed_form"]),
                       f"{r['tor_monte_carlo']:.4f} ± {r['mc_se']:.4f}")
         out.print(t)
     t = Table(title="what if (job size)")

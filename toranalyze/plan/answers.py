@@ -44,7 +44,7 @@ def _inputs(j: Job, s: Strategy, tau: float, sources: dict[str, Any]) -> dict[st
     return {
         "gpus": j.opts.gpus, "gpus_per_node": j.gpn, "ideal_days": j.opts.ideal_days,
         "strategy": {"name": s.name, "describe": s.describe(), "interval_h": tau,
-                     "interval_source": "given" if j.opts.ckpt_interval_h else "best of the closed form"},
+                     "interval_source": sources["interval"]},
         "recovery": {"detect_h": rec.detect.mean_h, "queue_h": rec.queue.mean_h, "startup_h": rec.startup.mean_h,
                      "startup_sigma": rec.startup.sigma, "queue_first_h": j.opts.queue_first_h,
                      "sources": sources["recovery"]},
@@ -88,7 +88,7 @@ def run_answers(j: Job, s: Strategy, tau: float, cyc: Cycle | None) -> dict[str,
     saves = sum(s.tier(i).save_h for i in range(1, s.k + 1))
     healthy = work / j.rho * (s.k * run_h + saves) / (s.k * tau)  # the run's time with no failure
     out: dict[str, Any] = {"p_any_failure": p_failure(j, healthy), "failure_free_h": healthy}
-    if cyc is None:
+    if cyc is None:  # the run would practically never finish
         return {**out, "expected_failures": None, "wall_days": None, "calendar_days": None,
                 "lost_per_failure_h": {"closed_form": None}, "gpu_hours": None, "loss": None}
     cycles = work / j.rho / cyc.work_h

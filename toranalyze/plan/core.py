@@ -101,13 +101,16 @@ def job(doc: dict[str, Any], opts: PlanOptions) -> tuple[Job, dict[str, Any]]:
     return Job(classes, gpn, rec, rho, opts), {"recovery": rec_src, "fail_slow": rho_src}
 
 
+HOPELESS_TOR = 1e-6  # below it the run does not finish in any time worth printing
+
+
 def solved(j: Job, s: Strategy, tau: float, gpus: float) -> Cycle | None:
-    """The closed form's cycle, or None when no cycle ever completes."""
+    """The closed form's cycle, or None when the run would practically never finish."""
     try:
         c = cycle(s, tau, j.rate(gpus), j.recovery)
     except (ArithmeticError, np.linalg.LinAlgError):
         return None
-    return c if math.isfinite(c.tor) and c.tor > 0 else None
+    return c if math.isfinite(c.tor) and c.tor > HOPELESS_TOR else None
 
 
 def tor_at(j: Job, s: Strategy, tau: float, gpus: float, rate: float | None = None) -> float:
@@ -116,8 +119,9 @@ def tor_at(j: Job, s: Strategy, tau: float, gpus: float, rate: float | None = No
     return j.rho * renewal_tor(s, tau, lam, j.recovery)
 
 
-def best_interval(j: Job, s: Strategy, gpus: float) -> float:
-    """The interval that maximises the closed-form TOR (a bounded search on a log scale)."""
+def best_interval(j: Job, s: Strategy, gpus: float) -> float | None:
+    """The interval that maximises the closed-form TOR (a bounded search on a log scale); None
+    when no interval lets the run progress (the TOR is flat at 0)."""
     lam = j.rate(gpus)
     if lam <= 0:
         return NO_FAILURE_INTERVAL_H
@@ -125,7 +129,20 @@ def best_interval(j: Job, s: Strategy, gpus: float) -> float:
     lo, hi = math.log(max(guess / 1e3, 1e-7)), math.log(min(guess * 1e3, 1e5))
     r = minimize_scalar(lambda x: -renewal_tor(s, math.exp(x), lam, j.recovery), bounds=(lo, hi),
                         method="bounded", options={"xatol": 1e-5})
-    return float(math.exp(r.x))
+    return float(math.exp(r.x)) if -r.fun > HOPELESS_TOR else None
+
+
+def interval(j: Job, s: Strategy, gpus: float) -> tuple[float, str]:
+    """The interval a plan uses and why: the given one, else the best, else (no interval makes
+    progress) Young's, so that the hopeless plan still shows its numbers."""
+    if j.opts.ckpt_interval_h:
+        return j.opts.ckpt_interval_h, "given"
+    best = best_interval(j, s, gpus)
+    if best is not None:
+        return best, "best of the closed form"
+    lam = j.rate(gpus)
+    delta = max(s.durable.save_h, s.memory.save_h if s.memory else 0.0, 1e-6)
+    return (math.sqrt(2 * delta / lam) if lam > 0 else NO_FAILURE_INTERVAL_H), "none makes progress; Young's"
 
 
 def sizes_around(gpus: int) -> list[int]:

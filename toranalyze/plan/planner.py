@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from toranalyze.plan import answers
-from toranalyze.plan.core import Job, PlanOptions, best_interval, check_options, job, sizes_around, tor_at
+from toranalyze.plan.core import Job, PlanOptions, check_options, interval, job, sizes_around, tor_at
 from toranalyze.plan.montecarlo import Config, Result, simulate
 from toranalyze.plan.strategy import STRATEGIES, Strategy
 
@@ -40,7 +40,7 @@ def plan(doc: dict[str, Any], opts: PlanOptions) -> dict[str, Any]:
     check_options(opts)
     j, sources = job(doc, opts)
     s, g = j.strategy(), opts.gpus
-    tau = opts.ckpt_interval_h or best_interval(j, s, g)
+    tau, sources["interval"] = interval(j, s, g)
     sims = _Sims()
     main = sims.add(j.config(s, tau, g))
     grid = _grid(j, s, tau, g, sims)
@@ -67,7 +67,7 @@ def curves(j: Job, tau: float, names: list[str]) -> dict[str, Any]:
     s = j.strategy()
     return {
         "interval": {n: [[float(t), tor_at(j, j.strategy(n), float(t), g)] for t in taus] for n in names},
-        "size": [[int(x), tor_at(j, s, j.opts.ckpt_interval_h or best_interval(j, s, int(x)), int(x))]
+        "size": [[int(x), tor_at(j, s, interval(j, s, int(x))[0], int(x))]
                  for x in sizes],
     }
 
@@ -87,7 +87,7 @@ def _grid(j: Job, s: Strategy, tau: float, g: int, sims: _Sims) -> list[tuple[fl
 def _what_if_configs(j: Job, s: Strategy, g: int, sims: _Sims) -> list[tuple[dict[str, Any], int]]:
     rows = []
     for size in sizes_around(g):
-        tau = j.opts.ckpt_interval_h or best_interval(j, s, size)
+        tau = interval(j, s, size)[0]
         lam = j.rate(size)
         rows.append(({"gpus": size, "tau_h": tau, "mtbf_h": 1.0 / lam if lam > 0 else None,
                       "tor_closed_form": tor_at(j, s, tau, size)}, sims.add(j.config(s, tau, size))))
@@ -98,8 +98,8 @@ def _compare_configs(j: Job, g: int, sims: _Sims) -> list[tuple[dict[str, Any], 
     rows = []
     for name in STRATEGIES:
         s = j.strategy(name)
-        tau = best_interval(j, s, g)
-        rows.append(({"strategy": name, "describe": s.describe(), "best_interval_h": tau,
+        tau, why = interval(j, s, g)
+        rows.append(({"strategy": name, "describe": s.describe(), "best_interval_h": tau, "interval_source": why,
                       "tor_closed_form": tor_at(j, s, tau, g)}, sims.add(j.config(s, tau, g))))
     return rows
 

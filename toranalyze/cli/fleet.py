@@ -95,7 +95,7 @@ def fleet(paths: tuple[str, ...], out_dir: str, workers: Workers, options: RunOp
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from toranalyze import storage
-    from toranalyze.fleet.build import build
+    from toranalyze.fleet.build import Interrupted, build
     from toranalyze.fleet.store import MANIFEST, Store
     from toranalyze.fleet.summary import summarize
     from toranalyze.fleet.tables import TABLES
@@ -111,8 +111,14 @@ def fleet(paths: tuple[str, ...], out_dir: str, workers: Workers, options: RunOp
             def progress(stage: str, done: int, total: int, run: str) -> None:
                 bar.update(task, stage=stage, total=total, completed=done, description=run)
 
-            result = build(paths, store_dir, options, workers, progress=progress,
-                           skip=[out_dir] if storage.is_url(out_dir) else [])
+            try:
+                result = build(paths, store_dir, options, workers, progress=progress,
+                               skip=[out_dir] if storage.is_url(out_dir) else [])
+            except Interrupted as stop:
+                bar.stop()
+                err.print(f"interrupted: {stop.stored} runs analysed and stored, {stop.left} not; run the same "
+                          "command again to go on (stored runs are not analysed again)", soft_wrap=True)
+                raise SystemExit(130) from None
         print_warnings(result.warnings)
         print_warnings([f"run {r.id} ({r.path}): {r.error}" for r in result.runs if r.error])
         tables = Store(store_dir).read_tables()

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from toranalyze.cli.common import out
-from toranalyze.plan import STRATEGIES
+from toranalyze.plan.names import STRATEGIES
 
 if TYPE_CHECKING:
     from toranalyze.plan.core import PlanOptions

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,14 @@ RECORD_BATCH = 1000
 RECORD_SECONDS = 60.0
 # (stage, done, total, run id) after each run hashed or analysed
 Progress = Callable[[str, int, int, str], None]
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a build: the runs analysed before it are stored, the others are not."""
+
+    def __init__(self, stored: int, left: int):
+        super().__init__(f"{stored} runs stored, {left} left")
+        self.stored, self.left = stored, left
 
 
 @dataclass
@@ -72,10 +81,33 @@ def _analyze(tasks: Sequence[RunTask], workers: Workers, sizes: dict[str, int]) 
             yield from analyze_batch(batch)
         return
     ctx = multiprocessing.get_context("spawn")  # polars' thread pool does not survive fork
-    with _single_threaded_workers(), ProcessPoolExecutor(min(jobs, len(work)), mp_context=ctx) as pool:
-        futures = [pool.submit(analyze_batch, b) for b in work]
-        for fut in as_completed(futures):
-            yield from fut.result()
+    with _single_threaded_workers(), ProcessPoolExecutor(min(jobs, len(work)), mp_context=ctx,
+                                                         initializer=_leave_interrupts_to_the_parent) as pool:
+        try:
+            pending = {pool.submit(analyze_batch, b) for b in work}
+            while pending:
+                # short waits: a wait without a timeout is not woken by Ctrl-C when the signal
+                # lands on one of the executor's threads
+                done, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    yield from fut.result()
+        except BaseException:  # Ctrl-C, or a consumer that stops early: no batch is worth finishing
+            _stop(pool)
+            raise
+
+
+def _leave_interrupts_to_the_parent() -> None:
+    """A worker ignores Ctrl-C (the terminal sends it to the whole process group): the parent
+    decides, keeps what finished and stops the workers at once."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Cancel what has not started and end the workers now, mid-batch (their work is not kept)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())  # (no public handle on them)
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        proc.terminate()
 
 
 def build(paths: Sequence[str], out: Path, options: RunOptions | None = None, workers: Workers | None = None, *,
@@ -103,14 +135,18 @@ def build(paths: Sequence[str], out: Path, options: RunOptions | None = None, wo
     batch: list[store.RunRecord] = []
     since = time.monotonic()
     sizes = {rid: sum(f.size for f in files) for rid, files in stamps.items()}
-    for i, outcome in enumerate(_analyze(todo, workers, sizes), 1):
-        batch.append(_record(outcome, stamps[outcome.run.id]))
-        if len(batch) >= RECORD_BATCH or time.monotonic() - since > RECORD_SECONDS:
-            result.rewritten |= st.record(batch)
-            batch, since = [], time.monotonic()
-        result.analyzed.append(outcome.run.id)
-        if progress:
-            progress("analysing", i, len(todo), outcome.run.id)
+    try:
+        for i, outcome in enumerate(_analyze(todo, workers, sizes), 1):
+            batch.append(_record(outcome, stamps[outcome.run.id]))
+            if len(batch) >= RECORD_BATCH or time.monotonic() - since > RECORD_SECONDS:
+                result.rewritten |= st.record(batch)
+                batch, since = [], time.monotonic()
+            result.analyzed.append(outcome.run.id)
+            if progress:
+                progress("analysing", i, len(todo), outcome.run.id)
+    except KeyboardInterrupt:
+        st.record(batch)  # what finished is kept: the next build does not analyse it again
+        raise Interrupted(len(result.analyzed), len(todo) - len(result.analyzed)) from None
     result.rewritten |= st.record(batch)
     current = [store.RunRecord(r.id, r.path, hashes[r.id], None, files=stamps[r.id]) for r in runs]
     result.rewritten |= st.commit(current)

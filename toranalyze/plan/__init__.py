@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-STRATEGIES = ("blocking", "async", "memory", "multitier")  # the checkpoint strategies (strategy.py)
+from toranalyze.plan.names import STRATEGIES
 
 __all__ = ["STRATEGIES", "PlanOptions", "plan"]
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from toranalyze.plan import STRATEGIES
+from toranalyze.plan.names import STRATEGIES
 
 
 @dataclass(frozen=True)

@@ -9,29 +9,15 @@ The tests run as root, where permission bits do not bite: a denied folder is sim
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from toranalyze.cli import main
+from tests.core.test_hostile_fs import run  # the console entry point's exit code and output
 
 GOOD = "slurmstepd: error: *** JOB 42 ON node7 CANCELLED AT 2024-03-01T10:00:00 DUE TO TIME LIMIT ***\n"
-
-
-def run(*args: str) -> tuple[int, str]:
-    """The command's exit code and everything it printed, run as the console entry point runs it."""
-    with CliRunner().isolation() as (_, _, output), pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sys, "argv", ["toranalyze", *args])
-        try:
-            main()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        return code, output.getvalue().decode("utf-8", "replace")
 
 
 def lines_naming(text: str, *words: str) -> list[str]:

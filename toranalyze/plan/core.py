@@ -127,6 +127,8 @@ def best_interval(j: Job, s: Strategy, gpus: float) -> float | None:
         return NO_FAILURE_INTERVAL_H
     guess = math.sqrt(2 * max(s.durable.save_h, s.memory.save_h if s.memory else 0.0, 1e-6) / lam)
     lo, hi = math.log(max(guess / 1e3, 1e-7)), math.log(min(guess * 1e3, 1e5))
+    if not hi > lo:  # failures every fraction of a second: nothing to search
+        return None
     r = minimize_scalar(lambda x: -renewal_tor(s, math.exp(x), lam, j.recovery), bounds=(lo, hi),
                         method="bounded", options={"xatol": 1e-5})
     return float(math.exp(r.x)) if -r.fun > HOPELESS_TOR else None

@@ -4,6 +4,8 @@ The stages are imported when the command runs, not for its ``--help``."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,6 +36,55 @@ def write_fleet_products(store_dir: Path, tables: dict[str, pl.DataFrame], outpu
     if not output.report:
         return None
     return write_fleet_report(store_dir, tables, doc, title=title, redacted=output.redact)
+
+
+PRODUCTS = ".products.json"  # the products' summary and the tables they were made from
+
+
+def _products(store_dir: Path, result: BuildResult, output: OutputOptions,
+              title: str) -> tuple[FleetSummary, list[str], Path | None]:
+    """rates.json, the report and the summary of the store's tables. When the build changed
+    nothing and the last products were made from these very tables (manifest), options and
+    version, they stand: reading every table and fitting the rates again would cost time that
+    grows with the store, for the same bytes."""
+    from toranalyze.fleet.store import Store, write_text
+    from toranalyze.fleet.summary import summarize, summary_from, summary_record
+    from toranalyze.fleet.tables import TABLES
+
+    stamp = _stamp(store_dir, output, title)
+    kept = None if result.rewritten else _kept(store_dir, stamp, output)
+    if kept is not None:
+        return summary_from(kept["summary"]), kept["no_jobs"], store_dir / kept["page"] if kept["page"] else None
+    tables = Store(store_dir).read_tables()
+    no_jobs = _runs_without_jobs(result, tables["jobs"])
+    page = write_fleet_products(store_dir, tables, output, title)
+    summary = summarize(len(result.runs), *(tables[t] for t in TABLES))
+    write_text(json.dumps({"stamp": stamp, "summary": summary_record(summary), "no_jobs": no_jobs,
+                           "page": page.name if page else None}), store_dir / PRODUCTS)
+    return summary, no_jobs, page
+
+
+def _stamp(store_dir: Path, output: OutputOptions, title: str) -> str:
+    from toranalyze import __version__
+    from toranalyze.fleet.store import MANIFEST
+
+    manifest = store_dir / MANIFEST
+    text = manifest.read_text(encoding="utf-8") if manifest.is_file() else ""
+    key = json.dumps([text, output.report, output.redact, title, __version__])
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def _kept(store_dir: Path, stamp: str, output: OutputOptions) -> dict | None:
+    """The last products' record, if they are still those of these tables and options."""
+    try:
+        kept = json.loads((store_dir / PRODUCTS).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(kept, dict) or kept.get("stamp") != stamp or not (store_dir / "rates.json").is_file():
+        return None
+    if output.report and not (kept.get("page") and (store_dir / kept["page"]).is_file()):
+        return None
+    return kept
 
 
 def _print_summary(s: FleetSummary, result: BuildResult, store_dir: str) -> None:
@@ -96,9 +147,7 @@ def fleet(paths: tuple[str, ...], out_dir: str, workers: Workers, options: RunOp
 
     from toranalyze import storage
     from toranalyze.fleet.build import Interrupted, build
-    from toranalyze.fleet.store import MANIFEST, Store
-    from toranalyze.fleet.summary import summarize
-    from toranalyze.fleet.tables import TABLES
+    from toranalyze.fleet.store import MANIFEST
 
     out_dir = out_dir.rstrip("/") or out_dir
     # A URL: the store is copied here, updated, and its changes uploaded (the manifest last).
@@ -121,12 +170,11 @@ def fleet(paths: tuple[str, ...], out_dir: str, workers: Workers, options: RunOp
                 raise SystemExit(130) from None
         print_warnings(result.warnings)
         print_warnings([f"run {r.id} ({r.path}): {r.error}" for r in result.runs if r.error])
-        tables = Store(store_dir).read_tables()
-        print_warnings(_runs_without_jobs(result, tables["jobs"]))
         title = storage.name(out_dir) if storage.is_url(out_dir) else store_dir.resolve().name
-        page = write_fleet_products(store_dir, tables, options.output, title)
+        summary, no_jobs, page = _products(store_dir, result, options.output, title)
+        print_warnings(no_jobs)
     if not quiet:
-        _print_summary(summarize(len(result.runs), *(tables[t] for t in TABLES)), result, out_dir)
+        _print_summary(summary, result, out_dir)
     # Where the planner's input and the report are, quiet or not (plan --rates reads the first).
     out.print(f"rates: {plain(storage.join(out_dir, 'rates.json'))}", highlight=False, soft_wrap=True)
     if page is not None:

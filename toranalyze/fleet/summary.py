@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import polars as pl
 
@@ -47,3 +48,19 @@ def summarize(runs: int, jobs: pl.DataFrame, attempts: pl.DataFrame, incidents: 
         tor_quantiles=quantiles,
         tor_mean=float(tor.mean()) if tor.len() else None,  # type: ignore[arg-type]
     )
+
+
+_NUMBERS = ("runs", "jobs", "attempts", "gpu_hours", "node_hours", "wall_gpu_hours", "lost_gpu_hours", "tor_mean")
+
+
+def summary_record(s: FleetSummary) -> dict[str, Any]:
+    """The summary as JSON-ready data (kept with the products it was printed with)."""
+    return {**{k: getattr(s, k) for k in _NUMBERS}, "by_class": s.by_class.rows(),
+            "tor_quantiles": [[q, v] for q, v in s.tor_quantiles.items()]}
+
+
+def summary_from(d: dict[str, Any]) -> FleetSummary:
+    by_class = pl.DataFrame(d["by_class"], schema={"root_cause": pl.String, "unexpected": pl.UInt32,
+                                                   "planned": pl.UInt32}, orient="row")
+    return FleetSummary(**{k: d[k] for k in _NUMBERS}, by_class=by_class,
+                        tor_quantiles={float(q): float(v) for q, v in d["tor_quantiles"]})

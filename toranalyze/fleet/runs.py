@@ -21,7 +21,7 @@ from pathlib import Path
 
 from toranalyze import storage
 from toranalyze.errors import InputError
-from toranalyze.ingest.discover import folder_error, printable, refused, unreadable, wanted
+from toranalyze.ingest.discover import folder_error, printable, refused, unreadable, wanted, wanted_name
 
 CHUNK = 1 << 20
 
@@ -34,18 +34,53 @@ class Run:
 
 
 def _log_files(d: Path, skip: frozenset[Path], problems: list[InputError]) -> list[str]:
-    out = []
-    real_root = Path(os.path.realpath(d))
-    for dirpath, dirnames, filenames in os.walk(d, onerror=lambda e: problems.append(folder_error(e))):
-        # The walk follows no symlink, so a folder's real path is the root's plus its path below
-        # the root: no system call per folder.
-        real_here = real_root / os.path.relpath(dirpath, d)
-        dirnames[:] = sorted(x for x in dirnames if not x.startswith(".") and real_here / x not in skip)
-        for name in sorted(filenames):
-            p = Path(dirpath) / name
-            if wanted(p) and _readable(p, problems):
-                out.append(p.relative_to(d).as_posix())
+    """Every log file below the run folder ``d`` (relative paths, sorted), as ``os.walk`` finds
+    them (no symlinked folder entered), walked with strings: a Path per file cost more than the
+    listing itself on a fleet of many runs."""
+    out: list[str] = []
+    _walk_files(str(d), "", os.path.realpath(d), frozenset(map(str, skip)), (out, problems))
     return sorted(out)
+
+
+def _walk_files(folder: str, rel: str, real: str, skip: frozenset[str],
+                into: tuple[list[str], list[InputError]]) -> None:
+    out, problems = into
+    try:
+        with os.scandir(folder) as it:
+            entries = list(it)  # (in the folder's order: the files are sorted once, at the end)
+    except OSError as exc:
+        problems.append(folder_error(exc))
+        return
+    for e in sorted(entries, key=_name) if any(not _plain(e) for e in entries) else entries:
+        name = e.name
+        try:
+            is_dir = e.is_dir()  # (a symlink counts by its target, as in os.walk)
+        except OSError:
+            is_dir = False
+        if is_dir:
+            if not name.startswith(".") and not e.is_symlink() and os.path.join(real, name) not in skip:
+                _walk_files(e.path, f"{rel}{name}/", os.path.join(real, name), skip, into)
+        elif wanted_name(name) and _readable_entry(e, problems):
+            out.append(rel + name)
+
+
+def _name(e: os.DirEntry[str]) -> str:
+    return e.name
+
+
+def _plain(e: os.DirEntry[str]) -> bool:
+    """A plain file or folder: nothing about it can become a problem to record."""
+    try:
+        return e.is_file(follow_symlinks=False) or e.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
+
+
+def _readable_entry(e: os.DirEntry[str], problems: list[InputError]) -> bool:
+    """``_readable`` for a folder entry: a plain regular file with a UTF-8 name needs no stat."""
+    if e.is_file(follow_symlinks=False) and printable(e.path) == e.path:
+        return True
+    return _readable(Path(e.path), problems)
 
 
 def _readable(p: Path, problems: list[InputError]) -> bool:

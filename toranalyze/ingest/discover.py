@@ -70,7 +70,11 @@ def folder_error(exc: OSError) -> InputError:
 
 
 def wanted(path: Path) -> bool:
-    name = path.name
+    return wanted_name(path.name)
+
+
+def wanted_name(name: str) -> bool:
+    """Whether a file of this name can be a log (not hidden, not one of our outputs or a truth file)."""
     if name in SKIP_NAMES or name.startswith("."):
         return False
     return not name.lower().endswith(SKIP_SUFFIXES)

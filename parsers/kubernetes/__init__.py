@@ -71,7 +71,7 @@ class KubernetesParser(Parser):
     batched = True
     noise = (
         # klog lines of Go components, and operator info/debug chatter.
-        r"(?:^|\s)[IW]\d{4} \d{2}:\d{2}:\d{2}\.\d{6}\s+\d+ [\w.-]+\.go:\d+\] ",
+        r"(?:^|\s)[IW][0-9]{4} [0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}\s+[0-9]+ [\w.-]+\.go:[0-9]+\] ",
         r'^time="[^"]+" level=(?:debug|info|trace) msg=',
         r'^\{"level":"(?:debug|info)"',
         # table / describe headers and rulers
@@ -91,7 +91,7 @@ class KubernetesParser(Parser):
                       "stopped posting", "Preempted to accommodate", "nterruption", "Host EC2"]),
         r"(?:Normal|Warning)\s",  # a gate may be looser than the rule: searching for "\s" first is slow
         r"^Name:",
-        r"\s\d+/\d+\s+[A-Z]",
+        r"\s[0-9]+/[0-9]+\s+[A-Z]",
     )
 
     def __init__(self, anchor: datetime | None = None) -> None:

@@ -25,7 +25,9 @@ from typing import Any
 from toranalyze_parsers.kubernetes.common import BAD_WAIT, JOB_CONDITIONS, QUIET_WAIT, job_from_pod_py
 from toranalyze_parsers.kubernetes.docs import LINES
 
-_RFC3339 = re.compile(r"^(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:\.(\d+))?(Z|[+-]\d{2}:\d{2})?$")
+_RFC3339 = re.compile(
+    r"^([0-9]{4}-[0-9]{2}-[0-9]{2})[T ]([0-9]{2}:[0-9]{2}:[0-9]{2})(?:\.([0-9]+))?(Z|[+-][0-9]{2}:[0-9]{2})?$"
+)
 _JOB_LABELS = (
     "training.kubeflow.org/job-name",
     "pytorch-job-name",

@@ -57,7 +57,9 @@ _JSON_HEAD = re.compile(
     r'|^\s*\{\s*"type"\s*:\s*"(?:ADDED|MODIFIED|DELETED|BOOKMARK)"\s*,\s*"object"\s*:'
 )
 _JSON_KIND = re.compile(rf'"kind"\s*:\s*"{_API_KINDS}"')
-_YAML_HEAD = re.compile(r"^(?:#.*\n|---\s*\n|\s*\n)*(?:apiVersion|kind|items):[ \n]", re.MULTILINE)
+# Blank lines as [ \t\r]*\n, not \s*\n: \s takes newlines too, and the ways to split a run of blank
+# lines between the repeats grow exponentially when the key never comes.
+_YAML_HEAD = re.compile(r"^(?:#.*\n|---[ \t\r]*\n|[ \t\r]*\n)*(?:apiVersion|kind|items):[ \n]", re.MULTILINE)
 _YAML_KIND = re.compile(rf"^\s*-?\s*kind:\s*{_API_KINDS}\s*$", re.MULTILINE)
 _DESCRIBE_HEAD = re.compile(r"\A\s*Name:\s+\S+\n(?:Namespace|Roles):\s")
 _TABLE_HEAD = re.compile("|".join((HEADER, *HEADERS)))

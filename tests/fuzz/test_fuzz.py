@@ -57,14 +57,16 @@ BRIEF = settings(max_examples=3, deadline=None, derandomize=True, database=None,
 @BRIEF
 @given(seed=st.integers(min_value=0, max_value=2**32 - 1))
 def test_parsers_take_mutated_real_logs(seed: int) -> None:
-    assert _parser_batch(seed, 200) == []
+    findings = _parser_batch(seed, 200)
+    assert findings == [], "\n".join(findings)
 
 
 @pytest.mark.timeout(300)
 @BRIEF
 @given(seed=st.integers(min_value=0, max_value=2**32 - 1))
 def test_analyze_and_plan_take_a_run_of_mutated_real_logs(seed: int) -> None:
-    assert _run_batch(seed, 6) == []
+    findings = _run_batch(seed, 6)
+    assert findings == [], "\n".join(findings)
 
 
 def _env(name: str, default: int) -> int:
@@ -92,7 +94,7 @@ def _fuzz(batch: object, total: int, per: int) -> tuple[int, list[str]]:
 def test_a_million_mutated_inputs_through_the_parsers() -> None:
     tried, findings = _fuzz(_parser_batch, _env("FUZZ_PARSER_INPUTS", 1_000_000), PARSER_BATCH)
     print(f"{tried} parser inputs, {len(findings)} findings")
-    assert findings == []
+    assert findings == [], "\n".join(findings)
     assert _peak_rss() <= RSS_LIMIT
 
 
@@ -101,5 +103,5 @@ def test_a_million_mutated_inputs_through_the_parsers() -> None:
 def test_ten_thousand_mutated_inputs_through_analyze_and_plan() -> None:
     tried, findings = _fuzz(_run_batch, _env("FUZZ_RUN_INPUTS", 10_000), RUN_BATCH)
     print(f"{tried} whole-run inputs, {len(findings)} findings")
-    assert findings == []
+    assert findings == [], "\n".join(findings)
     assert _peak_rss() <= RSS_LIMIT

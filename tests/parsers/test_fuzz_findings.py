@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from toranalyze.ingest.pipeline import IngestOptions, ingest
@@ -18,3 +19,28 @@ def test_many_blank_lines_before_no_yaml_key_do_not_hang_the_kubernetes_sniff(tm
     path.write_text(head * 3 + "slurmstepd: error: *** JOB 42 ON node7 CANCELLED AT 2024-03-01T10:00:00 DUE TO TIME LIMIT ***\n")
     result = ingest([str(path)], IngestOptions())
     assert result.files[0].error is None and result.events.height
+
+
+NODE_STATUS_CUT = (  # a node's conditions as YAML, cut inside a message: the line rules give no message
+    '      type: PIDPressure\n    - lastHeartbeatTime: "2024-03-14T10:19:18Z"\n'
+    '      lastTransitionTime: "2024-03-14T10:20:04Z"\n      message: Kubelet stopped posting node'
+)
+GOOD = "slurmstepd: error: *** JOB 42 ON node7 CANCELLED AT 2024-03-01T10:00:00 DUE TO TIME LIMIT ***\n"
+
+
+def test_a_row_a_parser_could_not_fill_is_dropped_not_its_file(tmp_path: Path) -> None:
+    path = tmp_path / "mixed.log"
+    path.write_text(GOOD + NODE_STATUS_CUT + "\n")
+    (report,) = (result := ingest([str(path)], IngestOptions())).files
+    assert report.error is None
+    assert result.events.filter(pl.col("parser") == "slurm").height >= 1
+
+
+def test_a_document_nested_too_deeply_is_skipped_with_the_reason(tmp_path: Path) -> None:
+    doc = tmp_path / "watch.json"
+    doc.write_text('{"type":"ADDED","object":{"apiVersion":"v1","kind":"Event","metadata":{}}}\n' + "[" * 20000)
+    (tmp_path / "job.log").write_text(GOOD)
+    result = ingest([str(tmp_path)], IngestOptions())
+    errors = {Path(f.path).name: f.error for f in result.files}
+    assert errors["job.log"] is None
+    assert "nests too deeply" in (errors["watch.json"] or ""), errors

@@ -106,11 +106,9 @@ class _Bounded(io.RawIOBase):
         super().close()
 
 
-def _bounded(stream: IO[bytes], raw: IO[bytes]) -> IO[bytes]:
-    try:
-        size = os.fstat(raw.fileno()).st_size
-    except (OSError, AttributeError, io.UnsupportedOperation):  # an object-store stream
-        size = getattr(raw, "size", 0) or 0
+def _bounded(stream: IO[bytes], raw: IO[bytes], path: str) -> IO[bytes]:
+    """``stream`` cut at the bound of a compressed file of ``raw``'s size (an object: the floor)."""
+    size = 0 if storage.is_url(path) else os.fstat(raw.fileno()).st_size
     return _Bounded(stream, max(INFLATE_FLOOR, INFLATE_RATIO * size))  # type: ignore[return-value]
 
 
@@ -137,13 +135,13 @@ def open_stream(path: str) -> IO[bytes]:
     name = path.lower()
     raw = storage.open_input(path) if storage.is_url(path) else _open_regular(path)
     if name.endswith(".gz"):
-        return _bounded(_GzipReader(raw), raw)  # type: ignore[arg-type]
+        return _bounded(_GzipReader(raw), raw, path)  # type: ignore[arg-type]
     if name.endswith(".bz2"):
-        return _bounded(bz2.BZ2File(raw), raw)
+        return _bounded(bz2.BZ2File(raw), raw, path)
     if name.endswith(".zst") or name.endswith(".zstd"):
         import zstandard
 
-        return _bounded(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True), raw)
+        return _bounded(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True), raw, path)
     return raw
 
 

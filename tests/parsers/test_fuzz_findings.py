@@ -44,3 +44,13 @@ def test_a_document_nested_too_deeply_is_skipped_with_the_reason(tmp_path: Path)
     errors = {Path(f.path).name: f.error for f in result.files}
     assert errors["job.log"] is None
     assert "nests too deeply" in (errors["watch.json"] or ""), errors
+
+
+@pytest.mark.parametrize("stamp", ["+275760-09-13T00:00:00Z", "9999-12-31T23:59:59.999999Z", "0000-01-01T00:00:00"])
+def test_an_impossible_stamp_is_no_clock_and_the_run_is_read(tmp_path: Path, stamp: str) -> None:
+    (tmp_path / "job.log").write_text(GOOD)
+    (tmp_path / "odd.log").write_text(f"{stamp} gpu-001 RuntimeError: CUDA error: an illegal memory access\n")
+    result = ingest([str(tmp_path)], IngestOptions())
+    assert [f.error for f in result.files] == [None, None]
+    odd = result.events.filter(pl.col("file").str.ends_with("odd.log"))
+    assert odd.height and odd["ts"].is_null().all()

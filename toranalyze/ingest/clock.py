@@ -26,6 +26,8 @@ from toranalyze.schema import NAIVE_US, UTC_US
 
 # Leap year, so Feb 29 survives until the real year is known.
 PLACEHOLDER_YEAR = 2000
+EARLIEST = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)  # stamps before or from LATEST on are impossible: null
+LATEST = dt.datetime(2200, 1, 1, tzinfo=dt.UTC)
 
 _MONTHS = {
     m: i + 1 for i, m in enumerate(["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"])
@@ -133,13 +135,10 @@ def _time_steps(tz: str, year: int | None, mtime_year: int | None, by: str | Non
     utc_local = (
         pl.col("ts").dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null").dt.convert_time_zone("UTC")
     )
-    zones = [
-        pl.when(pl.col("ts_offset_s").is_not_null())
-        .then(utc_stated)
-        .otherwise(utc_local)
-        .cast(UTC_US, strict=False)
-        .alias("ts")
-    ]
+    utc = pl.when(pl.col("ts_offset_s").is_not_null()).then(utc_stated).otherwise(utc_local).cast(UTC_US, strict=False)
+    # A stamp outside the years logs are written in (year 0, 9999, +275760) is no clock: null, then
+    # placed from its neighbours like a record without one.
+    zones = [pl.when(utc.is_between(EARLIEST, LATEST, closed="left")).then(utc).alias("ts")]
     filled = _filled(pl.col("ts"), by)
     fills = [
         # A record with no clock of its own is flagged, placed from its neighbours or (a pasted

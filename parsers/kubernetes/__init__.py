@@ -125,26 +125,18 @@ class KubernetesParser(Parser):
         ev_rows: list[dict[str, Any]] = []
         raw_rows: list[dict[str, Any]] = []
         for obj in objects:
-            kind = str(obj.get("kind") or "")
-            if kind == "Event":
-                row = event_row(obj)
-                if row["obj_kind"] == "Pod" and row["obj_name"] in pods:
-                    row["job_hint"], row["node_hint"] = pods[row["obj_name"]]
-                ev_rows.append(row)
-            elif kind == "Pod":
-                raw_rows.extend(pod_rows(obj))
-            elif kind == "Node":
-                raw_rows.extend(node_rows(obj))
-            elif kind.endswith("Job"):
-                raw_rows.extend(job_rows(obj))
+            try:
+                _object_rows(obj, pods, ev_rows, raw_rows)
+            except (ValueError, TypeError, OverflowError, AttributeError):
+                continue  # a field no object of its kind holds (an impossible date, a list for a map): that object only
         frames = []
         if ev_rows:
             schema = {k: EV_SCHEMA[k] for k in {k for r in ev_rows for k in r}}
-            ev = pl.DataFrame(ev_rows, schema=schema, strict=False)
+            ev = pl.DataFrame(_fitting(ev_rows, schema), schema=schema, strict=False)
             frames.append(events_to_raw(ev.lazy(), self.anchor))
         if raw_rows:
             schema = {k: RAW_SCHEMA[k] for k in {k for r in raw_rows for k in r}}
-            frames.append(conform_raw(pl.DataFrame(raw_rows, schema=schema, strict=False)))
+            frames.append(conform_raw(pl.DataFrame(_fitting(raw_rows, schema), schema=schema, strict=False)))
         if not frames:
             return empty_raw()
         return pl.concat(frames, how="vertical").sort("line", maintain_order=True)
@@ -170,3 +162,36 @@ class KubernetesParser(Parser):
 parser = KubernetesParser()
 
 __all__ = ["KubernetesParser", "parser"]  # the entry point names `parser`
+
+
+def _object_rows(obj: dict[str, Any], pods: dict[str, Any], ev_rows: list[dict[str, Any]],
+                 raw_rows: list[dict[str, Any]]) -> None:
+    """One API object's rows, added to ``ev_rows`` (an Event) or ``raw_rows`` (a Pod, Node or Job)."""
+    kind = str(obj.get("kind") or "")
+    if kind == "Event":
+        row = event_row(obj)
+        if row["obj_kind"] == "Pod" and row["obj_name"] in pods:
+            row["job_hint"], row["node_hint"] = pods[row["obj_name"]]
+        ev_rows.append(row)
+    elif kind == "Pod":
+        raw_rows.extend(pod_rows(obj))
+    elif kind == "Node":
+        raw_rows.extend(node_rows(obj))
+    elif kind.endswith("Job"):
+        raw_rows.extend(job_rows(obj))
+
+
+_INT_BITS = {pl.Int8: 8, pl.Int16: 16, pl.Int32: 32, pl.Int64: 64}
+
+
+def _fitting(rows: list[dict[str, Any]], schema: dict[str, Any]) -> list[dict[str, Any]]:
+    """``rows`` with an integer too big for its column (a count of 2**35) set to null: the frame
+    builder refuses it even when not strict."""
+    bounds = {k: 1 << (_INT_BITS[dtype.base_type()] - 1) for k, dtype in schema.items()
+              if dtype.base_type() in _INT_BITS}
+    for row in rows:
+        for key, bound in bounds.items():
+            value = row.get(key)
+            if isinstance(value, int) and not -bound <= value < bound:
+                row[key] = None
+    return rows

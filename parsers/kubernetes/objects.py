@@ -48,7 +48,10 @@ def parse_time(value: Any) -> tuple[datetime | None, int | None]:
     if not m:
         return None, None
     frac = (m.group(3) or "0")[:6].ljust(6, "0")
-    ts = datetime.fromisoformat(f"{m.group(1)} {m.group(2)}.{frac}")
+    try:
+        ts = datetime.fromisoformat(f"{m.group(1)} {m.group(2)}.{frac}")
+    except ValueError:  # a day or hour no calendar has (Feb 30, 25:00): no time, the object is kept
+        return None, None
     zone = m.group(4)
     if zone is None:
         return ts, None

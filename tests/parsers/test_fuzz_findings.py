@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import polars as pl
@@ -54,3 +55,27 @@ def test_an_impossible_stamp_is_no_clock_and_the_run_is_read(tmp_path: Path, sta
     assert [f.error for f in result.files] == [None, None]
     odd = result.events.filter(pl.col("file").str.ends_with("odd.log"))
     assert odd.height and odd["ts"].is_null().all()
+
+
+PODS = (Path(__file__).resolve().parents[1] / "data" / "kubernetes" / "pods_list.yaml").read_text()
+
+
+def test_an_integer_past_its_column_in_one_api_object_loses_that_value_only(tmp_path: Path) -> None:
+    clean, broken = tmp_path / "clean.yaml", tmp_path / "broken.yaml"
+    clean.write_text(PODS)
+    broken.write_text(re.sub(r"restartCount: [0-9]+", "restartCount: 34359738368", PODS, count=1))
+    assert broken.read_text() != PODS
+    expected, got = ingest([str(clean)], IngestOptions()), ingest([str(broken)], IngestOptions())
+    assert got.files[0].error is None, got.files[0].error
+    assert got.events.height == expected.events.height
+
+
+def test_an_api_object_time_no_calendar_has_is_no_time(tmp_path: Path) -> None:
+    clean, broken = tmp_path / "clean.yaml", tmp_path / "broken.yaml"
+    clean.write_text(PODS)
+    stamps = re.findall(r"startedAt: \"?([0-9T:-]+)", PODS)
+    assert stamps
+    broken.write_text(PODS.replace(stamps[0], "2024-02-30T25:00:00"))
+    expected, got = ingest([str(clean)], IngestOptions()), ingest([str(broken)], IngestOptions())
+    assert got.files[0].error is None, got.files[0].error
+    assert expected.events.height - 1 <= got.events.height <= expected.events.height  # its row at most

@@ -185,13 +185,13 @@ _INT_BITS = {pl.Int8: 8, pl.Int16: 16, pl.Int32: 32, pl.Int64: 64}
 
 
 def _fitting(rows: list[dict[str, Any]], schema: dict[str, Any]) -> list[dict[str, Any]]:
-    """``rows`` with an integer too big for its column (a count of 2**35) set to null: the frame
-    builder refuses it even when not strict."""
+    """``rows`` with a number too big for its integer column (a count of 2**35 or 1e20) set to null:
+    the frame builder refuses it even when not strict."""
     bounds = {k: 1 << (_INT_BITS[dtype.base_type()] - 1) for k, dtype in schema.items()
               if dtype.base_type() in _INT_BITS}
     for row in rows:
         for key, bound in bounds.items():
             value = row.get(key)
-            if isinstance(value, int) and not -bound <= value < bound:
+            if isinstance(value, int | float) and not -bound <= value < bound:
                 row[key] = None
     return rows

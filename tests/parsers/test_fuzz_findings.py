@@ -79,3 +79,18 @@ def test_an_api_object_time_no_calendar_has_is_no_time(tmp_path: Path) -> None:
     expected, got = ingest([str(clean)], IngestOptions()), ingest([str(broken)], IngestOptions())
     assert got.files[0].error is None, got.files[0].error
     assert expected.events.height - 1 <= got.events.height <= expected.events.height  # its row at most
+
+
+WATCH = (Path(__file__).resolve().parents[1] / "data" / "kubernetes" / "events_watch_envelopes.jsonl").read_text()
+
+
+@pytest.mark.parametrize("count", ["1" * 15000, "99999999999999999999.5"], ids=["15,000 digits", "1e20"])
+def test_a_number_no_field_holds_in_a_watch_stream_loses_that_value_only(tmp_path: Path, count: str) -> None:
+    found = re.search(r'"count": ?[0-9]+', WATCH)
+    assert found
+    clean, broken = tmp_path / "clean.json", tmp_path / "broken.json"
+    clean.write_text(WATCH)
+    broken.write_text(WATCH.replace(found.group(), f'"count": {count}', 1))
+    expected, got = ingest([str(clean)], IngestOptions()), ingest([str(broken)], IngestOptions())
+    assert got.files[0].error is None, got.files[0].error
+    assert expected.events.height - 1 <= got.events.height <= expected.events.height

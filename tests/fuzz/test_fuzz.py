@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.fuzz import harness, mutate
+from toranalyze.ingest.pipeline import ingest
 
 PARSER_BATCH = 1000  # parser inputs per parse call
 RUN_BATCH = 12  # files per analyzed run
@@ -105,3 +106,14 @@ def test_ten_thousand_mutated_inputs_through_analyze_and_plan() -> None:
     print(f"{tried} whole-run inputs, {len(findings)} findings")
     assert findings == [], "\n".join(findings)
     assert _peak_rss() <= RSS_LIMIT
+
+
+@pytest.mark.xfail(strict=True, reason="open finding: a polars panic (assertion failed: i < self.len()) in a kernel "
+                   "parser query; contained (the file is reported, the run goes on) but the file's events are lost")
+def test_fuzz_finding_kernel_parser_panic_loses_its_file(tmp_path: Path) -> None:
+    rng = random.Random(5005)  # whole-run batch 5005, its 10th input
+    inputs = [mutate.mutated(rng, 200, RUN_BYTES) for _ in range(RUN_BATCH)]
+    path = tmp_path / "kern.log"
+    path.write_bytes(inputs[9])
+    (report,) = ingest([str(path)]).files
+    assert report.error is None, report.error

@@ -51,14 +51,15 @@ _FRAGMENTS = (
 )
 _KEEP = (
     "|".join(f.replace("(", r"\(").replace("[", r"\[").replace(".", r"\.") for f in _FRAGMENTS)
-    + r"|^\s*(?:<\d>)?\[\s*\+?\d+\.\d+[\]\s]|^\[[A-Z][a-z]{2} [ A-Z\d]|^\s*(?:kern|user|daemon)\s*:"  # dmesg clocks
-    + r"|[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d"  # nvidia-smi bus ids
-    + r"|^\s+Port \d+:\s*$|^\s*[A-Za-z]\w* : \S+\s*$"  # ibstat ports, fabric manager record fields
+    + r"|^\s*(?:<[0-9]>)?\[\s*\+?[0-9]+\.[0-9]+[\]\s]"  # dmesg clocks
+    + r"|^\[[A-Z][a-z]{2} [ A-Z0-9]|^\s*(?:kern|user|daemon)\s*:"
+    + r"|[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9]"  # nvidia-smi bus ids
+    + r"|^\s+Port [0-9]+:\s*$|^\s*[A-Za-z]\w* : \S+\s*$"  # ibstat ports, fabric manager record fields
 )
 
 # NCCL's own debug lines name mlx5 devices and PCI bus ids but are never kernel records (a big
 # training log holds thousands): they leave before the detectors.
-_NCCL_DEBUG = r"^[\w.\-]+:\d+:\d+ \[\d+\] (?:\S+:\d+ )?NCCL (?:INFO|TRACE) "
+_NCCL_DEBUG = r"^[\w.\-]+:[0-9]+:[0-9]+ \[[0-9]+\] (?:\S+:[0-9]+ )?NCCL (?:INFO|TRACE) "
 
 # Each detector with a cheap test on the whole chunk: detectors whose fragments never occur
 # are not planned at all (planning a detector costs more than running it on a small chunk).

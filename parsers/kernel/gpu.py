@@ -14,7 +14,7 @@ from toranalyze.parser_api import file_key
 
 # The address may be redacted in a pasted log ('Xid (PCI:...): 145'): the record stands, no device.
 _XID = (
-    rf"NVRM: Xid \((?:PCI:)?(?:(?P<pci>{PCI})|[^)\s]*)\): (?P<code>\d+)"
+    rf"NVRM: Xid \((?:PCI:)?(?:(?P<pci>{PCI})|[^)\s]*)\): (?P<code>[0-9]+)"
     r"(?:, pid=(?P<pid>[^,]*))?(?:, name=(?P<name>[^,]*))?(?:,\s*(?P<text>.*))?"
 )
 # Xids that stop the GPU (or the node) and Xids that record a condition without stopping work.
@@ -70,7 +70,7 @@ def xid_events(lf: pl.LazyFrame) -> pl.LazyFrame:
 
 
 _GSP_TIMEOUT = (
-    r"(?i)timeout waiting for rpc|gsp rpc timeout|rpc response from gpu\d+ gsp"
+    r"(?i)timeout waiting for rpc|gsp rpc timeout|rpc response from gpu[0-9]+ gsp"
     r"|_kgspIsHeartbeatTimedOut|gsp rm heartbeat timed out|_kgspLogRpcTimeout"
 )
 
@@ -111,7 +111,7 @@ def _gsp_records(body: pl.Expr, no_xid: pl.Expr) -> list[pl.Expr]:
     # heartbeat does: '_kgspIsHeartbeatTimedOut: Heartbeat timed out', '_kgspLogRpcTimeout: ** GSP Timeout'.
     gsp_timeout = no_xid & body.str.contains(_GSP_TIMEOUT)
     # '_kgspLogXid119: ****** GSP Timeout ******' heads an Xid 119 record; alone it is the only trace.
-    banner_code = body.str.extract(r"_kgspLogXid(\d+): \*+ ", 1)
+    banner_code = body.str.extract(r"_kgspLogXid([0-9]+): \*+ ", 1)
     xid_line = pl.when(body.str.contains(r"NVRM: Xid \(")).then(pl.col("line")).backward_fill()
     banner = banner_code.is_not_null() & ((xid_line - pl.col("line")).fill_null(99) > 10)
     return [first_of_burst(gsp_timeout, 100).alias("_gsp"), banner.alias("_banner"), banner_code.alias("_banner_code")]
@@ -160,7 +160,7 @@ def nvrm_events(lf: pl.LazyFrame) -> pl.LazyFrame:
 
 # AMD's RAS handler names the GPU by its PCI address and the hardware event that stopped it:
 # ``amdgpu 0000:1c:00.0: {1}uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT) detected!``.
-_AMDGPU_UE = rf"amdgpu (?P<pci>{PCI}): (?:\{{\d+\}})?uncorrectable hardware error\((?P<what>[^)]*)\) detected"
+_AMDGPU_UE = rf"amdgpu (?P<pci>{PCI}): (?:\{{[0-9]+\}})?uncorrectable hardware error\((?P<what>[^)]*)\) detected"
 
 
 # The scheduler's job watchdog when a ring stops retiring work (the GPU hung; a reset follows):
@@ -196,8 +196,10 @@ def amdgpu_events(lf: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-_SMI_L = r"^GPU (?P<idx>\d+): .+? \(UUID: (?P<uuid>GPU-[0-9a-fA-F\-]+)\)"
-_SMI_ROW = r"^\|\s+(?P<idx>\d+)\s+.*?\|\s+(?P<pci>[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s+(?:On|Off)\s+\|"
+_SMI_L = r"^GPU (?P<idx>[0-9]+): .+? \(UUID: (?P<uuid>GPU-[0-9a-fA-F\-]+)\)"
+_SMI_ROW = (
+    r"^\|\s+(?P<idx>[0-9]+)\s+.*?\|\s+(?P<pci>[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9])\s+(?:On|Off)\s+\|"
+)
 
 
 def smi_events(lf: pl.LazyFrame) -> pl.LazyFrame:
@@ -214,7 +216,7 @@ def smi_events(lf: pl.LazyFrame) -> pl.LazyFrame:
                 event(
                     "info",
                     "info",
-                    gpu=pl.col("_l").struct.field("idx").cast(pl.Int32),
+                    gpu=pl.col("_l").struct.field("idx").cast(pl.Int32, strict=False),
                     uuid=pl.col("_l").struct.field("uuid"),
                 )
             ),
@@ -222,7 +224,7 @@ def smi_events(lf: pl.LazyFrame) -> pl.LazyFrame:
                 event(
                     "info",
                     "info",
-                    gpu=pl.col("_r").struct.field("idx").cast(pl.Int32),
+                    gpu=pl.col("_r").struct.field("idx").cast(pl.Int32, strict=False),
                     device=norm_pci(pl.col("_r").struct.field("pci")),
                 )
             ),
@@ -253,7 +255,7 @@ def gpu_index_map(events: pl.LazyFrame) -> pl.LazyFrame:
     return both.filter(pl.len().over("_file", "device") == 1).rename({"gpu": "_gpu_map"})
 
 
-_SXID = rf"SXid \((?:PCI:)?(?P<pci>{PCI})\): (?P<code>\d+), (?P<rest>.*)$"
+_SXID = rf"SXid \((?:PCI:)?(?P<pci>{PCI})\): (?P<code>[0-9]+), (?P<rest>.*)$"
 
 
 def sxid_events(lf: pl.LazyFrame) -> pl.LazyFrame:
@@ -322,7 +324,7 @@ _SXID_AGG = [
 _SXID_EVENT = _sxid_event()
 
 
-_FM_NVSWITCH = r"detected NVSwitch (?P<fatal>fatal|non-fatal) error (?P<code>\d+) "
+_FM_NVSWITCH = r"detected NVSwitch (?P<fatal>fatal|non-fatal) error (?P<code>[0-9]+) "
 _FM_PCI = rf"pci bus id ({PCI})"
 # 'Fabric Manager detected GPU NVL Fatal error on :' is followed by 'key : value' lines.
 _FM_FIELD = r"^\s*[A-Za-z]\w* : \S+\s*$"
@@ -382,10 +384,10 @@ NOISE = (
     r"NVRM: \(PCI ID: [0-9a-fA-F:]+\) installed in this system",
     r"NVRM: GPU Board Serial Number",
     r"NVRM: GPU [0-9a-fA-F:.]+: GPU serial number is",
-    r"NVRM: _kgspLogXid\d+:",
-    r"NVRM: GPU\d+ (?:GSP RPC buffer contains|RPC history|RPC event history|\s+entry|\s+-?\d+\s)",
+    r"NVRM: _kgspLogXid[0-9]+:",
+    r"NVRM: GPU[0-9]+ (?:GSP RPC buffer contains|RPC history|RPC event history|\s+entry|\s+-?[0-9]+\s)",
     r"NVRM: .*\[NV_ERR_\w+\]",
-    r"NVRM: (?:GPU\d+ )?(?:_issueRpcAndWait|rpcRmApi\w+_GSP|nvAssert\w*|nvCheck\w*|kflcnCoreDump\w*|_kgsp\w+):",
-    r"nvidia-(?:uvm|modeset|nvlink|peermem|nvswitch\d*): ",
-    r"\[[A-Z][a-z]{2} \d{1,2} \d{4} \d{2}:\d{2}:\d{2}\] \[(?:INFO|DEBUG)\] \[tid \d+\]",
+    r"NVRM: (?:GPU[0-9]+ )?(?:_issueRpcAndWait|rpcRmApi\w+_GSP|nvAssert\w*|nvCheck\w*|kflcnCoreDump\w*|_kgsp\w+):",
+    r"nvidia-(?:uvm|modeset|nvlink|peermem|nvswitch[0-9]*): ",
+    r"\[[A-Z][a-z]{2} [0-9]{1,2} [0-9]{4} [0-9]{2}:[0-9]{2}:[0-9]{2}\] \[(?:INFO|DEBUG)\] \[tid [0-9]+\]",
 )

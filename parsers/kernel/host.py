@@ -12,13 +12,13 @@ from toranalyze_parsers.kernel.common import PCI, event, has, norm_pci, runs
 
 from toranalyze.parser_api import NAIVE_US
 
-_EDAC = r"\bEDAC (?:\w+ )?MC\d+: (?P<n>\d+) (?P<kind>CE|UE) "
+_EDAC = r"\bEDAC (?:\w+ )?MC[0-9]+: (?P<n>[0-9]+) (?P<kind>CE|UE) "
 _AER = (
-    r"(?:AER|pcie\d+): (?P<multi>Multiple )?(?P<sev>Corrected|Uncorrect(?:ed|able) \((?:Non-)?Fatal\)) "
+    r"(?:AER|pcie[0-9]+): (?P<multi>Multiple )?(?P<sev>Corrected|Uncorrect(?:ed|able) \((?:Non-)?Fatal\)) "
     rf"error(?: message)? received(?::| from) ?(?:id=\w+|(?P<src>{PCI}))?"
 )
 _REPORTER = rf"^[\w\-]+ (?P<pci>{PCI}): "
-_GHES = r"^\{(?P<id>\d+)\}\[Hardware Error\]:\s*(?P<text>.*)$"
+_GHES = r"^\{(?P<id>[0-9]+)\}\[Hardware Error\]:\s*(?P<text>.*)$"
 _GHES_KEEP = r"^(?:Hardware error from|event severity|section[_ ]type|error_type|device_id|DIMM location|fru_text)"
 
 
@@ -147,7 +147,8 @@ def pcie_events(lf: pl.LazyFrame) -> pl.LazyFrame:
 
 
 _SEL = (
-    r"^\s*[0-9a-fA-F]+ \| (?P<date>\d{2}/\d{2}/\d{4}) \| (?P<time>\d{2}:\d{2}:\d{2})(?: [A-Z]{2,5})? \| "
+    r"^\s*[0-9a-fA-F]+ \| (?P<date>[0-9]{2}/[0-9]{2}/[0-9]{4}) \| "
+    r"(?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2})(?: [A-Z]{2,5})? \| "
     r"(?P<sensor>[^|]+?) \| (?P<ev>[^|]+?) \| (?P<dir>Asserted|Deasserted)\b"
 )
 _SEL_FAILURE = (
@@ -189,7 +190,7 @@ def boot_events(lf: pl.LazyFrame) -> pl.LazyFrame:
     b = lf.filter(has("Linux version ", "reboot: "))
     return pl.concat(
         [
-            b.filter(body.str.contains(r"^Linux version \d")).select(event("node_state", "info", state="BOOT")),
+            b.filter(body.str.contains(r"^Linux version [0-9]")).select(event("node_state", "info", state="BOOT")),
             b.filter(body.str.contains(r"^reboot: (?:Restarting system|Power down)")).select(
                 event("node_state", "info", state=pl.lit("REBOOT"))
             ),
@@ -199,12 +200,12 @@ def boot_events(lf: pl.LazyFrame) -> pl.LazyFrame:
 
 
 NOISE = (
-    r"\bEDAC (?:\w+ )?MC\d*: ",
+    r"\bEDAC (?:\w+ )?MC[0-9]*: ",
     r"\bEDAC \w+: ",
-    r"mce: \[Hardware Error\]: (?:CPU \d+: Machine Check: |TSC |PROCESSOR |RIP |Run the above through|Some CPUs)",
-    r"\[Hardware Error\]: (?:CPU:\d+ |Error Addr|IPID|cache level|Syndrome|PPIN|MC\d+_STATUS"
+    r"mce: \[Hardware Error\]: (?:CPU [0-9]+: Machine Check: |TSC |PROCESSOR |RIP |Run the above through|Some CPUs)",
+    r"\[Hardware Error\]: (?:CPU:[0-9]+ |Error Addr|IPID|cache level|Syndrome|PPIN|MC[0-9]+_STATUS"
     r"|Corrected error, no action)",
-    r"\bAER: |PCIe Bus Error: severity=|error status/mask=|:\s+\[\s*\d+\] [A-Z][A-Za-z]+",
+    r"\bAER: |PCIe Bus Error: severity=|error status/mask=|:\s+\[\s*[0-9]+\] [A-Z][A-Za-z]+",
     r"\bDPC: ",
     r"(?:Core|Package) temperature/speed normal",
 )

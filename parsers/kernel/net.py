@@ -15,7 +15,7 @@ from toranalyze_parsers.kernel.common import PCI, event, first_of_burst, has, no
 from toranalyze.parser_api import file_key
 
 _IB_PORT = (
-    rf"(?:(?P<pci>{PCI}) )?(?P<ibdev>[\w\-]+): Port: (?P<port>\d+) "
+    rf"(?:(?P<pci>{PCI}) )?(?P<ibdev>[\w\-]+): Port: (?P<port>[0-9]+) "
     r"Link (?P<st>DOWN|INIT|ARMED|ACTIVE_DEFER|ACTIVE)\b"
 )
 _NETDEV = (
@@ -134,7 +134,7 @@ def _port_states(lf: pl.LazyFrame) -> pl.LazyFrame:
     physical state on the next line (_phys)."""
     body = pl.col("body")
     ca = body.str.extract(r"^CA '([\w\-]+)'\s*$", 1)
-    port = body.str.extract(r"^\s+Port (\d+):\s*$", 1)
+    port = body.str.extract(r"^\s+Port ([0-9]+):\s*$", 1)
     state = body.str.extract(r"^\s+State: (\w+)\s*$", 1)
     phys = body.str.extract(r"^\s+Physical state: (\w+)\s*$", 1)
     return lf.with_columns(
@@ -196,7 +196,7 @@ def _ibstat_port_events(lf: pl.LazyFrame) -> pl.LazyFrame:
 def _ibdev2netdev_events(lf: pl.LazyFrame) -> pl.LazyFrame:
     """One link event per ``mlx5_0 port 1 ==> ib0 (Up)`` line."""
     g = pl.col("body").str.extract_groups(
-        r"^(?P<dev>[\w\-]+) port (?P<port>\d+) ==> (?P<ifc>[\w.\-]+) \((?P<st>Up|Down)\)\s*$"
+        r"^(?P<dev>[\w\-]+) port (?P<port>[0-9]+) ==> (?P<ifc>[\w.\-]+) \((?P<st>Up|Down)\)\s*$"
     )
     return (
         lf.filter(has(" ==> "))
@@ -217,10 +217,10 @@ def ibstat_events(lf: pl.LazyFrame) -> pl.LazyFrame:
 
 NOISE = (
     r"PCIe slot (?:advertised sufficient power|power capability was not advertised)",
-    r"^CA '[\w\-]+'\s*$|^\s+Port \d+:\s*$",
-    r"^\s*CA type: |^\s*Number of ports: \d+$|^\s*(?:Firmware|Hardware) version: ",
+    r"^CA '[\w\-]+'\s*$|^\s+Port [0-9]+:\s*$",
+    r"^\s*CA type: |^\s*Number of ports: [0-9]+$|^\s*(?:Firmware|Hardware) version: ",
     r"^\s*(?:Node|System image|Port) GUID: 0x[0-9a-f]+$",
-    r"^\s*(?:Rate|Base lid|LMC|SM lid): \d+$|^\s*Capability mask: 0x[0-9a-f]+$",
+    r"^\s*(?:Rate|Base lid|LMC|SM lid): [0-9]+$|^\s*Capability mask: 0x[0-9a-f]+$",
     r"^\s*Link layer: (?:InfiniBand|Ethernet)$|^\s*Physical state: \w+$",
     r"mlx5_core [0-9a-f:.]+: mlx5_crdump_collect|mlx5_core [0-9a-f:.]+: print_health_info",
 )

@@ -30,7 +30,7 @@ from toranalyze.parser_api import ISO_PATTERN, NAIVE_US, file_starts, offset_iso
 
 MON = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
 DOW = r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)"
-_HMS = r"\d{2}:\d{2}:\d{2}"
+_HMS = r"[0-9]{2}:[0-9]{2}:[0-9]{2}"
 _LEVELS = r"(?:emerg|alert|crit|err|warn|warning|notice|info|debug)"
 
 _FACILITY = (
@@ -41,15 +41,15 @@ _FACILITY = (
 _CLOCK = (
     r"^(?P<all>(?:"
     rf"\[?(?P<iso>{ISO_PATTERN})\]?:?\s+"
-    rf"|{DOW} (?P<sf_ts>\d{{4}}-\d{{2}}-\d{{2}} {_HMS}(?:\.\d+)?) (?P<sf_tz>[A-Z]{{2,5}}|[+-]\d{{4}})\s+"
-    r"|(?P<epoch>\d{9,10}\.\d{6})\s+"
-    rf"|\[?{DOW} (?P<ct_mon>{MON}) +(?P<ct_day>\d{{1,2}}) (?P<ct_hms>{_HMS}) (?P<ct_year>\d{{4}})\]?\s+"
-    rf"|\[(?P<fm_mon>{MON}) (?P<fm_day>\d{{1,2}}) (?P<fm_year>\d{{4}}) (?P<fm_hms>{_HMS})\] "
-    r"\[(?P<fm_lvl>[A-Z]+)\] \[tid \d+\] "
-    rf"|(?P<sy_mon>{MON}) +(?P<sy_day>\d{{1,2}}) (?P<sy_hms>{_HMS}(?:\.\d+)?)\s+"
+    rf"|{DOW} (?P<sf_ts>[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}} {_HMS}(?:\.[0-9]+)?) (?P<sf_tz>[A-Z]{{2,5}}|[+-][0-9]{{4}})\s+"
+    r"|(?P<epoch>[0-9]{9,10}\.[0-9]{6})\s+"
+    rf"|\[?{DOW} (?P<ct_mon>{MON}) +(?P<ct_day>[0-9]{{1,2}}) (?P<ct_hms>{_HMS}) (?P<ct_year>[0-9]{{4}})\]?\s+"
+    rf"|\[(?P<fm_mon>{MON}) (?P<fm_day>[0-9]{{1,2}}) (?P<fm_year>[0-9]{{4}}) (?P<fm_hms>{_HMS})\] "
+    r"\[(?P<fm_lvl>[A-Z]+)\] \[tid [0-9]+\] "
+    rf"|(?P<sy_mon>{MON}) +(?P<sy_day>[0-9]{{1,2}}) (?P<sy_hms>{_HMS}(?:\.[0-9]+)?)\s+"
     rf"|(?P<ta_host>[\w.\-]+): kern:\s*{_LEVELS}: \[(?P<ta_ts>{ISO_PATTERN})\]: "
-    rf"|\[(?P<hh_mon>{MON}) +(?P<hh_day>\d{{1,2}}) (?P<hh_hm>\d{{2}}:\d{{2}}(?::\d{{2}})?)\]\s*"
-    r"|\[\s*\+(?P<delta>\d+\.\d+)\]\s*"
+    rf"|\[(?P<hh_mon>{MON}) +(?P<hh_day>[0-9]{{1,2}}) (?P<hh_hm>[0-9]{{2}}:[0-9]{{2}}(?::[0-9]{{2}})?)\]\s*"
+    r"|\[\s*\+(?P<delta>[0-9]+\.[0-9]+)\]\s*"
     r"))"
 )
 
@@ -58,11 +58,11 @@ _CLOCK = (
 KERNEL_TAGS = ("kernel", "nv-fabricmanager", "nvidia-fabricmanager")
 _TAG = (
     rf"^(?P<all>(?:(?:kern|user|daemon|syslog)\.{_LEVELS} |(?P<host>[\w.\-]+) )?"
-    rf"(?P<tag>{'|'.join(KERNEL_TAGS)})(?:\[\d+\])?: )"
+    rf"(?P<tag>{'|'.join(KERNEL_TAGS)})(?:\[[0-9]+\])?: )"
 )
 
 # '[ 1234.567890]', with 'dmesg -d' adding the delta: '[ 1234.567890 <    0.000316>]'.
-_MONO = r"^(?P<all>(?:<\d>)?\[\s*(?P<mono>\d+\.\d+)(?:\s*<\s*\d+\.\d+>)?\]\s*)"
+_MONO = r"^(?P<all>(?:<[0-9]>)?\[\s*(?P<mono>[0-9]+\.[0-9]+)(?:\s*<\s*[0-9]+\.[0-9]+>)?\]\s*)"
 
 
 def _peel(pattern: str, name: str, when: pl.Expr | None = None) -> list[list[pl.Expr]]:
@@ -182,15 +182,19 @@ def _finish_steps(held: frozenset[str]) -> tuple[list[pl.Expr], ...]:
         *([(tag == "kernel").fill_null(False)] if held & {"_tag", "_tag2"} else []),
         *([pl.col("_j_kern")] if "journal" in held else []),
     ]
-    steps = [[
-        pl.col("_mono").struct.field("mono").alias("mono"),
-        (header_ts if headers else pl.lit(None, NAIVE_US)).alias("_hdr_ts"),
-        (clk.field("delta").cast(pl.Float64) if "delta" in held else pl.lit(None, pl.Float64)).alias("_delta"),
-        _any_of(context, False).alias("k_ctx"),
-        (clk.field("fm_lvl").is_not_null() if "fm_lvl" in held else pl.lit(False)).alias("k_fm"),
-        clk.field("fm_lvl").alias("k_fm_lvl"),
-        host.alias("k_node"),
-    ]]
+    steps = [
+        [
+            pl.col("_mono").struct.field("mono").alias("mono"),
+            (header_ts if headers else pl.lit(None, NAIVE_US)).alias("_hdr_ts"),
+            (clk.field("delta").cast(pl.Float64, strict=False) if "delta" in held else pl.lit(None, pl.Float64)).alias(
+                "_delta"
+            ),
+            _any_of(context, False).alias("k_ctx"),
+            (clk.field("fm_lvl").is_not_null() if "fm_lvl" in held else pl.lit(False)).alias("k_fm"),
+            clk.field("fm_lvl").alias("k_fm_lvl"),
+            host.alias("k_node"),
+        ]
+    ]
     steps.append([_delta_clock() if deltas else pl.lit(None, NAIVE_US).alias("_delta_ts")])
     steps.append(_times(held, clk, headers, deltas))
     return tuple(steps)
@@ -206,10 +210,11 @@ def _times(held: frozenset[str], clk: pl.expr.struct.ExprStructNameSpace, header
     sf_off = (
         pl.when(sf_tz.is_in(["UTC", "GMT"]))
         .then(pl.lit(0, pl.Int32))
-        .otherwise(offset_iso(sf_tz.str.replace(r"^([+-]\d{2})(\d{2})$", "$1:$2")))
+        .otherwise(offset_iso(sf_tz.str.replace(r"^([+-][0-9]{2})([0-9]{2})$", "$1:$2")))
     )
-    epoch = clk.field("epoch").cast(pl.Float64)
-    epoch_ts = pl.from_epoch((epoch * 1e6).round(0).cast(pl.Int64), time_unit="us").cast(NAIVE_US)
+    epoch = clk.field("epoch").cast(pl.Float64, strict=False)
+    epoch_us = (epoch * 1e6).round(0).cast(pl.Int64, strict=False)
+    epoch_ts = pl.from_epoch(epoch_us, time_unit="us").cast(NAIVE_US, strict=False)
     stamps = [
         (has_iso, ts_iso(iso)),
         ("sf_ts" in held, ts_iso(clk.field("sf_ts"))),
@@ -257,7 +262,7 @@ def _journal_json() -> list[pl.Expr]:
     kernel = (field("$._TRANSPORT") == "kernel") | (field("$.SYSLOG_IDENTIFIER") == "kernel")
     return [
         pl.coalesce(message, pl.col("body")).alias("body"),
-        pl.from_epoch(usec, time_unit="us").cast(NAIVE_US).alias("_j_ts"),
+        pl.from_epoch(usec, time_unit="us").cast(NAIVE_US, strict=False).alias("_j_ts"),
         pl.when(is_journal).then(field("$._HOSTNAME")).alias("_j_host"),
         (is_journal & kernel).fill_null(False).alias("_j_kern"),
     ]
@@ -273,6 +278,6 @@ def _delta_clock() -> pl.Expr:
     seg = (pl.col("_hdr_ts").is_not_null() | file_starts()).cum_sum()
     base = pl.col("_hdr_ts").first().over(seg)
     since = pl.col("_delta").fill_null(0.0).cum_sum().over(seg)
-    ts = base + pl.duration(microseconds=(since * 1e6).round(0).cast(pl.Int64))
-    delta_ts = pl.when(pl.col("_delta").is_not_null()).then(ts).otherwise(None).cast(NAIVE_US)
+    ts = base + pl.duration(microseconds=(since * 1e6).round(0).cast(pl.Int64, strict=False))
+    delta_ts = pl.when(pl.col("_delta").is_not_null()).then(ts).otherwise(None).cast(NAIVE_US, strict=False)
     return delta_ts.alias("_delta_ts")

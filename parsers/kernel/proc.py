@@ -15,28 +15,28 @@ from __future__ import annotations
 import polars as pl
 from toranalyze_parsers.kernel.common import event, has, runs
 
-_HUNG = r"^INFO: task .+:\d+ blocked for more than \d+ seconds"
+_HUNG = r"^INFO: task .+:[0-9]+ blocked for more than [0-9]+ seconds"
 _SOFT = r"^(?:watchdog|NMI watchdog): (?:BUG: soft lockup|Watchdog detected hard LOCKUP)"
 _STALL = r"^(?:rcu: )?INFO: rcu_\w+ (?:detected stalls|self-detected stall)"
 _PANIC = r"^Kernel panic - not syncing: "
 _OOPS = r"^(?:BUG: unable to handle|general protection fault|Oops: |kernel BUG at )"
-_WARN = r"^WARNING: CPU: \d+ PID: \d+ at "
+_WARN = r"^WARNING: CPU: [0-9]+ PID: [0-9]+ at "
 
 # Lines of a stack dump / task report that follow a headline.
 _TRACE = (
     r"^\s*(?:"
-    r"(?:CPU: \d+ (?:UID: \d+ )?PID: \d+ Comm: |Hardware name: |Workqueue: |Modules linked in: "
+    r"(?:CPU: [0-9]+ (?:UID: [0-9]+ )?PID: [0-9]+ Comm: |Hardware name: |Workqueue: |Modules linked in: "
     r"|Call Trace:|Showing stack)"
     r"|(?:\S.* )?(?:Not tainted|Tainted: )"
     r"|\"echo 0 > /proc/sys/kernel/hung_task_timeout_secs\" disables this message"
     r"|task:\S+\s+state:\w"
-    r"|\S+\s+[DRS]\s+(?:[0-9a-f]{16}\s+)?\d+\s+\d+\s+\d+\s+0x[0-9a-f]+"
+    r"|\S+\s+[DRS]\s+(?:[0-9a-f]{16}\s+)?[0-9]+\s+[0-9]+\s+[0-9]+\s+0x[0-9a-f]+"
     r"|</?(?:TASK|IRQ|NMI)>"
     r"|(?:\? )?[\w.$]+\+0x[0-9a-f]+/0x[0-9a-f]+(?: \[[\w]+\])?\s*$"
     r"|\[<[0-9a-f]+>\]"
     r"|(?:RIP|RSP|RAX|RDX|RBP|R08|R10|R13|Code|FS|CS|CR2|DR0|DR3|DR6|PKRU|PGD|PUD|PMD|PTE|PF): "
     r"|(?:[0-9a-f]{16}\s*)+$"
-    r"|(?:\.\.\. )?(?:CPU#?\d+|rcu: |\(detected by|\s*\d+-\.\.\.)"
+    r"|(?:\.\.\. )?(?:CPU#?[0-9]+|rcu: |\(detected by|\s*[0-9]+-\.\.\.)"
     r"|Kernel Offset: |---\[ end (?:Kernel panic|trace)"
     r")"
 )
@@ -79,9 +79,9 @@ def trace_events(lf: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-_KILLED = r"\bKilled process \d+ \("
+_KILLED = r"\bKilled process [0-9]+ \("
 _CONSTRAINT = r"oom-kill:constraint="
-_MEMCG_JOB = r"(?:oom_memcg|task_memcg)=[^,]*/job_(\d+)(?:/|,|$)"
+_MEMCG_JOB = r"(?:oom_memcg|task_memcg)=[^,]*/job_([0-9]+)(?:/|,|$)"
 _OOM_SPAN = 5000  # lines an OOM report may take (task tables on big hosts are long)
 
 
@@ -188,7 +188,7 @@ def runtime_oom_events(lf: pl.LazyFrame) -> pl.LazyFrame:
 
 
 NOISE = (
-    r"oom_reaper: reaped process \d+",
+    r"oom_reaper: reaped process [0-9]+",
     r"\bMemory cgroup stats for /",
     r"\[\s*pid\s*\]\s+uid\s+tgid\s+total_vm\s+rss",
     r"\"echo 0 > /proc/sys/kernel/hung_task_timeout_secs\" disables this message",

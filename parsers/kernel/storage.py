@@ -11,14 +11,14 @@ import polars as pl
 from toranalyze_parsers.kernel.common import event, first_of_burst, has, noise_at_start
 
 _BLOCK = (
-    r"(?:I/O error|critical (?:medium|target|nexus|space allocation) error), dev [\w\-]+, sector \d+"
+    r"(?:I/O error|critical (?:medium|target|nexus|space allocation) error), dev [\w\-]+, sector [0-9]+"
     r"|Buffer I/O error on dev [\w\-]+"
-    r"|^nvme\d+n\d+: I/O Cmd\(.*I/O Error"
+    r"|^nvme[0-9]+n[0-9]+: I/O Cmd\(.*I/O Error"
 )
-_NVME = r"^nvme (?P<ctrl>nvme\d+): (?P<what>.*)$"
+_NVME = r"^nvme (?P<ctrl>nvme[0-9]+): (?P<what>.*)$"
 _NVME_FATAL = r"controller is down; will reset|Removing after probe failure|Device not ready; aborting reset"
-_NVME_RESET = r"QID \d+ timeout, (?:reset controller|disable controller)"
-_NVME_WARN = r"QID \d+ timeout, (?:aborting|completion polled)"
+_NVME_RESET = r"QID [0-9]+ timeout, (?:reset controller|disable controller)"
+_NVME_WARN = r"QID [0-9]+ timeout, (?:aborting|completion polled)"
 _FS = (
     r"^EXT4-fs error \(device [^)]+\)"
     r"|^EXT4-fs \([^)]+\): (?:Remounting filesystem read-only|.*I/O error)"
@@ -44,7 +44,7 @@ def storage_events(lf: pl.LazyFrame) -> pl.LazyFrame:
     nvme = body.str.extract_groups(_NVME)
     what = nvme.struct.field("what")
     nfs = body.str.extract_groups(_NFS)
-    lustre_error = body.str.starts_with("LustreError: ") & ~body.str.contains(r"Skipped \d+ previous similar")
+    lustre_error = body.str.starts_with("LustreError: ") & ~body.str.contains(r"Skipped [0-9]+ previous similar")
     s = lf.filter(has(*FRAGMENTS)).with_columns(
         first_of_burst(body.str.contains(_BLOCK), 50).alias("_block"),
         first_of_burst(body.str.contains(_FS), 50).alias("_fs"),
@@ -84,7 +84,7 @@ NOISE = tuple(
     for p in (
         _BLOCK,
         _FS,
-        r"^nvme nvme\d+: Abort status: 0x[0-9a-f]+",
-        r"^(?:Lustre|LustreError|LNet): .*Skipped \d+ previous similar messages?",
+        r"^nvme nvme[0-9]+: Abort status: 0x[0-9a-f]+",
+        r"^(?:Lustre|LustreError|LNet): .*Skipped [0-9]+ previous similar messages?",
     )
 )

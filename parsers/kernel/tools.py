@@ -28,15 +28,15 @@ from toranalyze.parser_api import file_key
 
 _HANDLE = (
     r"Unable to (?:determine|detect) the device handle for GPU ?(?P<pci>[0-9A-Fa-f]{3,8}:[0-9A-Fa-f]{2}:"
-    r"[0-9A-Fa-f]{2}\.\d)?:? ?(?P<why>.*)$|nvmlDeviceGetHandle\w*\(\): (?P<why2>.+)$"
+    r"[0-9A-Fa-f]{2}\.[0-9])?:? ?(?P<why>.*)$|nvmlDeviceGetHandle\w*\(\): (?P<why2>.+)$"
 )
 # An agent's summary; the driver's 'NVRM: Xid (PCI:...): N' line is the gpu parser's.
 _XID_SUMMARY = (
-    r"\bXID (?P<code>\d+)(?:\.\d+)?\s*\((?P<what>[^)]*)\).*?\bdetected on (?:GPU )?(?:PCI:)?"
+    r"\bXID (?P<code>[0-9]+)(?:\.[0-9]+)?\s*\((?P<what>[^)]*)\).*?\bdetected on (?:GPU )?(?:PCI:)?"
     r"(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})"
 )
 _GPU_LOST = r"\b(?:NVML_)?ERROR_GPU_IS_LOST\b"
-_DCGM_ROW = r"^\|\s*(?P<test>[A-Za-z][\w /-]*?)?\s*\|\s*(?P<res>Pass|Fail|Warn|Skip)\w* - GPU:\s*(?P<gpu>\d+)"
+_DCGM_ROW = r"^\|\s*(?P<test>[A-Za-z][\w /-]*?)?\s*\|\s*(?P<res>Pass|Fail|Warn|Skip)\w* - GPU:\s*(?P<gpu>[0-9]+)"
 _IBPANIC = r"ibpanic: .*stat of IB device '(?P<dev>[\w\-]+)' failed"
 
 FRAGMENTS = ("XID ", "GPU_IS_LOST", "device handle", "nvmlDeviceGetHandle", "ERR!", " - GPU:", "ibpanic",
@@ -79,7 +79,7 @@ def tool_events(lf: pl.LazyFrame) -> pl.LazyFrame:
                     (pl.col("_test") + " ").fill_null(""),
                     pl.col("_d").struct.field("gpu"),
                 ),
-                gpu=pl.col("_d").struct.field("gpu").cast(pl.Int32),
+                gpu=pl.col("_d").struct.field("gpu").cast(pl.Int32, strict=False),
             )
         )
     )

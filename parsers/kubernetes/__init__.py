@@ -57,7 +57,9 @@ _JSON_HEAD = re.compile(
     r'|^\s*\{\s*"type"\s*:\s*"(?:ADDED|MODIFIED|DELETED|BOOKMARK)"\s*,\s*"object"\s*:'
 )
 _JSON_KIND = re.compile(rf'"kind"\s*:\s*"{_API_KINDS}"')
-_YAML_HEAD = re.compile(r"^(?:#.*\n|---\s*\n|\s*\n)*(?:apiVersion|kind|items):[ \n]", re.MULTILINE)
+# Blank lines as [ \t\r]*\n, not \s*\n: \s takes newlines too, and the ways to split a run of blank
+# lines between the repeats grow exponentially when the key never comes.
+_YAML_HEAD = re.compile(r"^(?:#.*\n|---[ \t\r]*\n|[ \t\r]*\n)*(?:apiVersion|kind|items):[ \n]", re.MULTILINE)
 _YAML_KIND = re.compile(rf"^\s*-?\s*kind:\s*{_API_KINDS}\s*$", re.MULTILINE)
 _DESCRIBE_HEAD = re.compile(r"\A\s*Name:\s+\S+\n(?:Namespace|Roles):\s")
 _TABLE_HEAD = re.compile("|".join((HEADER, *HEADERS)))
@@ -71,7 +73,7 @@ class KubernetesParser(Parser):
     batched = True
     noise = (
         # klog lines of Go components, and operator info/debug chatter.
-        r"(?:^|\s)[IW]\d{4} \d{2}:\d{2}:\d{2}\.\d{6}\s+\d+ [\w.-]+\.go:\d+\] ",
+        r"(?:^|\s)[IW][0-9]{4} [0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}\s+[0-9]+ [\w.-]+\.go:[0-9]+\] ",
         r'^time="[^"]+" level=(?:debug|info|trace) msg=',
         r'^\{"level":"(?:debug|info)"',
         # table / describe headers and rulers
@@ -91,7 +93,7 @@ class KubernetesParser(Parser):
                       "stopped posting", "Preempted to accommodate", "nterruption", "Host EC2"]),
         r"(?:Normal|Warning)\s",  # a gate may be looser than the rule: searching for "\s" first is slow
         r"^Name:",
-        r"\s\d+/\d+\s+[A-Z]",
+        r"\s[0-9]+/[0-9]+\s+[A-Z]",
     )
 
     def __init__(self, anchor: datetime | None = None) -> None:
@@ -123,26 +125,18 @@ class KubernetesParser(Parser):
         ev_rows: list[dict[str, Any]] = []
         raw_rows: list[dict[str, Any]] = []
         for obj in objects:
-            kind = str(obj.get("kind") or "")
-            if kind == "Event":
-                row = event_row(obj)
-                if row["obj_kind"] == "Pod" and row["obj_name"] in pods:
-                    row["job_hint"], row["node_hint"] = pods[row["obj_name"]]
-                ev_rows.append(row)
-            elif kind == "Pod":
-                raw_rows.extend(pod_rows(obj))
-            elif kind == "Node":
-                raw_rows.extend(node_rows(obj))
-            elif kind.endswith("Job"):
-                raw_rows.extend(job_rows(obj))
+            try:
+                _object_rows(obj, pods, ev_rows, raw_rows)
+            except (ValueError, TypeError, OverflowError, AttributeError):
+                continue  # a field no object of its kind holds (an impossible date, a list for a map): that object only
         frames = []
         if ev_rows:
             schema = {k: EV_SCHEMA[k] for k in {k for r in ev_rows for k in r}}
-            ev = pl.DataFrame(ev_rows, schema=schema, strict=False)
+            ev = pl.DataFrame(_fitting(ev_rows, schema), schema=schema, strict=False)
             frames.append(events_to_raw(ev.lazy(), self.anchor))
         if raw_rows:
             schema = {k: RAW_SCHEMA[k] for k in {k for r in raw_rows for k in r}}
-            frames.append(conform_raw(pl.DataFrame(raw_rows, schema=schema, strict=False)))
+            frames.append(conform_raw(pl.DataFrame(_fitting(raw_rows, schema), schema=schema, strict=False)))
         if not frames:
             return empty_raw()
         return pl.concat(frames, how="vertical").sort("line", maintain_order=True)
@@ -168,3 +162,36 @@ class KubernetesParser(Parser):
 parser = KubernetesParser()
 
 __all__ = ["KubernetesParser", "parser"]  # the entry point names `parser`
+
+
+def _object_rows(obj: dict[str, Any], pods: dict[str, Any], ev_rows: list[dict[str, Any]],
+                 raw_rows: list[dict[str, Any]]) -> None:
+    """One API object's rows, added to ``ev_rows`` (an Event) or ``raw_rows`` (a Pod, Node or Job)."""
+    kind = str(obj.get("kind") or "")
+    if kind == "Event":
+        row = event_row(obj)
+        if row["obj_kind"] == "Pod" and row["obj_name"] in pods:
+            row["job_hint"], row["node_hint"] = pods[row["obj_name"]]
+        ev_rows.append(row)
+    elif kind == "Pod":
+        raw_rows.extend(pod_rows(obj))
+    elif kind == "Node":
+        raw_rows.extend(node_rows(obj))
+    elif kind.endswith("Job"):
+        raw_rows.extend(job_rows(obj))
+
+
+_INT_BITS = {pl.Int8: 8, pl.Int16: 16, pl.Int32: 32, pl.Int64: 64}
+
+
+def _fitting(rows: list[dict[str, Any]], schema: dict[str, Any]) -> list[dict[str, Any]]:
+    """``rows`` with a number too big for its integer column (a count of 2**35 or 1e20) set to null:
+    the frame builder refuses it even when not strict."""
+    bounds = {k: 1 << (_INT_BITS[dtype.base_type()] - 1) for k, dtype in schema.items()
+              if dtype.base_type() in _INT_BITS}
+    for row in rows:
+        for key, bound in bounds.items():
+            value = row.get(key)
+            if isinstance(value, int | float) and not -bound <= value < bound:
+                row[key] = None
+    return rows

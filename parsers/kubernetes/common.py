@@ -21,16 +21,16 @@ import polars as pl
 from toranalyze.parser_api import NAIVE_US, conform_raw, conform_to, file_key, offset_iso, ts_month_name
 
 # ``kubectl`` renders ages with HumanDuration: 6s, 3m1s, 5m, 2h30m, 12h, 2d4h, 30d, 2y10d.
-AGE = r"(?:\d+[ydhms])+|<unknown>|<invalid>"
+AGE = r"(?:[0-9]+[ydhms])+|<unknown>|<invalid>"
 # Describe/events-command interval: '6s', '6s (x5 over 3m1s)'.
-INTERVAL = rf"(?:{AGE})(?: \(x\d+ over (?:{AGE})\))?"
+INTERVAL = rf"(?:{AGE})(?: \(x[0-9]+ over (?:{AGE})\))?"
 # RFC 1123 with numeric zone, as ``kubectl describe`` prints times.
-RFC1123 = r"(?:[A-Z][a-z]{2}, )?\d{1,2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2} (?:[+-]\d{4}|UTC|GMT)"
+RFC1123 = r"(?:[A-Z][a-z]{2}, )?[0-9]{1,2} [A-Z][a-z]{2} [0-9]{4} [0-9]{2}:[0-9]{2}:[0-9]{2} (?:[+-][0-9]{4}|UTC|GMT)"
 
 # The random suffix alphabet of generated names (no vowels, no 0/1/3).
 _GEN_SUFFIX = r"[bcdfghjklmnpqrstvwxz2456789]{5}"
 # Replica pods of training operators (PyTorchJob, MPIJob, TFJob, ...): <job>-<role>-<index>.
-_REPLICA = r"-(?:master|worker|launcher|chief|ps|evaluator|driver|executor|head)-\d+$"
+_REPLICA = r"-(?:master|worker|launcher|chief|ps|evaluator|driver|executor|head)-[0-9]+$"
 
 EV_SCHEMA = pl.Schema(
     {
@@ -177,16 +177,20 @@ def _map(expr: pl.Expr, table: dict[str, tuple[str, str]], i: int) -> pl.Expr:
 
 def age_seconds(age: pl.Expr) -> pl.Expr:
     """Seconds of a HumanDuration age ('3m1s', '2d4h'); null for '<unknown>'."""
-    g = age.str.extract_groups(r"^(?:(\d+)y)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+    g = age.str.extract_groups(r"^(?:([0-9]+)y)?(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?$")
     parts = [(1, 365 * 86400), (2, 86400), (3, 3600), (4, 60), (5, 1)]
-    total = pl.sum_horizontal([g.struct.field(str(i)).cast(pl.Int64).fill_null(0) * mul for i, mul in parts])
+    total = pl.sum_horizontal(
+        [g.struct.field(str(i)).cast(pl.Int64, strict=False).fill_null(0) * mul for i, mul in parts]
+    )
     known = pl.any_horizontal([g.struct.field(str(i)).is_not_null() for i, _ in parts])
     return pl.when(known).then(total).otherwise(None)
 
 
 def rfc1123_parts(stamp: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
     """'Mon, 01 Jan 2024 12:00:00 +0000' -> (naive wall clock, offset seconds)."""
-    g = stamp.str.extract_groups(r"(\d{1,2}) ([A-Z][a-z]{2}) (\d{4}) (\d{2}:\d{2}:\d{2}) ([+-]\d{4}|UTC|GMT)")
+    g = stamp.str.extract_groups(
+        r"([0-9]{1,2}) ([A-Z][a-z]{2}) ([0-9]{4}) ([0-9]{2}:[0-9]{2}:[0-9]{2}) ([+-][0-9]{4}|UTC|GMT)"
+    )
     ts = ts_month_name(g.struct.field("2"), g.struct.field("1"), g.struct.field("4"), g.struct.field("3"))
     zone = g.struct.field("5")
     off = pl.when(zone.is_in(["UTC", "GMT"])).then(pl.lit(0, pl.Int32)).otherwise(offset_iso(zone))
@@ -196,14 +200,14 @@ def rfc1123_parts(stamp: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
 def job_from_pod(name: pl.Expr) -> pl.Expr:
     """Job name from a pod name: '<job>-worker-3' (operators), '<job>-<5 random>' (batch Jobs)."""
     replica = name.str.replace(_REPLICA, "")
-    generated = name.str.replace(rf"-(?:\d+-)?{_GEN_SUFFIX}$", "")
+    generated = name.str.replace(rf"-(?:[0-9]+-)?{_GEN_SUFFIX}$", "")
     return pl.when(name.str.contains(_REPLICA)).then(replica).otherwise(generated)
 
 
 def job_from_pod_py(name: str) -> str:
     if re.search(_REPLICA, name):
         return re.sub(_REPLICA, "", name)
-    return re.sub(rf"-(?:\d+-)?{_GEN_SUFFIX}$", "", name)
+    return re.sub(rf"-(?:[0-9]+-)?{_GEN_SUFFIX}$", "", name)
 
 
 def sentence_row(kind: str, state: str) -> list[pl.Expr]:
@@ -314,7 +318,7 @@ def events_to_raw(ev: pl.LazyFrame, anchor: datetime | None = None) -> pl.LazyFr
     obj_kind = pl.col("obj_kind").str.to_lowercase()
     name = pl.col("obj_name")
     note = pl.col("note").str.strip_chars()
-    code = pl.when(reason == "ExitedWithCode").then(note.str.extract(r"exited with code (-?\d+)", 1)).otherwise(None)
+    code = pl.when(reason == "ExitedWithCode").then(note.str.extract(r"exited with code (-?[0-9]+)", 1)).otherwise(None)
     kind, severity = _kind_and_severity(reason, obj_kind, code)
     ts, offset, inferred = _times(anchor)
     return conform_raw(

@@ -42,7 +42,7 @@ _EVENT_ROW = (
 )
 # kubectl <= 1.9: FirstSeen LastSeen Count From SubObjectPath Type Reason Message.
 _OLD_EVENT_ROW = (
-    r"^\s+(?P<first>(?:\d+[ydhms])+)\s+(?P<age>(?:\d+[ydhms])+)\s+(?P<count>\d+)\s+"
+    r"^\s+(?P<first>(?:[0-9]+[ydhms])+)\s+(?P<age>(?:[0-9]+[ydhms])+)\s+(?P<count>[0-9]+)\s+"
     r"(?P<src>\{[^}]*\}|[\w.-]+(?:, [\w.-]+)?)\s+"
     r"(?:(?P<sub>[\w.]*\{[^}]*\})\s+)?(?P<type>Normal|Warning)\s+(?P<reason>[A-Za-z][\w.-]*)\s+(?P<msg>.*?)\s*$"
 )
@@ -58,7 +58,7 @@ _NODE_CONDITION = rf"^\s+[A-Z]\w*\s+(?:True|False|Unknown)\s+{RFC1123}\s+{RFC112
 # as inline code in a post (a backtick before its indent), and pasted alone without its indent.
 _FRAGMENT = (
     rf"^(?:Events|Conditions|Containers):\s*$|^\s*(?:Last )?State:\s+(?:Terminated|Waiting)\s*$|{_NODE_CONDITION}"
-    r"|^Reason:\s+[A-Z]\w+\s*$|^\s+\d+[ydhms]\s+\d+[ydhms]\s+\d+\s+\S.*\s(?:Normal|Warning)\s"
+    r"|^Reason:\s+[A-Z]\w+\s*$|^\s+[0-9]+[ydhms]\s+[0-9]+[ydhms]\s+[0-9]+\s+\S.*\s(?:Normal|Warning)\s"
     rf"|^`?\s*(?:Normal|Warning)\s+[A-Z][\w.-]*\s+{INTERVAL}\s+[\w.-]+(?:, [\w.-]+)?\s+\S"
 )
 _FIELDS = ("Reason", "Message", "Exit Code", "Signal", "Started", "Finished")
@@ -188,7 +188,7 @@ def _state_common() -> list[pl.Expr]:
     return [
         pl.col("_job").alias("job_id"),
         pl.col("_node").alias("node"),
-        attempt.cast(pl.Int32).alias("attempt"),
+        attempt.cast(pl.Int32, strict=False).alias("attempt"),
     ]
 
 
@@ -441,7 +441,7 @@ def _event_rows(lf: pl.LazyFrame, anchor: datetime | None) -> pl.LazyFrame:
             conform_ev(new.filter(g.struct.field("reason").is_not_null()).select(fields)),
             conform_ev(
                 old.filter(g.struct.field("reason").is_not_null()).select(
-                    *fields, g.struct.field("count").cast(pl.Int64).alias("count")
+                    *fields, g.struct.field("count").cast(pl.Int64, strict=False).alias("count")
                 )
             ),
         ],

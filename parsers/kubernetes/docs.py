@@ -38,7 +38,7 @@ def _json_values(text: str) -> Iterator[Any]:
     def line_of(pos: int) -> int:
         return bisect.bisect_left(starts, pos) + 1
 
-    decoder = json.JSONDecoder()
+    decoder = json.JSONDecoder(parse_int=_json_int)
 
     # Same signature as json.decoder.JSONObject, which py_make_scanner calls for every '{'.
     def parse_object(
@@ -65,7 +65,7 @@ def _json_values(text: str) -> Iterator[Any]:
             return
         try:
             value, pos = decoder.raw_decode(text, pos)
-        except json.JSONDecodeError:
+        except ValueError:  # a JSONDecodeError, or a value no field holds
             # Skip a broken line (a truncated watch stream) and go on with the next one.
             nxt = text.find("\n", pos)
             if nxt < 0:
@@ -73,6 +73,11 @@ def _json_values(text: str) -> Iterator[Any]:
             pos = nxt + 1
             continue
         yield value
+
+
+def _json_int(digits: str) -> int | None:
+    """A JSON integer; null past 40 digits (no field counts that high, and int() refuses 4,300)."""
+    return int(digits) if len(digits) <= 40 else None
 
 
 _SCALARS = {

@@ -28,10 +28,10 @@ from toranalyze_parsers.kubernetes.common import conform_ev
 from toranalyze.parser_api import contains_any, offset_iso, ts_epoch_ms, ts_glog, ts_iso
 
 _KLOG = (
-    r"(?:^|[\s\":])(?P<sev>[IWEF])(?P<mmdd>\d{4}) (?P<hms>\d{2}:\d{2}:\d{2}\.\d{6})\s+\d+ "
-    r"(?P<file>[\w.-]+\.go):\d+\] (?P<msg>.*)$"
+    r"(?:^|[\s\":])(?P<sev>[IWEF])(?P<mmdd>[0-9]{4}) (?P<hms>[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6})\s+[0-9]+ "
+    r"(?P<file>[\w.-]+\.go):[0-9]+\] (?P<msg>.*)$"
 )
-_SYSLOG = r"^[A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} (?P<host>[\w.-]+) (?P<comp>[\w.-]+)\[\d+\]: "
+_SYSLOG = r"^[A-Z][a-z]{2} +[0-9]{1,2} [0-9]{2}:[0-9]{2}:[0-9]{2} (?P<host>[\w.-]+) (?P<comp>[\w.-]+)\[[0-9]+\]: "
 _DOCKER = r'^\{"log":"(?P<log>.*?)(?:\\n)?","stream":"\w+","time":"(?P<time>[^"]+)"\}\s*$'
 _Q = r'"((?:[^"\\]|\\.)*)"'  # a klog/logrus quoted value
 
@@ -206,16 +206,16 @@ def extract_operator(lines: pl.LazyFrame) -> pl.LazyFrame:
     json_msg = text.str.extract(rf'"msg":\s*{_Q}', 1).str.replace_all(r'\"', '"', literal=True)
     # logrus on a terminal: 'INFO[0289] <msg>  key=value ...'; zap console (controller-runtime
     # events): '<time>\tDEBUG\tevents\t<msg>\t{json}' (the reader peels the time).
-    tty_msg = text.str.extract(r"^(?:INFO|WARN|ERRO|DEBU)\[\d+\]\s+(.+?)(?:\s{2,}\w[\w.-]*=.*)?$", 1)
+    tty_msg = text.str.extract(r"^(?:INFO|WARN|ERRO|DEBU)\[[0-9]+\]\s+(.+?)(?:\s{2,}\w[\w.-]*=.*)?$", 1)
     zap_msg = text.str.extract(r"^(?:\S+\t)?(?:DEBUG|INFO|WARN|ERROR)\t[\w.-]+\t([^\t]+)", 1)
     iso_time = pl.coalesce(
         text.str.extract(r'(?:^|\s)time="([^"]+)"', 1),
         text.str.extract(r'"(?:time|ts)":\s*"([^"]+)"', 1),
     )
-    epoch = text.str.extract(r'"ts":\s*(\d{9,}(?:\.\d+)?)', 1)
+    epoch = text.str.extract(r'"ts":\s*([0-9]{9,}(?:\.[0-9]+)?)', 1)
     lf = cand.with_columns(
         pl.coalesce(logrus_msg, json_msg, tty_msg, zap_msg).alias("_m"),
-        pl.coalesce(ts_iso(iso_time), ts_epoch_ms(epoch.cast(pl.Float64) * 1000)).alias("_ts"),
+        pl.coalesce(ts_iso(iso_time), ts_epoch_ms(epoch.cast(pl.Float64, strict=False) * 1000)).alias("_ts"),
         pl.when(epoch.is_not_null()).then(pl.lit(0, pl.Int32)).otherwise(offset_iso(iso_time)).alias("_off"),
         pl.coalesce(
             text.str.extract(r'(?:^|\s)(?:job|pytorchjob|tfjob|mpijob)="?([^"\s]+)', 1),
@@ -230,7 +230,7 @@ def extract_operator(lines: pl.LazyFrame) -> pl.LazyFrame:
     ).filter(pl.col("_m").is_not_null())
     m = pl.col("_m")
     sentence = m.str.extract_groups(_JOB_SENTENCE)
-    exited = m.str.extract_groups(r"^Pod: ([^.\s]+)\.(\S+) exited with code (-?\d+)")
+    exited = m.str.extract_groups(r"^Pod: ([^.\s]+)\.(\S+) exited with code (-?[0-9]+)")
     phase = sentence.struct.field("what").replace_strict(_PHASE, default=None, return_dtype=pl.String)
     reason = pl.coalesce(
         pl.col("_reason"),

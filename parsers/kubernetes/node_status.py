@@ -19,7 +19,7 @@ from toranalyze.parser_api import conform_raw
 _SENTENCE = r"(Kubelet stopped posting node status\.?)"
 _NODE = r"""\b[Nn]ode ['"`]?([a-z0-9][\w.-]*[a-z0-9])['"`]?[\s,:].*Kubelet stopped posting"""
 # Layouts with their own reader (table columns, Events rows, klog, operators, JSON fields).
-_ELSEWHERE = r"""\s{2,}Kubelet stopped|\.go:\d+\]|msg=|"message"\s*:|\s(?:Normal|Warning)\s"""
+_ELSEWHERE = r"""\s{2,}Kubelet stopped|\.go:[0-9]+\]|msg=|"message"\s*:|\s(?:Normal|Warning)\s"""
 
 
 def extract_node_status(lines: pl.LazyFrame) -> pl.LazyFrame:

@@ -25,7 +25,9 @@ from typing import Any
 from toranalyze_parsers.kubernetes.common import BAD_WAIT, JOB_CONDITIONS, QUIET_WAIT, job_from_pod_py
 from toranalyze_parsers.kubernetes.docs import LINES
 
-_RFC3339 = re.compile(r"^(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:\.(\d+))?(Z|[+-]\d{2}:\d{2})?$")
+_RFC3339 = re.compile(
+    r"^([0-9]{4}-[0-9]{2}-[0-9]{2})[T ]([0-9]{2}:[0-9]{2}:[0-9]{2})(?:\.([0-9]+))?(Z|[+-][0-9]{2}:[0-9]{2})?$"
+)
 _JOB_LABELS = (
     "training.kubeflow.org/job-name",
     "pytorch-job-name",
@@ -46,7 +48,10 @@ def parse_time(value: Any) -> tuple[datetime | None, int | None]:
     if not m:
         return None, None
     frac = (m.group(3) or "0")[:6].ljust(6, "0")
-    ts = datetime.fromisoformat(f"{m.group(1)} {m.group(2)}.{frac}")
+    try:
+        ts = datetime.fromisoformat(f"{m.group(1)} {m.group(2)}.{frac}")
+    except ValueError:  # a day or hour no calendar has (Feb 30, 25:00): no time, the object is kept
+        return None, None
     zone = m.group(4)
     if zone is None:
         return ts, None

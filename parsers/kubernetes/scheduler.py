@@ -20,10 +20,10 @@ from toranalyze_parsers.kubernetes.common import sentence_row
 
 from toranalyze.parser_api import conform_raw
 
-_SENTENCE = r"""(?:^|[\s:"'`(])(\d+/\d+ nodes are available: .*?)['"`)]?\s*$"""
+_SENTENCE = r"""(?:^|[\s:"'`(])([0-9]+/[0-9]+ nodes are available: .*?)['"`)]?\s*$"""
 # Layouts with their own reader (Events rows, klog, operators, describe and YAML/JSON fields).
-_ELSEWHERE = r"FailedScheduling|Unschedulable|\.go:\d+\]|msg=|\"message\"|[Mm]essage:|\s(?:Normal|Warning)\s"
-_INLINE_CODE = r"`\s*\d+/\d+ nodes are available: "
+_ELSEWHERE = r"FailedScheduling|Unschedulable|\.go:[0-9]+\]|msg=|\"message\"|[Mm]essage:|\s(?:Normal|Warning)\s"
+_INLINE_CODE = r"`\s*[0-9]+/[0-9]+ nodes are available: "
 
 
 def extract_unschedulable(lines: pl.LazyFrame) -> pl.LazyFrame:

@@ -31,15 +31,15 @@ from toranalyze_parsers.kubernetes.common import AGE, age_seconds, job_from_pod
 from toranalyze.parser_api import NAIVE_US, conform_raw
 
 _POD = (
-    r"^(?:(?P<ns>[a-z0-9][\w.-]*)\s+)?(?P<name>[a-z0-9][\w.-]*)\s+(?P<ready>\d+/\d+)\s+"
-    r"(?P<status>[A-Za-z][\w./:-]*)\s+(?P<restarts>\d+)(?: \((?P<last>(?:\d+[ydhms])+) ago\))?\s+"
+    r"^(?:(?P<ns>[a-z0-9][\w.-]*)\s+)?(?P<name>[a-z0-9][\w.-]*)\s+(?P<ready>[0-9]+/[0-9]+)\s+"
+    r"(?P<status>[A-Za-z][\w./:-]*)\s+(?P<restarts>[0-9]+)(?: \((?P<last>(?:[0-9]+[ydhms])+) ago\))?\s+"
     rf"(?P<age>{AGE})(?:\s+(?P<ip>\S+)\s+(?P<node>\S+)(?:\s+\S+\s+\S+)?)?\s*$"
 )
 # kubectl before 1.6 printed NAME, STATUS and AGE only: a row then ends with its age; 1.6 and 1.7
 # added VERSION, 1.8 ROLES before AGE.
 _NODE = (
     r"^(?P<name>[a-z0-9][\w.-]*)\s+(?P<status>(?:Ready|NotReady|Unknown)(?:,SchedulingDisabled)?)\s+"
-    rf"(?:(?:(?P<roles>\S+)\s+)?(?P<age>{AGE})\s+(?P<version>v\d+\.\d+\S*)(?:\s+.*)?|(?P<age3>{AGE})\s*)$"
+    rf"(?:(?:(?P<roles>\S+)\s+)?(?P<age>{AGE})\s+(?P<version>v[0-9]+\.[0-9]+\S*)(?:\s+.*)?|(?P<age3>{AGE})\s*)$"
 )
 HEADERS = (
     r"^\s*(?:NAMESPACE\s+)?NAME\s+READY\s+STATUS\s+RESTARTS\s+AGE",
@@ -74,7 +74,9 @@ def _pod_rows(lines: pl.LazyFrame, anchor: datetime | None) -> pl.LazyFrame:
     """RAW rows (unconformed) for the rows of ``kubectl get pods``."""
     text = pl.col("text")
     p = pl.col("_p")
-    pods = lines.filter(text.str.contains(r"\s\d+/\d+\s+[A-Z]")).with_columns(text.str.extract_groups(_POD).alias("_p"))
+    pods = lines.filter(text.str.contains(r"\s[0-9]+/[0-9]+\s+[A-Z]")).with_columns(
+        text.str.extract_groups(_POD).alias("_p")
+    )
     status = p.struct.field("status")
     name = p.struct.field("name")
     restarts = p.struct.field("restarts")
@@ -101,7 +103,7 @@ def _pod_rows(lines: pl.LazyFrame, anchor: datetime | None) -> pl.LazyFrame:
         .then(pl.lit("NodeLost"))
         .otherwise(status.str.replace(r"^Init:", ""))
         .alias("state"),
-        restarts.cast(pl.Int32).alias("attempt"),
+        restarts.cast(pl.Int32, strict=False).alias("attempt"),
         job_from_pod(name).alias("job_id"),
         pl.when(node.is_not_null() & (node != "<none>")).then(node).alias("node"),
         message.alias("message"),

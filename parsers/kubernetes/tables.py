@@ -25,14 +25,14 @@ _SUB = r"(?:(?P<sub>[\w.]*\{[^}]*\}|spec\.\S+)\s+)?"
 _WIDE = (
     rf"^(?:(?P<ns>[a-z0-9][\w.-]*)\s+)?(?P<age>{AGE})\s+{_TYPE}\s+(?P<reason>[A-Za-z][\w.-]*)\s+"
     rf"(?P<obj>[A-Za-z][\w.-]*/\S+)\s+{_SUB}(?:(?P<src>[\w.-]+(?:, [\w.-]+)?)\s{{3,}})?"
-    rf"(?P<msg>.*?)\s{{3,}}(?P<first>{AGE})\s+(?P<count>\d+)\s+(?P<name>\S+\.[0-9a-f]{{8,}})\s*$"
+    rf"(?P<msg>.*?)\s{{3,}}(?P<first>{AGE})\s+(?P<count>[0-9]+)\s+(?P<name>\S+\.[0-9a-f]{{8,}})\s*$"
 )
 _NARROW = (
     rf"^(?:(?P<ns>[a-z0-9][\w.-]*)\s+)?(?P<age>{INTERVAL})\s+{_TYPE}\s+(?P<reason>[A-Za-z][\w.-]*)\s+"
     r"(?P<obj>[A-Za-z][\w.-]*/\S+)\s+(?P<msg>.*?)\s*$"
 )
 _OLD = (
-    rf"^(?:(?P<ns>[a-z0-9][\w.-]*)\s+)?(?P<age>{AGE})\s+(?P<first>{AGE})\s+(?P<count>\d+)\s+(?P<name>\S+)\s+"
+    rf"^(?:(?P<ns>[a-z0-9][\w.-]*)\s+)?(?P<age>{AGE})\s+(?P<first>{AGE})\s+(?P<count>[0-9]+)\s+(?P<name>\S+)\s+"
     rf"(?P<kind>[A-Z]\w*)\s+{_SUB}{_TYPE}\s+(?P<reason>[A-Za-z][\w.-]*)\s+"
     r"(?P<src>\{[^}]*\}|[\w.-]+(?:, [\w.-]+)?)\s+(?P<msg>.*?)\s*$"
 )
@@ -75,7 +75,7 @@ def extract_event_tables(lines: pl.LazyFrame) -> pl.LazyFrame:
             "obj_kind": obj.str.extract(r"^([^/]+)/", 1),
             "obj_name": obj.str.extract(r"/(.+)$", 1),
             "src_host": _host(g.struct.field("src")),
-            "count": g.struct.field("count").cast(pl.Int64),
+            "count": g.struct.field("count").cast(pl.Int64, strict=False),
         },
     )
     narrow = _rows(
@@ -84,7 +84,7 @@ def extract_event_tables(lines: pl.LazyFrame) -> pl.LazyFrame:
         {
             "obj_kind": obj.str.extract(r"^([^/]+)/", 1),
             "obj_name": obj.str.extract(r"/(.+)$", 1),
-            "count": g.struct.field("age").str.extract(r"\(x(\d+) over", 1).cast(pl.Int64),
+            "count": g.struct.field("age").str.extract(r"\(x([0-9]+) over", 1).cast(pl.Int64, strict=False),
         },
     )
     old = _rows(
@@ -94,7 +94,7 @@ def extract_event_tables(lines: pl.LazyFrame) -> pl.LazyFrame:
             "obj_kind": g.struct.field("kind"),
             "obj_name": g.struct.field("name"),
             "src_host": _host(g.struct.field("src")),
-            "count": g.struct.field("count").cast(pl.Int64),
+            "count": g.struct.field("count").cast(pl.Int64, strict=False),
         },
     )
     # One row per line: the most specific layout that matched wins.

@@ -19,7 +19,7 @@ from toranalyze.parser_api import ts_glog
 
 def _nccl_result(message: pl.Expr) -> pl.Expr:
     """ncclResult_t number from an enum name or a ncclGetErrorString text in the message."""
-    out: pl.Expr = message.str.extract(r"NCCL Error (\d+): ", 1)
+    out: pl.Expr = message.str.extract(r"NCCL Error ([0-9]+): ", 1)
     for name, text, number in reversed(P.NCCL_RESULTS):
         said = message.str.contains(name, literal=True) | message.str.contains(
             rf"(?:NCCL error in: \S+, |NCCL error: ){text}"
@@ -66,7 +66,7 @@ def _with_message(heads: pl.LazyFrame) -> pl.LazyFrame:
             .otherwise(pl.concat_str([first, pl.lit(" | "), conts]))
             .alias("message"),
             is_nccl.alias("_is_nccl"),
-            pl.col("_dev").cast(pl.Int32),
+            pl.col("_dev").cast(pl.Int32, strict=False),
         )
     )
 
@@ -77,7 +77,7 @@ def _rank(msg: pl.Expr, tag: pl.Expr) -> pl.Expr:
     desync_rank = msg.str.extract_groups(P.DESYNC_RANKS)
     return (
         pl.when(tag.is_in(_COMM_TAGS))
-        .then(msg.str.extract(r"\brank (\d+)", 1))
+        .then(msg.str.extract(r"\brank ([0-9]+)", 1))
         .when(tag == "desync")
         .then(pl.coalesce(desync_rank.struct.field("1"), desync_rank.struct.field("2")))
         .when(pl.col("_is_nccl"))
@@ -92,9 +92,9 @@ def _code(msg: pl.Expr, tag: pl.Expr) -> pl.Expr:
         pl.when(tag == "ib")
         .then(msg.str.extract(P.IB_STATUS, 1))
         .when(tag == "warn_err")
-        .then(msg.str.extract(r"retcode (\d+)", 1))
+        .then(msg.str.extract(r"retcode ([0-9]+)", 1))
         .when(tag == "cuda")
-        .then(msg.str.extract(r"Cuda failure (\d+) '", 1))
+        .then(msg.str.extract(r"Cuda failure ([0-9]+) '", 1))
         .when(pl.col("_is_nccl"))
         .then(None)
         .otherwise(_nccl_result(msg))
@@ -103,12 +103,12 @@ def _code(msg: pl.Expr, tag: pl.Expr) -> pl.Expr:
 
 def _duration_s(msg: pl.Expr, tag: pl.Expr) -> pl.Expr:
     """A collective's timeout, or how long a watchdog was stuck, in seconds."""
-    timeout_s = msg.str.extract(r"Timeout\(ms\)=(\d+)", 1).cast(pl.Float64) / 1000.0
+    timeout_s = msg.str.extract(r"Timeout\(ms\)=([0-9]+)", 1).cast(pl.Float64, strict=False) / 1000.0
     return (
         pl.when(msg.str.contains("collective operation timeout", literal=True))
         .then(timeout_s)
         .when(tag == "wd_stuck")
-        .then(msg.str.extract(r"stuck for (\d+) seconds", 1).cast(pl.Float64))
+        .then(msg.str.extract(r"stuck for ([0-9]+) seconds", 1).cast(pl.Float64, strict=False))
     )
 
 
@@ -123,7 +123,7 @@ def events(heads: pl.LazyFrame) -> pl.LazyFrame:
     use_glog = pl.col("p_ts").is_null() & pl.col("_mmdd").is_not_null()
     kinds = {t: k for t, (k, _) in TAGS.items()}
     sevs = {t: s for t, (_, s) in TAGS.items()}
-    cuda_dev = msg.str.extract(r"cudaDev (\d+)", 1).cast(pl.Int32, strict=False)
+    cuda_dev = msg.str.extract(r"cudaDev ([0-9]+)", 1).cast(pl.Int32, strict=False)
     return _with_message(heads).select(
         pl.when(use_glog).then(ts_glog(pl.col("_mmdd").str.zfill(4), pl.col("_hms"))).alias("ts"),
         (~use_glog).alias("ts_year_known"),
@@ -133,8 +133,8 @@ def events(heads: pl.LazyFrame) -> pl.LazyFrame:
         _rank(msg, tag).cast(pl.Int32, strict=False).alias("rank"),
         pl.when(is_nccl).then(pl.coalesce(cuda_dev, pl.col("_dev"))).alias("gpu"),
         pl.when(tag == "init").then(_bus_id(msg.str.extract(r"busId ([0-9a-fA-F]+)", 1))).alias("device"),
-        _int_field(tag.is_in(_COMM_TAGS), msg, r"(?i)\bnranks (\d+)").alias("n_gpus"),
-        _int_field(tag == "comm", msg, r"nNodes (\d+)").alias("n_nodes"),
+        _int_field(tag.is_in(_COMM_TAGS), msg, r"(?i)\bnranks ([0-9]+)").alias("n_gpus"),
+        _int_field(tag == "comm", msg, r"nNodes ([0-9]+)").alias("n_nodes"),
         _duration_s(msg, tag).alias("duration_s"),
         _code(msg, tag).alias("code"),
         msg.alias("message"),

@@ -52,7 +52,7 @@ def prefilter(lines: pl.LazyFrame) -> pl.LazyFrame:
     for k in range(1, MAX_WRAP + 1):
         near = near | pl.col("_cand").shift(k, fill_value=False)
     # the text after a bare `Last error:` may come a few lines later when ranks interleave
-    bare = text.str.contains(P.BARE_LAST_ERROR).cast(pl.Int8)
+    bare = text.str.contains(P.BARE_LAST_ERROR).cast(pl.Int8, strict=False)
     after_bare = bare.rolling_max(STREAM_GAP, min_samples=1).shift(1, fill_value=0) > 0
     hash_frame = text.str.contains(r"^\s*#")  # as strip_chars_start().starts_with('#'): \s is Unicode White_Space
     return frame.lazy().with_columns(cand).filter(near | after_bare | hash_frame).drop("_cand")
@@ -60,7 +60,7 @@ def prefilter(lines: pl.LazyFrame) -> pl.LazyFrame:
 
 def _glue(left: pl.Expr, right: pl.Expr) -> pl.Expr:
     """Join a hard-wrapped line: no space inside a split number, one space otherwise."""
-    split_number = left.str.contains(r"\d$") & right.str.contains(r"^\d")
+    split_number = left.str.contains(r"[0-9]$") & right.str.contains(r"^[0-9]")
     has_space = left.str.contains(r"\s$") | right.str.contains(r"^\s")
     sep = pl.when(split_number | has_space).then(pl.lit("")).otherwise(pl.lit(" "))
     return pl.concat_str([left, sep, right])
@@ -192,7 +192,7 @@ def _record_roots(lf: pl.LazyFrame) -> pl.LazyFrame:
     )
     lf = lf.with_columns(
         pl.when(orphan).then(pl.coalesce(pl.col("tag"), pl.lit("detail"))).otherwise(pl.col("tag")).alias("tag"),
-        parent.cast(pl.UInt32).alias("_root"),
+        parent.cast(pl.UInt32, strict=False).alias("_root"),
     )
     # Pointer jumping: every line ends up pointing at its record's head (chains of up to 2**6 lines).
     for _ in range(6):

@@ -56,8 +56,8 @@ def _families() -> list[tuple[pl.Expr, list[tuple[pl.Expr, str]]]]:
     pg_src = pl.col("_gsrc").str.contains(r"ProcessGroupNCCL|NCCLUtils|TraceUtils|FlightRecorder")
     info = [
         # 2.4+ `… - Init COMPLETE`; 2.3 `comm 0x… rank R nranks N - COMPLETE`
-        (msg.str.contains(r"Init COMPLETE|^comm 0x[0-9a-fA-F]+ rank \d+ nranks \d+\b.* - COMPLETE\s*$"), "init"),
-        (msg.str.contains(r"^comm 0x[0-9a-fA-F]+ rank \d+ nRanks \d+ nNodes \d+"), "comm"),
+        (msg.str.contains(r"Init COMPLETE|^comm 0x[0-9a-fA-F]+ rank [0-9]+ nranks [0-9]+\b.* - COMPLETE\s*$"), "init"),
+        (msg.str.contains(r"^comm 0x[0-9a-fA-F]+ rank [0-9]+ nRanks [0-9]+ nNodes [0-9]+"), "comm"),
         (msg.str.contains("Abort COMPLETE", literal=True), "abort"),
     ]
     warn = [

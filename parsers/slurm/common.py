@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 # A job id as Slurm prints it: plain, array task (123_4, 123_[1-5%1], 123_*), het component (123+0).
-JOB_ID = r"\d+(?:_(?:\d+|\[[^\]\s]*\]|\*)|\+\d+)?"
+JOB_ID = r"[0-9]+(?:_(?:[0-9]+|\[[^\]\s]*\]|\*)|\+[0-9]+)?"
 
 # Job states as sacct prints them. A cut cell ('OUT_OF_ME+') resolves to the first state
 # here it is a prefix of, so the commoner of two candidates comes first (COMPLETED).
@@ -101,32 +101,32 @@ def hostlist_count(hosts: pl.Expr) -> pl.Expr:
     inside = h.str.extract_all(r"\[[^\]]*\]").list.join("")
     top = h.str.replace_all(r"\[[^\]]*\]", "")
     spans = (
-        inside.str.extract_all(r"\d+-\d+")
+        inside.str.extract_all(r"[0-9]+-[0-9]+")
         .list.eval(
-            pl.element().str.extract(r"-(\d+)$", 1).cast(pl.Int64)
-            - pl.element().str.extract(r"^(\d+)", 1).cast(pl.Int64)
+            pl.element().str.extract(r"-([0-9]+)$", 1).cast(pl.Int64, strict=False)
+            - pl.element().str.extract(r"^([0-9]+)", 1).cast(pl.Int64, strict=False)
         )
         .list.sum()
     )
     n = top.str.count_matches(",") + 1 + inside.str.count_matches(",") + spans.fill_null(0)
     valid = h.str.contains(r"^[\w.\-\[\],]+$") & ~h.str.to_lowercase().is_in(["none", "(null)", "unknown"])
-    return pl.when(valid).then(n).otherwise(None).cast(pl.Int32)
+    return pl.when(valid).then(n).otherwise(None).cast(pl.Int32, strict=False)
 
 
 def single_host(hosts: pl.Expr) -> pl.Expr:
     """The host name when a hostlist names exactly one host ('node[07]' -> 'node07'), else null."""
     h = hosts.str.strip_chars()
-    one = h.str.replace(r"^([\w.\-]+)\[(\d+)\]$", "${1}${2}")
+    one = h.str.replace(r"^([\w.\-]+)\[([0-9]+)\]$", "${1}${2}")
     return pl.when(hostlist_count(h) == 1).then(one).otherwise(None)
 
 
 def elapsed_seconds(cell: pl.Expr) -> pl.Expr:
     """Slurm durations '[D-][HH:]MM:SS[.mmm]' -> seconds (Float64)."""
-    g = cell.str.strip_chars().str.extract_groups(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)$")
-    days = g.struct.field("1").cast(pl.Float64).fill_null(0.0)
-    hours = g.struct.field("2").cast(pl.Float64).fill_null(0.0)
-    minutes = g.struct.field("3").cast(pl.Float64)
-    seconds = g.struct.field("4").cast(pl.Float64)
+    g = cell.str.strip_chars().str.extract_groups(r"^(?:([0-9]+)-)?(?:([0-9]+):)?([0-9]+):([0-9]+(?:\.[0-9]+)?)$")
+    days = g.struct.field("1").cast(pl.Float64, strict=False).fill_null(0.0)
+    hours = g.struct.field("2").cast(pl.Float64, strict=False).fill_null(0.0)
+    minutes = g.struct.field("3").cast(pl.Float64, strict=False)
+    seconds = g.struct.field("4").cast(pl.Float64, strict=False)
     # 'D-HH' without minutes is not printed by Slurm for elapsed times; keep the common forms only.
     return days * 86400 + hours * 3600 + minutes * 60 + seconds
 

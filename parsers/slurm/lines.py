@@ -50,13 +50,13 @@ KEYWORDS = [
 # A daemon line behind a syslog prefix ('Mar  1 12:00:00 host slurmctld[12]: '). A journald
 # short-iso stamp is peeled by toranalyze.ingest.lines already, leaving 'host slurmctld[12]: '.
 _SYSLOG = (
-    r"^(?P<mon>[A-Z][a-z]{2})\s+(?P<day>\d{1,2}) (?P<hms>\d\d:\d\d:\d\d(?:\.\d+)?) \S+ "
-    r"(?:slurm\w*|srun)(?:\[\d+\])?: "
+    r"^(?P<mon>[A-Z][a-z]{2})\s+(?P<day>[0-9]{1,2}) (?P<hms>[0-9][0-9]:[0-9][0-9]:[0-9][0-9](?:\.[0-9]+)?) \S+ "
+    r"(?:slurm\w*|srun)(?:\[[0-9]+\])?: "
 )
 # Dropped from messages: the syslog stamp, host and daemon tag say nothing about the event.
 _DAEMON_PREFIX = (
-    r"^(?:[A-Z][a-z]{2}\s+\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)? )?(?:\S+ )?"
-    r"(?:slurmctld|slurmd|slurmdbd)(?:\[\d+\])?: "
+    r"^(?:[A-Z][a-z]{2}\s+[0-9]{1,2} [0-9][0-9]:[0-9][0-9]:[0-9][0-9](?:\.[0-9]+)? )?(?:\S+ )?"
+    r"(?:slurmctld|slurmd|slurmdbd)(?:\[[0-9]+\])?: "
 )
 # slurmd tags records of a step with '[123.batch] '.
 _STEP_TAG = rf"^(?:\S+ )*?\[(?P<tag>{JOB_ID})(?:\.\w+)?\] "
@@ -68,7 +68,7 @@ def _jid(name: str = "job") -> str:
 
 def _ctld_job(name: str = "job") -> str:
     """How slurmctld names a job: 'JobId=123_4(130)', 'job_id 123', 'StepId=123.0'."""
-    return rf"(?:JobId=|job_id |job |StepId=){_jid(name)}(?:\.\w+)?(?:\(\d+\))?"
+    return rf"(?:JobId=|job_id |job |StepId=){_jid(name)}(?:\.\w+)?(?:\([0-9]+\))?"
 
 
 _ID = _jid()
@@ -179,7 +179,9 @@ def _banners(base: _Base) -> list[pl.DataFrame | None]:
 
 def _oom(base: _Base) -> list[pl.DataFrame | None]:
     """cgroup OOM notices (three wordings) and the older jobacct memory-limit kills."""
-    detected = rf"Detected (?P<n>\d+) oom[-_]kill events?(?:\(s\))?(?: in (?:step |StepId=)?{_ID}(?:\.(?P<step>\w+))?)?"
+    detected = (
+        rf"Detected (?P<n>[0-9]+) oom[-_]kill events?(?:\(s\))?(?: in (?:step |StepId=)?{_ID}(?:\.(?P<step>\w+))?)?"
+    )
     limit = (
         rf"(?:(?:Job|Step) {_ID}(?:\.(?P<step>\w+))? exceeded memory limit|Exceeded (?:job|step) memory limit)"
         r"(?P<rest>.*)"
@@ -190,7 +192,7 @@ def _oom(base: _Base) -> list[pl.DataFrame | None]:
     level = pl.when(notice).then(pl.lit("warning")).otherwise(pl.lit("error"))
     oom_end = pl.when(~notice).then(pl.lit("OUT_OF_MEMORY"))
     # Pasted as one line, the notice is followed by srun's task line, which names the node.
-    srun_node = pl.col("text").str.extract(r"srun: error: ([^\s:`'\"]+): tasks? [\d,\-\[\]]+: ", 1)
+    srun_node = pl.col("text").str.extract(r"srun: error: ([^\s:`'\"]+): tasks? [0-9,\-\[\]]+: ", 1)
     return [
         _rule(base, "Detected", detected, "error", "error", job_id=_g("job"), state=pl.lit("OUT_OF_MEMORY"),
               node=srun_node),
@@ -207,11 +209,11 @@ def _pbs(base: _Base) -> list[pl.DataFrame | None]:
 
 
 def _srun(base: _Base) -> list[pl.DataFrame | None]:
-    tasks = r"srun: error: (?P<node>[^\s:]+): tasks? (?P<tasks>[\d,\-\[\]]+): (?P<what>.+?)\s*$"
+    tasks = r"srun: error: (?P<node>[^\s:]+): tasks? (?P<tasks>[0-9,\-\[\]]+): (?P<what>.+?)\s*$"
     what = _g("what")
     signame = what.str.replace(r"\s*\(core dumped\)$", "")
     code = pl.coalesce(
-        what.str.extract(r"Exited with exit code (-?\d+)", 1),
+        what.str.extract(r"Exited with exit code (-?[0-9]+)", 1),
         signame.replace_strict(SIGNALS, default=None, return_dtype=pl.Int32).cast(pl.String),
     )
     step_ref = rf"(?:job step |StepId=|job ){_ID}(?:\.(?P<step>\w+))?"
@@ -219,14 +221,14 @@ def _srun(base: _Base) -> list[pl.DataFrame | None]:
         _rule(
             base, "srun: error:", tasks, "error", "error",
             node=_g("node"),
-            rank=_g("tasks").str.extract(r"(\d+)", 1).cast(pl.Int32),
+            rank=_g("tasks").str.extract(r"([0-9]+)", 1).cast(pl.Int32, strict=False),
             code=code,
             state=pl.when(what.str.contains("(?i)out of memory")).then(pl.lit("OUT_OF_MEMORY")),
         ),
         _rule(base, "Node failure on", r"Node failure on (?P<node>[^\s,`'\"]+)", "error", "error",
               node=_g("node"), state=pl.lit("NODE_FAIL")),
         _rule(base, "srun: Job step aborted", r"srun: Job step aborted", "warning", "warning"),
-        _rule(base, "srun: Job step ", r"srun: Job step (?P<job>\d+)\.\w+ aborted before step completely launched",
+        _rule(base, "srun: Job step ", r"srun: Job step (?P<job>[0-9]+)\.\w+ aborted before step completely launched",
               "warning", "warning", job_id=_g("job")),
         _rule(base, "srun: forcing job termination", r"srun: forcing job termination", "warning", "warning"),
         _rule(base, "Timed out waiting for job step", r"srun: error: Timed out waiting for job step",
@@ -254,7 +256,7 @@ def _srun(base: _Base) -> list[pl.DataFrame | None]:
 
 def _ctld(base: _Base) -> list[pl.DataFrame | None]:
     """slurmctld / slurmd records: job life cycle, node failures and node states."""
-    complete = rf"_job_complete: {_CTLD_JOB} (?P<how>WEXITSTATUS|WTERMSIG) (?P<code>-?\d+)"
+    complete = rf"_job_complete: {_CTLD_JOB} (?P<how>WEXITSTATUS|WTERMSIG) (?P<code>-?[0-9]+)"
     how_state = (
         pl.when(_g("how") == "WTERMSIG")
         .then(pl.lit(None, pl.String))  # a signal may be a scancel or a crash: the state is not on the line
@@ -285,7 +287,7 @@ def _ctld(base: _Base) -> list[pl.DataFrame | None]:
     exhausted = r"(?i:time limit (?:exhausted|reached))"
     timelimit = rf"{exhausted}.*?{_CTLD_JOB}|{_ctld_job('job2')}.*?{exhausted}"
     preempt = rf"preempted {_CTLD_JOB} (?:has been |suspended )(?P<how>requeued|killed|by gang)"
-    kill_rpc = rf"REQUEST_KILL_JOB {_CTLD_JOB} uid (?P<uid>\d+)"
+    kill_rpc = rf"REQUEST_KILL_JOB {_CTLD_JOB} uid (?P<uid>[0-9]+)"
     run_err = rf"slurmd error running {_CTLD_JOB} on node\(s\)=(?P<node>[^\s:]+): (?P<why>.*)$"
     nodes = _g("nodes").str.strip_chars_end(",")
     st = _g("st").replace({"DRAINED": "DRAIN", "DRAINING": "DRAIN"})
@@ -357,7 +359,7 @@ def _watchdog(base: _Base) -> list[pl.DataFrame | None]:
     # submitit's handler of Slurm's preemption signal: 'submitit WARNING (2022-07-12 04:18:45,881) -
     # Caught signal SIGHUP on learnfair0293: this job is preempted.' (it then requeues the job).
     submitit = (
-        r"^submitit \w+ \((?P<at>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?)\) - "
+        r"^submitit \w+ \((?P<at>[0-9]{4}-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9](?:[.,][0-9]+)?)\) - "
         r"Caught signal (?P<sig>\w+) on (?P<node>[\w.\-]+): this job is preempted"
     )
     return [
@@ -394,10 +396,10 @@ def _node_reports(base: _Base) -> list[pl.DataFrame | None]:
     squeue reasons, power-save resume failures and the controller being unreachable."""
     sinfo_r = (
         rf"^\s*(?P<why>(?:{_NODE_REASON})\b.*?)\s+(?P<user>\S+)\s+"
-        r"(?P<at>\d{4}-\d\d-\d\dT[\d:]+)\s+(?P<nodes>\S+)\s*$"
+        r"(?P<at>[0-9]{4}-[0-9][0-9]-[0-9][0-9]T[0-9:]+)\s+(?P<nodes>\S+)\s*$"
     )
     sinfo_l = (
-        r"^(?P<nodes>[\w.\-\[\],]+)\s+\d+\s+\S+\s+(?P<st>(?:down|drain\w*|fail\w*)[*~#!%$@^-]?)\s+.*?\s"
+        r"^(?P<nodes>[\w.\-\[\],]+)\s+[0-9]+\s+\S+\s+(?P<st>(?:down|drain\w*|fail\w*)[*~#!%$@^-]?)\s+.*?\s"
         rf"(?P<why>(?:{_NODE_REASON})\b.*?)\s*$"
     )
     shown = r"\bState=(?P<st>\S*(?:DOWN|DRAIN|FAIL|NOT_RESPONDING)\S*)"
@@ -413,7 +415,7 @@ def _node_reports(base: _Base) -> list[pl.DataFrame | None]:
     # suffix is one the controller cannot reach ('The node is presently not responding', sinfo(1)), whatever
     # the state before it; a state without it says nothing of a failure (an admin's drain, a reservation).
     summary = (
-        r"^\s*(?P<part>[\w.\-]+\*?)\s+(?:up|down|drain|inact)\s+\S+\s+(?P<n>\d+)\s+"
+        r"^\s*(?P<part>[\w.\-]+\*?)\s+(?:up|down|drain|inact)\s+\S+\s+(?P<n>[0-9]+)\s+"
         rf"(?P<st>{'|'.join(_SINFO_STATES)})\*\s+(?P<nodes>\S+)\s*$"
     )
     # squeue's reason for a pending job whose nodes are out of service: 'ReqNodeNotAvail, UnavailableNodes:<list>'
@@ -445,7 +447,7 @@ def _node_reports(base: _Base) -> list[pl.DataFrame | None]:
     ]
 
 
-_GENERIC = r"^(?:\S+ )*?(?:srun|salloc|sbatch|slurmstepd|slurmd|slurmctld)(?:\[\d+\])?: error: "
+_GENERIC = r"^(?:\S+ )*?(?:srun|salloc|sbatch|slurmstepd|slurmd|slurmctld)(?:\[[0-9]+\])?: error: "
 
 _FAMILIES: tuple[Callable[[_Base], list[pl.DataFrame | None]], ...] = (
     _banners, _oom, _pbs, _srun, _ctld, _watchdog, _sigterm_bursts, _node_reports,
@@ -490,16 +492,16 @@ def extract_slurm_lines(lines: pl.LazyFrame) -> pl.LazyFrame:
 
 NOISE: tuple[str, ...] = (
     # torch.distributed.launch shutting down after slurmstepd's SIGTERM: one warning per burst is kept.
-    r"^Killing subprocess \d+\s*$",
+    r"^Killing subprocess [0-9]+\s*$",
     r"^Main process received SIGTERM, exiting\s*$",
     # slurmctld / slurmd bookkeeping around a job's life cycle.
     r"_job_complete: (?:JobId=|job_id )\S+ done",
     r"_slurm_rpc_(?:complete_batch_script|complete_job_allocation|step_complete|job_step_create)",
     r"Resending TERMINATE_JOB request",
     r"_sync_nodes_to_comp_job|cleanup_completing|job_step_signal|_job_signal",
-    r"launch task StepId=|Launching batch job \d+ for UID|_run_prolog: |task/affinity: |done with job\s*$",
+    r"launch task StepId=|Launching batch job [0-9]+ for UID|_run_prolog: |task/affinity: |done with job\s*$",
     # srun chatter that carries no state change.
-    r"srun: (?:got SIGCONT|interrupt \(one more within 1 sec to abort\)|Job \d+ step creation temporarily disabled"
-    r"|Step created for|job \d+ step creation still disabled|Warning: can't honor)",
+    r"srun: (?:got SIGCONT|interrupt \(one more within 1 sec to abort\)|Job [0-9]+ step creation temporarily disabled"
+    r"|Step created for|job [0-9]+ step creation still disabled|Warning: can't honor)",
     r"salloc: (?:Waiting for resource configuration|Nodes \S+ are ready for job|Relinquishing job allocation)",
 )

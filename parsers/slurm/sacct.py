@@ -136,7 +136,7 @@ def _cells(frame: pl.DataFrame, table: Table, end_line: int | None) -> tuple[pl.
     if table.pipe:
         src = pl.col("text").str.strip_chars()
         parts = src.str.split("|")
-        shaped = (src.str.count_matches(r"\|") >= len(keys) - 1) & src.str.contains(r"^\d")
+        shaped = (src.str.count_matches(r"\|") >= len(keys) - 1) & src.str.contains(r"^[0-9]")
         cells = [parts.list.get(j, null_on_oob=True).str.strip_chars().alias(k) for j, k in enumerate(keys)]
     else:
         src = pl.col("raw")
@@ -147,7 +147,7 @@ def _cells(frame: pl.DataFrame, table: Table, end_line: int | None) -> tuple[pl.
             src.str.slice(s, w).str.strip_chars().alias(k) for s, w, k in zip(starts, widths, keys, strict=True)
         ]
         first = src.str.slice(table.spans[0][0], table.spans[0][1]).str.strip_chars()
-        shaped = first.str.contains(r"^\d+[\w.+\[\]%\-]*$")
+        shaped = first.str.contains(r"^[0-9]+[\w.+\[\]%\-]*$")
     out = rows.with_columns(shaped.alias("_ok")).with_columns((~pl.col("_ok")).cum_sum().alias("_bad"))
     ended = bool(out.height) and bool(out["_bad"].max())
     out = out.filter(pl.col("_bad") == 0).select("line", *cells)
@@ -170,7 +170,9 @@ def _cells(frame: pl.DataFrame, table: Table, end_line: int | None) -> tuple[pl.
 
 def _time(cell: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
     """(naive ts, year known) of a sacct time cell: ISO, or relative 'D Mon HH:MM'; Unknown/None -> null."""
-    rel = cell.str.extract_groups(r"^(?P<d>\d{1,2}) (?P<m>[A-Z][a-z]{2}) (?P<hm>\d\d:\d\d(?::\d\d)?)$")
+    rel = cell.str.extract_groups(
+        r"^(?P<d>[0-9]{1,2}) (?P<m>[A-Z][a-z]{2}) (?P<hm>[0-9][0-9]:[0-9][0-9](?::[0-9][0-9])?)$"
+    )
     hms = pl.when(rel.struct.field("hm").str.len_chars() == 5).then(rel.struct.field("hm") + ":00").otherwise(
         rel.struct.field("hm")
     )
@@ -193,14 +195,14 @@ def _events(cells: pl.DataFrame) -> pl.LazyFrame:
     n_nodes = pl.coalesce(
         _col("nnodes", have).cast(pl.Int32, strict=False),
         _col("allocnodes", have).cast(pl.Int32, strict=False),
-        tres.str.extract(r"(?:^|,)node=(\d+)", 1).cast(pl.Int32),
+        tres.str.extract(r"(?:^|,)node=([0-9]+)", 1).cast(pl.Int32, strict=False),
         hostlist_count(nodelist),
     )
     n_gpus = pl.coalesce(
-        tres.str.extract(r"gres/gpu=(\d+)", 1),
-        tres.str.extract(r"gres/gpu:[^=,]+=(\d+)", 1),
-        _col("allocgres", have).str.extract(r"gpu(?::[^:,(]+)?:(\d+)", 1),
-    ).cast(pl.Int32)
+        tres.str.extract(r"gres/gpu=([0-9]+)", 1),
+        tres.str.extract(r"gres/gpu:[^=,]+=([0-9]+)", 1),
+        _col("allocgres", have).str.extract(r"gpu(?::[^:,(]+)?:([0-9]+)", 1),
+    ).cast(pl.Int32, strict=False)
     elapsed = pl.coalesce(
         _col("elapsedraw", have).cast(pl.Float64, strict=False), elapsed_seconds(_col("elapsed", have))
     )
@@ -219,7 +221,7 @@ def _events(cells: pl.DataFrame) -> pl.LazyFrame:
              for part, e in zip(("ts", "yk"), _time(_col(cell, have)), strict=True)]
     read = cells.select(
         *common, *times, state.alias("_state"), jobid.str.contains(r"\.").alias("_is_step"),
-        elapsed.alias("duration_s"), _col("exitcode", have).str.extract(r"^(-?\d+)", 1).alias("code"),
+        elapsed.alias("duration_s"), _col("exitcode", have).str.extract(r"^(-?[0-9]+)", 1).alias("code"),
     ).lazy()
     names = [e.meta.output_name() for e in common]
     frames = []

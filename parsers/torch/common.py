@@ -33,14 +33,14 @@ SIGNAL_WORDS: dict[str, int] = {
 }
 
 # glog header of torch>=2.2 launcher lines: 'E0801 13:23:17.366000 140 torch/.../api.py:826] '
-GLOG = r"^([IWEF])(\d{4}) (\d{2}:\d{2}:\d{2}(?:\.\d+)?)\s+\d+\s+\S+:\d+\]\s?"
+GLOG = r"^([IWEF])([0-9]{4}) ([0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?)\s+[0-9]+\s+\S+:[0-9]+\]\s?"
 
 
 def stream_key() -> pl.Expr:
     """One output stream per writer: ranks, nodes and Ray workers interleave in one file."""
     parts = [pl.col(c).cast(pl.String).fill_null("") for c in ("p_node", "p_rank", "p_local")]
     # Ray's '(RayTrainWorker pid=2657, ip=10.0.0.1)' prefix: the prepared lines keep only the ip.
-    ray_pid = pl.col("raw").str.extract(r"^\((?:[\w.\-]+ )?pid=(\d+)", 1).fill_null("")
+    ray_pid = pl.col("raw").str.extract(r"^\((?:[\w.\-]+ )?pid=([0-9]+)", 1).fill_null("")
     return pl.concat_str([*parts, ray_pid], separator="|")
 
 

@@ -17,16 +17,16 @@ from toranalyze_parsers.torch.common import GLOG, glog_ts, signal_code, signal_n
 
 from toranalyze.parser_api import conform_raw, contains_any, empty_raw
 
-_FAILED = r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\) of binary: (\S+)"
-_SENDING = r"Sending process (\d+) closing signal (\w+)"
+_FAILED = r"failed \(exitcode: (-?[0-9]+)\) local_rank: ([0-9]+) \(pid: ([0-9]+)\) of binary: (\S+)"
+_SENDING = r"Sending process ([0-9]+) closing signal (\w+)"
 # torch: 'Worker group FAILED. 3/3 attempts left'; dlrover: 'Worker group FAILED, is failure node: False,2/3 ...'
 _WORKER_GROUP = (
-    r"\[([\w-]+)\] Worker group (\w+)[.,](?: is failure node: \w+,)?\s*(\d+)/(\d+) attempts left;"
+    r"\[([\w-]+)\] Worker group (\w+)[.,](?: is failure node: \w+,)?\s*([0-9]+)/([0-9]+) attempts left;"
     r" will restart worker group"
 )
-_NEW_NODES = r"\[([\w-]+)\] Detected (\d+) new nodes? from group_rank=(\d+); will restart worker group"
+_NEW_NODES = r"\[([\w-]+)\] Detected ([0-9]+) new nodes? from group_rank=([0-9]+); will restart worker group"
 _DEATH = r"Received (?:Signals\.)?(\w+) death signal, shutting down workers"
-_FORCED = r"Unable to shutdown process (\d+) via (\w+), forcefully exiting via (\w+)"
+_FORCED = r"Unable to shutdown process ([0-9]+) via (\w+), forcefully exiting via (\w+)"
 _SUCCEEDED = r"worker group successfully finished|Local worker group finished \((?:WorkerState\.)?SUCCEEDED\)"
 _SOCKET = r"\[c10d\] The client socket has (?:failed to connect|timed out)"
 # The rendezvous failing: its join timed out (agents of other nodes never arrived) or the agent lost
@@ -48,16 +48,16 @@ ELASTIC_NOISE: tuple[str, ...] = (
     r"starting workers for entrypoint",
     r"\] Starting worker group",
     r"log directory set to: ",
-    r"Setting worker\d+ reply file to: ",
+    r"Setting worker[0-9]+ reply file to: ",
     r"TORCHELASTIC_ENABLE_FILE_TIMER",
     r"Setting OMP_NUM_THREADS environment variable for each process",
     r"^\*{20,}\s*$",
     r"^WARNING:torch\.distributed\.run:\s*$",
     r"Stopping worker group",
     r"attempts to join the next round of the rendezvous",
-    r"has joined round \d+ of the rendezvous",
+    r"has joined round [0-9]+ of the rendezvous",
     r"Done waiting for other agents",
-    r"Waiting \d+ seconds for other agents to finish",
+    r"Waiting [0-9]+ seconds for other agents to finish",
 )
 
 
@@ -103,14 +103,14 @@ def _failed(lf: pl.LazyFrame) -> pl.LazyFrame:
         pl.lit("error").alias("kind"),
         pl.lit("error").alias("severity"),
         _g(1).alias("code"),
-        _g(2).cast(pl.Int32).alias("rank"),  # local rank: the line names no other
+        _g(2).cast(pl.Int32, strict=False).alias("rank"),  # local rank: the line names no other
         message.alias("message"),
     )
 
 
 def _restarts(lf: pl.LazyFrame) -> pl.LazyFrame:
     group = _matching(lf, "will restart worker group", _WORKER_GROUP)
-    left, most = _g(3).cast(pl.Int32), _g(4).cast(pl.Int32)
+    left, most = _g(3).cast(pl.Int32, strict=False), _g(4).cast(pl.Int32, strict=False)
     failed = group.select(
         "line",
         *_stamp(),
@@ -222,7 +222,7 @@ def _blocks(typed: pl.LazyFrame) -> pl.LazyFrame:
     blocks = _block_fields(_block_lines(typed))
     rdzv = pl.col("_x").str.extract(_RDZV, 1)
     is_rdzv = rdzv.is_not_null()
-    world = pl.col("global_world_sizes").str.extract(r"^\[(\d+)", 1).cast(pl.Int32, strict=False)
+    world = pl.col("global_world_sizes").str.extract(r"^\[([0-9]+)", 1).cast(pl.Int32, strict=False)
     # A launch config states the job size only when it is not elastic (min_nodes == max_nodes).
     nodes = pl.when(pl.col("min_nodes") == pl.col("max_nodes")).then(pl.col("max_nodes").cast(pl.Int32, strict=False))
     nproc = pl.col("nproc_per_node").cast(pl.Int32, strict=False)

@@ -26,7 +26,7 @@ import polars as pl
 from toranalyze.parser_api import NAIVE_US, conform_raw
 
 MAX_BYTES = 256 * 1024 * 1024  # a dump holds a few thousand entries; anything far larger is not one
-_RANK_IN_NAME = re.compile(r"(?:rank|trace)[_\-]?(\d+)$", re.IGNORECASE)
+_RANK_IN_NAME = re.compile(r"(?:rank|trace)[_\-]?([0-9]+)$", re.IGNORECASE)
 
 
 class _PlainUnpickler(pickle.Unpickler):

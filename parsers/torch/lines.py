@@ -29,7 +29,7 @@ _CUDA = (
     # ROCm's runtime (HSA) on a GPU page fault, the analogue of CUDA's illegal memory access:
     # 'Memory access fault by GPU node-2 (Agent handle: 0x...) on address 0x.... Reason: Page not present
     # or supervisor privilege.'
-    r"|Memory access fault by GPU node-\d+"
+    r"|Memory access fault by GPU node-[0-9]+"
     # A TPU core stopped on an on-device check (TensorFlow's TPU runtime, PJRT): 'Core halted
     # unexpectedly: ... Accelerator device halted prematurely, perhaps due to an on-device check-failure'.
     r"|Core halted unexpectedly"
@@ -61,22 +61,22 @@ _STRERROR = (
 # replica:0/task:37 has been set to ERROR in coordination service: UNAVAILABLE: Task /job:jax_worker/replica:0/
 # task:37 heartbeat timeout. This indicates that the remote task has failed, got preempted, or crashed ...'.
 # A peer's silence whose cause the line does not know: a warning, so any error explains it first.
-_HEARTBEAT = r"\bTask /job:[\w.-]+/replica:\d+/task:\d+ heartbeat timeout\b"
+_HEARTBEAT = r"\bTask /job:[\w.-]+/replica:[0-9]+/task:[0-9]+ heartbeat timeout\b"
 
 # UCX's error handler on a fatal signal in the process (SIGSEGV, SIGBUS, SIGILL, SIGFPE), under its log head
 # '[host:pid:thread:tid]' (the pid space-padded): '[09677202c889:5283 :0:5704] Caught signal 7 (Bus error:
 # nonexistent physical address)'. The head names the node; the message is the line after it.
-_UCX_SIGNAL = r"^\[(?P<host>[\w.\-]+):\d+ *:\d+:\d+\] (?P<msg>Caught signal (?P<sig>\d+) \(.*)$"
+_UCX_SIGNAL = r"^\[(?P<host>[\w.\-]+):[0-9]+ *:[0-9]+:[0-9]+\] (?P<msg>Caught signal (?P<sig>[0-9]+) \(.*)$"
 
 # Open MPI's launcher (mpirun's HNP) on an orted it stopped hearing from, after 'ORTE has lost communication with a
 # remote daemon.' (PRRTE: 'PRTE has ...'): '  Remote daemon: [[43015,0],20] on node tf-bert-...-worker-19'. The daemon's
 # node died, or the network to it, or the daemon itself (Open MPI's words); like a scheduler's 'not responding', a
 # warning of that node: an error of the interruption (the OOM kill, the crash) explains it first.
-_MPI_DAEMON = r"^\s*Remote daemon\s*:\s*\[\[\d+,\d+\],\d+\] on node (?P<host>[\w.\-]+)\s*$"
+_MPI_DAEMON = r"^\s*Remote daemon\s*:\s*\[\[[0-9]+,[0-9]+\],[0-9]+\] on node (?P<host>[\w.\-]+)\s*$"
 
 LINE_NOISE: tuple[str, ...] = (
     # one line per GPU thread after a device-side assert; the RuntimeError that follows is the record
-    r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion .* failed\.",
+    r"block: \[[0-9]+,[0-9]+,[0-9]+\], thread: \[[0-9]+,[0-9]+,[0-9]+\] Assertion .* failed\.",
 )
 
 

@@ -45,7 +45,7 @@ _CONT = "|".join(
         r"^\s*\S+ FAILED\s*$",  # '<script> FAILED' title of a ChildFailedError
         r"^Failures:\s*$",
         r"^\s*<NO_OTHER_FAILURES>",
-        r"^\[\d+\]:\s*$",
+        r"^\[[0-9]+\]:\s*$",
         # Lines torch appends to CUDA / NCCL exception messages.
         r"^CUDA kernel errors might be asynchronously reported",
         r"^For debugging consider passing CUDA_LAUNCH_BLOCKING",
@@ -67,7 +67,7 @@ _SIGLINE = (
     rf"^\s*(?:{_SIG_WORDS})(?: \(core dumped\))?\s*$"
     # bash: 'script: line 4: 123 Killed   python x.py'. Written '(?:^|: )' rather than '^(?:.*: )?' (the
     # same lines): a leading '.*' keeps the regex engine from searching for 'line ' first (7x slower).
-    rf"|(?:^|: )line \d+:\s+\d+\s+(?:{_SIG_WORDS})\b"
+    rf"|(?:^|: )line [0-9]+:\s+[0-9]+\s+(?:{_SIG_WORDS})\b"
 )
 # Python exception names by their suffix; plain 'Exception' too (DeepSpeed raises it), but not a bare 'Error:'.
 _EXC_NAME = r"(?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)|Exception)"
@@ -121,7 +121,8 @@ _MAY_TYPE_LITERALS = [
 ]
 _MAY_TYPE_START = (
     r"^(?:\s+(?:time|host|rank|exitcode|error_file|traceback)|\s*[=\-]|\s*what\(|\s*(?:" + _SIG_WORDS + r")"
-    r"|\s?[A-Za-z_][\w.]*(?::|\s*$)| {4}|\t|\s+[\^~]|\[\d+\]:|\. This|Root Cause|CUDA kernel|For debugging|Compile with"
+    r"|\s?[A-Za-z_][\w.]*(?::|\s*$)| {4}|\t|\s+[\^~]|\[[0-9]+\]:"
+    r"|\. This|Root Cause|CUDA kernel|For debugging|Compile with"
     r"|Search for|Device-side|nccl|Last error|Including|Of the|Python runtime|Extension modules|Failures"
     r"|Exception raised|frame #|Fatal Python|Current thread|Thread 0x|line |[\w:<>]+')"
 )
@@ -151,7 +152,7 @@ def _unprefixed() -> pl.Expr:
 
     ('[default3]:' of torchrun --tee adds none.)"""
     prefix = pl.col("raw").str.slice(0, pl.col("raw").str.len_chars() - pl.col("text").str.len_chars())
-    spaced = prefix.str.contains(r"\[[Rr]ank\s?\d+\]:$") & pl.col("text").str.starts_with(" ")
+    spaced = prefix.str.contains(r"\[[Rr]ank\s?[0-9]+\]:$") & pl.col("text").str.starts_with(" ")
     return pl.when(spaced).then(pl.col("text").str.slice(1)).otherwise(pl.col("text"))
 
 
@@ -196,13 +197,13 @@ def _line_type() -> pl.Expr:
         (_lit("Traceback (most recent call last):"), TB),
         (chain, CHAIN),
         (_has(r"^Exception raised from \S"), RAISED),
-        (_has(r"^frame #\d+: "), CPPFRAME),
+        (_has(r"^frame #[0-9]+: "), CPPFRAME),
         (_has(r"^\s*what\(\):"), WHAT),
         (term, TERM),
         (_has(r"^[\w:<>]+'\s*$"), TERMTAIL),
         (_has(r"^Fatal Python error: "), FATAL),
         (_has(r"^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):"), THREAD),
-        (_has(r"File \"[^\"]+\", line \d+"), FRAME),
+        (_has(r"File \"[^\"]+\", line [0-9]+"), FRAME),
         (_has(_SIGLINE), SIGLINE),
         (_has(_LOG_LEVEL), OTHER),
         (_has(_EXC_BARE), EXCB),
@@ -291,10 +292,10 @@ def _fields(typed: pl.LazyFrame) -> pl.LazyFrame:
     t, text = pl.col("_t"), pl.col("_x")
     is_exc = t.is_in([EXC, EXCB]) | ((t == EXCL) & pl.col("_link"))
     has_msg = text.str.contains(r"^\s?[\w.]+:\s*\S") | text.str.contains("ChildFailedError", literal=True)
-    frame = text.str.extract_groups(r"File \"([^\"]+)\", line (\d+),? in (\S+)")
+    frame = text.str.extract_groups(r"File \"([^\"]+)\", line ([0-9]+),? in (\S+)")
     cfe = text.str.extract_groups(
-        r"^\s+(?:time\s*:\s*(\S+)|host\s*:\s*(\S+)|rank\s*:\s*(\d+)(?: \(local_rank: (\d+)\))?"
-        r"|exitcode\s*:\s*(-?\d+)(?: \(pid: (\d+)\))?|traceback\s*:\s*(.+))"
+        r"^\s+(?:time\s*:\s*(\S+)|host\s*:\s*(\S+)|rank\s*:\s*([0-9]+)(?: \(local_rank: ([0-9]+)\))?"
+        r"|exitcode\s*:\s*(-?[0-9]+)(?: \(pid: ([0-9]+)\))?|traceback\s*:\s*(.+))"
     )
     raised = text.str.extract_groups(r"^Exception raised from (\S+) at (\S+) \(most recent call first\)")
     term_type = text.str.extract(r"instance of '([\w:<>]+)'", 1)
@@ -435,9 +436,9 @@ def _compose(recs: pl.LazyFrame) -> pl.LazyFrame:
         .then(signal_of_words(fatal))
         .otherwise(exc_name)
     )
-    gpu = message.str.extract(r"(?:\(GPU |\bGPU )(\d+)(?:;| has a total capac)", 1)
+    gpu = message.str.extract(r"(?:\(GPU |\bGPU )([0-9]+)(?:;| has a total capac)", 1)
     # Megatron's gradient checks name where they ran: '... in backwards pass. Device: 3, node: host'.
-    named = message.str.extract_groups(r"\bDevice: (?P<dev>\d+), node: (?P<host>[\w.\-]+)")
+    named = message.str.extract_groups(r"\bDevice: (?P<dev>[0-9]+), node: (?P<host>[\w.\-]+)")
     # Orphan NCCL exception lines (no frames around them) are the nccl parser's records.
     nccl_orphan = ~pl.col("_tb") & ~cfe & ~cpp & fatal.is_null() & main.str.contains(NCCL_OWNED).fill_null(False)
     return recs.filter(~nccl_orphan).select(

@@ -165,7 +165,7 @@ def _dedupe_steps(ev: pl.LazyFrame, seen: pl.DataFrame | None = None) -> pl.Lazy
     records = (pl.col("kind") == "step") & ~pl.col("_bar")
     previous = pl.when(records).then(pl.col("step")).shift(1).forward_fill().over(file_key())
     back = (records & (pl.col("step") < previous)).fill_null(False)
-    restart = (pl.col("kind").is_in(ATTEMPT_STARTS) | back).cast(pl.Int32).cum_sum()
+    restart = (pl.col("kind").is_in(ATTEMPT_STARTS) | back).cast(pl.Int32, strict=False).cum_sum()
     first = pl.struct(file_key().alias("_file"), restart.alias("_attempt"), "kind", "step").is_first_distinct()
     keep = (pl.col("kind") != "step") | first
     if seen is not None and seen.height:

@@ -150,7 +150,8 @@ def _latest(indexed: pl.DataFrame, rows: pl.DataFrame, kind: str) -> pl.DataFram
     last = of.filter(pl.col("line") == of["line"].max()).tail(1)
     at = indexed.filter(pl.col("line") == last["line"][0]).tail(1)
     return at.select("_i", "line", "text").with_columns(
-        last["step"].cast(pl.Int64).alias(CARRIED_STEP), last["ts"].cast(NAIVE_US).alias("_ts")
+        last["step"].cast(pl.Int64, strict=False).alias(CARRIED_STEP),
+        last["ts"].cast(NAIVE_US, strict=False).alias("_ts"),
     )
 
 
@@ -171,7 +172,7 @@ def _seen(indexed: pl.DataFrame, rows: pl.DataFrame) -> pl.Series:
         .group_by("_run", maintain_order=True)
         .agg(pl.col("step").first().alias("lo"), pl.col("step").last().alias("hi"))
     )
-    return runs.select(pl.struct("lo", "hi")).to_series().implode().cast(SEEN_DTYPE)
+    return runs.select(pl.struct("lo", "hi")).to_series().implode().cast(SEEN_DTYPE, strict=False)
 
 
 def _latest_clock(ordered: pl.DataFrame) -> pl.DataFrame:
@@ -208,7 +209,7 @@ def _placing(ordered: pl.DataFrame) -> pl.DataFrame:
             ~pl.col("_bar")
             | pl.col("_start")
             | pl.col("_start").shift(-1, fill_value=False)
-            | (pl.col("_bar").cast(pl.UInt32).cum_sum(reverse=True) <= LAST)
+            | (pl.col("_bar").cast(pl.UInt32, strict=False).cum_sum(reverse=True) <= LAST)
         )
         .drop("_bar", "_start")
     )
@@ -230,5 +231,6 @@ def _bar_lines(ordered: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     )
     latest = repaints.group_by("bar").agg(pl.col("_i").last())
     clock = enriched.filter(pl.col("clock").is_not_null()).select("_i").tail(1)
-    keep = pl.concat([starts.select("_i"), latest.select("_i"), clock]).select(pl.col("_i").cast(pl.UInt32))
-    return keep, starts.select(pl.col("_i").cast(pl.UInt32), "_anchor")
+    index = pl.col("_i").cast(pl.UInt32, strict=False)
+    keep = pl.concat([starts.select("_i"), latest.select("_i"), clock]).select(index)
+    return keep, starts.select(pl.col("_i").cast(pl.UInt32, strict=False), "_anchor")

@@ -24,14 +24,14 @@ from toranalyze.parser_api import NAIVE_US, conform_raw, fill_where, ts_iso
 ANSI = r"\x1b\[[0-9;?]*[A-Za-z]"
 
 # A float as trainers print it, including nan/inf spellings.
-NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
+NUM = r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"
 NUM_OR_NAN = rf"(?:{NUM}|[-+]?(?i:nan|inf(?:inity)?))"
 
-_ISO_MS = r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?"
+_ISO_MS = r"[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?"
 # In-text clocks, first match wins. Group 1 is the timestamp.
 _CLOCKS = (
     rf"\bdatetime: ({_ISO_MS})",  # Megatron print_datetime banners
-    rf"^\[[A-Z]+\|[\w.\-]+:\d+\] ({_ISO_MS}) >>",  # HF transformers logging
+    rf"^\[[A-Z]+\|[\w.\-]+:[0-9]+\] ({_ISO_MS}) >>",  # HF transformers logging
     rf"^\[NeMo [IWEDC] ({_ISO_MS}) ",  # NeMo logging
     rf"^(?:\[titan\] )?({_ISO_MS}) - [\w.\-]+ - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - ",  # python logging
 )
@@ -67,7 +67,7 @@ SEEN_DTYPE = pl.List(pl.Struct({"lo": pl.Int64, "hi": pl.Int64}))
 
 
 # HF example scripts log with datefmt "%m/%d/%Y %H:%M:%S": '05/25/2021 06:35:01 - WARNING - __main__ - …'.
-_US_CLOCK = r"^(\d{2}/\d{2}/\d{4} \d{2}:\d{2}:\d{2}) - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - "
+_US_CLOCK = r"^([0-9]{2}/[0-9]{2}/[0-9]{4} [0-9]{2}:[0-9]{2}:[0-9]{2}) - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - "
 
 
 def enrich(lines: pl.LazyFrame) -> pl.DataFrame:
@@ -92,11 +92,11 @@ def may_state_clock() -> pl.Expr:
     'datetime: ' or a line starting with '[' or a digit (two searches: one regex of both ran far
     slower, having no literal search left)."""
     text = pl.col("text")
-    return text.str.contains("datetime: ", literal=True) | text.str.contains(r"^[\[\d]")
+    return text.str.contains("datetime: ", literal=True) | text.str.contains(r"^[\[0-9]")
 
 
 # Every clock pattern holds an ISO date and time, or starts with a US one.
-_SOME_CLOCK = r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}|^\d{2}/\d{2}/\d{4} \d{2}:"
+_SOME_CLOCK = r"[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}|^[0-9]{2}/[0-9]{2}/[0-9]{4} [0-9]{2}:"
 
 
 def _stated_clock(df: pl.DataFrame) -> pl.Series:
@@ -138,16 +138,16 @@ def to_int(s: pl.Expr) -> pl.Expr:
 
 def hms_seconds(s: pl.Expr) -> pl.Expr:
     """'07:41:19', '41:19', '1 day, 3:04:05', '2d 3:04:05' -> seconds (Float64)."""
-    g = s.str.extract_groups(r"(?:(\d+)\s*d(?:ays?)?,?\s*)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)$")
-    days = g.struct.field("1").cast(pl.Float64).fill_null(0)
-    hours = g.struct.field("2").cast(pl.Float64).fill_null(0)
-    mins = g.struct.field("3").cast(pl.Float64)
-    secs = g.struct.field("4").cast(pl.Float64)
+    g = s.str.extract_groups(r"(?:([0-9]+)\s*d(?:ays?)?,?\s*)?(?:([0-9]+):)?([0-9]+):([0-9]+(?:\.[0-9]+)?)$")
+    days = g.struct.field("1").cast(pl.Float64, strict=False).fill_null(0)
+    hours = g.struct.field("2").cast(pl.Float64, strict=False).fill_null(0)
+    mins = g.struct.field("3").cast(pl.Float64, strict=False)
+    secs = g.struct.field("4").cast(pl.Float64, strict=False)
     return days * 86400 + hours * 3600 + mins * 60 + secs
 
 
 def add_seconds(ts: pl.Expr, seconds: pl.Expr) -> pl.Expr:
-    return ts + pl.duration(microseconds=(seconds * 1e6).round(0).cast(pl.Int64))
+    return ts + pl.duration(microseconds=(seconds * 1e6).round(0).cast(pl.Int64, strict=False))
 
 
 def part(frame: pl.LazyFrame, level: int = LEVEL_TRAINER, bar: bool = False) -> pl.LazyFrame:

@@ -20,23 +20,23 @@ from toranalyze_parsers.trainer.common import LEVEL_DEEPSPEED, NUM, NUM_OR_NAN, 
 
 from toranalyze.parser_api import contains_any
 
-_STEP = r"\bstep=(\d+), skipped=(\d+), lr="
-_TIMER_STEP = r"/global_step=(\d+), RunningAvgSamplesPerSec="
-_PIPE_STEP = rf"\bsteps: (\d+) loss: ({NUM_OR_NAN}) .*?iter time \(s\): ({NUM}) samples/sec:"
-_TAG_STEP = r"global_step(\d+)"
+_STEP = r"\bstep=([0-9]+), skipped=([0-9]+), lr="
+_TIMER_STEP = r"/global_step=([0-9]+), RunningAvgSamplesPerSec="
+_PIPE_STEP = rf"\bsteps: ([0-9]+) loss: ({NUM_OR_NAN}) .*?iter time \(s\): ({NUM}) samples/sec:"
+_TAG_STEP = r"global_step([0-9]+)"
 _SAVE_BEGIN = r"Saving model checkpoint: |\[Torch\] Checkpoint \S+ is begin to save"
 _SAVE_END = r"zero checkpoint saved |\[Torch\] Checkpoint \S+ is ready now|\[Torch\] Saved "
 _LOAD = r"\bloading checkpoint: |\[Torch\] (?:Begin )?Load(?:ing)? checkpoint from |\[Torch\] End Load checkpoint from "
 _OVERFLOW = (
-    r"OVERFLOW! Rank \d+ Skipping step|fp16 dynamic loss scale overflow|Gradient overflow\.\s+Skipping step"
+    r"OVERFLOW! Rank [0-9]+ Skipping step|fp16 dynamic loss scale overflow|Gradient overflow\.\s+Skipping step"
     r"|Grad overflow on iteration"
 )
 _SCALE_FLOOR = r"cannot decrease scale anymore"
 
 NOISE: tuple[str, ...] = (
-    r"^\[(?:INFO|DEBUG)\]\s*\[[\w./\-]+\.py:\d+:\w+\]",
-    r"\[Rank \d+\] time \(ms\) \|",
-    r"^rank=\d+ time \(ms\) \|",
+    r"^\[(?:INFO|DEBUG)\]\s*\[[\w./\-]+\.py:[0-9]+:\w+\]",
+    r"\[Rank [0-9]+\] time \(ms\) \|",
+    r"^rank=[0-9]+ time \(ms\) \|",
     _SAVE_BEGIN,
     _SAVE_END,
     _LOAD,
@@ -62,7 +62,7 @@ def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
     pipe = t.str.extract_groups(_PIPE_STEP)
     step = pl.coalesce(
         t.str.extract(_STEP, 1), t.str.extract(_TIMER_STEP, 1), pipe.struct.field("1"), t.str.extract(_TAG_STEP, 1),
-        t.str.extract(r"Grad overflow on iteration\s+(\d+)", 1),
+        t.str.extract(r"Grad overflow on iteration\s+([0-9]+)", 1),
     )
     sev = pl.when(pl.col("kind") == "error").then(pl.lit("error")).when(pl.col("kind") == "warning").then(
         pl.lit("warning")
@@ -72,9 +72,9 @@ def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
         "kind",
         sev.alias("severity"),
         to_int(step).alias("step"),
-        pipe.struct.field("3").cast(pl.Float64).alias("step_time_s"),
-        field(_PIPE_STEP.replace("(\\d+)", "\\d+", 1)).alias("loss"),
-        to_int(t.str.extract(r"OVERFLOW! Rank (\d+)", 1)).cast(pl.Int32).alias("rank"),
+        pipe.struct.field("3").cast(pl.Float64, strict=False).alias("step_time_s"),
+        field(_PIPE_STEP.replace("([0-9]+)", "[0-9]+", 1)).alias("loss"),
+        to_int(t.str.extract(r"OVERFLOW! Rank ([0-9]+)", 1)).cast(pl.Int32, strict=False).alias("rank"),
         message().alias("message"),
     )
     steps = out.filter(pl.col("kind") == "step")

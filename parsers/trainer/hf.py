@@ -30,10 +30,10 @@ from toranalyze.parser_api import contains_any, file_key
 
 _DICT = r"(\{'(?:loss|eval_loss|train_runtime)'[^}]*\})"
 _Q = r"'?"  # newer versions quote formatted numbers: {'loss': '2.345', …}
-_TOTAL = r"Total optimization steps = ([\d,]+)"
+_TOTAL = r"Total optimization steps = ([0-9,]+)"
 
 NOISE: tuple[str, ...] = (
-    r"^\[(?:INFO|DEBUG)\|[\w.\-]+:\d+\] ",
+    r"^\[(?:INFO|DEBUG)\|[\w.\-]+:[0-9]+\] ",
     r"\{'(?:loss|eval_loss|train_runtime)'",
     r"Training completed\. Do not forget to share your model",
     r"Saving model checkpoint to ",
@@ -51,15 +51,15 @@ def _records(lines: pl.LazyFrame) -> pl.LazyFrame:
     kind = (
         pl.when(t.str.contains("***** Running training *****", literal=True)).then(pl.lit("init_done"))
         .when(t.str.contains("***** Running Evaluation *****", literal=True)).then(pl.lit("eval_begin"))
-        .when(t.str.contains(r"PyTorch: setting up devices|Process rank: \d+, device: ")).then(pl.lit("init"))
-        .when(t.str.contains(r"Saving model checkpoint to \S*checkpoint-\d+")).then(pl.lit("ckpt_save_begin"))
-        .when(t.str.contains(r"Model weights saved in \S*checkpoint-\d+")).then(pl.lit("ckpt_save_end"))
-        .when(t.str.contains(r"Loading model from \S*checkpoint-\d+|Continuing training from global step \d+"))
+        .when(t.str.contains(r"PyTorch: setting up devices|Process rank: [0-9]+, device: ")).then(pl.lit("init"))
+        .when(t.str.contains(r"Saving model checkpoint to \S*checkpoint-[0-9]+")).then(pl.lit("ckpt_save_begin"))
+        .when(t.str.contains(r"Model weights saved in \S*checkpoint-[0-9]+")).then(pl.lit("ckpt_save_end"))
+        .when(t.str.contains(r"Loading model from \S*checkpoint-[0-9]+|Continuing training from global step [0-9]+"))
         .then(pl.lit("ckpt_load"))
         .when(t.str.contains("Training completed. Do not forget", literal=True)).then(pl.lit("job_end"))
     )
     step = pl.coalesce(
-        t.str.extract(r"checkpoint-(\d+)", 1), t.str.extract(r"Continuing training from global step (\d+)", 1)
+        t.str.extract(r"checkpoint-([0-9]+)", 1), t.str.extract(r"Continuing training from global step ([0-9]+)", 1)
     )
     pre = lines.filter(
         contains_any(t, [
@@ -125,9 +125,11 @@ def _dicts(lines: pl.LazyFrame, train_bars: pl.LazyFrame) -> pl.LazyFrame:
         .sort("_i")
         .with_columns(pl.col("_bar_n", "_bar_ts", "_bar_rate").forward_fill().over(file_key()))
         .filter(pl.col("kind").is_not_null())
-        .with_columns((pl.col("kind") == "step").cast(pl.Int64).cum_sum().over(file_key()).alias("_count"))
+        .with_columns(
+            (pl.col("kind") == "step").cast(pl.Int64, strict=False).cum_sum().over(file_key()).alias("_count")
+        )
     )
-    named = pl.coalesce(to_int(d.str.extract(r"'step': (\d+)", 1)), pl.col("_bar_n"))
+    named = pl.coalesce(to_int(d.str.extract(r"'step': ([0-9]+)", 1)), pl.col("_bar_n"))
     if CARRIED_STEP in lines.collect_schema().names():
         # a later block of the file: the count goes on from a carried dict's step, if it was counted
         counted = pl.when(named.is_null() & (pl.col("kind") == "step")).then(pl.col(CARRIED_STEP) - pl.col("_count"))

@@ -28,15 +28,15 @@ from toranalyze_parsers.trainer.tqdm import bars, post_field
 from toranalyze.parser_api import contains_any, ts_epoch_ms
 
 _GLOBAL_SAVE = (
-    r"Global Checkpoint Save : Rank: \d+ : (?:Iteration: (\d+) : )?Start time: (" + NUM + r")s : Save duration: ("
+    r"Global Checkpoint Save : Rank: [0-9]+ : (?:Iteration: ([0-9]+) : )?Start time: (" + NUM + r")s : Save duration: ("
     + NUM + r")s"
 )
-_REACHED = r"Epoch \d+, global step (\d+): '[^']+' reached .*saving model to"
+_REACHED = r"Epoch [0-9]+, global step ([0-9]+): '[^']+' reached .*saving model to"
 
 NOISE: tuple[str, ...] = (
-    r"^\[NeMo I \d{4}-",
-    r"Epoch \d+, global step \d+: '[^']+' was not in top",
-    r"^LOCAL_RANK: \d+ - CUDA_VISIBLE_DEVICES",
+    r"^\[NeMo I [0-9]{4}-",
+    r"Epoch [0-9]+, global step [0-9]+: '[^']+' was not in top",
+    r"^LOCAL_RANK: [0-9]+ - CUDA_VISIBLE_DEVICES",
     r"^(?:TPU|IPU|HPU) available: ",
 )
 
@@ -44,9 +44,9 @@ NOISE: tuple[str, ...] = (
 def _epoch_steps(b: pl.LazyFrame) -> pl.LazyFrame:
     post = pl.col("post").fill_null("")
     gstep = to_float(post.str.extract(post_field("global_step"), 1))
-    epoch = to_int(pl.col("desc").str.extract(r"Epoch (\d+)", 1))
+    epoch = to_int(pl.col("desc").str.extract(r"Epoch ([0-9]+)", 1))
     step = pl.coalesce(
-        (gstep.round(0) + 1).cast(pl.Int64),
+        (gstep.round(0) + 1).cast(pl.Int64, strict=False),
         pl.when(pl.col("total").is_not_null()).then(epoch * pl.col("total") + pl.col("n")).otherwise(pl.col("n")),
     )
     timing = to_float(post.str.extract(r"train_step_timing in s=([^,\]]+)", 1))
@@ -87,7 +87,7 @@ def _records(lines: pl.LazyFrame) -> pl.LazyFrame:
     kind = (
         pl.when(t.str.contains(_REACHED) | t.str.contains(r"Scheduled async checkpoint save for"))
         .then(pl.lit("ckpt_save_begin"))
-        .when(t.str.contains(r"Async checkpoint save for step \d+ .*finalized")).then(pl.lit("ckpt_save_end"))
+        .when(t.str.contains(r"Async checkpoint save for step [0-9]+ .*finalized")).then(pl.lit("ckpt_save_end"))
         .when(t.str.contains(r"Restoring states from the checkpoint path at|Restored all states from the checkpoint"))
         .then(pl.lit("ckpt_load"))
         .when(t.str.contains(r"Initializing distributed: GLOBAL_RANK|^GPU available: ")).then(pl.lit("init"))
@@ -96,8 +96,8 @@ def _records(lines: pl.LazyFrame) -> pl.LazyFrame:
     )
     step = pl.coalesce(
         t.str.extract(_REACHED, 1),
-        t.str.extract(r"Async checkpoint save for step (\d+)", 1),
-        t.str.extract(r"[-_/=]step=(\d+)", 1),
+        t.str.extract(r"Async checkpoint save for step ([0-9]+)", 1),
+        t.str.extract(r"[-_/=]step=([0-9]+)", 1),
     )
     pre = lines.filter(
         contains_any(t, ["heckpoint", "saving model to", "GLOBAL_RANK", "GPU available", "params size", "Trainer.fit"])
@@ -116,8 +116,8 @@ def _records(lines: pl.LazyFrame) -> pl.LazyFrame:
         )
     )
     g = t.str.extract_groups(_GLOBAL_SAVE)
-    start = ts_epoch_ms(g.struct.field("2").cast(pl.Float64) * 1000)
-    dur = g.struct.field("3").cast(pl.Float64)
+    start = ts_epoch_ms(g.struct.field("2").cast(pl.Float64, strict=False) * 1000)
+    dur = g.struct.field("3").cast(pl.Float64, strict=False)
     saves = pre.filter(t.str.contains(_GLOBAL_SAVE)).select(
         "line", to_int(g.struct.field("1")).alias("step"), start.alias("_start"), dur.alias("duration_s"),
         message().alias("message"),

@@ -19,9 +19,9 @@ from toranalyze_parsers.trainer.common import NUM_OR_NAN, field, hms_seconds, me
 
 from toranalyze.parser_api import file_key
 
-_ITER = r"^\s*iteration:\s*(\d+)\s*/\s*\d+"
-_ELAPSED = r"\|\s*elapsed time:\s*((?:\d+ days?, )?\d+:\d+:\d+)"
-_PID = r"^PID \d+:\s"
+_ITER = r"^\s*iteration:\s*([0-9]+)\s*/\s*[0-9]+"
+_ELAPSED = r"\|\s*elapsed time:\s*((?:[0-9]+ days?, )?[0-9]+:[0-9]+:[0-9]+)"
+_PID = r"^PID [0-9]+:\s"
 
 NOISE: tuple[str, ...] = (_PID, r"^Validation logs: ")
 
@@ -51,7 +51,7 @@ def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
     kind = (
         pl.when(t.str.contains(r"^\*\* Starting validation \*\*")).then(pl.lit("eval_begin"))
         .when(t.str.contains(r"^\*\* Finished validation \*\*")).then(pl.lit("eval_end"))
-        .when(t.str.contains(_PID + r".*\bopt_step \d+")).then(pl.lit("info"))
+        .when(t.str.contains(_PID + r".*\bopt_step [0-9]+")).then(pl.lit("info"))
     )
     marks = (
         lines.filter(t.str.contains("validation **", literal=True) | t.str.contains("opt_step", literal=True))
@@ -61,7 +61,7 @@ def extract(lines: pl.LazyFrame) -> list[pl.LazyFrame]:
             "line",
             "kind",
             pl.when(pl.col("kind") == "info").then(pl.lit("debug")).otherwise(pl.lit("info")).alias("severity"),
-            to_int(t.str.extract(r"\bopt_step (\d+)", 1)).alias("step"),
+            to_int(t.str.extract(r"\bopt_step ([0-9]+)", 1)).alias("step"),
             message().alias("message"),
         )
     )

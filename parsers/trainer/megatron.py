@@ -30,10 +30,10 @@ from toranalyze_parsers.trainer.common import NUM, NUM_OR_NAN, add_seconds, fiel
 
 from toranalyze.parser_api import NAIVE_US, contains_any, file_key, file_starts, fill_where
 
-_ITER = r"(?:^|\s)iteration\s+(\d+)\s*/\s*(\d+|infinity)\s*\|"
+_ITER = r"(?:^|\s)iteration\s+([0-9]+)\s*/\s*([0-9]+|infinity)\s*\|"
 # A line that starts a record of its own is never a continuation of a wrapped iteration line.
 _NEW_RECORD = (
-    r"^\s*(?:iteration\s+\d|time \(ms\)|\[|-{5}|valid(?:ation)? loss|saving|\s*successfully|\(min, max\)"
+    r"^\s*(?:iteration\s+[0-9]|time \(ms\)|\[|-{5}|valid(?:ation)? loss|saving|\s*successfully|\(min, max\)"
     r"|training \.\.\.|$)"
 )
 _MAX_WRAP = 3
@@ -42,24 +42,25 @@ _ELAPSED = r"elapsed time per iteration \((ms|s)\):\s*(" + NUM + ")"
 # 'lm loss: 2.3E+00', GPT-NeoX 'lm_loss: …', forks without the colon ('lm loss 2.3E+00 |')
 _LM_LOSS = rf"lm[\s_]*loss:?\s*({NUM_OR_NAN})"
 _ANY_LOSS = rf"\|\s*loss:?\s*({NUM_OR_NAN})"
-_EVAL = r"valid(?:ation)? loss at iteration\s+(\d+)"
+_EVAL = r"valid(?:ation)? loss at iteration\s+([0-9]+)"
 
-_SAVE_BEGIN = r"(?:^|\s)saving checkpoint at iteration\s+(\d+)"
-_SAVE_END = r"(?i)successfully saved checkpoint (?:at|from) iteration\s+(\d+)"
-_LOAD = r"(?:^|\s)loading (?:\w+ )?checkpoint from \S+ at iteration\s+(\d+)"
-_LOADED = r"successfully loaded (?:\w+ )?checkpoint from .*?at iteration\s+(\d+)"
+_SAVE_BEGIN = r"(?:^|\s)saving checkpoint at iteration\s+([0-9]+)"
+_SAVE_END = r"(?i)successfully saved checkpoint (?:at|from) iteration\s+([0-9]+)"
+_LOAD = r"(?:^|\s)loading (?:\w+ )?checkpoint from \S+ at iteration\s+([0-9]+)"
+_LOADED = r"successfully loaded (?:\w+ )?checkpoint from .*?at iteration\s+([0-9]+)"
 _NO_CKPT = r"could not find the metadata file"
 _SAVE_TIMER = r"save-checkpoint(?:\s*\.+)?:\s*\(?(" + NUM + r")(?:,\s*(" + NUM + r")\))?"
 
 _INIT = (
-    r"^\s*(?:using world size:\s*\d+|> initializing torch distributed|> initiali(?:zing|zed) tensor model parallel with"
+    r"^\s*(?:using world size:\s*[0-9]+|> initializing torch distributed"
+    r"|> initiali(?:zing|zed) tensor model parallel with"
     r"|building \w+ model \.\.\.)"
 )
-_WORLD = r"using world size:\s*(\d+)"
+_WORLD = r"using world size:\s*([0-9]+)"
 _INIT_DONE = r"^\s*training \.\.\.\s*$|\[(?:after dataloaders are built|before the start of training step)\] datetime:"
 _TTI = r"time to initialize megatron \(seconds\):\s*(" + NUM + ")"
 _AFTER_INIT = r"\[after megatron is initialized\] datetime:"
-_DONE = r"exiting program (?:after [\d.]+ minutes|at iteration\s+\d+)|\[after training is done\] datetime:"
+_DONE = r"exiting program (?:after [0-9.]+ minutes|at iteration\s+[0-9]+)|\[after training is done\] datetime:"
 _EXIT = r"exiting program after receiving SIGTERM|Detected kill switch at"
 # Forks print a warning when a step's gradient norm is not finite (the step is then skipped).
 _BAD_GRAD = r"Bad grad_?norm detected|grad_?norm\s*=\s*(?:nan|inf)\b"
@@ -68,16 +69,16 @@ NOISE: tuple[str, ...] = (
     r"^\s*time \(ms\)",
     r"\(min, max\) time across ranks \(ms\):",
     r"^\s+[\w\-/ ]+?\s*\.{3,}:?\s*\(\s*" + NUM + r",\s*" + NUM + r"\)",
-    r"\(after \d+ iterations\) memory \(MB\)",
-    r"^\s*after \d+ iterations memory \(MB\)",
+    r"\(after [0-9]+ iterations\) memory \(MB\)",
+    r"^\s*after [0-9]+ iterations memory \(MB\)",
     r"^Effective Tera Flops per GPU:",
     r"^-{20,}\s*$",
     r"^-+ (?:end of )?arguments -+\s*$",
     r"^\s{2}\w+ \.{3,} ",  # the arguments dump
     r"^\s*>{1,3} ",  # Megatron's print_rank_0 start-up chatter ('> building …', ' > loading …', '>>> done …')
-    r"\] datetime: \d{4}-\d{2}-\d{2}",
+    r"\] datetime: [0-9]{4}-[0-9]{2}-[0-9]{2}",
     r"^\s*(?:time to initialize megatron|setting number of micro-batches|using torch\.\w+ for parameters"
-    r"|done with setups? \.\.\.|building \w+ model \.\.\.|training \.\.\.\s*$|Evaluating iter \d+)",
+    r"|done with setups? \.\.\.|building \w+ model \.\.\.|training \.\.\.\s*$|Evaluating iter [0-9]+)",
     r"^\s+(?:reading sizes|reading pointers|reading document index|creating numpy buffer|creating memory view"
     r"|loaded indexed file|total number of (?:samples|epochs)|number of documents|document indices in"
     r"|(?:train|validation|test):|will not load any checkpoints)",
@@ -85,7 +86,8 @@ NOISE: tuple[str, ...] = (
     r"^(?:Detected CUDA files, patching ldflags|Emitting ninja build file|Building extension module"
     r"|Loading extension module|Allowing ninja to set a default number of workers|ninja: no work to do)",
     # torch's compiler-mismatch warning, printed once per fused kernel built at start-up
-    r"cpp_extension\.py:\d+: UserWarning:\s*$|^\s*!! WARNING !!\s*$|^!{20,}\s*$|warnings\.warn\(WRONG_COMPILER_WARNING",
+    r"cpp_extension\.py:[0-9]+: UserWarning:\s*$|^\s*!! WARNING !!\s*$|^!{20,}\s*$"
+    r"|warnings\.warn\(WRONG_COMPILER_WARNING",
     r"^(?:Your compiler \(\S+\) is not compatible with the compiler Pytorch was|built with for this platform, "
     r"which is|use \S+ to to compile your extension|compile PyTorch from source using|\S+ to compile your extension\."
     r"|See https://github\.com/pytorch/pytorch/blob/master/CONTRIBUTING\.md|with compiling PyTorch from source\.)",
@@ -150,7 +152,7 @@ def _iterations(records: pl.DataFrame) -> pl.LazyFrame:
     rec = pl.col("_rec")
     el = rec.str.extract_groups(_ELAPSED)
     per = pl.when(el.struct.field("1") == "ms").then(1000.0).otherwise(1.0)
-    secs = (el.struct.field("2").cast(pl.Float64) / per).round(9)  # ms -> s without binary noise
+    secs = (el.struct.field("2").cast(pl.Float64, strict=False) / per).round(9)  # ms -> s without binary noise
     return records.with_columns(_loss(records)).lazy().select(
         "line",
         "line_end",
@@ -169,12 +171,12 @@ def _loss(records: pl.DataFrame) -> pl.Series:
     searched only in the records the previous one left without a loss (usually none)."""
     # Megatron leaves the loss out when no iteration of the interval produced one: NaN iterations
     # (loss NaN) or fp16-overflow skips (loss unknown, null: a skipped step is no numerics failure).
-    nan_its = field(r"number of nan\s*iterations:\s*(\d+)", "_rec")
-    skipped = field(r"number of skipped\s*iterations:\s*(\d+)", "_rec")
+    nan_its = field(r"number of nan\s*iterations:\s*([0-9]+)", "_rec")
+    skipped = field(r"number of skipped\s*iterations:\s*([0-9]+)", "_rec")
     dropped = pl.when((nan_its.fill_null(0) == 0) & (skipped.fill_null(0) > 0)).then(None).otherwise(float("nan"))
     loss = records.select(field(_LM_LOSS, "_rec").alias("loss")).to_series()
     for fallback in (field(_ANY_LOSS, "_rec"), dropped):
-        loss = fill_where(loss, records, loss.is_null(), fallback.cast(pl.Float64))
+        loss = fill_where(loss, records, loss.is_null(), fallback.cast(pl.Float64, strict=False))
     return loss
 
 
@@ -182,7 +184,9 @@ def _save_timers(lines: pl.LazyFrame) -> pl.LazyFrame:
     """'time (ms) | save-checkpoint: 57514.53' or a '(min, max)' block row -> (line, _save_s) (max)."""
     t = pl.col("text")
     timer = t.str.extract_groups(_SAVE_TIMER)
-    secs = pl.max_horizontal(timer.struct.field("1").cast(pl.Float64), timer.struct.field("2").cast(pl.Float64))
+    secs = pl.max_horizontal(
+        timer.struct.field("1").cast(pl.Float64, strict=False), timer.struct.field("2").cast(pl.Float64, strict=False)
+    )
     return (
         lines.filter(t.str.contains("save-checkpoint", literal=True))
         .select("line", (secs / 1000.0).round(9).alias("_save_s"))
@@ -209,7 +213,8 @@ def _start_times(lines: pl.LazyFrame) -> pl.LazyFrame:
 def _iteration_index(records: pl.DataFrame) -> pl.LazyFrame:
     """(line, _block): how many iteration records start at or before each iteration line."""
     its = records.lazy().select("line").unique()
-    return its.sort("line").with_row_index("_block", offset=1).with_columns(pl.col("_block").cast(pl.Int64))
+    block = pl.col("_block").cast(pl.Int64, strict=False)
+    return its.sort("line").with_row_index("_block", offset=1).with_columns(block)
 
 
 def _block_of(frame: pl.LazyFrame, index: pl.LazyFrame, name: str) -> pl.LazyFrame:
@@ -243,8 +248,12 @@ def _simple_kind(t: pl.Expr) -> pl.Expr:
 def _simple_step(t: pl.Expr) -> pl.Expr:
     """The iteration an eval, checkpoint or exit line names (as text)."""
     return pl.coalesce(
-        t.str.extract(_EVAL, 1), t.str.extract(_SAVE_BEGIN, 1), t.str.extract(_SAVE_END, 1),
-        t.str.extract(_LOAD, 1), t.str.extract(_LOADED, 1), t.str.extract(r"exiting program at iteration\s+(\d+)", 1),
+        t.str.extract(_EVAL, 1),
+        t.str.extract(_SAVE_BEGIN, 1),
+        t.str.extract(_SAVE_END, 1),
+        t.str.extract(_LOAD, 1),
+        t.str.extract(_LOADED, 1),
+        t.str.extract(r"exiting program at iteration\s+([0-9]+)", 1),
     )
 
 
@@ -286,7 +295,7 @@ def _simple_columns(rows: pl.LazyFrame) -> pl.LazyFrame:
         pl.when(kind == "init").then(pl.col("_started"))
         .when(t.str.contains("datetime:", literal=True)).then(pl.col("clock"))
     )
-    minutes = field(r"exiting program after ([\d.]+) minutes")
+    minutes = field(r"exiting program after ([0-9.]+) minutes")
     return rows.select(
         "line",
         pl.when(no_ckpt_end).then(pl.col("line") + 1).alias("line_end"),

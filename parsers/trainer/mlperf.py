@@ -60,8 +60,10 @@ def _kind(key: pl.Expr, status: pl.Expr) -> pl.Expr:
     """The kind of a record; null for records not kept (a later ``init_start`` of a run)."""
     file = pl.col("_file")
     # Runs are separated by init_stop; the first init_start of each run is the attempt's start.
-    run = (key == "init_stop").cast(pl.Int32).cum_sum().shift(1, fill_value=0).over(file)
-    first_init = (key == "init_start") & ((key == "init_start").cast(pl.Int32).cum_sum().over(file, run) == 1)
+    run = (key == "init_stop").cast(pl.Int32, strict=False).cum_sum().shift(1, fill_value=0).over(file)
+    first_init = (key == "init_start") & (
+        (key == "init_start").cast(pl.Int32, strict=False).cum_sum().over(file, run) == 1
+    )
     success = key.eq("run_stop") & status.eq("success").fill_null(False)
     return (
         pl.when(first_init).then(pl.lit("init"))
@@ -79,10 +81,10 @@ def _step(key: pl.Expr, carried: bool) -> pl.Expr:
     """The checkpoint step, plus the optimizer steps counted so far in the file; in a later block
     of a file (``carried``), counted on from the step the earlier block gave the carried record."""
     file = pl.col("_file")
-    base = field(r'"key":\s*"init_checkpoint_step",\s*"value":\s*(\d+)', "_json").cast(pl.Int64)
+    base = field(r'"key":\s*"init_checkpoint_step",\s*"value":\s*([0-9]+)', "_json").cast(pl.Int64, strict=False)
     base_all = base.max().over(file).fill_null(0)
     is_step = key == "tracked_stats"
-    steps = base_all + is_step.cast(pl.Int64).cum_sum().over(file)
+    steps = base_all + is_step.cast(pl.Int64, strict=False).cum_sum().over(file)
     if carried:
         steps = steps + pl.when(is_step).then(pl.col(CARRIED_STEP) - steps).max().over(file).fill_null(0)
     return (
@@ -110,7 +112,7 @@ def _columns(out: pl.LazyFrame) -> pl.LazyFrame:
     js = pl.col("_json")
     key = pl.col("_key")
     is_step = key == "tracked_stats"
-    loss = to_float(js.str.extract(r'"reduced_train_loss":\s*"?([-+]?(?:NaN|Infinity|\d[\d.eE+-]*))', 1))
+    loss = to_float(js.str.extract(r'"reduced_train_loss":\s*"?([-+]?(?:NaN|Infinity|[0-9][0-9.eE+-]*))', 1))
     duration = (
         pl.when(key == "eval_stop").then(((pl.col("_ms") - pl.col("_eval_ms")) / 1000.0).round(6))
         .when(key == "run_stop").then(((pl.col("_ms") - pl.col("_run_ms")) / 1000.0).round(6))

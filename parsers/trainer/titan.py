@@ -21,19 +21,19 @@ from toranalyze_parsers.trainer.common import NUM, NUM_OR_NAN, field, message, p
 
 from toranalyze.parser_api import contains_any, file_key
 
-_STEP = rf"(?:^|\s|- )step:\s*(\d+)(?:/\d+[^l]*?)?\s+loss:\s*({NUM_OR_NAN})"
-_VALIDATE = rf"validate step:\s*(\d+)\s+loss:\s*({NUM_OR_NAN})"
+_STEP = rf"(?:^|\s|- )step:\s*([0-9]+)(?:/[0-9]+[^l]*?)?\s+loss:\s*({NUM_OR_NAN})"
+_VALIDATE = rf"validate step:\s*([0-9]+)\s+loss:\s*({NUM_OR_NAN})"
 _SAVE_BEGIN = r"Saving the checkpoint|Saving a (?:full|model[\w ]*?) checkpoint"
 _SAVED = r"Finished saving the checkpoint.*?in\s*(" + NUM + r")\s*seconds"
 _SAVED_LAST = r"Last step checkpoint completed in (" + NUM + ")s"
 _SAVE_END = _SAVED + "|" + _SAVED_LAST
-_LOAD = r"Loading the checkpoint (?:at step \d+|from \S+)|Loading resume checkpoint from"
+_LOAD = r"Loading the checkpoint (?:at step [0-9]+|from \S+)|Loading resume checkpoint from"
 _LOADED = r"Finished loading (?:the |resume )?checkpoint in (" + NUM + ") seconds"
 _OTHER_LOAD = r"(?:Loading|Finished loading) (?:initial|additional) checkpoint"
 
 NOISE: tuple[str, ...] = (
-    r"Sleeping \d+ seconds for other ranks to complete",
-    r"(?:^|\[titan\] )\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d+ - root - INFO - ",
+    r"Sleeping [0-9]+ seconds for other ranks to complete",
+    r"(?:^|\[titan\] )[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2},[0-9]+ - root - INFO - ",
 )
 
 
@@ -53,15 +53,17 @@ def _rows(lines: pl.LazyFrame) -> pl.LazyFrame:
         .when(t.str.contains(_SAVE_END)).then(pl.lit("ckpt_save_end"))
         .when(t.str.contains(_LOAD) | t.str.contains(_LOADED)).then(pl.lit("ckpt_load"))
         .when(t.str.contains(r"Starting job: ")).then(pl.lit("init"))
-        .when(t.str.contains(r"Training starts at step \d+")).then(pl.lit("init_done"))
+        .when(t.str.contains(r"Training starts at step [0-9]+")).then(pl.lit("init_done"))
         .when(t.str.contains(r"(?:^|- )Training completed")).then(pl.lit("job_end"))
     )
     step = pl.coalesce(
         val_g.struct.field("1"), step_g.struct.field("1"),
-        t.str.extract(r"(?:at step|at last step, step|Loading the checkpoint at step) (\d+)", 1),
-        t.str.extract(r"step-(\d+)", 1),
+        t.str.extract(r"(?:at step|at last step, step|Loading the checkpoint at step) ([0-9]+)", 1),
+        t.str.extract(r"step-([0-9]+)", 1),
     )
-    loss = pl.coalesce(field(_VALIDATE.replace(r"(\d+)", r"\d+", 1)), field(_STEP.replace(r"(\d+)", r"\d+", 1)))
+    loss = pl.coalesce(
+        field(_VALIDATE.replace(r"([0-9]+)", r"[0-9]+", 1)), field(_STEP.replace(r"([0-9]+)", r"[0-9]+", 1))
+    )
     duration = pl.coalesce(field(_SAVED), field(_SAVED_LAST), field(_LOADED))
     pre = lines.filter(contains_any(t, NEEDS))
     return (

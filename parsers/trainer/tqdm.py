@@ -18,17 +18,17 @@ from toranalyze_parsers.trainer.common import add_seconds, hms_seconds
 
 from toranalyze.parser_api import NAIVE_US, file_key
 
-_RATE = r"(?:,\s*(?:(?P<rate>\d+(?:\.\d+)?)(?P<unit>s/it|it/s)|\?it/s))?(?:,\s*(?P<post>[^\]]*))?\]"
+_RATE = r"(?:,\s*(?:(?P<rate>[0-9]+(?:\.[0-9]+)?)(?P<unit>s/it|it/s)|\?it/s))?(?:,\s*(?P<post>[^\]]*))?\]"
 _WITH_TOTAL = (
-    r"(?P<desc>[^|]*?)\s*(?P<pct>\d{1,3})%\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+)\s*"
-    r"\[(?P<elapsed>[\d:]+)(?:<[^,\]]*)?" + _RATE
+    r"(?P<desc>[^|]*?)\s*(?P<pct>[0-9]{1,3})%\|[^|]*\|\s*(?P<n>[0-9]+)/(?P<total>[0-9]+)\s*"
+    r"\[(?P<elapsed>[0-9:]+)(?:<[^,\]]*)?" + _RATE
 )
-_NO_TOTAL = r"(?P<desc>[^|\[]*?)\s*(?P<n>\d+)it \[(?P<elapsed>[\d:]+)" + _RATE
+_NO_TOTAL = r"(?P<desc>[^|\[]*?)\s*(?P<n>[0-9]+)it \[(?P<elapsed>[0-9:]+)" + _RATE
 
-NOISE: tuple[str, ...] = (r"\d%\|[^|]*\|\s*\d+/\d+\s*\[[\d:]+", r"\d+it \[[\d:]+[,\]]")
+NOISE: tuple[str, ...] = (r"[0-9]%\|[^|]*\|\s*[0-9]+/[0-9]+\s*\[[0-9:]+", r"[0-9]+it \[[0-9:]+[,\]]")
 
 _EVAL_DESC = r"(?i)validat|sanity|test|predict|evaluat"
-_UP_TO_BAR = r"^(.*?(?:\d+/\d+|\d+it) \[[^\]]*\])"  # the repaint without what is glued after it
+_UP_TO_BAR = r"^(.*?(?:[0-9]+/[0-9]+|[0-9]+it) \[[^\]]*\])"  # the repaint without what is glued after it
 _KINDS = ("train_epoch", "eval", "sanity", "plain", "other")
 
 
@@ -43,14 +43,14 @@ def bars(lines: pl.LazyFrame) -> pl.LazyFrame:
     def pick(name: str) -> pl.Expr:
         return pl.when(has_a).then(a.struct.field(name)).otherwise(b.struct.field(name))
 
-    rate = pick("rate").cast(pl.Float64)
+    rate = pick("rate").cast(pl.Float64, strict=False)
     unit = pick("unit")
     s_per_it = pl.when(unit == "s/it").then(rate).when((unit == "it/s") & (rate > 0)).then(1.0 / rate)
     desc = pick("desc").str.strip_chars()
     bar = (
         pl.when(desc.str.contains(r"(?i)sanity")).then(pl.lit("sanity"))
         .when(desc.str.contains(_EVAL_DESC)).then(pl.lit("eval"))
-        .when(desc.str.contains(r"Epoch \d+")).then(pl.lit("train_epoch"))
+        .when(desc.str.contains(r"Epoch [0-9]+")).then(pl.lit("train_epoch"))
         .when(desc.str.strip_chars(" :") == "").then(pl.lit("plain"))
         .otherwise(pl.lit("other"))
     )
@@ -61,8 +61,8 @@ def bars(lines: pl.LazyFrame) -> pl.LazyFrame:
         .with_columns(
             desc.alias("desc"),
             bar.alias("bar"),
-            pick("n").cast(pl.Int64).alias("n"),
-            a.struct.field("total").cast(pl.Int64).alias("total"),
+            pick("n").cast(pl.Int64, strict=False).alias("n"),
+            a.struct.field("total").cast(pl.Int64, strict=False).alias("total"),
             hms_seconds(pick("elapsed")).alias("elapsed_s"),
             s_per_it.alias("s_per_it"),
             pick("post").alias("post"),

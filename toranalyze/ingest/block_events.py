@@ -13,7 +13,7 @@ from toranalyze.ingest.affinity import on_thread
 from toranalyze.ingest.carry import CarriedLines
 from toranalyze.ingest.line_context import with_prefix_context, with_prompt_hosts
 from toranalyze.ingest.noise import NoiseLines
-from toranalyze.ingest.parser_rows import BadSchema, covered_lines, empty_parsed, run_parser
+from toranalyze.ingest.parser_rows import BadSchema, complete_rows, covered_lines, empty_parsed, run_parser
 from toranalyze.ingest.vocabulary import Vocabulary, vocabulary_rows
 from toranalyze.schema import conform_to, validate_kinds
 
@@ -37,6 +37,7 @@ def run_parsers(
             raise ParserError(f"parser {parser.name!r} failed: {exc}", path=path) from exc
         if df is None:
             continue
+        df = complete_rows(df)
         validate_kinds(df, parser.name)
         frames.append(df)
     if not frames:

@@ -19,6 +19,11 @@ from toranalyze.ingest.streams import STREAM_ERRORS, open_stream
 
 BLOCK_BYTES = 32 * 1024 * 1024
 
+# A file whose first block holds carriage returns and no newline ends its lines in a lone CR (old
+# Mac, some collectors): each CR is a line break there. Elsewhere a CR separates the repaints of
+# one line (a progress bar), which keep that line's number. A bar that never printed a newline reads
+# as one line per repaint: no other line is near to tell the two apart.
+
 
 REPAINT_SHARE = 4  # a line of repaints longer than a block is read in pieces of a quarter block
 LONG_LINE = 1024 * 1024  # lines (or \r repaints) longer than this are cut for matching (a warning says so)
@@ -96,6 +101,7 @@ class Chunks:
         next_line = 1
         carry = b""
         open_line = False  # pieces of line next_line were read, its end not yet
+        cr_lines: bool | None = None  # lines end in a lone CR (CR_LINES); settled by the first block
         try:
             fh = open_stream(self.path)
         except OSError as exc:
@@ -103,6 +109,10 @@ class Chunks:
         with fh:
             while True:
                 block, failure = _read_block(fh, self.block_bytes)
+                if cr_lines is None and block:
+                    cr_lines = b"\n" not in block and b"\r" in block
+                if cr_lines:
+                    block = block.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
                 eof = failure is not None or not block
                 if failure is not None:
                     kept = next_line - 1 + (carry + block).count(b"\n")

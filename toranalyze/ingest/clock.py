@@ -26,19 +26,21 @@ from toranalyze.schema import NAIVE_US, UTC_US
 
 # Leap year, so Feb 29 survives until the real year is known.
 PLACEHOLDER_YEAR = 2000
+EARLIEST = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)  # stamps before or from LATEST on are impossible: null
+LATEST = dt.datetime(2200, 1, 1, tzinfo=dt.UTC)
 
 _MONTHS = {
     m: i + 1 for i, m in enumerate(["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"])
 }
 
-ISO_PATTERN = r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?"
+ISO_PATTERN = r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?(?:Z|[+-][0-9]{2}:?[0-9]{2})?"
 
 
 def ts_iso(s: pl.Expr) -> pl.Expr:
     """'2021-05-23T08:46:02', '2021-05-23 08:46:02,123', '...02.604-07:00', '...Z' -> naive wall clock."""
     body = (
         s.str.strip_chars()
-        .str.replace(r"(?:Z|[+-]\d{2}:?\d{2})$", "")
+        .str.replace(r"(?:Z|[+-][0-9]{2}:?[0-9]{2})$", "")
         .str.replace("T", " ", literal=True)
         .str.replace(",", ".", literal=True)
     )
@@ -47,10 +49,12 @@ def ts_iso(s: pl.Expr) -> pl.Expr:
 
 def offset_iso(s: pl.Expr) -> pl.Expr:
     """UTC offset in seconds stated by an ISO stamp; null when it states none."""
-    z = s.str.strip_chars().str.extract_groups(r"(?:(Z)|([+-])(\d{2}):?(\d{2}))$")
+    z = s.str.strip_chars().str.extract_groups(r"(?:(Z)|([+-])([0-9]{2}):?([0-9]{2}))$")
     sign = pl.when(z.struct.field("2") == "-").then(-1).otherwise(1)
-    secs = sign * (z.struct.field("3").cast(pl.Int32) * 3600 + z.struct.field("4").cast(pl.Int32) * 60)
-    return pl.when(z.struct.field("1") == "Z").then(pl.lit(0, pl.Int32)).otherwise(secs).cast(pl.Int32)
+    secs = sign * (
+        z.struct.field("3").cast(pl.Int32, strict=False) * 3600 + z.struct.field("4").cast(pl.Int32, strict=False) * 60
+    )
+    return pl.when(z.struct.field("1") == "Z").then(pl.lit(0, pl.Int32)).otherwise(secs).cast(pl.Int32, strict=False)
 
 
 def ts_glog(mmdd: pl.Expr, hms: pl.Expr) -> pl.Expr:
@@ -69,7 +73,8 @@ def ts_month_name(month: pl.Expr, day: pl.Expr, hms: pl.Expr, year: pl.Expr | No
 
 def ts_epoch_ms(ms: pl.Expr) -> pl.Expr:
     """Epoch milliseconds (MLPerf time_ms). Already UTC: pair with offset 0."""
-    return pl.from_epoch(ms.cast(pl.Float64).mul(1000).cast(pl.Int64), time_unit="us").cast(NAIVE_US)
+    us = ms.cast(pl.Float64, strict=False).mul(1000).cast(pl.Int64, strict=False)
+    return pl.from_epoch(us, time_unit="us").cast(NAIVE_US, strict=False)
 
 
 def normalize_time(
@@ -111,7 +116,7 @@ def _time_steps(tz: str, year: int | None, mtime_year: int | None, by: str | Non
     if year is not None:
         chosen = pl.lit(year)
     needs_year = pl.col("ts").is_not_null() & ~pl.col("ts_year_known")
-    with_year = pl.col("ts").dt.replace(year=chosen.cast(pl.Int32))
+    with_year = pl.col("ts").dt.replace(year=chosen.cast(pl.Int32, strict=False))
     # A yearless date far after the anchor's last dated record belongs to the previous year (Dec -> Jan).
     anchor_ts = _filled(pl.when(known).then(pl.col("ts")).otherwise(None), by)
     rolled = (
@@ -130,9 +135,10 @@ def _time_steps(tz: str, year: int | None, mtime_year: int | None, by: str | Non
     utc_local = (
         pl.col("ts").dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null").dt.convert_time_zone("UTC")
     )
-    zones = [
-        pl.when(pl.col("ts_offset_s").is_not_null()).then(utc_stated).otherwise(utc_local).cast(UTC_US).alias("ts")
-    ]
+    utc = pl.when(pl.col("ts_offset_s").is_not_null()).then(utc_stated).otherwise(utc_local).cast(UTC_US, strict=False)
+    # A stamp outside the years logs are written in (year 0, 9999, +275760) is no clock: null, then
+    # placed from its neighbours like a record without one.
+    zones = [pl.when(utc.is_between(EARLIEST, LATEST, closed="left")).then(utc).alias("ts")]
     filled = _filled(pl.col("ts"), by)
     fills = [
         # A record with no clock of its own is flagged, placed from its neighbours or (a pasted

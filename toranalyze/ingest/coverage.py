@@ -45,7 +45,7 @@ def line_shapes(lines: pl.DataFrame, top: int = 20) -> pl.DataFrame:
     shape = (
         pl.col("raw")
         .str.replace_all(r"0x[0-9a-fA-F]+", "H")
-        .str.replace_all(r"\d+", "N")
+        .str.replace_all(r"[0-9]+", "N")
         .str.slice(0, 160)
     )
     return (

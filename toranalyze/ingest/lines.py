@@ -60,24 +60,24 @@ LINE_SCHEMA = pl.Schema(
 # A host right after a peeled stamp ('2024-06-01T00:00:01Z gpu-001 msg') is taken by _after_stamp,
 # and a JSON envelope ('{"log": ..., "time": ...}', fluent-bit's record) by _unwrapped.
 # A host name here: a letter first, a digit and a '-' or '.' in it ('gpu-001', 'ip-10-0-0-1'), or an IPv4.
-_HOST = r"[A-Za-z][A-Za-z0-9]*(?:[-.][A-Za-z0-9]+)*[-.][A-Za-z]*\d[\w.\-]*|(?:\d{1,3}\.){3}\d{1,3}"
+_HOST = r"[A-Za-z][A-Za-z0-9]*(?:[-.][A-Za-z0-9]+)*[-.][A-Za-z]*[0-9][\w.\-]*|(?:[0-9]{1,3}\.){3}[0-9]{1,3}"
 _PREFIX = (
     r"^(?:"
     rf"\|?\s*\[?({ISO_PATTERN})\]?:?\s*\|?\s+"
-    r"|\[default(\d+)\]:"
-    r"|\[[Rr]ank\s?(\d+)\]:"
-    r"|\s{0,3}(\d{1,6}): "
-    r"|\((?:[\w.\-]+ )?pid=\d+(?:, ip=([\d.]+))?\)\s*"
+    r"|\[default([0-9]+)\]:"
+    r"|\[[Rr]ank\s?([0-9]+)\]:"
+    r"|\s{0,3}([0-9]{1,6}): "
+    r"|\((?:[\w.\-]+ )?pid=[0-9]+(?:, ip=([0-9.]+))?\)\s*"
     r"|\[pod/([\w.\-]+)(?:/[\w.\-]+)?\]\s*"
-    r"|\[\d+,(\d+)\]<std(?:out|err)>:"
-    r"|\[[\w/.\-]+ \(pid \d+\)\] ?"
+    r"|\[[0-9]+,([0-9]+)\]<std(?:out|err)>:"
+    r"|\[[\w/.\-]+ \(pid [0-9]+\)\] ?"
     r"|\[[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\] ?"
     r"|(?:stdout|stderr) [FP] "
     r"|- (?:[\w.]+ - )?(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL) - "
-    r"|[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d{6}\s+\d+ [\w.\-]+\.py:\d+\] "
+    r"|[IWEF][0-9]{4} [0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}\s+[0-9]+ [\w.\-]+\.py:[0-9]+\] "
     rf"|({_HOST}) \| "
-    r"|\([\w.\-]+, rank=(\d+), pid=\d+(?:, ip=([\d.]+))?\)\s*"
-    r"|\[([A-Za-z][\w.\-]*):(\d+)\]:"
+    r"|\([\w.\-]+, rank=([0-9]+), pid=[0-9]+(?:, ip=([0-9.]+))?\)\s*"
+    r"|\[([A-Za-z][\w.\-]*):([0-9]+)\]:"
     r")"
 )
 _PASSES = 4
@@ -122,7 +122,7 @@ def prepare_lines(chunk: pl.DataFrame) -> pl.DataFrame:
 _ENVELOPE = r'^\s*\{.*?"(?:log|message|textPayload)"\s*:\s*"((?:[^"\\]|\\.)*)"'
 ENVELOPE_TIME = rf'"(?:time|timestamp|@timestamp|ts)"\s*:\s*"({ISO_PATTERN})"'
 _ENVELOPE_HOST = r'"(?:host|hostname|node_name|nodename)"\s*:\s*"([\w.\-]+)"'
-_ENVELOPE_EPOCH = r'"(?:date|time|ts|timestamp)"\s*:\s*(1\d{9}(?:\.\d+)?)\b'
+_ENVELOPE_EPOCH = r'"(?:date|time|ts|timestamp)"\s*:\s*(1[0-9]{9}(?:\.[0-9]+)?)\b'
 
 
 def json_unescaped(s: pl.Expr) -> pl.Expr:
@@ -137,13 +137,13 @@ def _unwrapped(frame: pl.DataFrame) -> pl.DataFrame:
     msg = pl.col("text").str.extract(_ENVELOPE, 1)
     stamp = pl.col("text").str.extract(ENVELOPE_TIME, 1)
     seconds = pl.col("text").str.extract(_ENVELOPE_EPOCH, 1).cast(pl.Float64, strict=False)
-    epoch = pl.from_epoch((seconds * 1e6).cast(pl.Int64), time_unit="us").cast(NAIVE_US)
+    epoch = pl.from_epoch((seconds * 1e6).cast(pl.Int64, strict=False), time_unit="us").cast(NAIVE_US, strict=False)
     text = json_unescaped(msg)
     return frame.with_columns(
         pl.when(msg.is_not_null()).then(text).otherwise(pl.col("text")).alias("text"),
         pl.when(msg.is_not_null()).then(pl.coalesce(ts_iso(stamp), epoch)).otherwise(pl.col("p_ts")).alias("p_ts"),
         pl.when(msg.is_not_null()).then(pl.coalesce(offset_iso(stamp), pl.when(epoch.is_not_null()).then(0)))
-        .otherwise(pl.col("p_off")).cast(pl.Int32).alias("p_off"),
+        .otherwise(pl.col("p_off")).cast(pl.Int32, strict=False).alias("p_off"),
         pl.when(msg.is_not_null()).then(pl.col("text").str.extract(_ENVELOPE_HOST, 1)).otherwise(pl.col("p_node"))
         .alias("p_node"),
     )
@@ -151,7 +151,7 @@ def _unwrapped(frame: pl.DataFrame) -> pl.DataFrame:
 
 _STAMP_HOST = rf"^({_HOST}) "
 # ... unless a parser reads the host itself: a syslog head ('gpu-001 kernel: '), an NCCL head ('gpu-001 [5] NCCL')
-_HOST_READ = rf"^(?:{_HOST}) (?:[\w\-./]+(?:\[\d+\])?: |\[\d+\] )"
+_HOST_READ = rf"^(?:{_HOST}) (?:[\w\-./]+(?:\[[0-9]+\])?: |\[[0-9]+\] )"
 
 
 def _after_stamp(frame: pl.DataFrame) -> pl.DataFrame:
@@ -159,7 +159,7 @@ def _after_stamp(frame: pl.DataFrame) -> pl.DataFrame:
     line's host; a syslog or NCCL head's ('... gpu-001 kernel: msg') is left to the parsers that
     read it, and a name after a logger's stamp ('[2021-08-08 03:56:54] tr1-13B is ...') is text."""
     text = pl.col("text")
-    rfc3339 = pl.col("raw").str.contains(r"^\d{4}-\d{2}-\d{2}T")
+    rfc3339 = pl.col("raw").str.contains(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T")
     host = (pl.col("p_ts").is_not_null() & pl.col("p_node").is_null() & rfc3339
             & text.str.contains(_STAMP_HOST) & ~text.str.contains(_HOST_READ))
     if not frame.select(host.any()).item():
@@ -199,9 +199,15 @@ def _peel_once(lf: pl.LazyFrame) -> pl.LazyFrame:
     lf = lf.with_columns(pl.col("text").str.extract_groups(_PREFIX_WHOLE).alias("_g")).with_columns(
         pl.coalesce(ts_iso(g("2")), pl.col("p_ts")).alias("p_ts"),
         pl.coalesce(offset_iso(g("2")), pl.col("p_off")).alias("p_off"),
-        pl.coalesce(g("3").cast(pl.Int32), pl.col("p_local")).alias("p_local"),
-        pl.coalesce(g("4").cast(pl.Int32), g("5").cast(pl.Int32), g("8").cast(pl.Int32), g("10").cast(pl.Int32),
-                    g("13").cast(pl.Int32), pl.col("p_rank")).alias("p_rank"),
+        pl.coalesce(g("3").cast(pl.Int32, strict=False), pl.col("p_local")).alias("p_local"),
+        pl.coalesce(
+            g("4").cast(pl.Int32, strict=False),
+            g("5").cast(pl.Int32, strict=False),
+            g("8").cast(pl.Int32, strict=False),
+            g("10").cast(pl.Int32, strict=False),
+            g("13").cast(pl.Int32, strict=False),
+            pl.col("p_rank"),
+        ).alias("p_rank"),
         pl.coalesce(g("6"), g("7"), g("9"), g("11"), g("12"), pl.col("p_node")).alias("p_node"),
         pl.when(g("1").is_not_null())
         .then(pl.col("text").str.slice(g("1").str.len_chars()))

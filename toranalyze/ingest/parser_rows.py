@@ -7,7 +7,7 @@ from typing import Any
 import polars as pl
 
 from toranalyze.errors import SchemaError
-from toranalyze.schema import RAW_SCHEMA, validate_raw
+from toranalyze.schema import RAW_REQUIRED, RAW_SCHEMA, validate_raw
 
 
 def parsing() -> pl.Config:
@@ -50,3 +50,10 @@ def empty_parsed() -> pl.DataFrame:
 def covered_lines(events: pl.DataFrame) -> pl.Series:
     end = pl.coalesce("line_end", "line")
     return events.select(pl.int_ranges("line", end + 1, dtype=pl.Int64).alias("l")).explode("l")["l"]
+
+
+def complete_rows(rows: pl.DataFrame) -> pl.DataFrame:
+    """``rows`` without those a bad token left without a required field (a message or kind a
+    mangled line did not give): that row is lost, not the file."""
+    missing = pl.any_horizontal(pl.col(c).is_null() for c in RAW_REQUIRED)
+    return rows.filter(~missing) if rows.select(missing.any()).item() else rows

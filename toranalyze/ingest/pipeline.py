@@ -211,7 +211,7 @@ def finalize_files(parts: Sequence[tuple[pl.DataFrame, InputFile]], options: Ing
 
 # Built once: every file's rows are finished with them.
 _NO_CLASS = (pl.lit(None, pl.String).alias("failure_class"), pl.lit(None, pl.String).alias("rule"))
-_EVENT_CASTS = tuple(pl.col(c).cast(t) for c, t in EVENT_SCHEMA.items())
+_EVENT_CASTS = tuple(pl.col(c).cast(t, strict=False) for c, t in EVENT_SCHEMA.items())
 
 
 def read_file(

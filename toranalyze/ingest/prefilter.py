@@ -196,6 +196,6 @@ def _ending_lines(piece: pl.Series, db: Any) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     # line k's separator lies at stops[k]: a match ending at offset e (exclusive) has its last
     # byte in the first line whose separator lies at or after e - 1
-    stops = (piece.str.len_bytes().cast(pl.Int64) + 1).cum_sum().to_numpy() - 1
+    stops = (piece.str.len_bytes().cast(pl.Int64, strict=False) + 1).cum_sum().to_numpy() - 1
     at = np.searchsorted(stops, np.asarray(ends, dtype=np.int64) - 1, side="left")
     return np.minimum(at, piece.len() - 1)

@@ -25,7 +25,7 @@ from toranalyze.ingest.gates import gated
 from toranalyze.ingest.held import HELD_BLOCKS, awaits, extend_held, own_lines, reaching
 from toranalyze.ingest.lines import prepare_lines
 from toranalyze.ingest.noise import NoiseLines
-from toranalyze.ingest.parser_rows import covered_lines, empty_parsed, parsing
+from toranalyze.ingest.parser_rows import complete_rows, covered_lines, empty_parsed, parsing
 from toranalyze.ingest.streams import document_lines
 from toranalyze.ingest.vocabulary import Vocabulary
 from toranalyze.schema import validate_kinds, validate_raw
@@ -153,6 +153,9 @@ def _read_document_events(path: str, parser: Any) -> FileResult:
         out = parser.parse(path)
     except (InputError, SchemaError):
         raise
+    except RecursionError:
+        raise InputError(f"parser {parser.name!r}: the document nests too deeply to read", path=path,
+                         hint="check that the file is not corrupt") from None
     except FAULTS as exc:
         raise ParserError(f"parser {parser.name!r} failed: {exc}", path=path) from exc
     if not isinstance(out, pl.LazyFrame | pl.DataFrame):
@@ -161,7 +164,7 @@ def _read_document_events(path: str, parser: Any) -> FileResult:
     schema = frame.collect_schema()
     extra = {"parser", "source"} & set(schema.names())
     validate_raw(frame.drop(list(extra)), parser.name)
-    df = frame.collect()
+    df = complete_rows(frame.collect())
     validate_kinds(df, parser.name)
     df = df.with_columns(pl.lit(parser.name).alias("parser"), pl.lit(parser.source).alias("source")).select(
         empty_parsed().columns

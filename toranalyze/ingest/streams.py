@@ -69,6 +69,48 @@ class _GzipReader(io.RawIOBase):
 
 COMPRESSED = (".gz", ".bz2", ".zst", ".zstd")  # the suffixes open_stream decompresses
 
+# A compressed file is read up to INFLATE_FLOOR bytes, or INFLATE_RATIO times its own size when
+# that is more: logs compress 5-50x, so only a bomb (10 GB of one repeated line in 10 MB) meets it.
+# The rest is cut: the lines before the cut are kept and the file's report says why it ended.
+INFLATE_FLOOR = 4 * 1024**3
+INFLATE_RATIO = 200
+
+
+class InflateLimit(OSError):
+    """A compressed stream decompressed past its bound (INFLATE_FLOOR, INFLATE_RATIO)."""
+
+
+class _Bounded(io.RawIOBase):
+    """A decompressed stream that ends in InflateLimit past ``limit`` bytes."""
+
+    def __init__(self, inner: IO[bytes], limit: int):
+        self._inner = inner
+        self._left = limit
+        self._limit = limit
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        if self._left <= 0:
+            if self._inner.read(1):
+                raise InflateLimit(f"decompressed past {self._limit} bytes, {INFLATE_RATIO} times the "
+                                   "compressed size or more (a decompression bomb?): the rest was not read")
+            return b""
+        data = self._inner.read(self._left if size < 0 else min(size, self._left))
+        self._left -= len(data)
+        return data
+
+    def close(self) -> None:
+        self._inner.close()
+        super().close()
+
+
+def _bounded(stream: IO[bytes], raw: IO[bytes], path: str) -> IO[bytes]:
+    """``stream`` cut at the bound of a compressed file of ``raw``'s size (an object: the floor)."""
+    size = 0 if storage.is_url(path) else os.fstat(raw.fileno()).st_size
+    return _Bounded(stream, max(INFLATE_FLOOR, INFLATE_RATIO * size))  # type: ignore[return-value]
+
 
 def _no_wait(path: str, flags: int) -> int:
     return os.open(path, flags | os.O_NONBLOCK)  # a FIFO with no writer must not block the open
@@ -93,13 +135,13 @@ def open_stream(path: str) -> IO[bytes]:
     name = path.lower()
     raw = storage.open_input(path) if storage.is_url(path) else _open_regular(path)
     if name.endswith(".gz"):
-        return _GzipReader(raw)  # type: ignore[return-value]
+        return _bounded(_GzipReader(raw), raw, path)  # type: ignore[arg-type]
     if name.endswith(".bz2"):
-        return bz2.BZ2File(raw)
+        return _bounded(bz2.BZ2File(raw), raw, path)
     if name.endswith(".zst") or name.endswith(".zstd"):
         import zstandard
 
-        return zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)
+        return _bounded(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True), raw, path)
     return raw
 
 
@@ -164,5 +206,9 @@ def read_text(path: str) -> str:
     """Whole decompressed file as text, for document parsers (JSON/YAML/sacct tables are small)."""
     with open_stream(path) as fh:
         data = fh.read()
+        try:
+            fh.read(1)  # past a bound (InflateLimit) there is more: the document is not whole
+        except InflateLimit as exc:
+            raise InputError(str(exc), path=path, hint="decompress it yourself and give the part you need") from None
     _DOCUMENT_LINES[path] = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
     return data.decode("utf-8", errors="replace")

@@ -41,10 +41,10 @@ _WRAPPERS = (
     rf"(?P<cri>{ISO_PATTERN}) (?:stdout|stderr) [FP] ",
     rf"\[?(?P<iso>{ISO_PATTERN})\]?\s*(?:[-|:]\s*)?(?:\[?[\w.\-]+\]?\s*[-|:]\s*)?"
     r"(?:\[?(?:DEBUG|INFO|NOTICE|WARNING|WARN|ERROR|CRITICAL|FATAL)\]?\s*[-|:]?\s*)?",
-    r"(?P<mon>[A-Z][a-z]{2}) {1,2}(?P<day>\d{1,2}) (?P<hms>\d{2}:\d{2}:\d{2}(?:\.\d+)?) (?:[\w.\-]+ )?"
-    r"(?:[\w.\-/]+(?:\[\d+\])?: )?",
-    r"[IWEF](?P<mmdd>\d{4}) (?P<ghms>\d{2}:\d{2}:\d{2}\.\d+)\s+\d+ [\w.\-]+:\d+\] ",
-    r"(?P<epoch>1\d{9})(?:[.,]\d+)?\s+",
+    r"(?P<mon>[A-Z][a-z]{2}) {1,2}(?P<day>[0-9]{1,2}) (?P<hms>[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?) (?:[\w.\-]+ )?"
+    r"(?:[\w.\-/]+(?:\[[0-9]+\])?: )?",
+    r"[IWEF](?P<mmdd>[0-9]{4}) (?P<ghms>[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]+)\s+[0-9]+ [\w.\-]+:[0-9]+\] ",
+    r"(?P<epoch>1[0-9]{9})(?:[.,][0-9]+)?\s+",
     r"[\w.\-]+ \| ",
     r"\[?(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\]?(?::|\s+-)\s+",
 )
@@ -106,16 +106,16 @@ def _stamp(g: pl.Expr) -> list[pl.Expr]:
     """A wrapper's stamp (naive), its stated offset and whether its year is known."""
     f = g.struct.field
     iso = pl.coalesce(f("cri"), f("iso"))
-    epoch = pl.from_epoch(f("epoch").cast(pl.Int64, strict=False), time_unit="s").cast(NAIVE_US)
+    epoch = pl.from_epoch(f("epoch").cast(pl.Int64, strict=False), time_unit="s").cast(NAIVE_US, strict=False)
     ts = pl.coalesce(ts_iso(iso), epoch, ts_month_name(f("mon"), f("day"), f("hms")), ts_glog(f("mmdd"), f("ghms")))
     off = pl.when(iso.is_not_null()).then(offset_iso(iso)).when(f("epoch").is_not_null()).then(pl.lit(0, pl.Int32))
     year_known = iso.is_not_null() | f("epoch").is_not_null()
-    return [ts.alias("_ts"), off.cast(pl.Int32).alias("_off"), year_known.alias("_yk")]
+    return [ts.alias("_ts"), off.cast(pl.Int32, strict=False).alias("_off"), year_known.alias("_yk")]
 
 
 # A job's size stated in passing: 'WORLD_SIZE=16' (an environment dump), 'world size: 32',
 # "'world_size': 8" (a config printed as a dict). LOCAL_WORLD_SIZE and per-node counts do not match.
-SIZE = r"""(?i)(?:^|[\s,{(])['"]?(?:WORLD_SIZE|world[ _]size)['"]?\s*[=:]\s*(\d+)\b"""
+SIZE = r"""(?i)(?:^|[\s,{(])['"]?(?:WORLD_SIZE|world[ _]size)['"]?\s*[=:]\s*([0-9]+)\b"""
 
 
 def vocabulary_rows(lines: pl.DataFrame, vocab: Vocabulary) -> pl.DataFrame | None:
@@ -167,7 +167,7 @@ def _size_rows(framed: pl.DataFrame) -> pl.DataFrame | None:
 # 'act_loss: inf', '[Loss] nan', 'loss: 2.31 (2.40)'), in any layout no parser reads. One
 # non-finite value is what a healthy fp16 run prints when it skips a step; RUN of them in a row,
 # with no finite value between, is a diverged run (numerics, rule trainer-loss-nonfinite-run).
-_VALUE = r"""(?i)(?:\b|_)(?:loss|grad[_ ]norm)\b['"\]]?\s*[:=]?\s*['"]?(?:nan|[-+]?inf(?:inity)?\b|[-+]?\.?\d)"""
+_VALUE = r"""(?i)(?:\b|_)(?:loss|grad[_ ]norm)\b['"\]]?\s*[:=]?\s*['"]?(?:nan|[-+]?inf(?:inity)?\b|[-+]?\.?[0-9])"""
 _NONFINITE = r"""(?i)(?:\b|_)(?:loss|grad[_ ]norm)\b['"\]]?\s*[:=]?\s*['"]?(?:nan|[-+]?inf(?:inity)?)\b"""
 RUN = 2
 

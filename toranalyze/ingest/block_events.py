@@ -19,11 +19,14 @@ from toranalyze.schema import conform_to, validate_kinds
 
 
 def run_parsers(
-    prepared: pl.DataFrame, parsers: Sequence[Any], path: str, carried: CarriedLines | None = None
+    prepared: pl.DataFrame, parsers: Sequence[Any], path: str, carried: CarriedLines | None = None,
+    dropped: list[str] | None = None,
 ) -> pl.DataFrame:
     """Every parser's rows over ``prepared`` (its gates already tested), each parser declaring
     ``carry`` given the lines of earlier blocks it asked for (the others their last record when it
-    reached the block's end) when ``carried`` is given."""
+    reached the block's end) when ``carried`` is given. With ``dropped``, a parser that fails on
+    the block is run again on its halves, down to single lines: only the lines it fails on alone
+    are lost (each named in ``dropped``), not the file."""
     frames = []
     for parser in parsers:
         run = partial(run_parser, parser, prepared)
@@ -34,7 +37,13 @@ def run_parsers(
         except BadSchema as bad:
             raise bad.error from None
         except FAULTS as exc:
-            raise ParserError(f"parser {parser.name!r} failed: {exc}", path=path) from exc
+            if dropped is None or prepared.height < 2:
+                raise ParserError(f"parser {parser.name!r} failed: {exc}", path=path) from exc
+            if carried is not None:  # the block counts as one the parser did not read
+                carried.skip(parser, prepared)
+            dropped.append(f"lines {prepared['line'][0]}-{prepared['line'][-1]}: parser {parser.name!r} failed on "
+                           f"them together ({_brief(exc)}); read again in parts")
+            df = _halves(parser, prepared, dropped)
         if df is None:
             continue
         df = complete_rows(df)
@@ -43,6 +52,33 @@ def run_parsers(
     if not frames:
         return empty_parsed()
     return pl.concat(frames, how="vertical")
+
+
+def _halves(parser: Any, lines: pl.DataFrame, dropped: list[str]) -> pl.DataFrame | None:
+    """The parser's rows of each half of ``lines`` that it reads, a half it fails on halved again;
+    a single line it fails on is dropped and named."""
+    mid = lines.height // 2
+    frames = []
+    for part in (lines.slice(0, mid), lines.slice(mid)):
+        try:
+            df = on_thread(f"parser-{parser.name}", partial(run_parser, parser, part))
+        except BadSchema as bad:
+            raise bad.error from None
+        except FAULTS as exc:
+            if part.height > 1:
+                df = _halves(parser, part, dropped)
+            else:
+                dropped.append(f"line {part['line'][0]}: parser {parser.name!r} failed on it alone ({_brief(exc)}); "
+                               "the line is skipped, the rest of the file kept")
+                df = None
+        if df is not None:
+            frames.append(df)
+    return pl.concat(frames, how="diagonal_relaxed") if frames else None
+
+
+def _brief(exc: BaseException) -> str:
+    first = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {first[0][:200] if first else ''}"
 
 
 def block_events(

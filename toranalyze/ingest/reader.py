@@ -64,6 +64,7 @@ class TextEvents:
     # revisions of rows already yielded (held past HELD_BLOCKS): the caller applies them
     # (``revise_times``, or ``revise_line_times`` to the time columns it keeps)
     late: list[pl.DataFrame] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)  # lines a parser failed on alone (block_events)
 
     def __iter__(self) -> Iterator[pl.DataFrame]:
         chunks = Chunks(self.path, self.block_bytes or blocks.BLOCK_BYTES)
@@ -93,7 +94,7 @@ class TextEvents:
                     yield held.popleft()
             held.append(events)
         yield from held
-        self.lines, self.warnings = chunks.lines, chunks.warnings
+        self.lines, self.warnings = chunks.lines, [*chunks.warnings, *self.dropped]
 
     def _block(
         self, chunk: pl.DataFrame, noise: NoiseLines, priority: dict[str, int]
@@ -104,7 +105,7 @@ class TextEvents:
         for parser in self.parsers:
             if parser not in chosen:  # what it carried lies above a block it does not read
                 on_thread(f"parser-{parser.name}", partial(self.carried.skip, parser, prepared))
-        extracted = run_parsers(prepared, chosen, self.path, self.carried)
+        extracted = run_parsers(prepared, chosen, self.path, self.carried, self.dropped)
         going_on = [covered_lines(rows) for rows in self.carried.extended]
         claimed = pl.concat(going_on) if going_on else None
         events, covered = block_events(prepared, extracted, noise, priority, self.vocab, claimed)

@@ -33,8 +33,11 @@ def _frame_digest(path: Path | pl.DataFrame) -> str:
     df = path if isinstance(path, pl.DataFrame) else pl.read_parquet(path)
     # Sorted by every sortable column: a row order that a change may legitimately shuffle is not a move.
     keys = [c for c, t in df.schema.items() if not isinstance(t, pl.List | pl.Struct | pl.Array)]
-    if keys and df.height:
-        df = df.sort(keys, nulls_last=True, maintain_order=True)
+    nested = [c for c in df.columns if c not in keys]
+    if df.height and (keys or nested):  # rows equal in every plain column are ordered by their nested ones
+        tie = [pl.struct(nested).hash(0).alias("_tie")] if nested else []
+        df = df.with_columns(*tie).sort([*keys, *(["_tie"] if tie else [])], nulls_last=True,
+                                         maintain_order=True).drop("_tie", strict=False)
     h = hashlib.sha256(str(df.schema).encode())
     h.update(df.write_ipc(None, compression="uncompressed").getvalue())
     return h.hexdigest()[:16]
@@ -54,6 +57,8 @@ def _digests(out: Path) -> dict[str, str]:
         found |= {t: _frame_digest(frame) for t, frame in Store(out).read_tables().items()}
     for p in sorted(out.rglob("*")):
         rel = str(p.relative_to(out))
+        if "_delta_log" in p.parts or p.name.startswith("."):  # Delta's log (read above as tables), private state
+            continue
         if p.suffix == ".parquet" and not (out / "manifest.json").is_file():
             found[rel] = _frame_digest(p)
         elif p.suffix == ".json" and p.name != "manifest.json":

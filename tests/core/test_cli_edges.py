@@ -8,14 +8,11 @@ The tests run as root, where permission bits do not bite: a denied folder is sim
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.core.test_hostile_fs import run  # the console entry point's exit code and output
+from tests.core.test_hostile_fs import deny, run  # a denied folder; the console entry point's code and output
 
 GOOD = "slurmstepd: error: *** JOB 42 ON node7 CANCELLED AT 2024-03-01T10:00:00 DUE TO TIME LIMIT ***\n"
 
@@ -25,14 +22,7 @@ def lines_naming(text: str, *words: str) -> list[str]:
 
 
 def deny_listing(monkeypatch: pytest.MonkeyPatch, target: Path) -> None:
-    real: Callable[..., Any] = os.scandir
-
-    def scandir(path: Any = ".") -> Any:
-        if not isinstance(path, int) and os.path.abspath(os.fspath(path)) == str(target):
-            raise PermissionError(13, "Permission denied", os.fspath(path))
-        return real(path)
-
-    monkeypatch.setattr(os, "scandir", scandir)
+    deny(monkeypatch, "scandir", target)
 
 
 @pytest.mark.timeout(60)

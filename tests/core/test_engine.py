@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
+import threading
 import time
 
 import polars as pl
@@ -84,3 +86,20 @@ def test_ray_two_workers_equals_local(tmp_path):
         (f.lines, f.events, f.covered) for f in local.files
     ]
     assert _sorted(distributed.events).equals(_sorted(local.events))
+
+
+def _slow(x: int) -> int:
+    time.sleep(30)
+    return x
+
+
+def test_ctrl_c_while_waiting_ends_the_workers_at_once():
+    """Ctrl-C while the parent waits for a worker interrupts the wait and ends the workers
+    mid-item: nothing waits for the 30 s of the items already started."""
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    t0 = time.monotonic()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        list(map_ordered(_slow, [1, 2, 3, 4], "local", 2))
+    timer.join()
+    assert time.monotonic() - t0 < 8

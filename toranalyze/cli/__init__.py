@@ -251,8 +251,9 @@ def _known_error(exc: Exception) -> int | None:
 def main() -> None:
     try:
         cli.main(standalone_mode=False)
-    except click.exceptions.Abort:
-        err.print("aborted")
+    except click.exceptions.Abort:  # Ctrl-C (click turns KeyboardInterrupt into Abort)
+        err.print("interrupted: run the same command again to finish (analyze and ingest write their "
+                  "outputs only once done; a fleet store keeps the runs it stored)")
         sys.exit(130)
     except click.ClickException as exc:
         exc.show()

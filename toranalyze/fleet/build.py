@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import signal
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -19,7 +18,7 @@ from toranalyze.fleet import store
 from toranalyze.fleet.batch import BATCH_RUNS, analyze_batch, batches
 from toranalyze.fleet.pipeline import REPORT, RunOptions, RunOutcome, RunTask, options_salt
 from toranalyze.fleet.runs import FileStamp, Run, Stamps, find_runs, hash_run
-from toranalyze.ingest.engine import map_ordered
+from toranalyze.ingest.engine import WAIT_S, leave_interrupts_to_the_parent, map_ordered, stop_pool
 from toranalyze.ingest.pipeline import Workers
 
 # Analysed runs are stored in commits of this many runs or of this many seconds' work, whichever
@@ -82,32 +81,18 @@ def _analyze(tasks: Sequence[RunTask], workers: Workers, sizes: dict[str, int]) 
         return
     ctx = multiprocessing.get_context("spawn")  # polars' thread pool does not survive fork
     with _single_threaded_workers(), ProcessPoolExecutor(min(jobs, len(work)), mp_context=ctx,
-                                                         initializer=_leave_interrupts_to_the_parent) as pool:
+                                                         initializer=leave_interrupts_to_the_parent) as pool:
         try:
             pending = {pool.submit(analyze_batch, b) for b in work}
             while pending:
                 # short waits: a wait without a timeout is not woken by Ctrl-C when the signal
                 # lands on one of the executor's threads
-                done, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
+                done, pending = wait(pending, timeout=WAIT_S, return_when=FIRST_COMPLETED)
                 for fut in done:
                     yield from fut.result()
         except BaseException:  # Ctrl-C, or a consumer that stops early: no batch is worth finishing
-            _stop(pool)
+            stop_pool(pool)
             raise
-
-
-def _leave_interrupts_to_the_parent() -> None:
-    """A worker ignores Ctrl-C (the terminal sends it to the whole process group): the parent
-    decides, keeps what finished and stops the workers at once."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def _stop(pool: ProcessPoolExecutor) -> None:
-    """Cancel what has not started and end the workers now, mid-batch (their work is not kept)."""
-    procs = list((getattr(pool, "_processes", None) or {}).values())  # (no public handle on them)
-    pool.shutdown(wait=False, cancel_futures=True)
-    for proc in procs:
-        proc.terminate()
 
 
 def build(paths: Sequence[str], out: Path, options: RunOptions | None = None, workers: Workers | None = None, *,

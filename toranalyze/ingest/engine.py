@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
@@ -55,8 +57,14 @@ def map_ordered(
         return
     ctx = multiprocessing.get_context("spawn")
     try:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=ctx) as pool:
-            yield from pool.map(fn, items, chunksize=1)
+        with ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=ctx,
+                                 initializer=leave_interrupts_to_the_parent) as pool:
+            try:
+                for fut in [pool.submit(fn, item) for item in items]:
+                    yield settled(fut)
+            except BaseException:  # Ctrl-C, or a consumer that stops early
+                stop_pool(pool)
+                raise
     except BrokenProcessPool:
         raise WorkerError(
             "a worker process ended without its result: the system killed it (out of memory?), or it could "
@@ -64,6 +72,32 @@ def map_ordered(
             "guard, since workers are started with spawn and import the script again)",
             hint="run with -j 1 (jobs=1) to work in this process, or give the machine more memory",
         ) from None
+
+
+WAIT_S = 0.25  # a wait without a timeout is not woken by Ctrl-C when the signal lands on another thread
+
+
+def settled(fut: Future[R]) -> R:
+    """The future's result, waited for in short steps so that Ctrl-C interrupts the wait."""
+    while True:
+        try:
+            return fut.result(timeout=WAIT_S)
+        except FuturesTimeout:
+            continue
+
+
+def leave_interrupts_to_the_parent() -> None:
+    """A worker ignores Ctrl-C (the terminal sends it to the whole process group): the parent
+    decides, keeps what finished and stops the workers at once."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Cancel what has not started and end the workers now (what they were doing is lost)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())  # (no public handle on them)
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        proc.terminate()
 
 
 def import_ray() -> Any:

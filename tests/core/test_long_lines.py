@@ -7,7 +7,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
@@ -86,6 +86,7 @@ def test_a_bar_read_in_pieces_gives_the_rows_of_one_block(tmp_path: Path, newlin
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=st.text(alphabet="ab\r\n", max_size=400), block=st.integers(min_value=4, max_value=48))
+@example(text="aaa\raaa\r\na", block=4)  # a CRLF cut by a block boundary in a file of lone CRs: one break
 def test_blocks_and_pieces_keep_every_repaint_of_every_line_under_its_number(
     tmp_path: Path, text: str, block: int
 ) -> None:

@@ -39,11 +39,15 @@ def run_parsers(
         except FAULTS as exc:
             if dropped is None or prepared.height < 2:
                 raise ParserError(f"parser {parser.name!r} failed: {exc}", path=path) from exc
-            if carried is not None:  # the block counts as one the parser did not read
-                carried.skip(parser, prepared)
+            said = len(dropped)
             dropped.append(f"lines {prepared['line'][0]}-{prepared['line'][-1]}: parser {parser.name!r} failed on "
                            f"them together ({_brief(exc)}); read again in parts")
-            df = _halves(parser, prepared, dropped)
+            df, read_some = _halves(parser, prepared, dropped, [HALVING_RUNS])
+            if not read_some:  # it fails on every line: the parser is at fault, not a line
+                del dropped[said:]
+                raise ParserError(f"parser {parser.name!r} failed: {exc}", path=path) from exc
+            if carried is not None:  # the block counts as one the parser did not read
+                carried.skip(parser, prepared)
         if df is None:
             continue
         df = complete_rows(df)
@@ -54,26 +58,39 @@ def run_parsers(
     return pl.concat(frames, how="vertical")
 
 
-def _halves(parser: Any, lines: pl.DataFrame, dropped: list[str]) -> pl.DataFrame | None:
-    """The parser's rows of each half of ``lines`` that it reads, a half it fails on halved again;
-    a single line it fails on is dropped and named."""
+HALVING_RUNS = 64  # parser runs a failing block may take: enough to find a line in 2**32 (~2 log2 n)
+
+
+def _halves(parser: Any, lines: pl.DataFrame, dropped: list[str],
+            budget: list[int]) -> tuple[pl.DataFrame | None, bool]:
+    """The parser's rows of each half of ``lines`` that it reads, a half it fails on halved again
+    while ``budget`` (parser runs left) lasts; a single line it fails on, or a part left when the
+    budget is spent, is dropped and named. Also: whether it read any part at all."""
     mid = lines.height // 2
     frames = []
+    read_some = False
     for part in (lines.slice(0, mid), lines.slice(mid)):
+        budget[0] -= 1
         try:
             df = on_thread(f"parser-{parser.name}", partial(run_parser, parser, part))
+            read_some = True
         except BadSchema as bad:
             raise bad.error from None
         except FAULTS as exc:
-            if part.height > 1:
-                df = _halves(parser, part, dropped)
+            if part.height > 1 and budget[0] > 0:
+                df, some = _halves(parser, part, dropped, budget)
+                read_some |= some
+            elif part.height > 1:
+                dropped.append(f"lines {part['line'][0]}-{part['line'][-1]}: parser {parser.name!r} failed on "
+                               f"them ({_brief(exc)}); skipped, the rest of the file kept")
+                df = None
             else:
                 dropped.append(f"line {part['line'][0]}: parser {parser.name!r} failed on it alone ({_brief(exc)}); "
                                "the line is skipped, the rest of the file kept")
                 df = None
         if df is not None:
             frames.append(df)
-    return pl.concat(frames, how="diagonal_relaxed") if frames else None
+    return (pl.concat(frames, how="diagonal_relaxed") if frames else None), read_some
 
 
 def _brief(exc: BaseException) -> str:

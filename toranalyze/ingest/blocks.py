@@ -102,6 +102,7 @@ class Chunks:
         carry = b""
         open_line = False  # pieces of line next_line were read, its end not yet
         cr_lines: bool | None = None  # lines end in a lone CR (CR_LINES); settled by the first block
+        ended_cr = False  # the last block read ended in a CR (a CRLF may be cut between two blocks)
         try:
             fh = open_stream(self.path)
         except OSError as exc:
@@ -111,9 +112,12 @@ class Chunks:
                 block, failure = _read_block(fh, self.block_bytes)
                 if cr_lines is None and block:
                     cr_lines = b"\n" not in block and b"\r" in block
-                if cr_lines:
-                    block = block.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
                 eof = failure is not None or not block
+                if cr_lines:
+                    if ended_cr and block.startswith(b"\n"):  # the LF of a CRLF cut by the block boundary
+                        block = block[1:]
+                    ended_cr = block.endswith(b"\r")
+                    block = block.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
                 if failure is not None:
                     kept = next_line - 1 + (carry + block).count(b"\n")
                     self.warnings.append(f"stream ended early ({failure}); kept the {kept} lines read before it")

@@ -21,8 +21,7 @@ from toranalyze.errors import RatesError
 from toranalyze.fleet import fit as fleet_fit
 from toranalyze.plan.strategy import Phase, Recovery
 
-PER = {"gpu": "gpu_hour", "node": "node_hour", "job": "job_hour"}
-UNIT_OF = {v: k for k, v in PER.items()}
+PER = fleet_fit.PER_UNIT  # per GPU, node or job -> the exposure unit of rates.json
 EXPOSURE_KEY = {"gpu": "gpu_hours", "node": "node_hours", "job": "job_hours"}
 CONF = 0.95
 

@@ -111,12 +111,6 @@ def restart_phase(rec: Recovery, tier: Tier) -> Phase:
     return Phase(mean, math.sqrt(math.log1p((sd / mean) ** 2)) if sd > 0 else 0.0)
 
 
-def with_interval(s: Strategy, tau: float) -> tuple[Strategy, float]:
-    """A background persist cannot outlast the interval (the next save would wait for it), so an
-    interval shorter than the persist runs at the persist's pace."""
-    return s, max(tau, s.max_persist())
-
-
 def named(name: str, durable_save_h: float, opts: dict[str, float]) -> Strategy:
     """The four strategies ``plan --compare`` sets side by side, from the run's save and restore
     times (``opts``: snapshot_h, persist_h, mem_save_h, mem_load_h, load_h, every, survival)."""

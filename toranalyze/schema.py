@@ -81,10 +81,11 @@ _EVENT_COLUMNS: dict[str, tuple[pl.DataType, str]] = {
     "device": (pl.String(), "PCI bus id of the device (Xid lines, NCCL busId), normalized as 0000:3b:00."),
     "n_nodes": (pl.Int32(), "Nodes allocated to the job, on records that state it (sacct, allocation lines)."),
     "n_gpus": (pl.Int32(), "GPUs allocated to the job (or world size), on records that state it."),
-    "step": (pl.Int64(), "Training step / iteration (for checkpoints: the checkpoint's step)."),
-    "step_time_s": (pl.Float64(), "Seconds the step took as reported by the trainer."),
+    "step": (pl.Int64(), "Training step / iteration (for checkpoints: the checkpoint's step); null past 10^12."),
+    "step_time_s": (pl.Float64(), "Seconds the step took as reported by the trainer; null when negative or past 10^9."),
     "loss": (pl.Float64(), "Training loss on step rows (NaN when the trainer logged NaN / nothing)."),
-    "duration_s": (pl.Float64(), "Duration the record itself reports (checkpoint save, eval, job elapsed)."),
+    "duration_s": (pl.Float64(), "Duration the record itself reports (checkpoint save, eval, job elapsed); null when "
+                   "negative or past 10^9 s."),
     "code": (pl.String(), "Numeric code as text: Xid number, exit code, signal, NCCL error number."),
     "state": (
         pl.String(),
@@ -153,6 +154,21 @@ def conform_to(frame: pl.LazyFrame | pl.DataFrame, schema: pl.Schema | Mapping[s
 def conform_raw(frame: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
     """A parser's rows in RAW_SCHEMA (see conform_to); messages cut to MESSAGE_MAX."""
     return conform_to(frame, RAW_SCHEMA).with_columns(pl.col("message").str.slice(0, MESSAGE_MAX))
+
+
+# Measures a record reports and their bounds: a value no run can give (a negative or infinite
+# duration, a step counter of 19 digits) is a mangled token, and is null like any other
+# unreadable field. Left in, one such value overflows every sum of time it joins.
+MAX_DURATION_S = 1e9  # about 32 years
+MAX_STEP = 10**12  # a trillion steps: 30 years at a millisecond a step
+BOUNDS: dict[str, tuple[float, float]] = {
+    "step_time_s": (0.0, MAX_DURATION_S), "duration_s": (0.0, MAX_DURATION_S), "step": (0, MAX_STEP)}
+
+
+def sane_measures(frame: pl.LazyFrame) -> pl.LazyFrame:
+    """``frame`` with each column of BOUNDS outside its bounds (or NaN) made null."""
+    return frame.with_columns(
+        pl.when(pl.col(c).is_between(lo, hi)).then(pl.col(c)).alias(c) for c, (lo, hi) in BOUNDS.items())
 
 
 def _check(schema: Mapping[str, pl.DataType], want: pl.Schema, who: str, what: str) -> None:

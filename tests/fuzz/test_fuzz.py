@@ -84,7 +84,8 @@ def _fuzz(batch: object, total: int, per: int) -> tuple[int, list[str]]:
         futures = [pool.submit(batch, seed) for seed in seeds]  # type: ignore[arg-type]
         for seed, future in zip(seeds, futures, strict=True):
             try:
-                findings += future.result(timeout=BATCH_SECONDS * 10)
+                # the seed reproduces the batch: _run_batch(seed) or _parser_batch(seed)
+                findings += [f"seed {seed}: {f}" for f in future.result(timeout=BATCH_SECONDS * 10)]
             except TimeoutError:
                 findings.append(f"batch of seed {seed}: no answer in {BATCH_SECONDS * 10} s (a hang)")
     return len(seeds) * per, findings

@@ -94,3 +94,35 @@ def test_a_number_no_field_holds_in_a_watch_stream_loses_that_value_only(tmp_pat
     expected, got = ingest([str(clean)], IngestOptions()), ingest([str(broken)], IngestOptions())
     assert got.files[0].error is None, got.files[0].error
     assert expected.events.height - 1 <= got.events.height <= expected.events.height
+
+
+def _megatron(rows: list[tuple[int, str]]) -> str:
+    return "".join(
+        f"[2024-03-01 10:0{i}:00] iteration {step:>8}/ 9200000000000000000 | consumed samples: {step} | "
+        f"elapsed time per iteration (ms): {ms} | learning rate: 1.000E-04 | global batch size: 8 | "
+        "lm loss: 2.345E+00 | loss scale: 1.0 | number of skipped iterations: 0 | number of nan iterations: 0 |\n"
+        for i, (step, ms) in enumerate(rows))
+
+
+@pytest.mark.parametrize("rows", [
+    # a step time of -inf, +inf and 1e308 ms (the fuzzer's: -inf overflowed the µs of a step span)
+    [(10, "1234.5"), (20, "1234.5"), (30, "-1e999"), (40, "1e999"), (50, "1e308"), (60, "1234.5")],
+    # step counters of 19 digits: their differences times a step's µs overflowed the ledger
+    [(10, "1234.5"), (4 * 10**18, "1234.5"), (8 * 10**18, "900000"), (9 * 10**18, "1234.5")],
+    # at the bounds kept: a trillion steps and a step of 900,000 s
+    [(10, "1234.5"), (20, "1234.5"), (10**12 - 1, "900000000"), (10**12, "1234.5")],
+], ids=["infinite-step-time", "nineteen-digit-steps", "at-the-bounds"])
+def test_a_measure_no_run_can_give_is_null_and_the_run_is_analysed(tmp_path: Path, rows: list[tuple[int, str]]) -> None:
+    from click.testing import CliRunner
+
+    from toranalyze.cli import cli
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "train.log").write_text(_megatron(rows))
+    res = CliRunner().invoke(cli, ["analyze", str(tmp_path / "run"), "-o", str(tmp_path / "out"), "-q"])
+    assert res.exit_code == 0, res.output
+    events = pl.read_parquet(tmp_path / "out" / "events.parquet")
+    steps = events.filter(pl.col("kind") == "step")
+    assert steps.height == len(rows)
+    assert steps["step_time_s"].drop_nulls().is_between(0, 1e9).all()
+    assert steps["step"].drop_nulls().is_between(0, 10**12).all()

@@ -7,7 +7,7 @@ from typing import Any
 import polars as pl
 
 from toranalyze.errors import SchemaError
-from toranalyze.schema import RAW_REQUIRED, RAW_SCHEMA, validate_raw
+from toranalyze.schema import RAW_REQUIRED, RAW_SCHEMA, sane_measures, validate_raw
 
 
 def parsing() -> pl.Config:
@@ -40,7 +40,8 @@ def run_parser(parser: Any, prepared: pl.DataFrame) -> pl.DataFrame | None:
         validate_raw(out, parser.name)
     except SchemaError as exc:
         raise BadSchema(exc) from None
-    return out.with_columns(pl.lit(parser.name).alias("parser"), pl.lit(parser.source).alias("source")).collect()
+    return sane_measures(out).with_columns(
+        pl.lit(parser.name).alias("parser"), pl.lit(parser.source).alias("source")).collect()
 
 
 def empty_parsed() -> pl.DataFrame:

@@ -11,6 +11,14 @@ from toranalyze.reconstruct.tables import RESOURCES_SCHEMA
 
 US = 1_000_000
 UTC_US = pl.Datetime("us", "UTC")
+MAX_US = 2**62  # about 146,000 years: the bound of any time span a product of counts can reach
+
+
+def micros(x: pl.Expr) -> pl.Expr:
+    """A float count of µs as Int64, rounded; NaN is null and a value past ±MAX_US saturates.
+    Steps and step times read from mangled lines (a counter of 19 digits, a time of 1e300 ms) make
+    products no clock could, which must not stop the analysis of the rest."""
+    return x.fill_nan(None).clip(-MAX_US, MAX_US).round().cast(pl.Int64)
 
 
 def divided(x: pl.Expr, by: float) -> pl.Expr:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from toranalyze.reconstruct.api import micros
 from toranalyze.reconstruct.intervals import agg_by, attach
 from toranalyze.reconstruct.progress import make_disjoint, overlaps, sort_by_key, union_intervals
 from toranalyze.reconstruct.tables import BUCKETS, RECOVERY_PARTS
@@ -351,7 +352,7 @@ def _split_preserved(rows: pl.DataFrame) -> pl.DataFrame:
         rows.with_columns(
             pl.min_horizontal(
                 pl.col("owned_us") - pl.col("rework_us"),
-                ((pl.col("n") - pl.col("n_lost")) * pl.col("useful_per_step_us")).round().cast(pl.Int64),
+                micros((pl.col("n") - pl.col("n_lost")) * pl.col("useful_per_step_us")),
             ).alias("useful_us")
         )
         .drop("useful_per_step_us")

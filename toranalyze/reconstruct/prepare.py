@@ -10,7 +10,7 @@ from typing import Any
 import polars as pl
 
 from toranalyze.reconstruct import incidents as inc_mod
-from toranalyze.reconstruct.api import US, UTC_US
+from toranalyze.reconstruct.api import US, UTC_US, micros
 from toranalyze.reconstruct.attribution import Pods, attribute_nodes, pod_bindings
 from toranalyze.reconstruct.intervals import attach, packed_key
 from toranalyze.reconstruct.jobs import SCOPE, assign_attempts, assign_jobs, job_name
@@ -255,16 +255,13 @@ def _step_spans(part: pl.DataFrame, is_step: pl.Expr) -> pl.DataFrame:
         steps.join(interval, on="job", how="left")
         .with_columns(pl.col("log_interval").fill_null(1))
         .with_columns(
-            (
+            micros(
                 pl.when((pl.col("steps_since_prev") > 0) & (pl.col("steps_since_prev") <= 2 * pl.col("log_interval")))
                 .then(pl.col("steps_since_prev"))
                 .otherwise(pl.col("log_interval"))
                 * pl.col("step_time_s").fill_null(0.0)
                 * US
-            )
-            .round()
-            .cast(pl.Int64)
-            .alias("span_us")
+            ).alias("span_us")
         )
     )
     return steps.select("row", "span_us")

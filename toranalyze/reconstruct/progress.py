@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from toranalyze.reconstruct.api import micros
 from toranalyze.reconstruct.intervals import (
     AsofOn,
     OrderedKeys,
@@ -147,7 +148,7 @@ def step_rows(ev: pl.DataFrame) -> pl.DataFrame:
     s = s.with_columns(alone.alias("_alone"))
 
     def rep(x: pl.Expr) -> pl.Expr:  # the median over ranks, in whole µs
-        return (x * US).round().cast(pl.Int64).alias("rep_us")
+        return micros(x * US).alias("rep_us")
 
     many = s.filter(~pl.col("_alone"))
     if packed is None:
@@ -354,7 +355,7 @@ def _lifecycle_facts(timed: pl.LazyFrame) -> pl.LazyFrame:
         pl.col("code").filter(is_end).last().alias("last_end_code"),
         pl.col("step").filter(pl.col("kind") == "ckpt_load").min().alias("ckpt_loaded"),
         pl.col("t").filter(pl.col("kind") == "ckpt_load").min().alias("t_ckpt_load"),
-        (pl.col("duration_s").filter(pl.col("kind") == "ckpt_load").max() * US).round().cast(pl.Int64)
+        micros(pl.col("duration_s").filter(pl.col("kind") == "ckpt_load").max() * US)
         .alias("ckpt_load_us"),
         pl.col("t").filter(pl.col("kind") == "init_done").min().alias("t_init_done"),
     )
@@ -402,7 +403,7 @@ def step_intervals(steps: pl.DataFrame, att: pl.DataFrame) -> pl.DataFrame:
     s = s.with_columns(
         pl.coalesce(
             pl.when(pl.col("rep_us") > 0).then(pl.col("rep_us")),
-            pl.when(gap > 0).then((gap / pl.col("n")).round().cast(pl.Int64)),
+            pl.when(gap > 0).then(micros(gap / pl.col("n"))),
         ).alias("d_us")
     )
     return flag_sorted(s.rename({"_pt": "prev_end"}).drop("_ps", "t_start", "resumed_from"))
@@ -474,7 +475,7 @@ def _pair(ev: pl.DataFrame, begin: str, end: str, steps: pl.DataFrame) -> pl.Dat
         .agg(
             pl.col("t").filter(pl.col("kind") == begin).min().alias("b"),
             pl.col("t").filter(pl.col("kind") == end).max().alias("e"),
-            (pl.col("duration_s").max() * US).round().cast(pl.Int64).alias("dur"),
+            micros(pl.col("duration_s").max() * US).alias("dur"),
             pl.col("ev").first().alias("evidence"),
         )
         .sort("job", "b")
@@ -608,7 +609,7 @@ def eval_intervals(ev: pl.DataFrame, s: pl.DataFrame | None = None, ckpt: pl.Dat
         paired = pb.select(*grp, "end").unique()
     lone = e.join(paired, on=[*grp, "end"], how="anti")
     with_dur = lone.filter(pl.col("duration_s").is_not_null()).select(
-        "job", (pl.col("end") - (pl.col("duration_s") * US).round().cast(pl.Int64)).alias("start"), "end"
+        "job", (pl.col("end") - micros(pl.col("duration_s") * US)).alias("start"), "end"
     )
     if with_dur.height:
         parts.append(with_dur)

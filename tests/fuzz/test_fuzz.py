@@ -77,7 +77,7 @@ def _env(name: str, default: int) -> int:
 def _fuzz(batch: object, total: int, per: int) -> tuple[int, list[str]]:
     """``total`` inputs in batches of ``per`` over FUZZ_WORKERS processes: (inputs tried, findings)."""
     workers = _env("FUZZ_WORKERS", 2)
-    seeds = range(_env("FUZZ_SEED", 0), _env("FUZZ_SEED", 0) + max(1, total // per))
+    seeds = range(_env("FUZZ_SEED", 0), _env("FUZZ_SEED", 0) + max(1, -(-total // per)))  # at least total
     findings: list[str] = []
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:

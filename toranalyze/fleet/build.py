@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from toranalyze import storage
 from toranalyze.errors import InputError
 from toranalyze.fleet import store
 from toranalyze.fleet.batch import BATCH_RUNS, analyze_batch, batches
@@ -96,7 +97,7 @@ def _analyze(tasks: Sequence[RunTask], workers: Workers, sizes: dict[str, int]) 
 
 
 def build(paths: Sequence[str], out: Path, options: RunOptions | None = None, workers: Workers | None = None, *,
-          progress: Progress | None = None, skip: Sequence[str] = ()) -> BuildResult:
+          progress: Progress | None = None, skip: Sequence[str] = (), add: bool = False) -> BuildResult:
     """Update the store at ``out`` from the runs under ``paths``, each given what
     ``pipeline.analyze_run`` gives it with ``options``. Analysed runs are committed to the store in
     groups (RECORD_BATCH, RECORD_SECONDS), so an interrupted build keeps its committed groups.
@@ -105,16 +106,21 @@ def build(paths: Sequence[str], out: Path, options: RunOptions | None = None, wo
     (``workers.engine="local"``, ``workers.jobs`` of them) or per Ray task (``"ray"``, on the
     cluster at ``workers.address`` or a local one with ``jobs`` CPUs); the store is the same
     either way. ``skip``: more folders or prefixes never searched for runs (the store's URL when
-    ``out`` is its local copy)."""
+    ``out`` is its local copy). With ``add``, the store's other runs are neither read nor dropped:
+    the runs found are added or brought up to date, at a cost that does not grow with the store."""
     options, workers = options or RunOptions(), workers or Workers()
     out.mkdir(parents=True, exist_ok=True)
     problems: list[InputError] = []
-    runs = find_runs(paths, skip=[str(out), *skip], problems=problems)
     st = store.Store(out)  # heals what a crash left behind
-    hashes, stamps = _hashes(runs, options_salt(options), progress, problems, st.stamps())
-    stored = st.hashes()
+    if add:
+        runs = _named_as_stored(paths, st.roots(), [str(out), *skip], problems)
+    else:
+        runs = find_runs(paths, skip=[str(out), *skip], problems=problems)
+    known = st.rows_of([r.id for r in runs]) if add else st.run_frame()
+    hashes, stamps = _hashes(runs, options_salt(options), progress, problems, st.stamps(known))
+    stored = set(known["hash"])  # (a run's hash covers its id: equal hashes are the same run unchanged)
     todo = [RunTask(r, hashes[r.id], options) for r in runs if hashes[r.id] not in stored]
-    before = st.runs()
+    before = set(known["run"])
     result = BuildResult(runs=[], reused=len(runs) - len(todo),
                          warnings=[f"{e.where()}: {e.message}" + (f" — {e.hint}" if e.hint else "") for e in problems])
     batch: list[store.RunRecord] = []
@@ -134,13 +140,34 @@ def build(paths: Sequence[str], out: Path, options: RunOptions | None = None, wo
         raise Interrupted(len(result.analyzed), len(todo) - len(result.analyzed)) from None
     result.rewritten |= st.record(batch)
     current = [store.RunRecord(r.id, r.path, hashes[r.id], None, files=stamps[r.id]) for r in runs]
-    result.rewritten |= st.commit(current)
-    stored_runs = st.runs()
+    result.rewritten |= st.commit(current, drop_missing=not add)
+    if not add:
+        st.set_roots({str(Path(p).resolve()): Path(p).resolve().name for p in paths if not storage.is_url(p)})
+    stored_runs = st.runs(st.rows_of([r.id for r in runs]) if add else None)
     result.runs = [_stored(stored_runs[r.id], result) for r in runs]
     ids = {r.id for r in runs}
     result.removed = sorted(rid for rid in before if rid not in ids)
     result.analyzed.sort()
     return result
+
+
+def _named_as_stored(paths: Sequence[str], roots: dict[str, str], skip: Sequence[str],
+                     problems: list[InputError]) -> list[Run]:
+    """The runs under ``paths``, each named as a build of the store's roots would name it: a run
+    added from under a folder the store was built from (``/data/runs/new``, built from
+    ``/data/runs``) keeps the id that folder gives it (``runs/new``), so a later build of the
+    whole folder finds it stored, not new."""
+    runs: dict[str, Run] = {}
+    for spec in paths:
+        found = find_runs([spec], skip=skip, problems=problems)
+        real = None if storage.is_url(spec) else Path(spec).resolve()
+        root = next((Path(r) for r in roots if real is not None and real.is_relative_to(r) and real != Path(r)), None)
+        if root is not None and real is not None:
+            between = real.parent.relative_to(root).as_posix()
+            prefix = f"{roots[str(root)]}/" + ("" if between == "." else f"{between}/")
+            found = [Run(prefix + r.id, r.path, r.files) for r in found]
+        runs.update((r.id, r) for r in found)
+    return [runs[k] for k in sorted(runs)]
 
 
 def _hashes(runs: Sequence[Run], salt: str, progress: Progress | None, problems: list[InputError],

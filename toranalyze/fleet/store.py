@@ -49,6 +49,7 @@ from toranalyze.fleet.tables import SCHEMAS, SORT_KEYS, TABLES, RunTables
 from toranalyze.schema import frame_schema
 
 MANIFEST = "manifest.json"
+ROOTS = "roots.json"  # the folders of the last full build, for naming runs added alone (fleet --add)
 COMMITTING = ".committing"  # present from a commit's first page to its manifest: a crash in between
 PARTS = "reports"  # reports/<name>/<page>: a run's pages (jobs.report links them; in older stores <hash>)
 OWNER = ".run"  # in a run's page folder: the run id (the folder's name is for people, not a key)
@@ -259,20 +260,41 @@ class Store:
             self._runs = self._read_delta(RUNS, RUNS_SCHEMA)
         return self._runs
 
-    def runs(self) -> dict[str, StoredRun]:
+    def runs(self, rows: pl.DataFrame | None = None) -> dict[str, StoredRun]:
+        """The stored runs by id (of ``rows``, a part of the runs table; default all of it)."""
+        rows = self.run_frame() if rows is None else rows
         return {r["run"]: StoredRun(r["run"], r["path"], r["hash"], r["error"], tuple(r["notes"] or ()),
                                     r["files_failed"] or 0, r["generation"])
-                for r in self.run_frame().drop("files").iter_rows(named=True)}
+                for r in rows.drop("files").iter_rows(named=True)}
 
     def hashes(self) -> set[str]:
         """The content hashes stored: a run whose hash is here needs no analysis."""
         return set(self.run_frame()["hash"])
 
-    def stamps(self) -> dict[str, FileStamp]:
-        """Each stored file's stamp by its path (the run's path joined with its name)."""
-        files = self.run_frame().select("path", "files").explode("files").drop_nulls("files").unnest("files")
+    def rows_of(self, ids: Collection[str]) -> pl.DataFrame:
+        """The runs table's rows of these runs only: what adding runs reads, at a cost that does
+        not grow with the store (only their buckets' files are read)."""
+        return self._stored_rows(ids)
+
+    def stamps(self, rows: pl.DataFrame | None = None) -> dict[str, FileStamp]:
+        """Each stored file's stamp by its path (the run's path joined with its name), of ``rows``
+        (default: every run)."""
+        rows = self.run_frame() if rows is None else rows
+        files = rows.select("path", "files").explode("files").drop_nulls("files").unnest("files")
         return {storage.join(p, n): FileStamp(n, s, m, d) for p, n, s, m, d in
                 files.select("path", "name", "size", "mtime_ns", "digest").iter_rows()}
+
+    def roots(self) -> dict[str, str]:
+        """The folders the store was last built from (absolute path -> the name its runs' ids
+        start with): how ``fleet --add`` names a run found under one of them."""
+        try:
+            doc = json.loads((self.root / ROOTS).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return {str(k): str(v) for k, v in doc.items()} if isinstance(doc, dict) else {}
+
+    def set_roots(self, roots: Mapping[str, str]) -> None:
+        write_text(json.dumps(dict(sorted(roots.items())), indent=1) + "\n", self.root / ROOTS)
 
     def _read_delta(self, name: str, schema: pl.Schema) -> pl.DataFrame:
         version = self.manifest.versions.get(name)
@@ -323,7 +345,9 @@ class Store:
 
     def _stored_rows(self, ids: Collection[str]) -> pl.DataFrame:
         """The runs table's rows of these runs, reading only the files of their buckets."""
-        if self._runs is not None or not ids or RUNS not in self.manifest.versions:
+        if not ids:
+            return pl.DataFrame(schema=RUNS_SCHEMA)
+        if self._runs is not None or RUNS not in self.manifest.versions:
             return self.run_frame().filter(pl.col("run").is_in(list(ids)))
         dt = self._table(RUNS)  # loaded once: the commit writes it next
         version = self.manifest.versions[RUNS]
@@ -337,11 +361,13 @@ class Store:
         found = pl.scan_parquet(files).filter(pl.col("run").is_in(list(ids)))
         return found.select(pl.col(c).cast(t) for c, t in RUNS_SCHEMA.items()).collect()
 
-    def commit(self, current: Sequence[RunRecord]) -> bool:
+    def commit(self, current: Sequence[RunRecord], *, drop_missing: bool = True) -> bool:
         """Settle the store on ``current`` (every run found, all of them recorded already): runs
-        no longer found are dropped, runs moved or whose files were touched get their path and
+        no longer found are dropped (unless not ``drop_missing``: runs added to the store, the
+        others left as they are), runs moved or whose files were touched get their path and
         stamps updated. Writes nothing when nothing changed; returns whether it wrote."""
-        stored = {r["run"]: r for r in self.run_frame().iter_rows(named=True)}
+        rows = self.run_frame() if drop_missing else self.rows_of([r.id for r in current])
+        stored = {r["run"]: r for r in rows.iter_rows(named=True)}
         ids = {r.id for r in current}
         gone = [rid for rid in stored if rid not in ids]
         moved = [r for r in current if r.id in stored and _row_changed(stored[r.id], r)]

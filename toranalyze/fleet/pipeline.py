@@ -22,7 +22,6 @@ import polars as pl
 
 from toranalyze import __version__
 from toranalyze.errors import FAULTS, NothingReadError, ToranalyzeError
-from toranalyze.fleet.rates import build_rates
 from toranalyze.fleet.runs import Run, run_files
 from toranalyze.fleet.store import PARTS
 from toranalyze.fleet.tables import RunTables, empty_tables, run_tables
@@ -87,6 +86,8 @@ class RunProducts:
 
     def rates(self) -> dict[str, Any]:
         """The run's rates.json document (docs/rates.md): the fleet's fits over its own tables."""
+        from toranalyze.fleet.rates import build_rates  # (scipy: 1 s to import, not needed to store a run)
+
         t = self.tables
         return build_rates(t.jobs, t.attempts, t.incidents, t.exposure)
 

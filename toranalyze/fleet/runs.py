@@ -18,6 +18,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from toranalyze import storage
 from toranalyze.errors import InputError
@@ -33,24 +34,26 @@ class Run:
     files: tuple[str, ...]  # paths relative to ``path``, sorted
 
 
-def _log_files(d: Path, skip: frozenset[Path], problems: list[InputError]) -> list[str]:
+def _log_files(d: Path, skip: frozenset[Path], problems: list[InputError],
+               entries: list[os.DirEntry[str]] | None = None) -> list[str]:
     """Every log file below the run folder ``d`` (relative paths, sorted), as ``os.walk`` finds
     them (no symlinked folder entered), walked with strings: a Path per file cost more than the
-    listing itself on a fleet of many runs."""
+    listing itself on a fleet of many runs. ``entries``: ``d``'s own, when already listed."""
     out: list[str] = []
-    _walk_files(str(d), "", os.path.realpath(d), frozenset(map(str, skip)), (out, problems))
+    _walk_files(str(d), "", os.path.realpath(d), frozenset(map(str, skip)), (out, problems), entries)
     return sorted(out)
 
 
 def _walk_files(folder: str, rel: str, real: str, skip: frozenset[str],
-                into: tuple[list[str], list[InputError]]) -> None:
+                into: tuple[list[str], list[InputError]], entries: list[os.DirEntry[str]] | None = None) -> None:
     out, problems = into
-    try:
-        with os.scandir(folder) as it:
-            entries = list(it)  # (in the folder's order: the files are sorted once, at the end)
-    except OSError as exc:
-        problems.append(folder_error(exc))
-        return
+    if entries is None:
+        try:
+            with os.scandir(folder) as it:
+                entries = list(it)  # (in the folder's order: the files are sorted once, at the end)
+        except OSError as exc:
+            problems.append(folder_error(exc))
+            return
     for e in sorted(entries, key=_name) if any(not _plain(e) for e in entries) else entries:
         name = e.name
         try:
@@ -109,11 +112,12 @@ def _kind(e: os.DirEntry[str], problems: list[InputError]) -> str | None:
     except OSError as exc:
         problems.append(unreadable(e.path, exc))
         return None
-    return "file" if wanted(Path(e.path)) and _readable(Path(e.path), problems) else None
+    return "file" if wanted_name(e.name) and _readable_entry(e, problems) else None
 
 
 def _runs_under(d: Path, rel: str, skip: frozenset[Path], problems: list[InputError],
-                above: frozenset[Path] = frozenset()) -> Iterable[tuple[str, Path]]:
+                above: frozenset[Path] = frozenset()) -> Iterable[tuple[str, Path, list[os.DirEntry[str]]]]:
+    """(id, folder, the folder's entries) of each run at or below ``d``."""
     real = Path(os.path.realpath(d))
     if real in skip:
         return
@@ -129,7 +133,7 @@ def _runs_under(d: Path, rel: str, skip: frozenset[Path], problems: list[InputEr
     unread: list[InputError] = []  # a run's own files are checked again, with the rest of it
     kinds = [(e, _kind(e, unread)) for e in entries]
     if any(k == "file" for _, k in kinds):
-        yield rel, d
+        yield rel, d, entries
         return
     problems.extend(unread)
     for e, k in kinds:
@@ -205,16 +209,16 @@ def find_runs(paths: Sequence[str], skip: Iterable[str] = (),
         if not p.exists():
             raise InputError("no such file or directory", path=spec, hint="check the path")
         name = p.resolve().name
-        found: list[tuple[str, Path]]
+        found: list[tuple[str, Path, list[os.DirEntry[str]] | None]]
         before = len(problems)
         if p.is_file():
-            found = [(name, p)]
+            found = [(name, p, None)]
         else:
             found = list(_runs_under(p, name, skipped, problems))
         if not found:
             raise _no_run(spec, p, problems[before:])
-        for rid, d in found:
-            files = (d.name,) if d.is_file() else tuple(_log_files(d, skipped, problems))
+        for rid, d, entries in found:
+            files = (d.name,) if entries is None else tuple(_log_files(d, skipped, problems, entries))
             _add(runs, Run(rid, str(d.parent if d.is_file() else d), files), spec)
     return [runs[k] for k in sorted(runs)]
 
@@ -239,11 +243,11 @@ def run_files(run: Run) -> list[str]:
     return [storage.join(run.path, f) for f in run.files]
 
 
-@dataclass(frozen=True)
-class FileStamp:
+class FileStamp(NamedTuple):
     """What a run's file looked like when it was last hashed: its size and modification time
     (ns) when read, and the digest of its bytes. The store keeps one per file, so a re-run reads
-    again only the files whose size or mtime changed."""
+    again only the files whose size or mtime changed. (A named tuple: a store of 100,000 runs
+    makes 1.5 million of them, and a frozen dataclass costs several times as much to build.)"""
 
     name: str  # relative to the run's folder
     size: int

@@ -281,8 +281,10 @@ class Store:
         (default: every run)."""
         rows = self.run_frame() if rows is None else rows
         files = rows.select("path", "files").explode("files").drop_nulls("files").unnest("files")
-        return {storage.join(p, n): FileStamp(n, s, m, d) for p, n, s, m, d in
-                files.select("path", "name", "size", "mtime_ns", "digest").iter_rows()}
+        names = files["name"].to_list()
+        return dict(zip(map(storage.join, files["path"].to_list(), names),
+                        map(FileStamp, names, *(files[c].to_list() for c in ("size", "mtime_ns", "digest"))),
+                        strict=True))
 
     def roots(self) -> dict[str, str]:
         """The folders the store was last built from (absolute path -> the name its runs' ids

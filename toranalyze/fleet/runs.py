@@ -295,7 +295,7 @@ def _stamp(path: str, rel: str, before: FileStamp | None) -> FileStamp:
     again next time."""
     size, mtime_ns = _size_mtime(path)
     if before is not None and (before.size, before.mtime_ns) == (size, mtime_ns):
-        return FileStamp(rel, size, mtime_ns, before.digest)
+        return before if before.name == rel else FileStamp(rel, size, mtime_ns, before.digest)
     read, digest = _file_digest(path)
     return FileStamp(rel, read, mtime_ns, digest)
 

@@ -96,3 +96,23 @@ def test_refresh_and_paths_do_not_go_together(runs: Path, tmp_path: Path) -> Non
                        (("--refresh",), "no fleet store here")]:
         code, text = run("fleet", *args, "-o", str(tmp_path / "none"))
         assert code == 2 and said in text, text
+
+
+def test_plan_says_when_the_rates_lag_runs_added(runs: Path, tmp_path: Path) -> None:
+    from tests.core.test_hostile_fs import run
+
+    names = sorted(p for p in runs.iterdir() if p.is_dir())
+    first = tmp_path / "first"
+    first.mkdir()
+    shutil.copytree(names[0], first / names[0].name)
+    out = tmp_path / "store"
+    _fleet(str(first), "-o", str(out), "--no-report")
+    plan = ("plan", "--rates", str(out / "rates.json"), "--gpus", "64", "--runs", "20")
+    code, text = run(*plan)
+    assert code == 0 and "--refresh" not in text, text
+    _fleet(str(names[1]), "-o", str(out), "--add", "--no-report")
+    code, text = run(*plan)
+    assert code == 0 and "toranalyze fleet --refresh" in text, text
+    _fleet("-o", str(out), "--refresh", "--no-report")
+    code, text = run(*plan)
+    assert code == 0 and "--refresh" not in text, text

@@ -65,6 +65,22 @@ def _products(store_dir: Path, result: BuildResult | None, output: OutputOptions
     return summary, no_jobs, page
 
 
+def products_lag(store_dir: Path) -> str | None:
+    """Why the products in ``store_dir`` lag its tables (runs added with ``--add`` since they were
+    made), with the command that remakes them; None when they do not, or it is not a fleet store."""
+    from toranalyze.fleet.store import MANIFEST
+
+    try:
+        made = json.loads((store_dir / PRODUCTS).read_text(encoding="utf-8")).get("generation")
+        now = json.loads((store_dir / MANIFEST).read_text(encoding="utf-8")).get("generation")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(made, int) or not isinstance(now, int) or made == now:
+        return None
+    return (f"made before the store's last {now - made} change(s) (runs added with --add); "
+            f"toranalyze fleet --refresh -o {plain(str(store_dir))} remakes it")
+
+
 def _stamp(store_dir: Path, output: OutputOptions, title: str) -> str:
     from toranalyze import __version__
     from toranalyze.fleet.store import MANIFEST

@@ -197,10 +197,14 @@ def plan_cmd(rates_path: Path | None, as_json: bool, html_path: Path | None, **k
     """Predict a future run's TOR (closed form and Monte Carlo), its best checkpoint interval and strategy."""
     if rates_path is None and not kw["rates"]:
         raise click.UsageError("give --rates FILE, or at least one --rate CLASS=VALUE/UNIT")
+    from toranalyze.cli.common import print_warnings
+    from toranalyze.cli.fleet import products_lag
     from toranalyze.fleet.rates import read_rates
     from toranalyze.plan import plan
 
     doc = read_rates(rates_path) if rates_path else {}
+    if rates_path and (lag := products_lag(rates_path.parent)):
+        print_warnings([f"{rates_path}: {lag}"])
     opts = _options(kw)
     p = plan(doc, opts)
     if html_path:

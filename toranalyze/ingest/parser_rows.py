@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 import polars as pl
@@ -44,7 +45,10 @@ def run_parser(parser: Any, prepared: pl.DataFrame) -> pl.DataFrame | None:
         pl.lit(parser.name).alias("parser"), pl.lit(parser.source).alias("source")).collect()
 
 
+@cache
 def empty_parsed() -> pl.DataFrame:
+    """No parsed rows (one frame, built once: a fleet's batch asks for it thousands of times, and
+    frames are never changed in place)."""
     return pl.DataFrame(schema={**RAW_SCHEMA, "parser": pl.String(), "source": pl.String()})
 
 

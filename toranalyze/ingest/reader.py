@@ -28,7 +28,7 @@ from toranalyze.ingest.noise import NoiseLines
 from toranalyze.ingest.parser_rows import complete_rows, covered_lines, empty_parsed, parsing
 from toranalyze.ingest.streams import document_lines
 from toranalyze.ingest.vocabulary import Vocabulary
-from toranalyze.schema import validate_kinds, validate_raw
+from toranalyze.schema import sane_measures, validate_kinds, validate_raw
 
 
 @dataclass
@@ -161,7 +161,7 @@ def _read_document_events(path: str, parser: Any) -> FileResult:
         raise ParserError(f"parser {parser.name!r} failed: {exc}", path=path) from exc
     if not isinstance(out, pl.LazyFrame | pl.DataFrame):
         raise SchemaError(f"parser {parser.name!r} returned {type(out).__name__}, expected a LazyFrame")
-    frame = out.lazy()
+    frame = sane_measures(out.lazy())
     schema = frame.collect_schema()
     extra = {"parser", "source"} & set(schema.names())
     validate_raw(frame.drop(list(extra)), parser.name)

@@ -35,12 +35,14 @@ class Run:
 
 
 def _log_files(d: Path, skip: frozenset[Path], problems: list[InputError],
-               entries: list[os.DirEntry[str]] | None = None) -> list[str]:
+               entries: list[os.DirEntry[str]] | None = None, real: Path | None = None) -> list[str]:
     """Every log file below the run folder ``d`` (relative paths, sorted), as ``os.walk`` finds
     them (no symlinked folder entered), walked with strings: a Path per file cost more than the
-    listing itself on a fleet of many runs. ``entries``: ``d``'s own, when already listed."""
+    listing itself on a fleet of many runs. ``entries``, ``real``: ``d``'s own entries and real
+    path, when already known."""
     out: list[str] = []
-    _walk_files(str(d), "", os.path.realpath(d), frozenset(map(str, skip)), (out, problems), entries)
+    where = os.path.realpath(d) if real is None else str(real)
+    _walk_files(str(d), "", where, frozenset(map(str, skip)), (out, problems), entries)
     return sorted(out)
 
 
@@ -116,9 +118,12 @@ def _kind(e: os.DirEntry[str], problems: list[InputError]) -> str | None:
 
 
 def _runs_under(d: Path, rel: str, skip: frozenset[Path], problems: list[InputError],
-                above: frozenset[Path] = frozenset()) -> Iterable[tuple[str, Path, list[os.DirEntry[str]]]]:
-    """(id, folder, the folder's entries) of each run at or below ``d``."""
-    real = Path(os.path.realpath(d))
+                above: frozenset[Path] = frozenset(), real: Path | None = None,
+                ) -> Iterable[tuple[str, Path, list[os.DirEntry[str]], Path]]:
+    """(id, folder, the folder's entries, its real path) of each run at or below ``d``. ``real``:
+    ``d``'s real path when known (a folder that is no symlink, below a folder whose real path is
+    known: resolving every folder again cost a stat per component)."""
+    real = Path(os.path.realpath(d)) if real is None else real
     if real in skip:
         return
     if real in above:  # a symlink back to a folder being searched: following it never ends
@@ -133,12 +138,13 @@ def _runs_under(d: Path, rel: str, skip: frozenset[Path], problems: list[InputEr
     unread: list[InputError] = []  # a run's own files are checked again, with the rest of it
     kinds = [(e, _kind(e, unread)) for e in entries]
     if any(k == "file" for _, k in kinds):
-        yield rel, d, entries
+        yield rel, d, entries, real
         return
     problems.extend(unread)
     for e, k in kinds:
         if k == "dir":
-            yield from _runs_under(Path(e.path), f"{rel}/{e.name}", skip, problems, above | {real})
+            yield from _runs_under(Path(e.path), f"{rel}/{e.name}", skip, problems, above | {real},
+                                   None if e.is_symlink() else real / e.name)
 
 
 def _no_run(spec: str, path: Path, unread: Sequence[InputError]) -> InputError:
@@ -209,17 +215,19 @@ def find_runs(paths: Sequence[str], skip: Iterable[str] = (),
         if not p.exists():
             raise InputError("no such file or directory", path=spec, hint="check the path")
         name = p.resolve().name
-        found: list[tuple[str, Path, list[os.DirEntry[str]] | None]]
+        found: list[tuple[str, Path, list[os.DirEntry[str]] | None, Path | None]]
         before = len(problems)
         if p.is_file():
-            found = [(name, p, None)]
+            found = [(name, p, None, None)]
         else:
             found = list(_runs_under(p, name, skipped, problems))
         if not found:
             raise _no_run(spec, p, problems[before:])
-        for rid, d, entries in found:
-            files = (d.name,) if entries is None else tuple(_log_files(d, skipped, problems, entries))
-            _add(runs, Run(rid, str(d.parent if d.is_file() else d), files), spec)
+        for rid, d, entries, real in found:
+            if entries is None:  # a file given by name
+                _add(runs, Run(rid, str(d.parent), (d.name,)), spec)
+            else:
+                _add(runs, Run(rid, str(d), tuple(_log_files(d, skipped, problems, entries, real))), spec)
     return [runs[k] for k in sorted(runs)]
 
 

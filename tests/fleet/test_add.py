@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 from polars.testing import assert_frame_equal
 
+from tests.fleet.conftest import simulated_fleet
 from toranalyze.cli import cli
 from toranalyze.fleet import store
 from toranalyze.fleet.tables import TABLES
@@ -19,11 +20,7 @@ from toranalyze.fleet.tables import TABLES
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("add") / "fleet"
-    res = CliRunner().invoke(cli, ["simulate", "--out", str(root), "--preset", "fleet", "--jobs", "4", "--seed", "11",
-                                   "--duration", "30m"])
-    assert res.exit_code == 0, res.output
-    return root
+    return simulated_fleet(tmp_path_factory, "add", jobs=4, seed=11)
 
 
 def _fleet(*args: str, code: int = 0) -> str:

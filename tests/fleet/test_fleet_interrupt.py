@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from tests.fleet.conftest import simulated_fleet
 from toranalyze.cli import cli
 from toranalyze.fleet import build as build_mod
 from toranalyze.fleet.build import Interrupted, build
@@ -26,11 +27,7 @@ NO_REPORT = RunOptions(output=OutputOptions(report=False))
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("interrupt") / "fleet"
-    res = CliRunner().invoke(cli, ["simulate", "--out", str(root), "--preset", "fleet", "--jobs", "6", "--seed", "8",
-                                   "--duration", "30m"])
-    assert res.exit_code == 0, res.output
-    return root
+    return simulated_fleet(tmp_path_factory, "interrupt", jobs=6, seed=8)
 
 
 def _stopped_after(n: int) -> Any:

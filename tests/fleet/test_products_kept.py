@@ -8,17 +8,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from tests.fleet.conftest import simulated_fleet
 from toranalyze.cli import cli
 from toranalyze.fleet import store
 
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("kept") / "fleet"
-    res = CliRunner().invoke(cli, ["simulate", "--out", str(root), "--preset", "fleet", "--jobs", "3", "--seed", "5",
-                                   "--duration", "30m"])
-    assert res.exit_code == 0, res.output
-    return root
+    return simulated_fleet(tmp_path_factory, "kept", jobs=3, seed=5)
 
 
 def _fleet(*args: str) -> str:

@@ -205,7 +205,7 @@ def _build(paths: tuple[str, ...], out_dir: str, store_dir: Path, workers: Worke
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from toranalyze import storage
-    from toranalyze.fleet.build import Interrupted, build
+    from toranalyze.fleet.build import Interrupted, Listing, build
 
     with Progress(TextColumn("[bold]{task.fields[stage]}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TextColumn("{task.description}"), console=err, transient=True,
@@ -216,8 +216,8 @@ def _build(paths: tuple[str, ...], out_dir: str, store_dir: Path, workers: Worke
             bar.update(task, stage=stage, total=total, completed=done, description=run)
 
         try:
-            result = build(paths, store_dir, options, workers, progress=progress, add=add,
-                           skip=[out_dir] if storage.is_url(out_dir) else [])
+            listing = Listing(skip=[out_dir] if storage.is_url(out_dir) else [], add=add)
+            result = build(paths, store_dir, options, workers, progress=progress, listing=listing)
         except Interrupted as stop:
             bar.stop()
             err.print(f"interrupted: {stop.stored} runs analysed and stored, {stop.left} not; run the same "

@@ -96,8 +96,19 @@ def _analyze(tasks: Sequence[RunTask], workers: Workers, sizes: dict[str, int]) 
             raise
 
 
+@dataclass(frozen=True)
+class Listing:
+    """Which runs a build looks at. ``skip``: more folders or prefixes never searched for runs
+    (the store's URL when the store is its local copy). ``add``: the runs found are added or
+    brought up to date and the store's others are neither read nor dropped (a cost that does not
+    grow with the store); without it the store is settled on exactly the runs found."""
+
+    skip: Sequence[str] = ()
+    add: bool = False
+
+
 def build(paths: Sequence[str], out: Path, options: RunOptions | None = None, workers: Workers | None = None, *,
-          progress: Progress | None = None, skip: Sequence[str] = (), add: bool = False) -> BuildResult:
+          progress: Progress | None = None, listing: Listing = Listing()) -> BuildResult:
     """Update the store at ``out`` from the runs under ``paths``, each given what
     ``pipeline.analyze_run`` gives it with ``options``. Analysed runs are committed to the store in
     groups (RECORD_BATCH, RECORD_SECONDS), so an interrupted build keeps its committed groups.
@@ -105,10 +116,9 @@ def build(paths: Sequence[str], out: Path, options: RunOptions | None = None, wo
     Runs are analysed in batches (fleet/batch.py), a batch per worker process
     (``workers.engine="local"``, ``workers.jobs`` of them) or per Ray task (``"ray"``, on the
     cluster at ``workers.address`` or a local one with ``jobs`` CPUs); the store is the same
-    either way. ``skip``: more folders or prefixes never searched for runs (the store's URL when
-    ``out`` is its local copy). With ``add``, the store's other runs are neither read nor dropped:
-    the runs found are added or brought up to date, at a cost that does not grow with the store."""
+    either way. ``listing``: which runs are looked at (``Listing``)."""
     options, workers = options or RunOptions(), workers or Workers()
+    skip, add = listing.skip, listing.add
     out.mkdir(parents=True, exist_ok=True)
     problems: list[InputError] = []
     st = store.Store(out)  # heals what a crash left behind

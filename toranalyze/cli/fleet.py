@@ -68,14 +68,15 @@ def _products(store_dir: Path, result: BuildResult | None, output: OutputOptions
 def products_lag(store_dir: Path) -> str | None:
     """Why the products in ``store_dir`` lag its tables (runs added with ``--add`` since they were
     made), with the command that remakes them; None when they do not, or it is not a fleet store."""
-    from toranalyze.fleet.store import MANIFEST
+    from toranalyze.errors import InputError
+    from toranalyze.fleet.store import read_manifest
 
     try:
         made = json.loads((store_dir / PRODUCTS).read_text(encoding="utf-8")).get("generation")
-        now = json.loads((store_dir / MANIFEST).read_text(encoding="utf-8")).get("generation")
-    except (OSError, ValueError, AttributeError):
+        now = read_manifest(store_dir).generation
+    except (OSError, ValueError, AttributeError, InputError):
         return None
-    if not isinstance(made, int) or not isinstance(now, int) or made == now:
+    if not isinstance(made, int) or made == now:
         return None
     return (f"made before the store's last {now - made} change(s) (runs added with --add); "
             f"toranalyze fleet --refresh -o {plain(str(store_dir))} remakes it")

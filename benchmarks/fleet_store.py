@@ -33,7 +33,8 @@ import polars as pl
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from toranalyze.fleet import store  # noqa: E402
-from toranalyze.fleet.runs import Run, hash_run  # noqa: E402
+from toranalyze.fleet.runs import Run  # noqa: E402
+from toranalyze.fleet.stamps import hash_run  # noqa: E402
 from toranalyze.fleet.tables import SCHEMAS, SORT_KEYS, TABLES, RunTables  # noqa: E402
 
 ROWS = {"jobs": 1, "attempts": 3, "incidents": 2, "exposure": 10}
@@ -123,8 +124,9 @@ def rerun(root: Path, logs: Path, n: int) -> tuple[float, bool]:
     for r in runs:
         h, stamps = hash_run(r, "bench", known=known)
         assert h in stored
-        current.append(store.RunRecord(r.id, r.path, h, None, files=stamps))
-    wrote = s.commit(current)
+        current.append({"run": r.id, "path": r.path, "hash": h, "files": stamps.drop("run").to_dicts()})
+    schema = {c: store.RUNS_SCHEMA[c] for c in ("run", "path", "hash", "files")}
+    wrote = s.commit(pl.DataFrame(current, schema=schema))
     return time.perf_counter() - t, wrote
 
 

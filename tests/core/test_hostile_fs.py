@@ -175,7 +175,7 @@ def test_unwritable_output_fails_before_the_work(tmp_path: Path, monkeypatch: py
         real_mkdir(self, *a, **k)
 
     monkeypatch.setattr(Path, "mkdir", mkdir)
-    monkeypatch.setattr("toranalyze.fleet.build.find_runs", lambda *a, **k: pytest.fail("the work started"))
+    monkeypatch.setattr("toranalyze.fleet.build.list_runs", lambda *a, **k: pytest.fail("the work started"))
     code, text = run("fleet", str(runs), "-o", str(store), "-j", "1")
     assert code == 2, text
     assert "Traceback" not in text

@@ -24,8 +24,9 @@ from toranalyze.cli import cli
 from toranalyze.fleet import store
 from toranalyze.fleet.build import build
 from toranalyze.fleet.rates import load_rates
-from toranalyze.fleet.runs import Run, hash_run
+from toranalyze.fleet.runs import Run
 from toranalyze.fleet.schema import EXPOSURE_SCHEMA, FLEET_ATTEMPTS_SCHEMA, FLEET_INCIDENTS_SCHEMA, JOBS_SCHEMA
+from toranalyze.fleet.stamps import hash_run
 from toranalyze.fleet.tables import SORT_KEYS, TABLES, RunTables
 
 SCHEMAS = {"jobs": JOBS_SCHEMA, "attempts": FLEET_ATTEMPTS_SCHEMA, "incidents": FLEET_INCIDENTS_SCHEMA,
@@ -246,11 +247,12 @@ def test_an_unchanged_commit_writes_nothing(tmp_path: Path) -> None:
     s.record([_rec("a"), _rec("b")])
     before = _digests(tmp_path)
     again = store.Store(tmp_path)
-    current = [store.RunRecord(r.id, r.path, r.hash, None) for r in sorted(again.runs().values(), key=lambda r: r.id)]
+    current = again.run_frame().select("run", "path", "hash", "files").sort("run")
     assert not again.record([]) and not again.commit(current)
     assert _digests(tmp_path) == before
     # a moved run (same hash, another path) updates only the runs table
-    moved = [store.RunRecord("a", "/elsewhere/a", "h1-a", None), current[1]]
+    moved = current.with_columns(pl.when(pl.col("run") == "a").then(pl.lit("/elsewhere/a")).otherwise("path")
+                                 .alias("path"))
     versions = dict(again.manifest.versions)
     assert again.commit(moved)
     assert {t for t in versions if again.manifest.versions[t] != versions[t]} == {store.RUNS}
@@ -396,7 +398,7 @@ def test_a_store_of_an_unknown_format_is_refused_with_the_next_step(tmp_path: Pa
 
 
 def test_stamps_skip_rehashing_unchanged_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from toranalyze.fleet import runs as runs_mod
+    from toranalyze.fleet import stamps as stamps_mod
 
     d = tmp_path / "run"
     d.mkdir()
@@ -405,10 +407,11 @@ def test_stamps_skip_rehashing_unchanged_files(tmp_path: Path, monkeypatch: pyte
     run = Run("run", str(d), ("a.log", "b.log", "c.log"))
     first, stamps = hash_run(run, "salt")
     read: list[str] = []
-    real = runs_mod._file_digest
-    monkeypatch.setattr(runs_mod, "_file_digest", lambda p: (read.append(Path(p).name), real(p))[1])
-    known = {str(d / s.name): s for s in stamps}
-    assert hash_run(run, "salt", known=known) == (first, stamps) and read == []
+    real = stamps_mod._file_digest
+    monkeypatch.setattr(stamps_mod, "_file_digest", lambda p: (read.append(Path(p).name), real(p))[1])
+    known = stamps.with_columns(pl.lit(str(d)).alias("path")).select(stamps_mod.KNOWN_SCHEMA.names())
+    again, same = hash_run(run, "salt", known=known)
+    assert again == first and same.equals(stamps) and read == []
     (d / "b.log").write_text("b.log, changed\n")
     os.utime(d / "c.log", ns=(1, 1))  # touched: same bytes, another mtime
     second, _ = hash_run(run, "salt", known=known)

@@ -9,7 +9,8 @@ import polars as pl
 import pytest
 
 from toranalyze.errors import InputError
-from toranalyze.fleet.runs import content_hash, find_runs
+from toranalyze.fleet.runs import find_runs
+from toranalyze.fleet.stamps import content_hash
 from toranalyze.fleet.tables import exposure_rows
 
 T0 = datetime(2024, 6, 1, tzinfo=UTC)

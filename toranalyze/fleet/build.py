@@ -8,18 +8,21 @@ import multiprocessing
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import polars as pl
 
 from toranalyze import storage
 from toranalyze.errors import InputError
 from toranalyze.fleet import store
 from toranalyze.fleet.batch import BATCH_RUNS, analyze_batch, batches
 from toranalyze.fleet.pipeline import REPORT, RunOptions, RunOutcome, RunTask, options_salt
-from toranalyze.fleet.runs import FileStamp, Run, Stamps, find_runs, hash_run
-from toranalyze.ingest.engine import WAIT_S, leave_interrupts_to_the_parent, map_ordered, stop_pool
+from toranalyze.fleet.runs import Listed, Run, Shelf, list_runs, merged
+from toranalyze.fleet.stamps import STAMP_FIELDS, hash_runs
+from toranalyze.ingest.engine import WAIT_S, default_jobs, leave_interrupts_to_the_parent, map_ordered, stop_pool
 from toranalyze.ingest.pipeline import Workers
 
 # Analysed runs are stored in commits of this many runs or of this many seconds' work, whichever
@@ -122,23 +125,27 @@ def build(paths: Sequence[str], out: Path, options: RunOptions | None = None, wo
     out.mkdir(parents=True, exist_ok=True)
     problems: list[InputError] = []
     st = store.Store(out)  # heals what a crash left behind
-    if add:
-        runs = _named_as_stored(paths, st.roots(), [str(out), *skip], problems)
-    else:
-        runs = find_runs(paths, skip=[str(out), *skip], problems=problems)
-    known = st.rows_of([r.id for r in runs]) if add else st.run_frame()
-    hashes, stamps = _hashes(runs, options_salt(options), progress, problems, st.stamps(known))
+    jobs = min(workers.jobs, default_jobs())  # the listing runs here, whatever the engine
+    listed, known, known_stamps = _listed_and_known(paths, st, [str(out), *skip], add, (jobs, problems))
+    runs = listed.runs
+    hashes, stamps = hash_runs(runs, listed.files, options_salt(options), known_stamps, problems,
+                               reading=(lambda i, n: progress("reading files", i, n, "")) if progress else None)
+    del known_stamps
+    del listed
     stored = set(known["hash"])  # (a run's hash covers its id: equal hashes are the same run unchanged)
     todo = [RunTask(r, hashes[r.id], options) for r in runs if hashes[r.id] not in stored]
     before = set(known["run"])
+    del known
     result = BuildResult(runs=[], reused=len(runs) - len(todo),
                          warnings=[f"{e.where()}: {e.message}" + (f" — {e.hint}" if e.hint else "") for e in problems])
     batch: list[store.RunRecord] = []
     since = time.monotonic()
-    sizes = {rid: sum(f.size for f in files) for rid, files in stamps.items()}
+    files_of = _slices(stamps, {t.run.id for t in todo})
+    sizes = {rid: int(stamps["size"].slice(o, n).sum()) for rid, (o, n) in files_of.items()}
     try:
         for i, outcome in enumerate(_analyze(todo, workers, sizes), 1):
-            batch.append(_record(outcome, stamps[outcome.run.id]))
+            o, n = files_of.get(outcome.run.id, (0, 0))
+            batch.append(_record(outcome, stamps.slice(o, n)))
             if len(batch) >= RECORD_BATCH or time.monotonic() - since > RECORD_SECONDS:
                 result.rewritten |= st.record(batch)
                 batch, since = [], time.monotonic()
@@ -149,8 +156,7 @@ def build(paths: Sequence[str], out: Path, options: RunOptions | None = None, wo
         st.record(batch)  # what finished is kept: the next build does not analyse it again
         raise Interrupted(len(result.analyzed), len(todo) - len(result.analyzed)) from None
     result.rewritten |= st.record(batch)
-    current = [store.RunRecord(r.id, r.path, hashes[r.id], None, files=stamps[r.id]) for r in runs]
-    result.rewritten |= st.commit(current, drop_missing=not add)
+    result.rewritten |= st.commit(_current(runs, hashes, stamps), drop_missing=not add)
     if not add:
         st.set_roots({str(Path(p).resolve()): Path(p).resolve().name for p in paths if not storage.is_url(p)})
     stored_runs = st.runs(st.rows_of([r.id for r in runs]) if add else None)
@@ -161,38 +167,63 @@ def build(paths: Sequence[str], out: Path, options: RunOptions | None = None, wo
     return result
 
 
+def _listed_and_known(paths: Sequence[str], st: store.Store, skip: Sequence[str], add: bool,
+                      how: tuple[int, list[InputError]]) -> tuple[Listed, pl.DataFrame, pl.DataFrame]:
+    """The runs found (listed by ``jobs`` processes), and the store's rows and file stamps of
+    them: all of it for a full build, read in a thread while the folders are listed (the
+    listing waits on its workers); only the runs found for ``add``."""
+    jobs, problems = how
+    if add:
+        listed = _named_as_stored(paths, st.roots(), skip, problems, jobs)
+        rows = st.rows_of([r.id for r in listed.runs])
+        return listed, rows, st.stamps(rows)
+    with ThreadPoolExecutor(1) as pool:
+        reading = pool.submit(lambda: (st.run_frame(), st.stamps()))
+        listed = list_runs(paths, skip=skip, problems=problems, jobs=jobs)
+        return listed, *reading.result()
+
+
 def _named_as_stored(paths: Sequence[str], roots: dict[str, str], skip: Sequence[str],
-                     problems: list[InputError]) -> list[Run]:
+                     problems: list[InputError], jobs: int) -> Listed:
     """The runs under ``paths``, each named as a build of the store's roots would name it: a run
     added from under a folder the store was built from (``/data/runs/new``, built from
     ``/data/runs``) keeps the id that folder gives it (``runs/new``), so a later build of the
     whole folder finds it stored, not new."""
-    runs: dict[str, Run] = {}
+    listings: list[Shelf] = []
+    kept: dict[str, tuple[str, int]] = {}  # run id -> (folder, the listing it is taken from)
     for spec in paths:
-        found = find_runs([spec], skip=skip, problems=problems)
+        found = list_runs([spec], skip=skip, problems=problems, jobs=jobs)
         real = None if storage.is_url(spec) else Path(spec).resolve()
         root = next((Path(r) for r in roots if real is not None and real.is_relative_to(r) and real != Path(r)), None)
+        prefix = ""
         if root is not None and real is not None:
             between = real.parent.relative_to(root).as_posix()
             prefix = f"{roots[str(root)]}/" + ("" if between == "." else f"{between}/")
-            found = [Run(prefix + r.id, r.path, r.files) for r in found]
-        runs.update((r.id, r) for r in found)
-    return [runs[k] for k in sorted(runs)]
+        ids = [prefix + r.id for r in found.runs]
+        kept.update((rid, (r.path, len(listings))) for rid, r in zip(ids, found.runs, strict=True))
+        listings.append((ids, [r.path for r in found.runs],
+                         found.files.with_columns(pl.lit(prefix).add(pl.col("run")).alias("run"))))
+    return merged(listings, kept)
 
 
-def _hashes(runs: Sequence[Run], salt: str, progress: Progress | None, problems: list[InputError],
-            known: Stamps) -> tuple[dict[str, str], dict[str, tuple[FileStamp, ...]]]:
-    """Each run's content hash and its files' stamps (files unchanged since ``known`` not read)."""
-    hashes: dict[str, str] = {}
-    stamps: dict[str, tuple[FileStamp, ...]] = {}
-    for i, run in enumerate(runs, 1):
-        hashes[run.id], stamps[run.id] = hash_run(run, salt, problems, known)
-        if progress:
-            progress("hashing", i, len(runs), run.id)
-    return hashes, stamps
+def _slices(stamps: pl.DataFrame, ids: set[str]) -> dict[str, tuple[int, int]]:
+    """Where each of these runs' stamps lie in ``stamps`` (grouped by run): (offset, length)."""
+    counts = stamps.group_by("run", maintain_order=True).len()
+    offsets = counts["len"].cum_sum() - counts["len"]
+    return {rid: (o, n) for rid, o, n in zip(counts["run"], offsets, counts["len"], strict=True) if rid in ids}
 
 
-def _record(outcome: RunOutcome, files: tuple[FileStamp, ...]) -> store.RunRecord:
+def _current(runs: Sequence[Run], hashes: dict[str, str], stamps: pl.DataFrame) -> pl.DataFrame:
+    """Every run found as the store's commit takes it: run, path, hash and its files' stamps."""
+    found = pl.DataFrame({"run": [r.id for r in runs], "path": [r.path for r in runs],
+                          "hash": [hashes[r.id] for r in runs]}, schema={"run": pl.String, "path": pl.String,
+                                                                          "hash": pl.String})
+    files = stamps.group_by("run").agg(pl.struct(STAMP_FIELDS.keys()).alias("files"))
+    return (found.join(files, on="run", how="left", maintain_order="left")
+            .with_columns(pl.col("files").fill_null(pl.lit([], dtype=pl.List(pl.Struct(STAMP_FIELDS))))))
+
+
+def _record(outcome: RunOutcome, files: pl.DataFrame) -> store.RunRecord:
     status = {"error": outcome.error, "notes": list(outcome.notes), "files_failed": outcome.files_failed}
     pages = {REPORT: outcome.report_html} if outcome.report_html is not None else {}
     return store.RunRecord(outcome.run.id, outcome.run.path, outcome.hash, outcome.tables, status, pages, files)

@@ -1,4 +1,4 @@
-"""Run discovery and content hashes: which directories are runs, and whether a run changed.
+"""Run discovery: which directories are runs, and each run's files with their size and mtime.
 
 The rule (docs/fleet.md): a directory that holds at least one log file directly is **one run**,
 with every log file beneath it (per-node ``nodes/<host>/kern.log``, ``logs/``, ``pods/`` are
@@ -9,22 +9,41 @@ are never logs (``truth.json``, our own outputs, hidden files) do not count, as 
 A run's id is its path relative to the parent of the input root it was found under
 (``fleet/fleet-003``; the root's own name when the root is the run), so the id does not depend
 on how the path was spelled, and two roots with runs of the same name stay apart.
+
+Each file is stat-ed once, while its folder is walked: its size and mtime go into the listing
+(``Listed.files``), which is what tells a re-run which files changed (fleet/stamps.py). A folder
+of many runs is walked by several worker processes, each taking a share of its sub-folders.
 """
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import os
-from collections.abc import Iterable, Mapping, Sequence
+import stat
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+import polars as pl
+
 from toranalyze import storage
 from toranalyze.errors import InputError
 from toranalyze.ingest.discover import folder_error, printable, refused, unreadable, wanted, wanted_name
+from toranalyze.ingest.engine import map_ordered
+from toranalyze.schema import frame_schema
 
-CHUNK = 1 << 20
+# A folder of at least this many sub-folders is walked by the worker processes, in about
+# SHARES_PER_JOB shares per worker (small enough to balance, large enough to pay for the hand-off).
+PARALLEL_AT = 2000
+SHARES_PER_JOB = 4
+
+# One row per file of every run found, in the runs' order and each run's files sorted: ``size``
+# and ``mtime_ns`` as stat-ed while listing (null when not yet known: a URL, or a file that could
+# not be stat-ed, ``error`` then saying why).
+LISTED_SCHEMA = frame_schema({
+    "run": pl.String, "name": pl.String, "size": pl.Int64, "mtime_ns": pl.Int64, "error": pl.String,
+})
 
 
 @dataclass(frozen=True)
@@ -34,20 +53,61 @@ class Run:
     files: tuple[str, ...]  # paths relative to ``path``, sorted
 
 
-def _log_files(d: Path, skip: frozenset[Path], problems: list[InputError],
-               entries: list[os.DirEntry[str]] | None = None, real: Path | None = None) -> list[str]:
-    """Every log file below the run folder ``d`` (relative paths, sorted), as ``os.walk`` finds
+class Listed(NamedTuple):
+    runs: list[Run]  # sorted by id
+    files: pl.DataFrame  # LISTED_SCHEMA, in the runs' order
+
+
+Shelf = tuple[list[str], list[str], pl.DataFrame]  # runs listed: (ids, folders, files: LISTED_SCHEMA)
+# A file found: (path relative to the run folder, size, mtime_ns, why it could not be stat-ed)
+FileRow = tuple[str, int | None, int | None, str | None]
+
+
+class _Found:
+    """Runs listed, by columns: each run's id, folder and number of files, and every file's row."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.paths: list[str] = []
+        self.counts: list[int] = []
+        self.names: list[str] = []
+        self.sizes: list[int | None] = []
+        self.mtimes: list[int | None] = []
+        self.errors: list[str | None] = []
+
+    def add(self, rid: str, path: str, rows: list[FileRow]) -> None:
+        self.ids.append(rid)
+        self.paths.append(path)
+        self.counts.append(len(rows))
+        for name, size, mtime, error in rows:
+            self.names.append(name)
+            self.sizes.append(size)
+            self.mtimes.append(mtime)
+            self.errors.append(error)
+
+    def listed(self) -> Shelf:
+        """(ids, folders, their files' rows as LISTED_SCHEMA) of the runs added."""
+        runs = pl.DataFrame({"run": self.ids, "n": self.counts}, schema={"run": pl.String, "n": pl.Int64})
+        run = runs.select(pl.col("run").repeat_by("n")).explode("run").drop_nulls()["run"]
+        frame = pl.DataFrame({"run": run, "name": self.names, "size": self.sizes, "mtime_ns": self.mtimes,
+                              "error": self.errors}, schema=LISTED_SCHEMA)
+        return self.ids, self.paths, frame
+
+
+def _log_files(d: str, real: str, skip: frozenset[str], problems: list[InputError],
+               entries: list[os.DirEntry[str]] | None = None) -> list[FileRow]:
+    """Every log file below the run folder ``d`` (sorted by relative path), as ``os.walk`` finds
     them (no symlinked folder entered), walked with strings: a Path per file cost more than the
-    listing itself on a fleet of many runs. ``entries``, ``real``: ``d``'s own entries and real
-    path, when already known."""
-    out: list[str] = []
-    where = os.path.realpath(d) if real is None else str(real)
-    _walk_files(str(d), "", where, frozenset(map(str, skip)), (out, problems), entries)
-    return sorted(out)
+    listing itself on a fleet of many runs. ``real``: its real path; ``entries``: its own
+    entries, when already listed."""
+    out: list[FileRow] = []
+    _walk_files(d, "", real, skip, (out, problems), entries)
+    out.sort()  # (relative paths are unique: the sort is by them)
+    return out
 
 
 def _walk_files(folder: str, rel: str, real: str, skip: frozenset[str],
-                into: tuple[list[str], list[InputError]], entries: list[os.DirEntry[str]] | None = None) -> None:
+                into: tuple[list[FileRow], list[InputError]], entries: list[os.DirEntry[str]] | None = None) -> None:
     out, problems = into
     if entries is None:
         try:
@@ -56,6 +116,7 @@ def _walk_files(folder: str, rel: str, real: str, skip: frozenset[str],
         except OSError as exc:
             problems.append(folder_error(exc))
             return
+    plain_name = folder.isascii() or printable(folder) == folder  # (then a file's own name decides)
     for e in sorted(entries, key=_name) if any(not _plain(e) for e in entries) else entries:
         name = e.name
         try:
@@ -65,8 +126,28 @@ def _walk_files(folder: str, rel: str, real: str, skip: frozenset[str],
         if is_dir:
             if not name.startswith(".") and not e.is_symlink() and os.path.join(real, name) not in skip:
                 _walk_files(e.path, f"{rel}{name}/", os.path.join(real, name), skip, into)
-        elif wanted_name(name) and _readable_entry(e, problems):
-            out.append(rel + name)
+        elif wanted_name(name) and (row := _file_row(e, rel + name, plain_name, problems)) is not None:
+            out.append(row)
+
+
+def _file_row(e: os.DirEntry[str], rel: str, plain_folder: bool, problems: list[InputError]) -> FileRow | None:
+    """The file's row, stat-ed (through a symlink); None, the reason recorded, for a file never
+    read: a special file, a name that is not UTF-8, a dangling link or a loop. A plain file that
+    vanished since its folder was listed stays, with the reason: the run counts it unreadable."""
+    try:
+        st = e.stat()
+    except OSError as exc:
+        if _plain(e) and printable(e.path) == e.path:
+            return rel, None, None, (exc.strerror or str(exc)).lower()
+        problems.append(unreadable(e.path, exc))
+        return None
+    if stat.S_ISREG(st.st_mode) and plain_folder and (e.name.isascii() or printable(e.name) == e.name):
+        return rel, st.st_size, st.st_mtime_ns, None
+    problem = refused(e.path, st.st_mode)
+    if problem is not None:
+        problems.append(problem)
+        return None
+    return rel, st.st_size, st.st_mtime_ns, None
 
 
 def _name(e: os.DirEntry[str]) -> str:
@@ -82,18 +163,14 @@ def _plain(e: os.DirEntry[str]) -> bool:
 
 
 def _readable_entry(e: os.DirEntry[str], problems: list[InputError]) -> bool:
-    """``_readable`` for a folder entry: a plain regular file with a UTF-8 name needs no stat."""
+    """Whether a folder entry is a file to read (no stat for a plain regular file with a UTF-8
+    name); else the reason is recorded."""
     if e.is_file(follow_symlinks=False) and printable(e.path) == e.path:
         return True
-    return _readable(Path(e.path), problems)
-
-
-def _readable(p: Path, problems: list[InputError]) -> bool:
-    """Whether ``p`` is a regular file with a UTF-8 name; else the reason is recorded."""
     try:
-        problem = refused(str(p), p.stat().st_mode)
+        problem = refused(e.path, os.stat(e.path).st_mode)
     except OSError as exc:  # a symlink loop, a dangling link, a file gone
-        problem = unreadable(str(p), exc)
+        problem = unreadable(e.path, exc)
     if problem is not None:
         problems.append(problem)
     return problem is None
@@ -117,63 +194,135 @@ def _kind(e: os.DirEntry[str], problems: list[InputError]) -> str | None:
     return "file" if wanted_name(e.name) and _readable_entry(e, problems) else None
 
 
-def _runs_under(d: Path, rel: str, skip: frozenset[Path], problems: list[InputError],
-                above: frozenset[Path] = frozenset(), real: Path | None = None,
-                ) -> Iterable[tuple[str, Path, list[os.DirEntry[str]], Path]]:
-    """(id, folder, the folder's entries, its real path) of each run at or below ``d``. ``real``:
-    ``d``'s real path when known (a folder that is no symlink, below a folder whose real path is
-    known: resolving every folder again cost a stat per component)."""
-    real = Path(os.path.realpath(d)) if real is None else real
+@functools.lru_cache(maxsize=4096)
+def _real_folder(path: str) -> str:
+    return os.path.realpath(path)
+
+
+def _realpath(path: str) -> str:
+    """``os.path.realpath`` with the folder a link leads into resolved once for all its links
+    (a fleet of linked runs: one readlink and one lstat per run, not one lstat per component)."""
+    try:
+        target = os.readlink(path)
+    except OSError:  # not a link
+        return os.path.realpath(path)
+    head, tail = os.path.split(os.path.join(os.path.dirname(path), target))
+    if tail in ("", ".", "..") or os.path.islink(joined := os.path.join(_real_folder(head), tail)):
+        return os.path.realpath(path)
+    return joined
+
+
+# A run found: (id, folder, the folder's entries, its real path); a folder to search: (folder, id
+# prefix, real path when known)
+Found = tuple[str, str, list[os.DirEntry[str]], str]
+Sub = tuple[str, str, str | None]
+
+
+def _folder(d: str, rel: str, skip: frozenset[str], problems: list[InputError], above: frozenset[str],
+            real: str | None) -> tuple[Found | None, list[Sub], frozenset[str]]:
+    """One step of the search: ``d`` as a run, or its sub-folders to search (and the folders
+    above them). ``real``: ``d``'s real path when known (a folder that is no symlink, below a
+    folder whose real path is known: resolving every folder again cost a stat per component)."""
+    real = _realpath(d) if real is None else real
     if real in skip:
-        return
+        return None, [], above
     if real in above:  # a symlink back to a folder being searched: following it never ends
         problems.append(InputError("a symlink loop (it leads back to a folder above it); skipped",
-                                   path=printable(str(d))))
-        return
+                                   path=printable(d)))
+        return None, [], above
     try:
-        entries = sorted(os.scandir(d), key=lambda e: e.name)
+        entries = sorted(os.scandir(d), key=_name)
     except OSError as exc:
         problems.append(folder_error(exc))
-        return
+        return None, [], above
     unread: list[InputError] = []  # a run's own files are checked again, with the rest of it
     kinds = [(e, _kind(e, unread)) for e in entries]
     if any(k == "file" for _, k in kinds):
-        yield rel, d, entries, real
-        return
+        return (rel, d, entries, real), [], above
     problems.extend(unread)
-    for e, k in kinds:
-        if k == "dir":
-            yield from _runs_under(Path(e.path), f"{rel}/{e.name}", skip, problems, above | {real},
-                                   None if e.is_symlink() else real / e.name)
+    subs = [(e.path, f"{rel}/{e.name}", None if e.is_symlink() else os.path.join(real, e.name))
+            for e, k in kinds if k == "dir"]
+    return None, subs, above | {real}
 
 
-def _no_run(spec: str, path: Path, unread: Sequence[InputError]) -> InputError:
+def _runs_under(d: str, rel: str, skip: frozenset[str], problems: list[InputError],
+                above: frozenset[str] = frozenset(), real: str | None = None) -> Iterable[Found]:
+    """Every run at or below ``d``."""
+    found, subs, above = _folder(d, rel, skip, problems, above, real)
+    if found is not None:
+        yield found
+    for sub, sub_rel, sub_real in subs:
+        yield from _runs_under(sub, sub_rel, skip, problems, above, sub_real)
+
+
+def _listed(found: Iterable[Found], skip: frozenset[str], problems: list[InputError]) -> _Found:
+    out = _Found()
+    for rid, d, entries, real in found:
+        out.add(rid, d, _log_files(d, real, skip, problems, entries))
+    return out
+
+
+Share = tuple[list[Sub], frozenset[str], frozenset[str]]
+
+
+def _list_share(share: Share) -> tuple[Shelf, list[InputError]]:
+    """The runs below a share of a folder's sub-folders, in a worker process."""
+    subs, skip, above = share
+    problems: list[InputError] = []
+    found = (f for sub, rel, real in subs for f in _runs_under(sub, rel, skip, problems, above, real))
+    return _listed(found, skip, problems).listed(), problems
+
+
+def _folder_runs(p: str, name: str, skip: frozenset[str], problems: list[InputError], jobs: int) -> list[Shelf]:
+    """The runs at or below the folder ``p``; a folder of many sub-folders is walked in shares by
+    ``jobs`` worker processes (the same runs and problems, in the same order)."""
+    found, subs, above = _folder(p, name, skip, problems, frozenset(), None)
+    if found is not None:
+        return [_listed([found], skip, problems).listed()]
+    if jobs <= 1 or len(subs) < PARALLEL_AT:
+        found_all = (f for sub, rel, real in subs for f in _runs_under(sub, rel, skip, problems, above, real))
+        return [_listed(found_all, skip, problems).listed()]
+    n = jobs * SHARES_PER_JOB
+    size = -(-len(subs) // n)  # (ceiling division: contiguous shares keep the order)
+    out: list[Shelf] = []
+    for listing, found_problems in map_ordered(_list_share, [(subs[i:i + size], skip, above)
+                                                             for i in range(0, len(subs), size)], "local", jobs):
+        out.append(listing)
+        problems.extend(found_problems)
+    return out
+
+
+def _no_run(spec: str, path: str, unread: Sequence[InputError]) -> InputError:
     """Why ``spec`` (at ``path``) gave no run: it, or everything below it, could not be read (the
     first reason, e.g. permission denied), or it holds no log file."""
     if not unread:
         return InputError("holds no log file", path=spec, hint="give a run directory or a directory of runs")
     first = unread[0]
     reason = first.message.removesuffix("; skipped")
-    if first.path == printable(str(path)):  # the folder given itself
+    if first.path == printable(path):  # the folder given itself
         return InputError(reason, path=spec, hint=first.hint)
     more = f" and {len(unread) - 1} more" if len(unread) > 1 else ""
     return InputError(f"holds no readable log file ({first.path}: {reason}{more})", path=spec, hint=first.hint)
 
 
-def _url_runs(spec: str, skip: Sequence[str]) -> list[Run]:
-    """The runs under a URL, by the rule of local folders applied to the keys under the prefix."""
+def _url_runs(spec: str, skip: Sequence[str]) -> _Found:
+    """The runs under a URL, by the rule of local folders applied to the keys under the prefix
+    (their files' stamps are taken when they are hashed)."""
     url = storage.normalize(spec)
     found = storage.stat(url)
     if found is None:
         raise storage.missing(spec)
     name = storage.name(url)
+    out = _Found()
     if not found.is_dir:
-        return [Run(name, storage.parent(url), (name,))]
+        out.add(name, storage.parent(url), [(name, None, None, None)])
+        return out
     prefixes = tuple(storage.normalize(s) + "/" for s in skip if storage.is_url(s))
     rels = [e.path[len(url) + 1:] for e in storage.list_files(url)
             if not (e.path + "/").startswith(prefixes) and wanted(Path(storage.key_of(e.path)))]
-    return [Run(rid, storage.join(url, d) if d else url, tuple(sorted(files)))
-            for rid, d, files in _group_runs(rels, name)]
+    for rid, d, files in _group_runs(rels, name):
+        out.add(rid, storage.join(url, d) if d else url, [(f, None, None, None) for f in sorted(files)])
+    return out
 
 
 def _group_runs(rels: list[str], rel: str, here: str = "") -> Iterable[tuple[str, str, list[str]]]:
@@ -191,55 +340,90 @@ def _group_runs(rels: list[str], rel: str, here: str = "") -> Iterable[tuple[str
         yield from _group_runs(subs[sub], f"{rel}/{sub}", f"{here}/{sub}".lstrip("/"))
 
 
-def find_runs(paths: Sequence[str], skip: Iterable[str] = (),
-              problems: list[InputError] | None = None) -> list[Run]:
-    """Expand input paths (or URLs) into runs, sorted by id. ``skip``: directories never entered
-    (the store). Entries that cannot be read (folders denied, symlink loops, special files,
-    names that are not UTF-8) are skipped, each with its reason appended to ``problems``.
+def _spec_runs(spec: str, skip: Sequence[str], skipped: frozenset[str], problems: list[InputError],
+               jobs: int) -> list[Shelf]:
+    if storage.is_url(spec):
+        found = _url_runs(spec, skip)
+        if not found.ids:
+            raise InputError("holds no log file", path=spec, hint="give a run prefix or a prefix of runs")
+        return [found.listed()]
+    p = os.path.normpath(spec)
+    if not os.path.exists(p):
+        raise InputError("no such file or directory", path=spec, hint="check the path")
+    name = os.path.basename(os.path.realpath(p))
+    if os.path.isfile(p):  # a file given by name: a run of its own (stamped when hashed)
+        one = _Found()
+        one.add(name, os.path.dirname(p) or ".", [(os.path.basename(p), None, None, None)])
+        return [one.listed()]
+    before = len(problems)
+    listings = _folder_runs(p, name, skipped, problems, jobs)
+    if not any(ids for ids, _, _ in listings):
+        raise _no_run(spec, p, problems[before:])
+    return listings
+
+
+def list_runs(paths: Sequence[str], skip: Iterable[str] = (), problems: list[InputError] | None = None,
+              jobs: int = 1) -> Listed:
+    """Expand input paths (or URLs) into runs, sorted by id, and their files (``Listed``).
+    ``skip``: directories never entered (the store). Entries that cannot be read (folders
+    denied, symlink loops, special files, names that are not UTF-8) are skipped, each with its
+    reason appended to ``problems``. ``jobs``: worker processes for a folder of many runs.
 
     Raises InputError for a path that does not exist or holds no run, and for two runs that
     would get one id."""
     problems = [] if problems is None else problems
     skip = list(skip)
-    skipped = frozenset(Path(s).resolve() for s in skip if not storage.is_url(s))
-    runs: dict[str, Run] = {}
+    skipped = frozenset(os.path.realpath(s) for s in skip if not storage.is_url(s))
+    _real_folder.cache_clear()  # (links may have changed since the last listing)
+    kept: dict[str, tuple[str, int]] = {}  # run id -> (folder, the listing it is taken from)
+    listings: list[Shelf] = []
     for spec in paths:
-        if storage.is_url(spec):
-            found_runs = _url_runs(spec, skip)
-            if not found_runs:
-                raise InputError("holds no log file", path=spec, hint="give a run prefix or a prefix of runs")
-            for run in found_runs:
-                _add(runs, run, spec)
-            continue
-        p = Path(os.path.normpath(spec))
-        if not p.exists():
-            raise InputError("no such file or directory", path=spec, hint="check the path")
-        name = p.resolve().name
-        found: list[tuple[str, Path, list[os.DirEntry[str]] | None, Path | None]]
-        before = len(problems)
-        if p.is_file():
-            found = [(name, p, None, None)]
-        else:
-            found = list(_runs_under(p, name, skipped, problems))
-        if not found:
-            raise _no_run(spec, p, problems[before:])
-        for rid, d, entries, real in found:
-            if entries is None:  # a file given by name
-                _add(runs, Run(rid, str(d.parent), (d.name,)), spec)
-            else:
-                _add(runs, Run(rid, str(d), tuple(_log_files(d, skipped, problems, entries, real))), spec)
-    return [runs[k] for k in sorted(runs)]
+        for listing in _spec_runs(spec, skip, skipped, problems, jobs):
+            for rid, path in zip(listing[0], listing[1], strict=True):
+                _add(kept, rid, path, spec, len(listings))
+            listings.append(listing)
+    return merged(listings, kept)
 
 
-def _add(runs: dict[str, Run], run: Run, spec: str) -> None:
-    rid = run.id
-    if rid in runs and _real(runs[rid].path) != _real(run.path):
+def merged(listings: Sequence[Shelf], kept: dict[str, tuple[str, int]]) -> Listed:
+    """One listing of the runs kept, sorted by id, their files in the same order."""
+    ids = sorted(kept)
+    if [rid for found, _, _ in listings for rid in found] == ids:  # (each run once, in order: most builds)
+        files = pl.concat([frame for _, _, frame in listings])
+        return Listed(_runs(ids, [p for _, paths, _ in listings for p in paths], files), files)
+    files = pl.concat([frame.with_columns(pl.lit(i, pl.Int32).alias("_from"))
+                       for i, (_, _, frame) in enumerate(listings)])
+    taken = pl.DataFrame({"run": ids, "_from": [kept[r][1] for r in ids]},
+                         schema={"run": pl.String, "_from": pl.Int32})
+    files = taken.join(files, on=["run", "_from"], how="inner", maintain_order="left").drop("_from")
+    return Listed(_runs(ids, [kept[r][0] for r in ids], files), files.select(LISTED_SCHEMA.names()))
+
+
+def _runs(ids: Sequence[str], paths: Sequence[str], files: pl.DataFrame) -> list[Run]:
+    """The runs, each with its files' names (``files`` holds them in the runs' order)."""
+    names = files["name"].to_list()
+    counts = dict(zip(*files.group_by("run", maintain_order=True).len(), strict=True) if not files.is_empty() else {})
+    runs, at = [], 0
+    for rid, path in zip(ids, paths, strict=True):
+        n = counts.get(rid, 0)
+        runs.append(Run(rid, path, tuple(names[at:at + n])))
+        at += n
+    return runs
+
+
+def find_runs(paths: Sequence[str], skip: Iterable[str] = (), problems: list[InputError] | None = None) -> list[Run]:
+    """``list_runs``' runs alone."""
+    return list_runs(paths, skip, problems).runs
+
+
+def _add(kept: dict[str, tuple[str, int]], rid: str, path: str, spec: str, listing: int) -> None:
+    if rid in kept and _real(kept[rid][0]) != _real(path):
         raise InputError(
-            f"two runs would both be called {rid!r}: {runs[rid].path} and {run.path}",
+            f"two runs would both be called {rid!r}: {kept[rid][0]} and {path}",
             path=spec,
             hint="give the two roots different names (or link them under different names)",
         )
-    runs[rid] = run
+    kept[rid] = (path, listing)
 
 
 def _real(path: str) -> str:
@@ -249,81 +433,3 @@ def _real(path: str) -> str:
 def run_files(run: Run) -> list[str]:
     """The run's files as paths (or URLs) ``ingest`` reads (the run directory joined with each file)."""
     return [storage.join(run.path, f) for f in run.files]
-
-
-class FileStamp(NamedTuple):
-    """What a run's file looked like when it was last hashed: its size and modification time
-    (ns) when read, and the digest of its bytes. The store keeps one per file, so a re-run reads
-    again only the files whose size or mtime changed. (A named tuple: a store of 100,000 runs
-    makes 1.5 million of them, and a frozen dataclass costs several times as much to build.)"""
-
-    name: str  # relative to the run's folder
-    size: int
-    mtime_ns: int
-    digest: str  # blake2b-128 of the bytes, hex
-
-
-Stamps = Mapping[str, FileStamp]  # a file's path (or URL) -> its stamp from the last hashing
-
-
-def content_hash(run: Run, salt: str = "", problems: list[InputError] | None = None) -> str:
-    """``hash_run`` without a cache of earlier digests: every file is read."""
-    return hash_run(run, salt, problems)[0]
-
-
-def hash_run(run: Run, salt: str = "", problems: list[InputError] | None = None,
-             known: Stamps | None = None) -> tuple[str, tuple[FileStamp, ...]]:
-    """A digest of the run's id, every file's relative path, size and bytes, and ``salt`` (the
-    analysis options and version): equal digests mean the analysis would give equal tables; and
-    the stamps of the files read. A file whose size and mtime equal its stamp in ``known`` is
-    not read again (its stamped digest counts). A file that cannot be read counts by its reason
-    (the run is analysed again once it can be), recorded in ``problems``."""
-    h = hashlib.blake2b(digest_size=16)
-    h.update(f"{salt}\0{run.id}\0".encode())
-    stamps = []
-    for rel in run.files:
-        path = storage.join(run.path, rel)
-        try:
-            stamp = _stamp(path, rel, (known or {}).get(path))
-        except OSError as exc:
-            reason = (exc.strerror or str(exc)).lower()
-            h.update(f"{rel}\0unreadable\0{reason}".encode())
-            if problems is not None:
-                problems.append(InputError(f"cannot read: {reason}", path=printable(path),
-                                           hint="check the file's permissions"))
-            continue
-        h.update(f"{rel}\0{stamp.size}\0".encode() + bytes.fromhex(stamp.digest))
-        stamps.append(stamp)
-    return h.hexdigest(), tuple(stamps)
-
-
-def _stamp(path: str, rel: str, before: FileStamp | None) -> FileStamp:
-    """The file's stamp: ``before`` when its size and mtime did not change, else a fresh digest.
-    The size and mtime are taken before reading, so a file changed while being read is read
-    again next time."""
-    size, mtime_ns = _size_mtime(path)
-    if before is not None and (before.size, before.mtime_ns) == (size, mtime_ns):
-        return before if before.name == rel else FileStamp(rel, size, mtime_ns, before.digest)
-    read, digest = _file_digest(path)
-    return FileStamp(rel, read, mtime_ns, digest)
-
-
-def _size_mtime(path: str) -> tuple[int, int]:
-    if storage.is_url(path):
-        found = storage.stat(path)
-        if found is None:
-            raise FileNotFoundError(2, "No such file or directory", path)
-        return found.size, int(found.mtime * 1e9)
-    st = os.stat(path)
-    return st.st_size, st.st_mtime_ns
-
-
-def _file_digest(path: str) -> tuple[int, str]:
-    """(bytes read, their blake2b-128 digest in hex)."""
-    fh = hashlib.blake2b(digest_size=16)
-    size = 0
-    with storage.open_input(path) as f:
-        while chunk := f.read(CHUNK):
-            fh.update(chunk)
-            size += len(chunk)
-    return size, fh.hexdigest()

@@ -42,9 +42,8 @@ from typing import Any
 import polars as pl
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
-from toranalyze import storage
 from toranalyze.errors import InputError
-from toranalyze.fleet.runs import FileStamp
+from toranalyze.fleet.stamps import KNOWN_SCHEMA, STAMP_FIELDS
 from toranalyze.fleet.tables import SCHEMAS, SORT_KEYS, TABLES, RunTables
 from toranalyze.schema import frame_schema
 
@@ -75,11 +74,11 @@ TABLE_CONFIG = {
 # Commits after the manifest's version that change no rows (a crash after compacting or vacuuming).
 NO_DATA_CHANGE = frozenset({"OPTIMIZE", "VACUUM START", "VACUUM END"})
 
-STAMP = pl.Struct({"name": pl.String, "size": pl.Int64, "mtime_ns": pl.Int64, "digest": pl.String})
+STAMP = pl.Struct(STAMP_FIELDS)
 RUNS_SCHEMA = frame_schema({
     "run": pl.String,
     "path": pl.String,
-    "hash": pl.String,  # content hash (runs.hash_run): the run is analysed again when it changes
+    "hash": pl.String,  # content hash (stamps.hash_runs): the run is analysed again when it changes
     "error": pl.String,  # why the run gave no rows (nothing readable, an internal error)
     "notes": pl.List(pl.String),  # the analysis' notes
     "files_failed": pl.Int64,
@@ -102,8 +101,8 @@ class StoredRun:
 @dataclass(frozen=True)
 class RunRecord:
     """A run to store: its tables, status ({error, notes, files_failed}) and pages (file name ->
-    text, e.g. its job report); ``tables`` None keeps the stored rows and updates only the run's
-    path and file stamps."""
+    text, e.g. its job report), and its files' stamps (the columns of stamps.STAMP_FIELDS);
+    ``tables`` None keeps the stored rows and updates only the run's path and file stamps."""
 
     id: str
     path: str
@@ -111,7 +110,7 @@ class RunRecord:
     tables: RunTables | None
     status: Mapping[str, Any] = field(default_factory=dict)
     pages: Mapping[str, str] = field(default_factory=dict)
-    files: tuple[FileStamp, ...] = ()
+    files: pl.DataFrame | None = None
 
 
 @dataclass
@@ -276,15 +275,12 @@ class Store:
         not grow with the store (only their buckets' files are read)."""
         return self._stored_rows(ids)
 
-    def stamps(self, rows: pl.DataFrame | None = None) -> dict[str, FileStamp]:
-        """Each stored file's stamp by its path (the run's path joined with its name), of ``rows``
+    def stamps(self, rows: pl.DataFrame | None = None) -> pl.DataFrame:
+        """The stored files' stamps by run folder and file name (stamps.KNOWN_SCHEMA), of ``rows``
         (default: every run)."""
         rows = self.run_frame() if rows is None else rows
         files = rows.select("path", "files").explode("files").drop_nulls("files").unnest("files")
-        names = files["name"].to_list()
-        return dict(zip(map(storage.join, files["path"].to_list(), names),
-                        map(FileStamp, names, *(files[c].to_list() for c in ("size", "mtime_ns", "digest"))),
-                        strict=True))
+        return files.select(KNOWN_SCHEMA.names())
 
     def roots(self) -> dict[str, str]:
         """The folders the store was last built from (absolute path -> the name its runs' ids
@@ -363,21 +359,24 @@ class Store:
         found = pl.scan_parquet(files).filter(pl.col("run").is_in(list(ids)))
         return found.select(pl.col(c).cast(t) for c, t in RUNS_SCHEMA.items()).collect()
 
-    def commit(self, current: Sequence[RunRecord], *, drop_missing: bool = True) -> bool:
-        """Settle the store on ``current`` (every run found, all of them recorded already): runs
-        no longer found are dropped (unless not ``drop_missing``: runs added to the store, the
-        others left as they are), runs moved or whose files were touched get their path and
-        stamps updated. Writes nothing when nothing changed; returns whether it wrote."""
-        rows = self.run_frame() if drop_missing else self.rows_of([r.id for r in current])
-        stored = {r["run"]: r for r in rows.iter_rows(named=True)}
-        ids = {r.id for r in current}
-        gone = [rid for rid in stored if rid not in ids]
-        moved = [r for r in current if r.id in stored and _row_changed(stored[r.id], r)]
-        for r in current:
-            if r.id not in stored or stored[r.id]["hash"] != r.hash:
-                raise InputError(f"run {r.id} was not recorded before the commit", path=str(self.root),
-                                 hint="record every analysed run before committing (a bug in the caller)")
-        return self.record([RunRecord(r.id, r.path, r.hash, None, files=r.files) for r in moved], drop=gone)
+    def commit(self, current: pl.DataFrame, *, drop_missing: bool = True) -> bool:
+        """Settle the store on ``current`` (every run found, all of them recorded already: a frame
+        of run, path, hash and files as in RUNS_SCHEMA): runs no longer found are dropped (unless
+        not ``drop_missing``: runs added to the store, the others left as they are), runs moved
+        or whose files were touched get their path and stamps updated. Writes nothing when
+        nothing changed; returns whether it wrote."""
+        rows = self.run_frame() if drop_missing else self.rows_of(current["run"].to_list())
+        both = current.join(rows.select("run", "path", "hash", "files"), on="run", how="left", suffix="_stored")
+        unrecorded = both.filter(pl.col("hash_stored").is_null() | (pl.col("hash") != pl.col("hash_stored")))
+        if not unrecorded.is_empty():
+            raise InputError(f"run {unrecorded['run'][0]} was not recorded before the commit", path=str(self.root),
+                             hint="record every analysed run before committing (a bug in the caller)")
+        touched = pl.col("files").ne_missing(pl.col("files_stored"))
+        moved = both.filter((pl.col("path") != pl.col("path_stored")) | touched)
+        gone = rows.filter(~pl.col("run").is_in(current["run"].implode()))["run"].to_list()
+        return self.record([RunRecord(rid, path, h, None, files=pl.DataFrame(files, schema=STAMP_FIELDS))
+                            for rid, path, h, files in moved.select("run", "path", "hash", "files").iter_rows()],
+                           drop=gone)
 
     def compact(self, *, force: bool = False) -> bool:
         """Merge the files of each bucket of each table that holds more than COMPACT_AT of them
@@ -639,7 +638,8 @@ def _predicate(runs: Collection[str], buckets: int) -> str:
 
 def _run_rows(batch: Sequence[RunRecord], stored: pl.DataFrame, generation: int) -> pl.DataFrame:
     """The runs table's rows of the batch; a run with no tables keeps its stored status and generation."""
-    old = {r["run"]: r for r in stored.filter(pl.col("run").is_in([r.id for r in batch])).iter_rows(named=True)}
+    old = {r["run"]: r for r in stored.drop("files").filter(pl.col("run").is_in([r.id for r in batch]))
+           .iter_rows(named=True)}
     rows = []
     for r in batch:
         before = old.get(r.id, {})
@@ -647,12 +647,18 @@ def _run_rows(batch: Sequence[RunRecord], stored: pl.DataFrame, generation: int)
         rows.append({
             "run": r.id, "path": r.path, "hash": r.hash, "error": status.get("error"),
             "notes": list(status.get("notes") or ()), "files_failed": int(status.get("files_failed") or 0),
-            "files": [{"name": f.name, "size": f.size, "mtime_ns": f.mtime_ns, "digest": f.digest} for f in r.files],
             "generation": generation if r.tables is not None else before.get("generation", generation),
         })
-    return pl.DataFrame(rows, schema=RUNS_SCHEMA)
+    frame = pl.DataFrame(rows, schema={c: t for c, t in RUNS_SCHEMA.items() if c != "files"})
+    return frame.with_columns(_files_column(batch)).select(RUNS_SCHEMA.names())
 
 
-def _row_changed(row: Mapping[str, Any], r: RunRecord) -> bool:
-    files = [(f.name, f.size, f.mtime_ns, f.digest) for f in r.files]
-    return row["path"] != r.path or [(f["name"], f["size"], f["mtime_ns"], f["digest"]) for f in row["files"]] != files
+def _files_column(batch: Sequence[RunRecord]) -> pl.Series:
+    """The batch's file stamps, one list per run (empty for a run with none)."""
+    stamps = [r.files.select(STAMP_FIELDS.keys()).cast(STAMP_FIELDS) if r.files is not None
+              else pl.DataFrame(schema=STAMP_FIELDS) for r in batch]
+    lengths = pl.Series([len(f) for f in stamps], dtype=pl.Int64)
+    values = pl.concat(stamps).to_struct("files") if stamps else pl.Series("files", [], STAMP)
+    offsets = pl.concat([pl.Series([0], dtype=pl.Int64), lengths.cum_sum()])
+    return pl.Series("files", [values.slice(o, n) for o, n in zip(offsets, lengths, strict=False)],
+                     dtype=pl.List(STAMP))

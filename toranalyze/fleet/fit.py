@@ -306,13 +306,13 @@ def window_rates(fail: pl.DataFrame, exposure: pl.DataFrame, window: str = "1w")
     if att.is_empty():
         return pl.DataFrame(schema={"scope": pl.String, "key": pl.String, "failures": pl.Int64,
                                     **{u: pl.Float64 for u in UNITS}})
-    lo, hi = att.select(pl.col("t_start").min().dt.truncate(window), pl.col("t_end").max()).row(0)
-    edges = pl.datetime_range(lo, hi, window, eager=True).dt.truncate(window).unique().sort()
-    win = pl.DataFrame({"w0": edges}).with_columns(pl.col("w0").dt.offset_by(window).alias("w1"))
-    over = att.join(win, how="cross").with_columns(
-        ((pl.min_horizontal("t_end", "w1") - pl.max_horizontal("t_start", "w0")).dt.total_microseconds()
-         .clip(0) / _US_PER_H).alias("h")
-    ).filter(pl.col("h") > 0)
+    # each attempt against the windows it spans only (a cross join with every window of a
+    # year-long fleet held attempts x windows rows)
+    over = (att.with_columns(pl.datetime_ranges(pl.col("t_start").dt.truncate(window), "t_end", window).alias("w0"))
+            .explode("w0").with_columns(pl.col("w0").dt.offset_by(window).alias("w1"))
+            .with_columns(((pl.min_horizontal("t_end", "w1") - pl.max_horizontal("t_start", "w0"))
+                           .dt.total_microseconds().clip(0) / _US_PER_H).alias("h"))
+            .filter(pl.col("h") > 0))
     ex = over.group_by("w0").agg((pl.col("h") * pl.col("gpus")).sum().alias("gpu_hour"),
                                  (pl.col("h") * pl.col("nodes")).sum().alias("node_hour"),
                                  pl.col("h").sum().alias("job_hour"))

@@ -207,3 +207,27 @@ def test_a_relative_clock_falls_in_no_calendar_window() -> None:
     fail = pl.DataFrame({"t_onset": [datetime(1970, 1, 1, 0, 30, tzinfo=UTC), datetime(2024, 3, 4, 2, tzinfo=UTC)]})
     w = fit.window_rates(fail, exposure)
     assert w.select("key", "failures", "node_hour").rows() == [("2024-03-04", 1, 5.0)]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40 * 86_400_000_000), st.integers(1, 9 * 86_400_000_000),
+                          st.integers(1, 1024)), min_size=2, max_size=60),
+       st.randoms(use_true_random=False))
+def test_window_hours_are_exact_whatever_the_row_order(spans: list[tuple[int, int, int]], rnd: object) -> None:
+    """Each attempt counts in the weeks it spans only, split at their edges, and a week's hours are
+    the same bits whatever order the rows come in (a parallel float sum's order once moved
+    rates.json in its sixth digit from one run to the next)."""
+    t0 = datetime(2024, 6, 3, tzinfo=UTC)  # a Monday
+    rows = [{"run": "r", "job": str(i), "attempt": 0, "t_start": t0 + timedelta(microseconds=s),
+             "t_end": t0 + timedelta(microseconds=s + d), "gpus": g, "nodes": -(-g // 8)}
+            for i, (s, d, g) in enumerate(spans)]
+    exposure = pl.DataFrame(rows)
+    fail = pl.DataFrame({"t_onset": [t0]})
+    shuffled = rows[:]
+    rnd.shuffle(shuffled)  # type: ignore[attr-defined]
+    w = fit.window_rates(fail, exposure)
+    assert w.equals(fit.window_rates(fail, pl.DataFrame(shuffled)))
+    total_h = sum(d for _, d, _ in spans) / 3.6e9
+    assert math.isclose(w["job_hour"].sum(), total_h, rel_tol=1e-12)
+    week = 7 * 86_400_000_000
+    assert w.height == len({week_of for s, d, _ in spans for week_of in range(s // week, (s + d - 1) // week + 1)})

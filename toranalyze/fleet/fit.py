@@ -307,15 +307,19 @@ def window_rates(fail: pl.DataFrame, exposure: pl.DataFrame, window: str = "1w")
         return pl.DataFrame(schema={"scope": pl.String, "key": pl.String, "failures": pl.Int64,
                                     **{u: pl.Float64 for u in UNITS}})
     # each attempt against the windows it spans only (a cross join with every window of a
-    # year-long fleet held attempts x windows rows)
+    # year-long fleet held attempts x windows rows); running time summed in whole µs (128-bit),
+    # so a window's hours do not depend on the order a parallel sum takes
     over = (att.with_columns(pl.datetime_ranges(pl.col("t_start").dt.truncate(window), "t_end", window).alias("w0"))
             .explode("w0").with_columns(pl.col("w0").dt.offset_by(window).alias("w1"))
-            .with_columns(((pl.min_horizontal("t_end", "w1") - pl.max_horizontal("t_start", "w0"))
-                           .dt.total_microseconds().clip(0) / _US_PER_H).alias("h"))
-            .filter(pl.col("h") > 0))
-    ex = over.group_by("w0").agg((pl.col("h") * pl.col("gpus")).sum().alias("gpu_hour"),
-                                 (pl.col("h") * pl.col("nodes")).sum().alias("node_hour"),
-                                 pl.col("h").sum().alias("job_hour"))
+            .with_columns((pl.min_horizontal("t_end", "w1") - pl.max_horizontal("t_start", "w0"))
+                          .dt.total_microseconds().cast(pl.Int128).alias("us"))
+            .filter(pl.col("us") > 0))
+
+    def hours(weight: pl.Expr) -> pl.Expr:
+        return (pl.col("us") * weight.cast(pl.Int128)).sum().cast(pl.Float64) / _US_PER_H
+
+    ex = over.group_by("w0").agg(hours(pl.col("gpus")).alias("gpu_hour"), hours(pl.col("nodes")).alias("node_hour"),
+                                 hours(pl.lit(1)).alias("job_hour"))
     onset = fail["t_onset"].dtype
     f = (fail.drop_nulls("t_onset")
          .filter(pl.col("t_onset").is_between(_calendar_from(onset), _calendar_from(onset, _CALENDAR_UNTIL), "left"))

@@ -262,9 +262,10 @@ class Store:
     def runs(self, rows: pl.DataFrame | None = None) -> dict[str, StoredRun]:
         """The stored runs by id (of ``rows``, a part of the runs table; default all of it)."""
         rows = self.run_frame() if rows is None else rows
-        return {r["run"]: StoredRun(r["run"], r["path"], r["hash"], r["error"], tuple(r["notes"] or ()),
-                                    r["files_failed"] or 0, r["generation"])
-                for r in rows.drop("files").iter_rows(named=True)}
+        columns = ("run", "path", "hash", "error", "notes", "files_failed", "generation")
+        return {rid: StoredRun(rid, path, h, error, tuple(notes or ()), failed or 0, generation)
+                for rid, path, h, error, notes, failed, generation in zip(*(rows[c].to_list() for c in columns),
+                                                                           strict=True)}
 
     def hashes(self) -> set[str]:
         """The content hashes stored: a run whose hash is here needs no analysis."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,7 +13,7 @@ from polars.testing import assert_frame_equal
 
 from toranalyze.ingest import numbering, pipeline, streams
 from toranalyze.ingest.batch import read_text_batch
-from toranalyze.ingest.reader import FileResult, read_text_events
+from toranalyze.ingest.reader import FileResult, read_document_batch, read_document_events, read_text_events
 from toranalyze.ingest.registry import default_registry
 
 DATA = Path(__file__).parent.parent / "data"
@@ -152,3 +153,50 @@ def test_a_batch_that_fails_is_read_file_by_file(monkeypatch: pytest.MonkeyPatch
     assert_frame_equal(got.events, want.events)
     assert [f.as_dict() for f in got.files] == [f.as_dict() for f in want.files]
     assert want.n_events > 0 and numbering.FILE_LINES > 1 << 31
+
+
+def _documents() -> list[tuple[str, object]]:
+    """Every file of the tests' data that a parser reads whole, with that parser."""
+    registry, out = default_registry(), []
+    for p in sorted(DATA.rglob("*")):
+        if not p.is_file() or "golden" in p.parts or p.suffix == ".toml":
+            continue
+        head = streams.read_head(str(p))
+        if not head or b"\0" in head:
+            continue
+        mode, parsers = registry.choose(str(p), head.decode("utf-8", errors="replace"))
+        if mode == "document":
+            out.append((str(p), parsers[0]))
+    return out
+
+
+class _UnknownKind:
+    """A plugin's document parser that emits a kind the schema does not know."""
+
+    name, source = "odd", "plugin"
+
+    def __init__(self, parser: object) -> None:
+        self.parser = parser
+
+    def parse(self, path: str) -> object:
+        return self.parser.parse(path).lazy().with_columns(kind=pl.lit("no-such-kind"))  # type: ignore[attr-defined]
+
+
+def test_documents_read_together_give_what_each_gives_alone(tmp_path: Path) -> None:
+    docs = _documents()
+    assert len(docs) >= 10 and len({p.name for _, p in docs}) >= 2  # sacct dumps, pod specs, events...
+    broken = tmp_path / "pod-broken.yaml"
+    broken.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: x\n  : [\n")
+    docs.insert(3, (str(broken), docs[0][1]))
+    odd = (docs[-1][0], _UnknownKind(docs[-1][1]))
+    for mix in (docs, [*docs[:5], odd, *docs[5:]]):  # the shared steps fail: each document alone
+        for (path, parser), got in zip(mix, read_document_batch(mix), strict=True):
+            try:
+                want: FileResult | BaseException = read_document_events(path, parser)
+            except Exception as exc:  # noqa: BLE001 (the same error is expected of the batch)
+                want = exc
+            if isinstance(want, BaseException):
+                assert type(got) is type(want) and str(got) == str(want), path
+            else:
+                assert isinstance(got, FileResult), f"{path}: {got}"
+                _same(got, want, path)

@@ -45,7 +45,7 @@ from toranalyze.ingest.derived import loss_spike_events
 from toranalyze.ingest.discover import InputFile, discover
 from toranalyze.ingest.engine import map_ordered
 from toranalyze.ingest.parser_rows import parsing
-from toranalyze.ingest.reader import FileResult, TextEvents, read_document_events, read_text_events
+from toranalyze.ingest.reader import FileResult, TextEvents, read_document_batch, read_document_events, read_text_events
 from toranalyze.ingest.registry import Registry, default_registry
 from toranalyze.ingest.rule_tools import fill_where
 from toranalyze.ingest.streams import looks_binary, read_head
@@ -340,6 +340,7 @@ def _read_group(files: Sequence[InputFile], registry: Registry, options: IngestO
     out: list[_Read] = []
     batches: dict[tuple[int, ...], tuple[list[Any], list[int]]] = {}
     parsed: list[tuple[int, pl.DataFrame]] = []  # (file, its rows before finalize_file)
+    documents: list[tuple[int, Any]] = []  # (file, the parser that reads it whole)
     for file in files:
         report = FileReport(file.path)
         try:
@@ -349,9 +350,10 @@ def _read_group(files: Sequence[InputFile], registry: Registry, options: IngestO
             document, parsers = False, []
         if parsers and not document:
             batches.setdefault(tuple(map(id, parsers)), (parsers, []))[1].append(len(out))
-        elif parsers and (rows := _document_rows(file, parsers[0], report)) is not None:
-            parsed.append((len(out), rows))
+        elif parsers:
+            documents.append((len(out), parsers[0]))
         out.append((None, report))  # filled below
+    parsed.extend(_documents(files, documents, out))
     for parsers, at in batches.values():
         try:
             results = read_text_batch([files[i].path for i in at], parsers, vocab=_vocabulary(options))
@@ -364,6 +366,19 @@ def _read_group(files: Sequence[InputFile], registry: Registry, options: IngestO
             parsed.append((i, result.events))
     _finish_all(sorted(parsed, key=lambda p: p[0]), files, out, options)
     return out
+
+
+def _documents(files: Sequence[InputFile], documents: list[tuple[int, Any]],
+               out: list[_Read]) -> list[tuple[int, pl.DataFrame]]:
+    """The rows of the files read whole (``read_document_batch``), each file's report noted."""
+    rows = []
+    for (i, _), result in zip(documents, read_document_batch([(files[i].path, p) for i, p in documents]), strict=True):
+        if isinstance(result, BaseException):
+            _failed(out[i][1], result)
+        else:
+            _note_document(out[i][1], result)
+            rows.append((i, result.events))
+    return rows
 
 
 def _finish_all(parsed: list[tuple[int, pl.DataFrame]], files: Sequence[InputFile], out: list[_Read],
@@ -403,17 +418,6 @@ def _document(file: InputFile, parser: Any, options: IngestOptions, report: File
     events = finalize_file(result.events, file, options)
     report.events = events.height
     return events
-
-
-def _document_rows(file: InputFile, parser: Any, report: FileReport) -> pl.DataFrame | None:
-    """A document's rows before ``finalize_file``; None when its parser failed (``report`` says why)."""
-    try:
-        result = read_document_events(file.path, parser)
-    except FAULTS as exc:
-        _failed(report, exc)
-        return None
-    _note_document(report, result)
-    return result.events
 
 
 def _note_document(report: FileReport, result: FileResult) -> None:

@@ -146,10 +146,39 @@ def read_text_events(path: str, parsers: Sequence[Any], block_bytes: int | None 
 def read_document_events(path: str, parser: Any) -> FileResult:
     """Run a parser that claims the whole file."""
     with parsing():
-        return _read_document_events(path, parser)
+        return _finished(_parsed(path, parser).collect(), path, parser)
 
 
-def _read_document_events(path: str, parser: Any) -> FileResult:
+def read_document_batch(docs: Sequence[tuple[str, Any]]) -> list[FileResult | BaseException]:
+    """``read_document_events`` of each (path, parser): each document parsed alone, then what
+    every document's rows go through (bounds, required fields, kinds, covered lines) done once
+    for all of them: a run's pod specs, events and ``sacct`` dumps are small, and those steps
+    cost more in queries than in rows. A document whose parser fails gives its error; when the
+    shared steps fail, each document goes through them alone, so only the one at fault fails."""
+    with parsing():
+        out: list[FileResult | BaseException] = []
+        parsed: list[tuple[int, pl.LazyFrame]] = []
+        for i, (path, parser) in enumerate(docs):
+            try:
+                parsed.append((i, _parsed(path, parser)))
+                out.append(ParserError("not read", path=path))  # (replaced below)
+            except FAULTS as exc:
+                out.append(exc)
+        try:
+            frames = pl.collect_all([f for _, f in parsed])
+            together = _finished_together(frames, [docs[i] for i, _ in parsed])
+        except FAULTS:
+            together = None
+        for k, (i, frame) in enumerate(parsed):
+            try:
+                out[i] = together[k] if together is not None else _finished(frame.collect(), *docs[i])
+            except FAULTS as exc:
+                out[i] = exc
+        return out
+
+
+def _parsed(path: str, parser: Any) -> pl.LazyFrame:
+    """The parser's rows of the document, measures bounded, checked against the raw schema."""
     try:
         out = parser.parse(path)
     except (InputError, SchemaError):
@@ -162,16 +191,45 @@ def _read_document_events(path: str, parser: Any) -> FileResult:
     if not isinstance(out, pl.LazyFrame | pl.DataFrame):
         raise SchemaError(f"parser {parser.name!r} returned {type(out).__name__}, expected a LazyFrame")
     frame = sane_measures(out.lazy())
-    schema = frame.collect_schema()
-    extra = {"parser", "source"} & set(schema.names())
-    validate_raw(frame.drop(list(extra)), parser.name)
-    df = complete_rows(frame.collect())
+    extra = {"parser", "source"} & set(frame.collect_schema().names())
+    frame = frame.drop(list(extra))
+    validate_raw(frame, parser.name)
+    return frame
+
+
+def _finished(rows: pl.DataFrame, path: str, parser: Any) -> FileResult:
+    """A document's result from its parsed rows."""
+    df = complete_rows(rows)
     validate_kinds(df, parser.name)
     df = df.with_columns(pl.lit(parser.name).alias("parser"), pl.lit(parser.source).alias("source")).select(
         empty_parsed().columns
     )
-    lines = document_lines(path)
     covered = covered_lines(df).unique().len() if df.height else 0
+    return _document_result(df, path, parser, covered)
+
+
+def _document_result(df: pl.DataFrame, path: str, parser: Any, covered: int) -> FileResult:
+    lines = document_lines(path)
     # A document parser understands the whole file it claimed.
     covered = max(covered, lines) if df.height else covered
     return FileResult(df, lines, covered, [parser.name], [])
+
+
+def _finished_together(frames: Sequence[pl.DataFrame], docs: Sequence[tuple[str, Any]]) -> list[FileResult]:
+    """``_finished`` of each document's rows, in one query for all of them."""
+    doc = pl.col("_doc")
+    rows = complete_rows(pl.concat([f.with_columns(pl.lit(k, pl.UInt32).alias("_doc")) for k, f in enumerate(frames)]))
+    validate_kinds(rows, ", ".join(sorted({p.name for _, p in docs})))
+    names = pl.Series([p.name for _, p in docs], dtype=pl.String)
+    sources = pl.Series([p.source for _, p in docs], dtype=pl.String)
+    rows = rows.with_columns(names.gather(rows["_doc"]).alias("parser"), sources.gather(rows["_doc"]).alias("source"))
+    covered = dict(rows.select(doc, pl.int_ranges("line", pl.coalesce("line_end", "line") + 1, dtype=pl.Int64)
+                               .alias("l")).explode("l").group_by(doc).agg(pl.col("l").n_unique())
+                   .iter_rows())
+    parts = rows.partition_by("_doc", as_dict=True, include_key=False)
+    columns = empty_parsed().columns
+    out = []
+    for k, (path, parser) in enumerate(docs):
+        df = parts[(k,)].select(columns) if (k,) in parts else empty_parsed()
+        out.append(_document_result(df, path, parser, covered.get(k, 0)))
+    return out

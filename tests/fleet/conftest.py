@@ -17,3 +17,11 @@ def simulated_fleet(factory: pytest.TempPathFactory, name: str, jobs: int, seed:
                                    "--seed", str(seed), "--duration", "30m"])
     assert res.exit_code == 0, res.output
     return root
+
+
+def touch(root: Path, *rels: str) -> None:
+    """Files at these paths under ``root``, each holding its own path (folders made as needed)."""
+    for rel in rels:
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(rel + "\n")

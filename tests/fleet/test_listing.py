@@ -9,17 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.fleet.conftest import touch
 from toranalyze.errors import InputError
 from toranalyze.fleet import runs as runs_mod
 from toranalyze.fleet.runs import list_runs
 from toranalyze.fleet.stamps import content_hash, hash_runs
-
-
-def _touch(root: Path, *rels: str) -> None:
-    for rel in rels:
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(rel + "\n")
 
 
 def _hostile_fleet(root: Path) -> None:
@@ -27,11 +21,11 @@ def _hostile_fleet(root: Path) -> None:
     relative, through a linked folder, a chain), a link back up, a dangling link, a FIFO, names that
     are not UTF-8, hidden folders."""
     for i in range(12):
-        _touch(root / "runs", f"r{i:02d}/slurm-{i}.out", f"r{i:02d}/nodes/gpu-{i}/kern.log",
+        touch(root / "runs", f"r{i:02d}/slurm-{i}.out", f"r{i:02d}/nodes/gpu-{i}/kern.log",
                f"r{i:02d}/logs/rank-0.log")
-    _touch(root / "runs", "deep/a/b/pod.log", "deep/a/pods/x.yaml", ".hidden/x.log", "r03/.cache/y.log")
+    touch(root / "runs", "deep/a/b/pod.log", "deep/a/pods/x.yaml", ".hidden/x.log", "r03/.cache/y.log")
     elsewhere = root / "elsewhere"
-    _touch(elsewhere, "target/train.log", "target/nodes/n1/kern.log")
+    touch(elsewhere, "target/train.log", "target/nodes/n1/kern.log")
     os.symlink(elsewhere / "target", root / "runs" / "linked-abs")
     os.symlink(Path("..") / "elsewhere" / "target", root / "runs" / "linked-rel")
     os.symlink(elsewhere, root / "hop")
@@ -77,7 +71,7 @@ def test_a_link_resolves_as_realpath_does(tmp_path: Path) -> None:
 
 def test_the_content_hash_is_the_one_earlier_versions_stored(tmp_path: Path) -> None:
     """Pinned: a change of the hash's recipe would analyse every stored run again."""
-    _touch(tmp_path / "fleet", "r1/a.log", "r1/nodes/n1/kern.log")
+    touch(tmp_path / "fleet", "r1/a.log", "r1/nodes/n1/kern.log")
     listed = list_runs([str(tmp_path / "fleet")])
     (run,) = listed.runs
     assert content_hash(run, "salt") == "90d1f40f4411cef744a1abf8d95fa769"

@@ -8,6 +8,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from tests.fleet.conftest import touch
 from toranalyze.errors import InputError
 from toranalyze.fleet.runs import find_runs
 from toranalyze.fleet.stamps import content_hash
@@ -16,30 +17,23 @@ from toranalyze.fleet.tables import exposure_rows
 T0 = datetime(2024, 6, 1, tzinfo=UTC)
 
 
-def _touch(root: Path, *rels: str) -> None:
-    for rel in rels:
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(rel + "\n")
-
-
 def test_a_directory_with_a_log_file_is_one_run_with_everything_beneath(tmp_path: Path) -> None:
     root = tmp_path / "fleet"
-    _touch(root, "truth.json", "a/slurmctld.log", "a/nodes/gpu-1/kern.log", "b/c/pod.log", "b/c/pods/x.yaml",
+    touch(root, "truth.json", "a/slurmctld.log", "a/nodes/gpu-1/kern.log", "b/c/pod.log", "b/c/pods/x.yaml",
            "b/d/events.json", "b/README.md", ".hidden/x.log")
     runs = find_runs([str(root) + "/"], skip=[])
     assert [r.id for r in runs] == ["fleet/a", "fleet/b/c", "fleet/b/d"]
     assert runs[0].files == ("nodes/gpu-1/kern.log", "slurmctld.log")
     assert runs[1].files == ("pod.log", "pods/x.yaml")
     # the root itself is a run when it holds a log file; the store is never entered
-    _touch(root / "b" / "c", "store/jobs.log")
+    touch(root / "b" / "c", "store/jobs.log")
     assert [r.id for r in find_runs([str(root / "b" / "c")], skip=[str(root / "b" / "c" / "store")])] == ["c"]
     assert find_runs([str(root / "b" / "c")], skip=[str(root / "b" / "c" / "store")])[0].files == (
         "pod.log", "pods/x.yaml")
 
 
 def test_run_ids_collide_loudly_and_hashes_follow_content(tmp_path: Path) -> None:
-    _touch(tmp_path, "x/fleet/r1/a.log", "y/fleet/r1/a.log")
+    touch(tmp_path, "x/fleet/r1/a.log", "y/fleet/r1/a.log")
     with pytest.raises(InputError, match="two runs"):
         find_runs([str(tmp_path / "x" / "fleet"), str(tmp_path / "y" / "fleet")])
     with pytest.raises(InputError, match="no such file"):

@@ -130,8 +130,7 @@ def build(paths: Sequence[str], out: Path, options: RunOptions | None = None, wo
     runs = listed.runs
     hashes, stamps = hash_runs(runs, listed.files, options_salt(options), known_stamps, problems,
                                reading=(lambda i, n: progress("reading files", i, n, "")) if progress else None)
-    del known_stamps
-    del listed
+    del known_stamps, listed  # (a store's worth of rows: not held through the analysis)
     stored = set(known["hash"])  # (a run's hash covers its id: equal hashes are the same run unchanged)
     todo = [RunTask(r, hashes[r.id], options) for r in runs if hashes[r.id] not in stored]
     before = set(known["run"])

@@ -29,7 +29,7 @@ import polars as pl
 
 from toranalyze import storage
 from toranalyze.errors import InputError
-from toranalyze.ingest.discover import folder_error, printable, refused, unreadable, wanted, wanted_name
+from toranalyze.ingest.discover import folder_error, os_reason, printable, refused, unreadable, wanted, wanted_name
 from toranalyze.ingest.engine import map_ordered
 from toranalyze.schema import frame_schema
 
@@ -138,7 +138,7 @@ def _file_row(e: os.DirEntry[str], rel: str, plain_folder: bool, problems: list[
         st = e.stat()
     except OSError as exc:
         if _plain(e) and printable(e.path) == e.path:
-            return rel, None, None, (exc.strerror or str(exc)).lower()
+            return rel, None, None, os_reason(exc)
         problems.append(unreadable(e.path, exc))
         return None
     if stat.S_ISREG(st.st_mode) and plain_folder and (e.name.isascii() or printable(e.name) == e.name):

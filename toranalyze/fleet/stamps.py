@@ -21,7 +21,7 @@ import polars as pl
 from toranalyze import storage
 from toranalyze.errors import InputError
 from toranalyze.fleet.runs import LISTED_SCHEMA, Run
-from toranalyze.ingest.discover import printable
+from toranalyze.ingest.discover import os_reason, printable
 from toranalyze.schema import frame_schema
 
 CHUNK = 1 << 20
@@ -61,24 +61,27 @@ def hash_runs(runs: Sequence[Run], files: pl.DataFrame, salt: str = "", known: p
 
 def _stat_missing(rows: pl.DataFrame) -> pl.DataFrame:
     """Sizes and mtimes of the files the listing did not stat (URLs, files given by name)."""
-    todo = rows.select((pl.col("size").is_null() & pl.col("error").is_null()).arg_true())["size"]
-    if todo.is_empty():
-        return rows
-    found = [_size_mtime(storage.join(p, n)) for p, n in rows[todo].select("path", "name").iter_rows()]
-    return _scatter(rows, todo, found, ("size", "mtime_ns", "error"))
+    return _fill(rows, pl.col("size").is_null(), _size_mtime, ("size", "mtime_ns", "error"))
 
 
 def _read_missing(rows: pl.DataFrame, reading: Reading | None) -> pl.DataFrame:
     """Digests of the files no stamp covers, each file read (its size the bytes read)."""
-    todo = rows.select((pl.col("digest").is_null() & pl.col("error").is_null()).arg_true())["digest"]
+    return _fill(rows, pl.col("digest").is_null(), _file_digest, ("size", "digest", "error"), reading)
+
+
+def _fill(rows: pl.DataFrame, missing: pl.Expr, get: Callable[[str], tuple[object, object, object]],
+          columns: tuple[str, str, str], progress: Reading | None = None) -> pl.DataFrame:
+    """``rows`` with ``columns`` from ``get(path)`` where ``missing`` holds and no error was
+    recorded: one call per such file (the system calls are per file anyway)."""
+    todo = rows.select((missing & pl.col("error").is_null()).arg_true()).to_series()
     if todo.is_empty():
         return rows
     found = []
     for i, (p, n) in enumerate(rows[todo].select("path", "name").iter_rows(), 1):
-        found.append(_file_digest(storage.join(p, n)))
-        if reading:
-            reading(i, todo.len())
-    return _scatter(rows, todo, found, ("size", "digest", "error"))
+        found.append(get(storage.join(p, n)))
+        if progress:
+            progress(i, todo.len())
+    return _scatter(rows, todo, found, columns)
 
 
 def _scatter(rows: pl.DataFrame, at: pl.Series, values: Sequence[tuple[object, object, object]],
@@ -136,7 +139,7 @@ def _size_mtime(path: str) -> tuple[int | None, int | None, str | None]:
         st = os.stat(path)
         return st.st_size, st.st_mtime_ns, None
     except OSError as exc:
-        return None, None, _reason(exc)
+        return None, None, os_reason(exc)
 
 
 def _file_digest(path: str) -> tuple[int | None, str | None, str | None]:
@@ -149,9 +152,5 @@ def _file_digest(path: str) -> tuple[int | None, str | None, str | None]:
                 fh.update(chunk)
                 size += len(chunk)
     except OSError as exc:
-        return None, None, _reason(exc)
+        return None, None, os_reason(exc)
     return size, fh.hexdigest(), None
-
-
-def _reason(exc: OSError) -> str:
-    return (exc.strerror or str(exc)).lower()

@@ -57,14 +57,19 @@ def refused(path: str, mode: int) -> InputError | None:
     return None
 
 
+def os_reason(exc: OSError) -> str:
+    """Why a system call failed, in the words warnings use ("permission denied")."""
+    return (exc.strerror or str(exc)).lower()
+
+
 def unreadable(path: str, exc: OSError) -> InputError:
     """A file or folder entry that could not be read (a symlink loop, a dangling link, a file gone)."""
-    return InputError(f"cannot read: {(exc.strerror or str(exc)).lower()}; skipped", path=printable(path))
+    return InputError(f"cannot read: {os_reason(exc)}; skipped", path=printable(path))
 
 
 def folder_error(exc: OSError) -> InputError:
     """A folder that could not be listed, as the input problem to record."""
-    reason = (exc.strerror or str(exc)).lower()
+    reason = os_reason(exc)
     return InputError(f"cannot read the folder: {reason}; skipped", path=printable(str(exc.filename)),
                       hint="check the folder's permissions")
 

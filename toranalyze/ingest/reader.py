@@ -146,7 +146,7 @@ def read_text_events(path: str, parsers: Sequence[Any], block_bytes: int | None 
 def read_document_events(path: str, parser: Any) -> FileResult:
     """Run a parser that claims the whole file."""
     with parsing():
-        return _finished(_parsed(path, parser).collect(), path, parser)
+        return _finished([_parsed(path, parser).collect()], [(path, parser)])[0]
 
 
 def read_document_batch(docs: Sequence[tuple[str, Any]]) -> list[FileResult | BaseException]:
@@ -165,13 +165,13 @@ def read_document_batch(docs: Sequence[tuple[str, Any]]) -> list[FileResult | Ba
             except FAULTS as exc:
                 out.append(exc)
         try:
-            frames = pl.collect_all([f for _, f in parsed])
-            together = _finished_together(frames, [docs[i] for i, _ in parsed])
+            together: list[FileResult] | None = _finished(pl.collect_all([f for _, f in parsed]),
+                                                         [docs[i] for i, _ in parsed])
         except FAULTS:
             together = None
         for k, (i, frame) in enumerate(parsed):
             try:
-                out[i] = together[k] if together is not None else _finished(frame.collect(), *docs[i])
+                out[i] = together[k] if together is not None else _finished([frame.collect()], [docs[i]])[0]
             except FAULTS as exc:
                 out[i] = exc
         return out
@@ -197,17 +197,6 @@ def _parsed(path: str, parser: Any) -> pl.LazyFrame:
     return frame
 
 
-def _finished(rows: pl.DataFrame, path: str, parser: Any) -> FileResult:
-    """A document's result from its parsed rows."""
-    df = complete_rows(rows)
-    validate_kinds(df, parser.name)
-    df = df.with_columns(pl.lit(parser.name).alias("parser"), pl.lit(parser.source).alias("source")).select(
-        empty_parsed().columns
-    )
-    covered = covered_lines(df).unique().len() if df.height else 0
-    return _document_result(df, path, parser, covered)
-
-
 def _document_result(df: pl.DataFrame, path: str, parser: Any, covered: int) -> FileResult:
     lines = document_lines(path)
     # A document parser understands the whole file it claimed.
@@ -215,8 +204,9 @@ def _document_result(df: pl.DataFrame, path: str, parser: Any, covered: int) -> 
     return FileResult(df, lines, covered, [parser.name], [])
 
 
-def _finished_together(frames: Sequence[pl.DataFrame], docs: Sequence[tuple[str, Any]]) -> list[FileResult]:
-    """``_finished`` of each document's rows, in one query for all of them."""
+def _finished(frames: Sequence[pl.DataFrame], docs: Sequence[tuple[str, Any]]) -> list[FileResult]:
+    """Each document's result from its parsed rows (``frames``, one per document of ``docs``),
+    in one query for all of them: required fields, kinds, the parser's columns, covered lines."""
     doc = pl.col("_doc")
     rows = complete_rows(pl.concat([f.with_columns(pl.lit(k, pl.UInt32).alias("_doc")) for k, f in enumerate(frames)]))
     validate_kinds(rows, ", ".join(sorted({p.name for _, p in docs})))
